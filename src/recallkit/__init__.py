@@ -1,0 +1,31 @@
+"""recallkit: exact, deterministic, memory-bounded recall@K and retrieval metrics.
+
+The functional layer (``recall_at_k``, ``ground_truth_ranks``, ``map_at_r``, ...) holds every
+metric once; :mod:`recallkit.pml`, the runner and the command line call into it.
+"""
+
+from recallkit.neighbors import nearest_neighbors
+from recallkit.ranking import average_precision_at_k, map_at_k, map_at_r, r_precision
+from recallkit.ranks import (
+    ground_truth_ranks,
+    ground_truth_ranks_from_embeddings,
+    recall_at_k_from_scores,
+    recall_from_ranks,
+)
+from recallkit.recall import recall_at_k
+from recallkit.result import RecallResult
+
+__all__ = [
+    "RecallResult",
+    "average_precision_at_k",
+    "ground_truth_ranks",
+    "ground_truth_ranks_from_embeddings",
+    "map_at_k",
+    "map_at_r",
+    "nearest_neighbors",
+    "r_precision",
+    "recall_at_k",
+    "recall_at_k_from_scores",
+    "recall_from_ranks",
+]
+__version__ = "0.1.0"

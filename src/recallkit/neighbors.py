@@ -1,0 +1,63 @@
+"""Exact k-nearest neighbours, chunked, with the library's tie rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from recallkit import _checks, _engine
+from recallkit.ranks import _exclusion_pairs
+
+
+def nearest_neighbors(
+    query: Any,
+    reference: Any,
+    k: int,
+    *,
+    query_in_reference: bool = False,
+    exclude: Any = None,
+    metric: str = "cosine",
+    chunk_size: int | None = None,
+    device: Any = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact ``k`` best reference items of each query, best first: ``(indices, scores)``.
+
+    Scores are those of :func:`recallkit.recall_at_k` (higher is better; for
+    ``metric="euclidean"`` the score is ``2 q·r - |r|²``, which orders like ``-|q - r|``). On
+    equal scores the lower reference index comes first, so the lists are deterministic.
+    ``query_in_reference=True`` removes query ``i``'s own row ``i``; ``exclude`` removes further
+    candidates per query (an index or a list per query, ``-1`` for none). Slots beyond the
+    available candidates hold index ``-1`` and score ``-inf``.
+
+    >>> import numpy as np
+    >>> x = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    >>> idx, _ = nearest_neighbors(x, x, 2, query_in_reference=True)
+    >>> idx.tolist()
+    [[1, 2], [0, 2], [0, 1]]
+    """
+    func = "nearest_neighbors"
+    k = _checks.check_positive_int(k, func, "k")
+    if chunk_size is not None:
+        chunk_size = _checks.check_positive_int(chunk_size, func, "chunk_size")
+    space = _engine.prepare(query, reference, metric, device, func)
+    n, m = space.num_query, space.num_reference
+    parts = []
+    if query_in_reference:
+        if m < n:
+            raise _checks.fail(
+                func, "reference", f"at least {n} rows when query_in_reference=True", m
+            )
+        parts.append(_engine.Pairs.diagonal(n))
+    if exclude is not None:
+        parts.extend(_exclusion_pairs(exclude, n, m, func))
+    exclusions = (_engine.Pairs.union(parts, n, m),) if parts else ()
+    ks = np.full(n, min(k, m), dtype=np.int64)
+    index = torch.full((n, k), -1, dtype=torch.int64, device=space.device)
+    value = torch.full((n, k), -torch.inf, dtype=space.query.dtype, device=space.device)
+    for start, stop, idx, val in _engine.ranked_lists(space, ks, exclusions, chunk_size):
+        width = idx.shape[1]
+        index[start:stop, :width] = idx.to(space.device)
+        value[start:stop, :width] = val.to(space.device)
+    return index, value

@@ -1,0 +1,259 @@
+"""Ranking metrics on the recall engine: R-precision, MAP@R, MAP@K and AP@K from ranks.
+
+AP@K is computed with four different divisors in the field. Here the divisor is explicit:
+
+* ``"min_k_r"`` (default): ``min(K, R)``, the CIRCO official evaluation (Baldrati et al. 2023);
+  a perfect ranking scores 1.
+* ``"r"``: ``R``, every relevant item (PML's ``mean_average_precision``; the SQUARE seed recipe).
+* ``"hits"``: the relevant items found within the top K (torchmetrics ``retrieval_average_precision``
+  with ``top_k``, OML); a query with no hit scores 0.
+
+(revisitop's interpolated AP is not offered.) ``R`` is the number of relevant items of the query.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from recallkit import _checks, _engine, _labelform
+
+DIVISORS = ("min_k_r", "r", "hits")
+
+
+def _check_divisor(divisor: str, func: str) -> str:
+    if divisor not in DIVISORS:
+        raise _checks.fail(func, "divisor", f"one of {DIVISORS}", repr(divisor))
+    return divisor
+
+
+def _ap_from_relevance(
+    relevant: np.ndarray, num_relevant: np.ndarray, k: int, divisor: str
+) -> np.ndarray:
+    """AP@K per query from a ``(n, w)`` 0/1 relevance matrix of the ranked lists (w ≥ K)."""
+    rel = relevant[:, :k].astype(np.float64)
+    positions = np.arange(1, rel.shape[1] + 1, dtype=np.float64)
+    precision = np.cumsum(rel, axis=1) / positions
+    total = (precision * rel).sum(axis=1)
+    if divisor == "min_k_r":
+        denominator = np.minimum(k, num_relevant).astype(np.float64)
+    elif divisor == "r":
+        denominator = num_relevant.astype(np.float64)
+    else:
+        denominator = rel.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denominator > 0, total / denominator, 0.0)
+
+
+def average_precision_at_k(
+    relevant_ranks: Any,
+    num_relevant: Any = None,
+    k: int = 10,
+    *,
+    divisor: str = "min_k_r",
+) -> np.ndarray:
+    """AP@K of each query from the 0-indexed ranks of its relevant items.
+
+    ``AP@K = (1/D) · Σ_{i ≤ K, item i relevant} precision@i`` with ``precision@i`` the fraction
+    of relevant items among the first ``i``, and ``D`` by ``divisor`` (module docstring).
+    ``relevant_ranks`` holds, per query, the ranks of its relevant items (each counted among
+    all candidates, other relevant items included; :func:`recallkit.ground_truth_ranks` with
+    ``reduce="none"``), as a list of sequences or an ``(n, g)`` array padded with ``-1``.
+    ``num_relevant`` is ``R`` per query (default: the number of ranks given). A query with
+    ``D = 0`` scores 0.
+
+    >>> average_precision_at_k([[0, 2], [5]], k=5).tolist()  # (1 + 2/3)/2 and no hit
+    [0.8333333333333333, 0.0]
+    >>> average_precision_at_k([[1]], [3], k=5, divisor="r").tolist()  # (1/2)/3
+    [0.16666666666666666]
+    """
+    func = "average_precision_at_k"
+    k = _checks.check_positive_int(k, func, "k")
+    _check_divisor(divisor, func)
+    if isinstance(relevant_ranks, np.ndarray) and relevant_ranks.ndim == 2:
+        ranks = relevant_ranks.astype(np.int64)
+    else:
+        rows = [np.asarray(r, dtype=np.int64).reshape(-1) for r in relevant_ranks]
+        ranks = np.full((len(rows), max((len(r) for r in rows), default=0)), -1, np.int64)
+        for i, r in enumerate(rows):
+            ranks[i, : len(r)] = r
+    given = (ranks >= 0).sum(axis=1)
+    if num_relevant is None:
+        counts = given
+    else:
+        counts = np.asarray(num_relevant, dtype=np.int64).reshape(-1)
+        _checks.check_length(counts, len(ranks), "num_relevant", func, "relevant_ranks")
+        if (counts < given).any():
+            i = int(np.argmax(counts < given))
+            raise _checks.fail(
+                func, "num_relevant", "at least the number of ranks given", f"{counts[i]} at {i}"
+            )
+    # Relevance of the top-K positions, rebuilt from the ranks (ranks are distinct per query).
+    relevant = np.zeros((len(ranks), k), dtype=bool)
+    rows, cols = np.nonzero((ranks >= 0) & (ranks < k))
+    relevant[rows, ranks[rows, cols]] = True
+    return _ap_from_relevance(relevant, counts, k, divisor)
+
+
+def _ranked_relevance(
+    problem: _labelform.LabelProblem, ks: np.ndarray, chunk_size: int | None
+) -> np.ndarray:
+    """``(n, max(ks))`` relevance of each query's exact top-``ks[i]`` list."""
+    width = int(ks.max(initial=0))
+    relevant = np.zeros((problem.space.num_query, width), dtype=bool)
+    codes = problem.reference_codes
+    for start, stop, index, _ in _engine.ranked_lists(
+        problem.space, ks, problem.exclusions, chunk_size
+    ):
+        idx = index.cpu().numpy()
+        hit = (idx >= 0) & (codes[np.maximum(idx, 0)] == problem.query_codes[start:stop, None])
+        relevant[start:stop, : hit.shape[1]] = hit
+    return relevant
+
+
+def _top_r(func: str, args: tuple, kwargs: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    chunk_size = kwargs.pop("chunk_size", None)
+    if chunk_size is not None:
+        chunk_size = _checks.check_positive_int(chunk_size, func, "chunk_size")
+    problem = _labelform.build(func, *args, **kwargs)
+    r = problem.num_relevant
+    relevant = _ranked_relevance(problem, r, chunk_size)
+    evaluated = r > 0
+    if not evaluated.any():
+        raise _checks.fail(func, "query_labels", "shared with the reference", "only lone queries")
+    return relevant, r, evaluated
+
+
+def r_precision(
+    query: Any,
+    reference: Any,
+    query_labels: Any,
+    reference_labels: Any,
+    *,
+    query_in_reference: bool = False,
+    query_ids: Any = None,
+    reference_ids: Any = None,
+    metric: str = "cosine",
+    chunk_size: int | None = None,
+    device: Any = None,
+) -> float:
+    """R-precision: the fraction of relevant items among the first R, averaged over queries.
+
+    ``R`` is the number of reference items with the query's label (self-matches excluded as
+    in :func:`recallkit.recall_at_k`); lone queries (R = 0) are left out, as in PML. Ties rank
+    the lower reference index first. (Musgrave et al. 2020, "A Metric Learning Reality Check".)
+
+    >>> import numpy as np
+    >>> x = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [0.6, 0.8]])
+    >>> r_precision(x, x, [0, 0, 1, 1], [0, 0, 1, 1], query_in_reference=True)
+    0.5
+    """
+    relevant, r, evaluated = _top_r(
+        "r_precision",
+        (query, reference, query_labels, reference_labels),
+        dict(
+            query_in_reference=query_in_reference,
+            query_ids=query_ids,
+            reference_ids=reference_ids,
+            metric=metric,
+            device=device,
+            chunk_size=chunk_size,
+        ),
+    )
+    per_query = relevant.sum(axis=1)[evaluated] / r[evaluated]
+    return float(per_query.mean())
+
+
+def map_at_r(
+    query: Any,
+    reference: Any,
+    query_labels: Any,
+    reference_labels: Any,
+    *,
+    query_in_reference: bool = False,
+    query_ids: Any = None,
+    reference_ids: Any = None,
+    metric: str = "cosine",
+    chunk_size: int | None = None,
+    device: Any = None,
+) -> float:
+    """MAP@R (Musgrave et al. 2020): mean over queries of ``(1/R) Σ_{i ≤ R} rel(i) · P@i``.
+
+    ``R`` is the number of reference items with the query's label after self-exclusion; lone
+    queries are left out. Identical to PML's ``mean_average_precision_at_r`` on the same inputs
+    (with ``k="max_bin_count"``), except that ties rank the lower reference index first.
+
+    >>> import numpy as np
+    >>> x = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [0.6, 0.8]])
+    >>> map_at_r(x, x, [0, 0, 1, 1], [0, 0, 1, 1], query_in_reference=True)
+    0.5
+    """
+    relevant, r, evaluated = _top_r(
+        "map_at_r",
+        (query, reference, query_labels, reference_labels),
+        dict(
+            query_in_reference=query_in_reference,
+            query_ids=query_ids,
+            reference_ids=reference_ids,
+            metric=metric,
+            device=device,
+            chunk_size=chunk_size,
+        ),
+    )
+    rel = relevant.astype(np.float64)
+    positions = np.arange(1, rel.shape[1] + 1, dtype=np.float64)
+    precision_sum = (np.cumsum(rel, axis=1) / positions * rel).sum(axis=1)
+    return float((precision_sum[evaluated] / r[evaluated]).mean())
+
+
+def map_at_k(
+    query: Any,
+    reference: Any,
+    query_labels: Any,
+    reference_labels: Any,
+    k: int = 10,
+    *,
+    divisor: str = "min_k_r",
+    query_in_reference: bool = False,
+    query_ids: Any = None,
+    reference_ids: Any = None,
+    metric: str = "cosine",
+    chunk_size: int | None = None,
+    device: Any = None,
+) -> float:
+    """Mean AP@K over evaluated queries, label form (:func:`average_precision_at_k`'s formula).
+
+    ``divisor`` is ``"min_k_r"`` (default, a perfect ranking scores 1), ``"r"`` (PML) or
+    ``"hits"`` (torchmetrics, OML). Lone queries (R = 0) are left out.
+
+    >>> import numpy as np
+    >>> x = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [0.6, 0.8]])
+    >>> map_at_k(x, x, [0, 0, 1, 1], [0, 0, 1, 1], k=2, query_in_reference=True)
+    0.75
+    """
+    func = "map_at_k"
+    k = _checks.check_positive_int(k, func, "k")
+    _check_divisor(divisor, func)
+    if chunk_size is not None:
+        chunk_size = _checks.check_positive_int(chunk_size, func, "chunk_size")
+    problem = _labelform.build(
+        func,
+        query,
+        reference,
+        query_labels,
+        reference_labels,
+        query_in_reference=query_in_reference,
+        query_ids=query_ids,
+        reference_ids=reference_ids,
+        metric=metric,
+        device=device,
+    )
+    r = problem.num_relevant
+    evaluated = r > 0
+    if not evaluated.any():
+        raise _checks.fail(func, "query_labels", "shared with the reference", "only lone queries")
+    ks = np.full(problem.space.num_query, k, dtype=np.int64)
+    relevant = _ranked_relevance(problem, ks, chunk_size)
+    ap = _ap_from_relevance(relevant, r, k, divisor)
+    return float(ap[evaluated].mean())

@@ -1,0 +1,222 @@
+"""Ground-truth form: the rank of each query's known correct item(s), and recall from ranks.
+
+The convention of image-text retrieval (CLIP, open_clip, CLIP_benchmark): ranks are 0-indexed,
+the rank of an item is the number of candidates that rank above it, and a candidate ranks above
+it with a higher score, or an equal score and a lower index. Recall@K is the fraction of queries
+whose rank is below K.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from recallkit import _checks, _engine
+
+
+def _targets(
+    ground_truth: Any,
+    n: int,
+    m: int,
+    func: str,
+    name: str = "ground_truth",
+    allow_empty: bool = False,
+) -> tuple[np.ndarray, bool]:
+    """Ground truth as an ``(n, g)`` int64 array with ``-1`` padding; and whether it was 1-D."""
+    if isinstance(ground_truth, torch.Tensor):
+        ground_truth = ground_truth.detach().cpu().numpy()
+    if isinstance(ground_truth, np.ndarray) and ground_truth.dtype != object:
+        if ground_truth.dtype.kind not in "iu":
+            raise _checks.fail(func, name, "integer reference indices", ground_truth.dtype)
+        array = ground_truth.astype(np.int64)
+        single = array.ndim == 1
+        if single:
+            array = array[:, None]
+        elif array.ndim != 2:
+            raise _checks.fail(func, name, "1-D or 2-D", f"shape {array.shape}")
+    else:
+        rows = list(ground_truth)
+        single = all(np.ndim(x) == 0 for x in rows)
+        if single:
+            array = np.asarray(rows, dtype=np.int64).reshape(-1, 1)
+        else:
+            width = max((len(x) for x in rows), default=0)
+            array = np.full((len(rows), max(width, 1)), -1, dtype=np.int64)
+            for i, x in enumerate(rows):
+                array[i, : len(x)] = x
+    _checks.check_length(array, n, name, func, "query")
+    bad = (array >= m) | (array < -1) | ((array == -1) & single & (not allow_empty))
+    if bad.any():
+        i, t = np.argwhere(bad)[0]
+        raise _checks.fail(
+            func, name, f"reference indices in [0, {m})", f"{array[i, t]} for query {i}"
+        )
+    empty = (array < 0).all(axis=1)
+    if empty.any() and not allow_empty:
+        raise _checks.fail(
+            func, name, "at least one index per query", f"none for query {int(np.argmax(empty))}"
+        )
+    return array, single
+
+
+def _exclusion(exclude: Any, targets: np.ndarray, m: int, func: str) -> tuple[_engine.Pairs, ...]:
+    if exclude is None:
+        return ()
+    n = len(targets)
+    pairs = _exclusion_pairs(exclude, n, m, func)
+    if not pairs:
+        return ()
+    excluded, _ = _targets(exclude, n, m, func, "exclude", allow_empty=True)
+    clash = (excluded[:, :, None] == targets[:, None, :]) & (excluded[:, :, None] >= 0)
+    if clash.any():
+        i = int(np.argwhere(clash)[0][0])
+        raise _checks.fail(
+            func, "exclude", "disjoint from the ground truth", f"a ground-truth index for query {i}"
+        )
+    return pairs
+
+
+def _exclusion_pairs(exclude: Any, n: int, m: int, func: str) -> tuple[_engine.Pairs, ...]:
+    """``exclude`` (an index or a list per query, ``-1`` for none) as pairs, validated."""
+    if not _has_any(exclude):
+        return ()
+    excluded, _ = _targets(exclude, n, m, func, "exclude", allow_empty=True)
+    return (_engine.Pairs.from_lists(excluded, n),)
+
+
+def _has_any(exclude: Any) -> bool:
+    if isinstance(exclude, np.ndarray | torch.Tensor):
+        return bool((exclude >= 0).any()) if len(exclude) else False
+    return any((np.ndim(x) == 0 and x >= 0) or (np.ndim(x) > 0 and len(x)) for x in exclude)
+
+
+def _reduce(ranks: np.ndarray, single: bool, reduce: str) -> np.ndarray:
+    if reduce == "none":
+        return ranks[:, 0] if single else ranks
+    masked = np.where(ranks < 0, np.iinfo(np.int64).max, ranks)
+    return masked.min(axis=1)
+
+
+def _check_reduce(reduce: str, func: str) -> None:
+    if reduce not in ("min", "none"):
+        raise _checks.fail(func, "reduce", "'min' or 'none'", repr(reduce))
+
+
+def ground_truth_ranks(
+    scores: Any, ground_truth: Any, *, exclude: Any = None, reduce: str = "min"
+) -> np.ndarray:
+    """0-indexed rank of each query's ground-truth item in its row of a similarity matrix.
+
+    ``rank = |{j : s[j] > s[g]}| + |{j < g : s[j] == s[g]}|`` over the candidates ``j`` that are
+    not excluded: on equal scores the lower index ranks first. ``ground_truth`` holds one index
+    per query, or several (a list per query, or an ``(n, g)`` array padded with ``-1``): with
+    ``reduce="min"`` the rank of the best one (image-to-text retrieval with five captions per
+    image), with ``reduce="none"`` the rank of each (``-1`` at padding). Other ground truths count
+    as candidates. ``exclude`` removes candidates per query (an index, or a list, per query).
+
+    >>> ground_truth_ranks([[0.2, 0.9, 0.2], [0.5, 0.5, 0.5]], [0, 2])
+    array([1, 2])
+    >>> ground_truth_ranks([[0.2, 0.9, 0.2]], [[0, 2]], reduce="none")
+    array([[1, 2]])
+    """
+    func = "ground_truth_ranks"
+    _check_reduce(reduce, func)
+    matrix = _checks.as_embeddings(scores, "scores", func)
+    matrix = matrix.to(torch.float64 if matrix.dtype == torch.float64 else torch.float32)
+    _checks.check_finite_rows(matrix, 0, "scores", func)
+    n, m = matrix.shape
+    targets, single = _targets(ground_truth, n, m, func)
+    exclusions = _exclusion(exclude, targets, m, func)
+    out = np.empty(targets.shape, dtype=np.int64)
+    size = max(1, _engine.DEFAULT_MEMORY_BUDGET // (m * 8))
+    for start, stop in _engine.chunks(n, size):
+        block = matrix[start:stop].clone()
+        for pairs in exclusions:
+            rows, cols = pairs.expand(start, stop, block.device)
+            block[rows, cols] = -torch.inf
+        t = torch.from_numpy(targets[start:stop]).to(block.device)
+        thresholds = block.gather(1, t.clamp(min=0))
+        out[start:stop] = _count(block, thresholds, t)
+    return _reduce(out, single, reduce)
+
+
+def _count(block: torch.Tensor, thresholds: torch.Tensor, t: torch.Tensor) -> np.ndarray:
+    from recallkit._kernels import count_before
+
+    if block.dtype == torch.float64:
+        # The numba kernel is compiled for float32 scores; float64 goes through torch.
+        return count_before(block, thresholds, t, backend="torch").cpu().numpy()
+    return count_before(block, thresholds, t).cpu().numpy()
+
+
+def ground_truth_ranks_from_embeddings(
+    query: Any,
+    reference: Any,
+    ground_truth: Any,
+    *,
+    exclude: Any = None,
+    reduce: str = "min",
+    metric: str = "cosine",
+    chunk_size: int | None = None,
+    device: Any = None,
+) -> np.ndarray:
+    """:func:`ground_truth_ranks` from embeddings, chunked: the full matrix is never built.
+
+    Scores are those of :func:`recallkit.recall_at_k` (``metric`` cosine, dot or euclidean, in
+    float32 at least), with the same tie rule.
+
+    >>> import numpy as np
+    >>> images = np.eye(3)
+    >>> captions = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
+    >>> ground_truth_ranks_from_embeddings(captions, images, [0, 1, 2]).tolist()
+    [0, 2, 1]
+    """
+    func = "ground_truth_ranks_from_embeddings"
+    _check_reduce(reduce, func)
+    if chunk_size is not None:
+        chunk_size = _checks.check_positive_int(chunk_size, func, "chunk_size")
+    space = _engine.prepare(query, reference, metric, device, func)
+    targets, single = _targets(ground_truth, space.num_query, space.num_reference, func)
+    exclusions = _exclusion(exclude, targets, space.num_reference, func)
+    if reduce == "min" or single:
+        positives = _engine.Pairs.from_lists(targets, space.num_query)
+        return _engine.first_hit_ranks(space, positives, exclusions, chunk_size)
+    ranks = _engine.slot_ranks(space, targets, exclusions, chunk_size)
+    return _reduce(ranks, single, reduce)
+
+
+def recall_from_ranks(ranks: Any, ks: Sequence[int]) -> dict[str, float]:
+    """``{"recall@K": mean(rank < K)}`` for 0-indexed ranks, in the order of ``ks``.
+
+    >>> recall_from_ranks([0, 3, 1, 10], ks=[1, 5])
+    {'recall@1': 0.25, 'recall@5': 0.75}
+    """
+    func = "recall_from_ranks"
+    ks = _checks.check_ks(ks, func)
+    array = np.asarray(ranks)
+    if array.ndim != 1 or array.size == 0 or array.dtype.kind not in "iu":
+        raise _checks.fail(func, "ranks", "a non-empty 1-D array of integers", f"{array!r}")
+    if (array < 0).any():
+        i = int(np.argmax(array < 0))
+        raise _checks.fail(func, "ranks", "non-negative", f"{int(array[i])} at position {i}")
+    n = array.size
+    return {f"recall@{k}": int(np.count_nonzero(array < k)) / n for k in ks}
+
+
+def recall_at_k_from_scores(sim_matrix: Any, ground_truth: Any, ks: Sequence[int]) -> list[float]:
+    """Recall@K from a similarity matrix and one ground-truth index per query (seed 001).
+
+    Ranks are 0-indexed with ties broken by the lower gallery index
+    (:func:`ground_truth_ranks`); each value is ``round(count(rank < K) / n, 4)``, returned as
+    a list in the order of ``ks``.
+
+    >>> recall_at_k_from_scores([[0.9, 0.1, 0.5], [0.3, 0.3, 0.2], [0.1, 0.2, 0.3]], [0, 1, 0], [1, 2])
+    [0.3333, 0.6667]
+    """
+    ks = _checks.check_ks(ks, "recall_at_k_from_scores")
+    ranks = ground_truth_ranks(sim_matrix, ground_truth)
+    n = len(ranks)
+    return [round(int(np.count_nonzero(ranks < k)) / n, 4) for k in ks]
