@@ -18,8 +18,8 @@ _BIG_INDEX = np.iinfo(np.int64).max
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
-def _count_before_numba(scores, thresholds, positions, out):  # pragma: no cover - compiled
-    rows, cols = scores.shape
+def _count_before_numba(scores, cols, thresholds, positions, out):  # pragma: no cover
+    rows = scores.shape[0]
     slots = thresholds.shape[1]
     for i in numba.prange(rows):
         row = scores[i]
@@ -39,8 +39,8 @@ def _count_before_numba(scores, thresholds, positions, out):  # pragma: no cover
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
-def _topk_numba(scores, ks, out_index, out_score):  # pragma: no cover - compiled
-    rows, cols = scores.shape
+def _topk_numba(scores, cols, ks, out_index, out_score):  # pragma: no cover - compiled
+    rows = scores.shape[0]
     for i in numba.prange(rows):
         k = ks[i]
         if k <= 0:
@@ -49,7 +49,7 @@ def _topk_numba(scores, ks, out_index, out_score):  # pragma: no cover - compile
         # Min-heap of the best k so far; the root is the worst kept item: lowest score, and among
         # equal scores the highest index. Scanning j upwards, an item with a score equal to the
         # root's ranks below it, so only a strictly higher score may enter.
-        hs = np.full(k, -np.inf, dtype=np.float32)
+        hs = np.full(k, -np.inf, dtype=scores.dtype)
         hi = np.full(k, _BIG_INDEX, dtype=np.int64)
         for j in range(cols):
             s = row[j]
@@ -103,23 +103,28 @@ def count_before(
     thresholds: torch.Tensor,
     positions: torch.Tensor,
     backend: str | None = None,
+    cols: int | None = None,
 ) -> torch.Tensor:
     """For each row ``i`` and slot ``t``, count the candidates that rank above ``positions[i, t]``.
 
     A candidate ``j`` ranks above the item at position ``p`` with score ``b = thresholds[i, t]``
     when ``scores[i, j] > b``, or ``scores[i, j] == b`` and ``j < p``. Slots with a negative
     position give ``-1``. Shapes: scores ``(c, m)`` float32, thresholds ``(c, g)`` float32,
-    positions ``(c, g)`` int64; returns ``(c, g)`` int64.
+    positions ``(c, g)`` int64; returns ``(c, g)`` int64. Only the first ``cols`` columns count
+    (the rest is GEMM padding).
     """
+    cols = scores.shape[1] if cols is None else cols
     if _use_numba(scores, backend):
         out = np.empty(tuple(thresholds.shape), dtype=np.int64)
         _count_before_numba(
-            scores.numpy(),
+            scores.contiguous().numpy(),
+            cols,
             thresholds.contiguous().numpy(),
             positions.contiguous().numpy(),
             out,
         )
         return torch.from_numpy(out)
+    scores = scores[:, :cols]
     columns = torch.arange(scores.shape[1], device=scores.device)
     out = torch.empty(thresholds.shape, dtype=torch.int64, device=scores.device)
     for t in range(thresholds.shape[1]):
@@ -132,21 +137,26 @@ def count_before(
 
 
 def topk(
-    scores: torch.Tensor, ks: torch.Tensor, backend: str | None = None
+    scores: torch.Tensor, ks: torch.Tensor, backend: str | None = None, cols: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact top-``ks[i]`` of each row, best first, ties by lower index.
 
     Returns ``(indices, values)`` of shape ``(c, max(ks))``; a row's slots past its own k, and
-    slots beyond its finite candidates, hold index ``-1`` and value ``-inf``.
+    slots beyond its finite candidates, hold index ``-1`` and value ``-inf``. Only the first
+    ``cols`` columns are candidates.
     """
+    cols = scores.shape[1] if cols is None else cols
     rows = scores.shape[0]
     kmax = int(ks.max()) if rows else 0
     if _use_numba(scores, backend):
         index = np.full((rows, kmax), -1, dtype=np.int64)
-        value = np.full((rows, kmax), -np.inf, dtype=np.float32)
-        _topk_numba(scores.numpy(), ks.contiguous().numpy().astype(np.int64), index, value)
+        value = np.full((rows, kmax), -np.inf, dtype=scores.numpy().dtype)
+        _topk_numba(
+            scores.contiguous().numpy(), cols, ks.contiguous().numpy().astype(np.int64), index,
+            value,
+        )
         return torch.from_numpy(index), torch.from_numpy(value)
-    return _topk_torch(scores, ks, kmax)
+    return _topk_torch(scores[:, :cols], ks, kmax)
 
 
 def _topk_torch(

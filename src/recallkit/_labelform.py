@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from recallkit import _checks, _engine
 from recallkit._labels import dense_codes
@@ -25,15 +26,15 @@ class LabelProblem:
     query_codes: np.ndarray
     reference_codes: np.ndarray
     positives: _engine.Pairs
-    exclusions: tuple[_engine.Pairs, ...]
+    exclusions: _engine.Pairs | None
     query_in_reference: bool
 
     @property
     def num_relevant(self) -> np.ndarray:
         """Relevant reference items per query, after self-exclusion."""
         counts = self.positives.counts().numpy().copy()
-        for pairs in self.exclusions:
-            rows, cols = pairs.expand(0, self.space.num_query, pairs.indices.device)
+        if self.exclusions is not None:
+            rows, cols = self.exclusions.expand(0, self.space.num_query, torch.device("cpu"))
             rows, cols = rows.numpy(), cols.numpy()
             same = self.reference_codes[cols] == self.query_codes[rows]
             counts -= np.bincount(rows[same], minlength=len(counts))
@@ -88,5 +89,5 @@ def build(
         q_ids, r_ids = dense_codes(query_ids, reference_ids, ("query_ids", "reference_ids"), func)
         exclusions.append(_engine.Pairs.by_code(q_ids, r_ids))
     positives = _engine.Pairs.by_code(q_codes, r_codes)
-    merged = (_engine.Pairs.union(exclusions, n, m),) if exclusions else ()
+    merged = _engine.Pairs.union(exclusions, n, m) if exclusions else None
     return LabelProblem(space, q_codes, r_codes, positives, merged, query_in_reference)

@@ -51,8 +51,10 @@ def nearest_neighbors(
             )
         parts.append(_engine.Pairs.diagonal(n))
     if exclude is not None:
-        parts.extend(_exclusion_pairs(exclude, n, m, func))
-    exclusions = (_engine.Pairs.union(parts, n, m),) if parts else ()
+        extra = _exclusion_pairs(exclude, n, m, func)
+        if extra is not None:
+            parts.append(extra)
+    exclusions = _engine.Pairs.union(parts, n, m) if parts else None
     ks = np.full(n, min(k, m), dtype=np.int64)
     index = torch.full((n, k), -1, dtype=torch.int64, device=space.device)
     value = torch.full((n, k), -torch.inf, dtype=space.query.dtype, device=space.device)

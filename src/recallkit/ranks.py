@@ -62,13 +62,13 @@ def _targets(
     return array, single
 
 
-def _exclusion(exclude: Any, targets: np.ndarray, m: int, func: str) -> tuple[_engine.Pairs, ...]:
+def _exclusion(exclude: Any, targets: np.ndarray, m: int, func: str) -> _engine.Pairs | None:
     if exclude is None:
-        return ()
+        return None
     n = len(targets)
     pairs = _exclusion_pairs(exclude, n, m, func)
-    if not pairs:
-        return ()
+    if pairs is None:
+        return None
     excluded, _ = _targets(exclude, n, m, func, "exclude", allow_empty=True)
     clash = (excluded[:, :, None] == targets[:, None, :]) & (excluded[:, :, None] >= 0)
     if clash.any():
@@ -79,12 +79,12 @@ def _exclusion(exclude: Any, targets: np.ndarray, m: int, func: str) -> tuple[_e
     return pairs
 
 
-def _exclusion_pairs(exclude: Any, n: int, m: int, func: str) -> tuple[_engine.Pairs, ...]:
+def _exclusion_pairs(exclude: Any, n: int, m: int, func: str) -> _engine.Pairs | None:
     """``exclude`` (an index or a list per query, ``-1`` for none) as pairs, validated."""
     if not _has_any(exclude):
-        return ()
+        return None
     excluded, _ = _targets(exclude, n, m, func, "exclude", allow_empty=True)
-    return (_engine.Pairs.from_lists(excluded, n),)
+    return _engine.Pairs.from_lists(excluded, n)
 
 
 def _has_any(exclude: Any) -> bool:
@@ -134,8 +134,8 @@ def ground_truth_ranks(
     size = max(1, _engine.DEFAULT_MEMORY_BUDGET // (m * 8))
     for start, stop in _engine.chunks(n, size):
         block = matrix[start:stop].clone()
-        for pairs in exclusions:
-            rows, cols = pairs.expand(start, stop, block.device)
+        if exclusions is not None:
+            rows, cols = exclusions.expand(start, stop, block.device)
             block[rows, cols] = -torch.inf
         t = torch.from_numpy(targets[start:stop]).to(block.device)
         thresholds = block.gather(1, t.clamp(min=0))
@@ -146,9 +146,6 @@ def ground_truth_ranks(
 def _count(block: torch.Tensor, thresholds: torch.Tensor, t: torch.Tensor) -> np.ndarray:
     from recallkit._kernels import count_before
 
-    if block.dtype == torch.float64:
-        # The numba kernel is compiled for float32 scores; float64 goes through torch.
-        return count_before(block, thresholds, t, backend="torch").cpu().numpy()
     return count_before(block, thresholds, t).cpu().numpy()
 
 

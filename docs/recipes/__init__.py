@@ -1,0 +1,1 @@
+"""Executable recipes: copyable evaluation code that runs on synthetic data and is tested."""

@@ -1,0 +1,341 @@
+"""Private helpers shared by the benchmark parsers: finding files, splitting lines, checking counts.
+
+Every error names the file, and the line where one line is at fault.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from recallkit.datasets.base import (
+    BENCHMARK_INFO,
+    Benchmark,
+    DatasetError,
+    DatasetFileNotFoundError,
+    Split,
+)
+
+
+def check_root(root: object, function: str) -> Path:
+    """Validate the ``root`` argument of a loader: an existing folder."""
+    if not isinstance(root, (str, os.PathLike)):
+        raise ValueError(
+            f"The 'root' parameter of {function} must be a folder path (str or os.PathLike). "
+            f"Got {type(root).__name__}."
+        )
+    path = Path(os.path.abspath(os.fspath(root)))
+    if not path.is_dir():
+        raise DatasetFileNotFoundError(
+            f"The 'root' parameter of {function} must be an existing folder. Got {str(path)!r}, "
+            "which does not exist or is not a folder."
+        )
+    return path
+
+
+def check_flags(function: str, **flags: object) -> None:
+    """Each keyword must be a bool."""
+    for name, value in flags.items():
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(
+                f"The '{name}' parameter of {function} must be True or False. Got {value!r}."
+            )
+    if flags.get("skip_missing") and not flags.get("check_images", True):
+        raise ValueError(
+            f"The 'skip_missing' parameter of {function} needs check_images=True: images are "
+            "only found missing when they are checked. Got skip_missing=True with "
+            "check_images=False."
+        )
+
+
+def find_folder(root: Path, marker: str, nested: Sequence[str] = ()) -> Path:
+    """The first of ``root`` and ``root/<nested>`` that contains the file ``marker``."""
+    candidates = [root, *(root / name for name in nested)]
+    for folder in candidates:
+        if (folder / marker).is_file():
+            return folder
+    return root
+
+
+def require_file(folder: Path, name: str, title: str, looked_in: Sequence[Path] = ()) -> Path:
+    """``folder/name``, or a DatasetFileNotFoundError that says where it was looked for."""
+    path = folder / name
+    if path.is_file():
+        return path
+    places = ", ".join(repr(str(p)) for p in (looked_in or [folder]))
+    raise DatasetFileNotFoundError(
+        f"{title} needs the annotation file {name}, which was not found in {places}. "
+        "Pass the folder that holds the files as distributed (nothing is downloaded)."
+    )
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file (a byte-order mark and CR-LF line ends are accepted)."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise DatasetError(
+            f"{path} is not a UTF-8 text file (byte {error.start} cannot be decoded); "
+            "is it the annotation file as distributed?"
+        ) from None
+    return text.splitlines()
+
+
+class Rows:
+    """The whitespace-separated fields of the lines of one annotation file.
+
+    ``columns[j][i]`` is field ``j`` of row ``i``; blank lines are skipped, and ``line(i)`` gives
+    row ``i``'s 1-based line number in the file for error messages.
+    """
+
+    def __init__(self, path: Path, lines: Sequence[str], ncols: int, fields: str, first: int):
+        self.path = path
+        self._first = first
+        self._numbers: list[int] | None = None
+        # Fast path: count the fields of each line without keeping the per-line lists (keeping
+        # 100,000s of small lists costs more in garbage collection than the split itself), then
+        # take the columns from one flat split.
+        if all(len(row) == ncols for row in map(str.split, lines)):
+            flat = "\n".join(lines).split()
+            self.size = len(lines)
+            self.columns = [flat[j::ncols] for j in range(ncols)]
+            return
+        kept: list[list[str]] = []
+        numbers: list[int] = []
+        for i, line in enumerate(lines):
+            row = line.split()
+            if not row:
+                continue
+            if len(row) != ncols:
+                raise DatasetError(
+                    f"{path}, line {first + i}: expected {ncols} fields ({fields}), "
+                    f"found {len(row)}: {line.strip()!r}."
+                )
+            kept.append(row)
+            numbers.append(first + i)
+        self._numbers = numbers
+        self.size = len(kept)
+        self.columns = [[row[j] for row in kept] for j in range(ncols)]
+
+    def line(self, row: int) -> int:
+        """1-based line number of row ``row``."""
+        if self._numbers is None:
+            return self._first + row
+        return self._numbers[row]
+
+    def ints(self, column: int, name: str) -> np.ndarray:
+        """Column ``column`` as int64; a non-integer field is an error naming its line."""
+        return parse_ints(self.columns[column], name, self.path, self.line)
+
+    def first_duplicate(self, column: int, name: str) -> None:
+        """Raise when a value of column ``column`` appears on two lines."""
+        check_unique(self.columns[column], name, self.path, self.line)
+
+
+def parse_ints(values: Sequence[str], name: str, path: Path, line) -> np.ndarray:
+    """Decimal strings to int64; the first bad one is an error naming its line."""
+    try:
+        return np.array(values, dtype=np.int64).reshape(len(values))
+    except (ValueError, OverflowError):
+        pass
+    parsed: list[int] = []
+    for i, value in enumerate(values):
+        try:
+            number = int(value)
+        except ValueError:
+            number = None
+        if number is None or not -(2**63) <= number < 2**63:
+            raise DatasetError(
+                f"{path}, line {line(i)}: the {name} must be an integer. Got {value!r}."
+            ) from None
+        parsed.append(number)
+    return np.array(parsed, dtype=np.int64).reshape(len(values))
+
+
+def check_unique(values: Sequence, name: str, path: Path, line) -> None:
+    """Raise when a value appears twice, naming both lines."""
+    if len(set(values)) == len(values):
+        return
+    seen: dict = {}
+    for i, value in enumerate(values):
+        if value in seen:
+            raise DatasetError(
+                f"{path}: duplicate {name} {value!r} on lines {line(seen[value])} and {line(i)}."
+            )
+        seen[value] = i
+
+
+def check_range(
+    values: np.ndarray, low: int, high: int, name: str, path: Path, line, context: str = ""
+) -> None:
+    """Raise when a value lies outside [low, high], naming the first such line."""
+    bad = np.flatnonzero((values < low) | (values > high))
+    if bad.size:
+        i = int(bad[0])
+        raise DatasetError(
+            f"{path}, line {line(i)}: the {name} must be between {low} and {high}{context}. "
+            f"Got {int(values[i])}."
+        )
+
+
+def check_counts(
+    name: str, splits: dict[str, Split], source: str | Mapping[str, str], allow_partial: bool
+) -> bool:
+    """Compare each split with its documented size and class count; True when all match.
+
+    A difference is an error naming ``source`` (per split, when a mapping) unless
+    ``allow_partial``.
+    """
+    info = BENCHMARK_INFO[name]
+    complete = True
+    for split_name, split in splits.items():
+        size = len(split)
+        classes = int(np.unique(split.labels).size)
+        expected_size = info.split_sizes[split_name]
+        expected_classes = info.split_classes[split_name]
+        if size == expected_size and classes == expected_classes:
+            continue
+        complete = False
+        if not allow_partial:
+            where = source if isinstance(source, str) else source[split_name]
+            raise DatasetError(
+                f"{where} gives the {info.title} {split_name} split {size:,} images of "
+                f"{classes:,} classes; the benchmark has {expected_size:,} images of "
+                f"{expected_classes:,} classes. Pass allow_partial=True to load a partial or "
+                "modified copy (its results are not comparable with published numbers)."
+            )
+    return complete
+
+
+def find_missing(split: Split) -> np.ndarray:
+    """Boolean mask of the rows whose image is not on disk (one os.path.exists per image)."""
+    base = os.path.join(str(split.root), "")
+    exists = os.path.exists
+    return np.fromiter(
+        (not exists(base + rel) for rel in split.relative_paths), dtype=np.bool_, count=len(split)
+    )
+
+
+def finish(
+    name: str,
+    root: Path,
+    splits: dict[str, Split],
+    files: Sequence[Path],
+    *,
+    allow_partial: bool,
+    skip_missing: bool,
+    check_images: bool,
+    source: str | Mapping[str, str] | None = None,
+) -> Benchmark:
+    """Check counts and images, then assemble the Benchmark.
+
+    ``source`` names the file(s) in messages: one string, or one per split.
+    """
+    info = BENCHMARK_INFO[name]
+    names = [str(f) for f in files]
+    all_files = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
+    source = source or all_files
+    complete = check_counts(name, splits, source, allow_partial)
+    listed_in = source if isinstance(source, str) else all_files
+    skipped: list[Path] = []
+    if check_images:
+        masks = {split_name: find_missing(split) for split_name, split in splits.items()}
+        total = sum(len(split) for split in splits.values())
+        missing = sum(int(mask.sum()) for mask in masks.values())
+        if missing:
+            examples = [
+                str(split.root / split.relative_paths[i])
+                for split_name, split in splits.items()
+                for i in np.flatnonzero(masks[split_name])[:3].tolist()
+            ][:3]
+            if not skip_missing:
+                hint = (
+                    " None of them exists: is 'root' the folder that holds the images?"
+                    if missing == total
+                    else ""
+                )
+                raise DatasetFileNotFoundError(
+                    f"{missing:,} of the {total:,} images listed in {listed_in} are not on disk "
+                    f"(e.g. {examples[0]}).{hint} Pass skip_missing=True to leave them out, or "
+                    "check_images=False to skip the check."
+                )
+            for split_name, split in list(splits.items()):
+                mask = masks[split_name]
+                skipped.extend(split.root / split.relative_paths[i] for i in np.flatnonzero(mask))
+                splits[split_name] = split.subset(~mask)
+            complete = False
+            warnings.warn(
+                f"{info.title}: left out {missing:,} of the {total:,} images listed in {listed_in} "
+                f"that are not on disk (e.g. {examples[0]}); results are not comparable with "
+                "published numbers.",
+                UserWarning,
+                stacklevel=4,
+            )
+    return Benchmark(
+        name=name,
+        title=info.title,
+        protocol=info.protocol,
+        splits=splits,
+        root=root,
+        files=tuple(files),
+        complete=complete,
+        skipped=tuple(skipped),
+    )
+
+
+def parse_floats(values: Sequence[str], name: str, path: Path, line) -> np.ndarray:
+    """Decimal strings to float64; the first bad one is an error naming its line."""
+    try:
+        out = np.array(values, dtype=np.float64).reshape(len(values))
+    except ValueError:
+        out = None
+    if out is not None and np.isfinite(out).all():
+        return out
+    for i, value in enumerate(values):
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not np.isfinite(number):
+            raise DatasetError(
+                f"{path}, line {line(i)}: the {name} must be a finite number. Got {value!r}."
+            )
+    raise DatasetError(f"{path}: the {name} column could not be read.")  # pragma: no cover
+
+
+def match_ids(
+    ids: np.ndarray,
+    other_ids: np.ndarray,
+    *,
+    path: Path,
+    line,
+    other_path: Path,
+    other_line,
+) -> np.ndarray:
+    """For each of ``ids`` (unique), the row of ``other_ids`` (unique) holding the same id.
+
+    Every id must appear in both files, once.
+    """
+    order = np.argsort(other_ids, kind="stable")
+    sorted_ids = other_ids[order]
+    where = np.searchsorted(sorted_ids, ids)
+    clipped = np.minimum(where, max(len(sorted_ids) - 1, 0))
+    found = sorted_ids[clipped] == ids if len(sorted_ids) else np.zeros(len(ids), dtype=np.bool_)
+    if not found.all():
+        i = int(np.flatnonzero(~found)[0])
+        raise DatasetError(
+            f"{other_path} has no line for image id {int(ids[i])} "
+            f"(listed in {path.name}, line {line(i)})."
+        )
+    if len(other_ids) != len(ids):
+        extra = np.flatnonzero(~np.isin(other_ids, ids))
+        i = int(extra[0])
+        raise DatasetError(
+            f"{other_path}, line {other_line(i)}: image id {int(other_ids[i])} is not listed in "
+            f"{path}."
+        )
+    return order[where]

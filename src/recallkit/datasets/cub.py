@@ -1,0 +1,175 @@
+"""CUB-200-2011 (Wah et al., 2011) with the metric-learning split of Oh Song et al. (CVPR 2016).
+
+Files read (``root`` is the ``CUB_200_2011`` folder or the folder that contains it):
+
+- ``images.txt``: ``<image_id> <relative path>``, paths relative to ``images/``;
+- ``image_class_labels.txt``: ``<image_id> <class_id>``, classes 1–200;
+- ``bounding_boxes.txt`` (only with ``crop=True``): ``<image_id> <x> <y> <width> <height>``.
+
+Train is classes 1–100 (5,864 images), test is classes 101–200 (5,924 images). The file
+``train_test_split.txt`` is the *classification* split (both halves hold all 200 classes) and is
+not used. Only the images listed in ``images.txt`` are read; the folder is never listed, so
+macOS ``._*`` files beside the images are not mistaken for images (a listed ``._*`` path is an
+error).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from recallkit.datasets import _files
+from recallkit.datasets.base import BENCHMARK_INFO, Benchmark, DatasetError, Split
+
+__all__ = ["load_cub"]
+
+_NAME = "cub"
+
+
+def load_cub(
+    root: str | os.PathLike[str],
+    *,
+    allow_partial: bool = False,
+    skip_missing: bool = False,
+    check_images: bool = True,
+    crop: bool = False,
+) -> Benchmark:
+    """Load CUB-200-2011 with train = classes 1–100 and test = classes 101–200.
+
+    Args:
+        root: the ``CUB_200_2011`` folder, or the folder that contains it.
+        allow_partial: accept split sizes other than 5,864 / 5,924 (results are then not
+            comparable with published numbers; ``Benchmark.complete`` is False).
+        skip_missing: leave out listed images that are not on disk (with a warning) instead of
+            raising.
+        check_images: check that each listed image exists (one ``os.path.exists`` per image).
+        crop: read ``bounding_boxes.txt`` into ``Split.bboxes`` (boxes ``(x, y, x + width,
+            y + height)``), used by ``Split.open_image``. Off by default: the standard
+            metric-learning protocol uses the full images.
+
+    Returns:
+        A :class:`Benchmark` with splits ``train`` and ``test``; labels are the class ids of
+        ``image_class_labels.txt`` (1-indexed), rows in ``images.txt`` order.
+
+    Raises:
+        DatasetFileNotFoundError: a file or (unless ``skip_missing``) a listed image is missing.
+        DatasetError: a malformed line, a duplicate id, a class outside 1–200, or (unless
+            ``allow_partial``) a split size that differs from the benchmark's.
+
+    Example (a one-image-per-class miniature, hence ``allow_partial``):
+
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "images.txt").write_text("1 001.A/a.jpg\\n2 101.B/b.jpg\\n")
+    >>> _ = (folder / "image_class_labels.txt").write_text("1 1\\n2 101\\n")
+    >>> cub = load_cub(folder, allow_partial=True, check_images=False)
+    >>> cub.splits["test"].labels.tolist(), cub.protocol.ks
+    ([101], (1, 2, 4, 8))
+    """
+    function = "load_cub"
+    root_path = _files.check_root(root, function)
+    _files.check_flags(
+        function,
+        allow_partial=allow_partial,
+        skip_missing=skip_missing,
+        check_images=check_images,
+        crop=crop,
+    )
+    info = BENCHMARK_INFO[_NAME]
+    folder = _files.find_folder(root_path, "images.txt", ["CUB_200_2011"])
+    looked_in = [root_path, root_path / "CUB_200_2011"]
+    images_file = _files.require_file(folder, "images.txt", info.title, looked_in)
+    labels_file = _files.require_file(folder, "image_class_labels.txt", info.title, [folder])
+
+    images = _files.Rows(images_file, _files.read_lines(images_file), 2, "<image_id> <path>", 1)
+    ids = images.ints(0, "image id")
+    _files.check_unique(ids.tolist(), "image id", images_file, images.line)
+    relative = images.columns[1]
+    _files.check_unique(relative, "image path", images_file, images.line)
+    for i, rel in enumerate(relative):
+        if os.path.basename(rel).startswith("._"):
+            raise DatasetError(
+                f"{images_file}, line {images.line(i)}: {rel!r} is a macOS resource-fork file "
+                "('._*'), not an image; use images.txt as distributed."
+            )
+
+    classes_rows = _files.Rows(
+        labels_file, _files.read_lines(labels_file), 2, "<image_id> <class_id>", 1
+    )
+    label_ids = classes_rows.ints(0, "image id")
+    _files.check_unique(label_ids.tolist(), "image id", labels_file, classes_rows.line)
+    classes = classes_rows.ints(1, "class id")
+    _files.check_range(classes, 1, 200, "class id", labels_file, classes_rows.line)
+    where = _files.match_ids(
+        ids,
+        label_ids,
+        path=images_file,
+        line=images.line,
+        other_path=labels_file,
+        other_line=classes_rows.line,
+    )
+    labels = classes[where]
+
+    files = [images_file, labels_file]
+    bboxes = None
+    if crop:
+        boxes_file = _files.require_file(folder, "bounding_boxes.txt", info.title, [folder])
+        files.append(boxes_file)
+        boxes = _files.Rows(
+            boxes_file,
+            _files.read_lines(boxes_file),
+            5,
+            "<image_id> <x> <y> <width> <height>",
+            1,
+        )
+        box_ids = boxes.ints(0, "image id")
+        _files.check_unique(box_ids.tolist(), "image id", boxes_file, boxes.line)
+        values = np.stack(
+            [
+                _files.parse_floats(boxes.columns[j], name, boxes_file, boxes.line)
+                for j, name in enumerate(("x", "y", "width", "height"), start=1)
+            ],
+            axis=1,
+        )
+        bad = np.flatnonzero((values[:, :2] < 0).any(axis=1) | (values[:, 2:] <= 0).any(axis=1))
+        if bad.size:
+            i = int(bad[0])
+            raise DatasetError(
+                f"{boxes_file}, line {boxes.line(i)}: a box needs x, y >= 0 and a positive width "
+                f"and height. Got {values[i].tolist()}."
+            )
+        box_where = _files.match_ids(
+            ids,
+            box_ids,
+            path=images_file,
+            line=images.line,
+            other_path=boxes_file,
+            other_line=boxes.line,
+        )
+        xywh = values[box_where]
+        bboxes = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1)
+
+    image_root = folder / "images"
+    splits: dict[str, Split] = {}
+    for split_name in ("train", "test"):
+        low, high = info.label_ranges[split_name]
+        rows = np.flatnonzero((labels >= low) & (labels <= high))
+        splits[split_name] = Split(
+            split_name,
+            image_root,
+            tuple(relative[i] for i in rows.tolist()),
+            labels[rows],
+            None,
+            None if bboxes is None else bboxes[rows],
+        )
+    return _files.finish(
+        _NAME,
+        root_path,
+        splits,
+        files,
+        allow_partial=allow_partial,
+        skip_missing=skip_missing,
+        check_images=check_images,
+        source=str(images_file),
+    )

@@ -1,0 +1,156 @@
+"""In-Shop Clothes Retrieval (Liu et al., DeepFashion, CVPR 2016): train, query and gallery.
+
+File read: ``list_eval_partition.txt`` (in ``root/Eval`` as distributed, or in ``root``): a count
+line, the header ``image_name item_id evaluation_status``, then one space-padded line per image,
+``<image_name> <item_id> <train|query|gallery>``. Image names (``img/WOMEN/...``) are resolved
+against ``root/Img`` when that folder exists (the DeepFashion layout), else against ``root``.
+
+Train is 25,882 images of 3,997 items; query 14,218 and gallery 12,612 images of the same 3,985
+other items. The label is the number of the item id (``id_00000080`` -> 80).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+
+from recallkit.datasets import _files
+from recallkit.datasets.base import BENCHMARK_INFO, Benchmark, DatasetError, Split
+
+__all__ = ["load_inshop"]
+
+_NAME = "inshop"
+_FILE = "list_eval_partition.txt"
+_HEADER = ["image_name", "item_id", "evaluation_status"]
+_ITEM = re.compile(r"id_([0-9]{8})")
+_STATUSES = ("train", "query", "gallery")
+
+
+def load_inshop(
+    root: str | os.PathLike[str],
+    *,
+    allow_partial: bool = False,
+    skip_missing: bool = False,
+    check_images: bool = True,
+) -> Benchmark:
+    """Load In-Shop Clothes Retrieval from ``list_eval_partition.txt``.
+
+    Args:
+        root: the benchmark folder (with ``Eval/`` and ``Img/``), or a folder holding
+            ``list_eval_partition.txt`` and the ``img/`` folder.
+        allow_partial: accept split sizes other than 25,882 / 14,218 / 12,612.
+        skip_missing: leave out listed images that are not on disk (with a warning).
+        check_images: check that each listed image exists.
+
+    Returns:
+        A :class:`Benchmark` with splits ``train``, ``query`` and ``gallery`` (file order), labels
+        the item number. The protocol searches the gallery with the query images.
+
+    Raises:
+        DatasetFileNotFoundError: a missing file or (unless ``skip_missing``) image.
+        DatasetError: a count line that disagrees with the rows, a wrong header, a malformed line,
+            an item id not of the form ``id_<8 digits>``, an unknown status, a duplicate image, a
+            train item that is also a query or gallery item, or (unless ``allow_partial``) split
+            sizes or query/gallery items that differ from the benchmark's.
+
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "list_eval_partition.txt").write_text(
+    ...     "2\\nimage_name item_id evaluation_status\\n"
+    ...     "img/MEN/Denim/id_00000080/01_1_front.jpg   id_00000080  query\\n"
+    ...     "img/MEN/Denim/id_00000080/01_2_side.jpg    id_00000080  gallery\\n")
+    >>> shop = load_inshop(folder, allow_partial=True, check_images=False)
+    >>> shop.splits["query"].labels.tolist(), shop.protocol.gallery_split
+    ([80], 'gallery')
+    """
+    function = "load_inshop"
+    root_path = _files.check_root(root, function)
+    _files.check_flags(
+        function,
+        allow_partial=allow_partial,
+        skip_missing=skip_missing,
+        check_images=check_images,
+    )
+    info = BENCHMARK_INFO[_NAME]
+    folder = _files.find_folder(root_path, _FILE, ["Eval"])
+    path = _files.require_file(folder, _FILE, info.title, [root_path / "Eval", root_path])
+    lines = _files.read_lines(path)
+    if len(lines) < 2:
+        raise DatasetError(
+            f"{path}: expected a count line and the header {' '.join(_HEADER)!r}; the file has "
+            f"{len(lines)} line(s)."
+        )
+    try:
+        declared = int(lines[0].strip())
+    except ValueError:
+        raise DatasetError(
+            f"{path}, line 1: expected the number of images. Got {lines[0].strip()!r}."
+        ) from None
+    if lines[1].split() != _HEADER:
+        raise DatasetError(
+            f"{path}, line 2: expected the header {' '.join(_HEADER)!r}. Got {lines[1].strip()!r}."
+        )
+    rows = _files.Rows(path, lines[2:], 3, " ".join(_HEADER), 3)
+    if rows.size != declared:
+        raise DatasetError(
+            f"{path}, line 1: the file declares {declared:,} images but lists {rows.size:,}."
+        )
+    names, items, statuses = rows.columns
+    _files.check_unique(names, "image_name", path, rows.line)
+
+    item_numbers: dict[str, int] = {}
+    for i, item in enumerate(items):
+        if item not in item_numbers:
+            match = _ITEM.fullmatch(item)
+            if match is None or int(match.group(1)) == 0:
+                raise DatasetError(
+                    f"{path}, line {rows.line(i)}: the item_id must be id_ followed by 8 digits "
+                    f"(not all zero). Got {item!r}."
+                )
+            item_numbers[item] = int(match.group(1))
+    labels = np.fromiter((item_numbers[item] for item in items), dtype=np.int64, count=rows.size)
+
+    status = np.array(statuses)
+    known = np.isin(status, _STATUSES)
+    if not known.all():
+        i = int(np.flatnonzero(~known)[0])
+        raise DatasetError(
+            f"{path}, line {rows.line(i)}: the evaluation_status must be one of "
+            f"{', '.join(_STATUSES)}. Got {statuses[i]!r}."
+        )
+    masks = {name: status == name for name in _STATUSES}
+    test_items = labels[masks["query"] | masks["gallery"]]
+    overlap = np.flatnonzero(masks["train"] & np.isin(labels, test_items))
+    if overlap.size:
+        i = int(overlap[0])
+        raise DatasetError(
+            f"{path}, line {rows.line(i)}: train item {items[i]} is also a query or gallery "
+            "item; the In-Shop split has disjoint items."
+        )
+    if not allow_partial:
+        query_items = set(labels[masks["query"]].tolist())
+        gallery_items = set(labels[masks["gallery"]].tolist())
+        if query_items != gallery_items:
+            raise DatasetError(
+                f"{path}: {len(query_items ^ gallery_items):,} item(s) have query images but no "
+                "gallery image, or the reverse; the In-Shop split has the same items in both. "
+                "Pass allow_partial=True to load a partial or modified copy."
+            )
+
+    image_root = root_path / "Img" if (root_path / "Img").is_dir() else root_path
+    splits = {}
+    for name in _STATUSES:
+        index = np.flatnonzero(masks[name])
+        relative = tuple(names[i] for i in index.tolist())
+        splits[name] = Split(name, image_root, relative, labels[index])
+    return _files.finish(
+        _NAME,
+        root_path,
+        splits,
+        [path],
+        allow_partial=allow_partial,
+        skip_missing=skip_missing,
+        check_images=check_images,
+    )

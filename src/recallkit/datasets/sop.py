@@ -1,0 +1,103 @@
+"""Stanford Online Products (Oh Song et al., CVPR 2016), the split of its two files.
+
+Files read (``root`` is the ``Stanford_Online_Products`` folder or the folder that contains it):
+``Ebay_train.txt`` and ``Ebay_test.txt``, each with the header ``image_id class_id super_class_id
+path`` and one image per line, paths relative to the folder of the files.
+
+Train is 59,551 images of classes 1–11,318; test is 60,502 images of classes 11,319–22,634. The
+super class (1–12: bicycle, cabinet, chair, ...) is kept as ``Split.coarse_labels``, a second
+label level for hierarchical evaluation.
+"""
+
+from __future__ import annotations
+
+import os
+
+from recallkit.datasets import _files
+from recallkit.datasets.base import BENCHMARK_INFO, Benchmark, DatasetError, Split
+
+__all__ = ["load_sop"]
+
+_NAME = "sop"
+_HEADER = ["image_id", "class_id", "super_class_id", "path"]
+_FILES = {"train": "Ebay_train.txt", "test": "Ebay_test.txt"}
+
+
+def load_sop(
+    root: str | os.PathLike[str],
+    *,
+    allow_partial: bool = False,
+    skip_missing: bool = False,
+    check_images: bool = True,
+) -> Benchmark:
+    """Load Stanford Online Products: train from ``Ebay_train.txt``, test from ``Ebay_test.txt``.
+
+    Args:
+        root: the ``Stanford_Online_Products`` folder, or the folder that contains it.
+        allow_partial: accept split sizes other than 59,551 / 60,502.
+        skip_missing: leave out listed images that are not on disk (with a warning).
+        check_images: check that each listed image exists.
+
+    Returns:
+        A :class:`Benchmark` with splits ``train`` and ``test``: labels the ``class_id`` and
+        ``coarse_labels`` the ``super_class_id`` of each line, in file order.
+
+    Raises:
+        DatasetFileNotFoundError: a missing file or (unless ``skip_missing``) image.
+        DatasetError: a wrong header, a malformed line, a duplicate image id or path, a class
+            outside its split's range or a super class outside 1–12, or (unless
+            ``allow_partial``) a split size that differs.
+
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> header = "image_id class_id super_class_id path\\n"
+    >>> _ = (folder / "Ebay_train.txt").write_text(header + "1 1 1 bicycle_final/a_0.JPG\\n")
+    >>> _ = (folder / "Ebay_test.txt").write_text(header + "1 11319 1 bicycle_final/b_0.JPG\\n")
+    >>> sop = load_sop(folder, allow_partial=True, check_images=False)
+    >>> sop.splits["test"].labels.tolist(), sop.splits["test"].coarse_labels.tolist()
+    ([11319], [1])
+    """
+    function = "load_sop"
+    root_path = _files.check_root(root, function)
+    _files.check_flags(
+        function,
+        allow_partial=allow_partial,
+        skip_missing=skip_missing,
+        check_images=check_images,
+    )
+    info = BENCHMARK_INFO[_NAME]
+    folder = _files.find_folder(root_path, _FILES["train"], ["Stanford_Online_Products"])
+    looked_in = [root_path, root_path / "Stanford_Online_Products"]
+    splits: dict[str, Split] = {}
+    files = []
+    for split_name, file_name in _FILES.items():
+        path = _files.require_file(folder, file_name, info.title, looked_in)
+        files.append(path)
+        lines = _files.read_lines(path)
+        if not lines or lines[0].split() != _HEADER:
+            got = lines[0].strip() if lines else "an empty file"
+            raise DatasetError(
+                f"{path}, line 1: expected the header {' '.join(_HEADER)!r}. Got {got!r}."
+            )
+        rows = _files.Rows(path, lines[1:], 4, " ".join(_HEADER), 2)
+        ids = rows.ints(0, "image_id")
+        _files.check_unique(ids.tolist(), "image_id", path, rows.line)
+        _files.check_unique(rows.columns[3], "path", path, rows.line)
+        classes = rows.ints(1, "class_id")
+        low, high = info.label_ranges[split_name]
+        _files.check_range(
+            classes, low, high, "class_id", path, rows.line, f" in the {split_name} split"
+        )
+        supers = rows.ints(2, "super_class_id")
+        _files.check_range(supers, 1, 12, "super_class_id", path, rows.line)
+        splits[split_name] = Split(split_name, folder, tuple(rows.columns[3]), classes, supers)
+    return _files.finish(
+        _NAME,
+        root_path,
+        splits,
+        files,
+        allow_partial=allow_partial,
+        skip_missing=skip_missing,
+        check_images=check_images,
+        source={name: str(path) for name, path in zip(_FILES, files, strict=True)},
+    )

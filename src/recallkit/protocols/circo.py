@@ -1,0 +1,515 @@
+"""CIRCO (Baldrati et al. 2023, ICCV): composed image retrieval with several ground truths.
+
+Official evaluation (``miccunifi/CIRCO`` ``src/evaluation.py``, also the test server):
+
+* candidates: the COCO 2017 unlabeled images (123,403); the reference image is **not** removed
+  (``exclude_reference=True`` removes it, as CIRR does).
+* ``mAP@K`` (K = 5, 10, 25, 50)::
+
+      AP@K = (1 / min(K, R)) * sum_{i <= K, item i relevant} precision@i
+
+  with R the query's number of ground truths (``gt_img_ids``). ``divisor="r"`` divides by R
+  instead, as the SQUARE paper's scoring recipe (the user's seed 004) writes it; the two differ
+  only for queries with more than K ground truths, where dividing by R caps AP@K below 1.
+* ``recall@K``: a hit when the primary target (``target_img_id``, the image the caption was
+  written for) is in the top K.
+
+Ranks come from :func:`recallkit.ground_truth_ranks` / ``..._from_embeddings`` (every ground
+truth's rank, ``reduce="none"``), AP from :func:`recallkit.average_precision_at_k`; on equal
+scores the lower image index ranks first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recallkit import (
+    average_precision_at_k,
+    ground_truth_ranks,
+    ground_truth_ranks_from_embeddings,
+    recall_from_ranks,
+)
+from recallkit.protocols import _common, _topk
+from recallkit.protocols._common import PathLike, ProtocolResult
+
+__all__ = [
+    "CIRCOQuery",
+    "CIRCOSplit",
+    "circo_metrics",
+    "circo_metrics_from_predictions",
+    "circo_metrics_from_scores",
+    "circo_rankings",
+    "circo_rankings_from_scores",
+    "read_circo",
+    "read_coco_image_ids",
+    "write_circo_submission",
+]
+
+DIVISORS = {
+    "min_k_r": "AP@K / min(K, R) (official CIRCO evaluation)",
+    "r": "AP@K / R (SQUARE scoring recipe)",
+}
+SUBMISSION_SIZE = 50
+
+
+@dataclass(frozen=True)
+class CIRCOQuery:
+    """One CIRCO query; ``target_img_id`` and ``gt_img_ids`` are absent from the test split."""
+
+    id: int
+    reference_img_id: int
+    relative_caption: str
+    shared_concept: str
+    target_img_id: int | None = None
+    gt_img_ids: tuple[int, ...] = ()
+    semantic_aspects: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, eq=False)
+class CIRCOSplit:
+    """The queries of ``annotations/<split>.json`` in file order."""
+
+    split: str
+    queries: tuple[CIRCOQuery, ...]
+
+    @property
+    def has_targets(self) -> bool:
+        return all(q.target_img_id is not None and q.gt_img_ids for q in self.queries)
+
+
+def read_circo(path: PathLike, split: str = "val") -> CIRCOSplit:
+    """Read CIRCO's ``annotations/<split>.json`` (``path`` is the file or the CIRCO folder).
+
+    Entries are ``{"id", "reference_img_id", "target_img_id", "relative_caption",
+    "shared_concept", "gt_img_ids"}`` (no targets in ``test``). Repeated query ids, repeated
+    ground truths and a target missing from its ground truths are errors naming the query.
+
+    >>> import json, tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "val.json"
+    >>> _ = p.write_text(json.dumps([{"id": 0, "reference_img_id": 85932, "target_img_id": 9761,
+    ...     "relative_caption": "is held by a girl", "shared_concept": "a teddy bear",
+    ...     "gt_img_ids": [9761, 489535]}]))
+    >>> read_circo(p).queries[0].gt_img_ids
+    (9761, 489535)
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / "annotations" / f"{split}.json"
+    entries = _common.load_json(path, "CIRCO annotation")
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{path}: expected a non-empty JSON list of queries")
+    queries, seen = [], set()
+    for position, entry in enumerate(entries):
+        _common.require_keys(
+            entry, ("id", "reference_img_id", "relative_caption"), f"{path}: entry {position}"
+        )
+        query = CIRCOQuery(
+            id=int(entry["id"]),
+            reference_img_id=int(entry["reference_img_id"]),
+            relative_caption=str(entry["relative_caption"]),
+            shared_concept=str(entry.get("shared_concept", "")),
+            target_img_id=None
+            if entry.get("target_img_id") is None
+            else int(entry["target_img_id"]),
+            gt_img_ids=tuple(int(i) for i in entry.get("gt_img_ids") or ()),
+            semantic_aspects=tuple(str(a) for a in entry.get("semantic_aspects") or ()),
+        )
+        if query.id in seen:
+            raise ValueError(f"{path}: CIRCO query id {query.id} appears twice")
+        seen.add(query.id)
+        if len(set(query.gt_img_ids)) != len(query.gt_img_ids):
+            raise ValueError(f"{path}: CIRCO query {query.id}: gt_img_ids has a repeated image id")
+        if query.target_img_id is not None and query.target_img_id not in query.gt_img_ids:
+            raise ValueError(
+                f"{path}: CIRCO query {query.id}: target_img_id {query.target_img_id} "
+                "is not among its gt_img_ids"
+            )
+        queries.append(query)
+    return CIRCOSplit(split, tuple(queries))
+
+
+def read_coco_image_ids(path: PathLike) -> np.ndarray:
+    """Image ids of a COCO image-info file (``image_info_unlabeled2017.json``), in file order.
+
+    >>> import json, tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "info.json"
+    >>> _ = p.write_text(json.dumps({"images": [{"id": 243611, "file_name": "000000243611.jpg"}]}))
+    >>> read_coco_image_ids(p).tolist()
+    [243611]
+    """
+    data = _common.load_json(path, "COCO image info")
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        raise ValueError(f"{path}: expected a JSON object with an 'images' list")
+    try:
+        ids = np.array([int(image["id"]) for image in data["images"]], dtype=np.int64)
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{path}: every entry of 'images' needs an integer 'id'") from None
+    _common.index_of(ids.tolist(), f"{path}: image id")
+    return ids
+
+
+@dataclass(frozen=True)
+class _Targets:
+    reference: np.ndarray  # (n,) positions in the pool
+    gt: np.ndarray  # (n, g) positions, -1 pad
+    num_gt: np.ndarray  # (n,)
+    target_column: np.ndarray  # (n,) column of target_img_id in ``gt``
+
+
+def _positions(image_ids: Any, func: str) -> dict[int, int]:
+    ids = np.asarray(image_ids)
+    if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
+        raise _common.fail(
+            func,
+            "image_ids",
+            "a non-empty 1-D integer array (one id per image)",
+            f"shape {ids.shape}, dtype {ids.dtype}",
+        )
+    try:
+        return _common.index_of(ids.astype(np.int64).tolist(), "image_ids")
+    except ValueError as error:
+        raise _common.fail(func, "image_ids", "distinct", str(error)) from None
+
+
+def _targets(data: CIRCOSplit, position: dict[int, int], func: str, need_targets: bool) -> _Targets:
+    if not isinstance(data, CIRCOSplit):
+        raise _common.fail(func, "data", "a CIRCOSplit (see read_circo)", type(data).__name__)
+    if need_targets and not data.has_targets:
+        raise _common.fail(
+            func,
+            "data",
+            f"a split with ground truths (split {data.split!r} has none)",
+            "queries without gt_img_ids",
+        )
+    reference, gt, columns = [], [], []
+    for q in data.queries:
+        if q.reference_img_id not in position:
+            raise ValueError(
+                f"CIRCO query {q.id}: reference image {q.reference_img_id} "
+                "is not among the 'image_ids'"
+            )
+        reference.append(position[q.reference_img_id])
+        if not need_targets:
+            continue
+        for image in q.gt_img_ids:
+            if image not in position:
+                raise ValueError(
+                    f"CIRCO query {q.id}: ground-truth image {image} is not among the 'image_ids'"
+                )
+        gt.append([position[i] for i in q.gt_img_ids])
+        columns.append(q.gt_img_ids.index(q.target_img_id))
+    gt_array = _common.pad_lists(gt) if need_targets else np.empty((0, 1), dtype=np.int64)
+    return _Targets(
+        np.asarray(reference, dtype=np.int64),
+        gt_array,
+        (gt_array >= 0).sum(axis=1),
+        np.asarray(columns, dtype=np.int64),
+    )
+
+
+def _check_reference_not_gt(data: CIRCOSplit, t: _Targets) -> None:
+    clash = np.nonzero((t.gt == t.reference[:, None]).any(axis=1))[0]
+    if clash.size:
+        q = data.queries[int(clash[0])]
+        raise ValueError(
+            f"CIRCO query {q.id}: the reference image is a ground truth; it cannot be excluded"
+        )
+
+
+def _result(
+    data: CIRCOSplit,
+    gt_ranks: np.ndarray,
+    num_gt: np.ndarray,
+    target_ranks: np.ndarray,
+    ks: tuple[int, ...],
+    divisor: str,
+    note: str,
+) -> ProtocolResult:
+    metrics: dict[str, float] = {}
+    per_query: dict[str, np.ndarray] = {"gt_ranks": gt_ranks, "target_ranks": target_ranks}
+    for k in ks:
+        ap = np.asarray(
+            average_precision_at_k(gt_ranks, num_gt, k, divisor=divisor), dtype=np.float64
+        )
+        metrics[f"mAP@{k}"] = float(ap.mean())
+        per_query[f"AP@{k}"] = ap
+    metrics.update(recall_from_ranks(target_ranks, ks))
+    return ProtocolResult(
+        f"CIRCO {data.split}",
+        metrics,
+        convention=DIVISORS[divisor] + note,
+        num_queries=len(data.queries),
+        per_query=per_query,
+    )
+
+
+def _check_options(func: str, ks: Any, divisor: str) -> tuple[int, ...]:
+    _common.check_choice(divisor, tuple(DIVISORS), func, "divisor")
+    return _common.check_ks(ks, func)
+
+
+def _note(exclude_reference: bool) -> str:
+    return "; reference removed" if exclude_reference else ""
+
+
+def circo_metrics(
+    query: Any,
+    images: Any,
+    image_ids: Any,
+    data: CIRCOSplit,
+    *,
+    ks: Sequence[int] = (5, 10, 25, 50),
+    divisor: str = "min_k_r",
+    exclude_reference: bool = False,
+    metric: str = "cosine",
+    chunk_size: int | None = None,
+    device: Any = None,
+) -> ProtocolResult:
+    """CIRCO mAP@K and recall@K from embeddings.
+
+    ``query`` has one row per query of ``data``, ``images`` one row per id of ``image_ids``
+    (the candidate pool). Keys: ``mAP@K`` then ``recall@K``; ``per_query`` holds every ground
+    truth's 0-indexed rank, the primary target's rank and the per-query AP@K.
+
+    >>> import numpy as np
+    >>> data = CIRCOSplit("val", (CIRCOQuery(0, 10, "x", "y", 30, (30, 40)),))
+    >>> images = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.8, 0.2]])
+    >>> query = np.array([[1.0, 0.0]])
+    >>> r = circo_metrics(query, images, [10, 20, 30, 40], data, ks=(2, 4), metric="dot")
+    >>> r.per_query["gt_ranks"].tolist()
+    [[3, 2]]
+    >>> round(r["mAP@4"], 4)  # (1/3 + 2/4) / min(4, 2)
+    0.4167
+    """
+    func = "circo_metrics"
+    ks = _check_options(func, ks, divisor)
+    _common.check_metric(metric, func)
+    position = _positions(image_ids, func)
+    t = _targets(data, position, func, need_targets=True)
+    _common.check_rows(query, len(data.queries), func, "query", "query of 'data'")
+    _common.check_rows(images, len(position), func, "images", "id of 'image_ids'")
+    if exclude_reference:
+        _check_reference_not_gt(data, t)
+    ranks = ground_truth_ranks_from_embeddings(
+        query,
+        images,
+        t.gt,
+        exclude=t.reference if exclude_reference else None,
+        reduce="none",
+        metric=metric,
+        chunk_size=chunk_size,
+        device=device,
+    )
+    ranks = np.asarray(ranks)
+    target = ranks[np.arange(len(ranks)), t.target_column]
+    return _result(data, ranks, t.num_gt, target, ks, divisor, _note(exclude_reference))
+
+
+def circo_metrics_from_scores(
+    scores: Any,
+    image_ids: Any,
+    data: CIRCOSplit,
+    *,
+    ks: Sequence[int] = (5, 10, 25, 50),
+    divisor: str = "min_k_r",
+    exclude_reference: bool = False,
+) -> ProtocolResult:
+    """:func:`circo_metrics` from a ``(queries, images)`` similarity matrix."""
+    func = "circo_metrics_from_scores"
+    ks = _check_options(func, ks, divisor)
+    position = _positions(image_ids, func)
+    t = _targets(data, position, func, need_targets=True)
+    matrix = _common.as_scores(scores, func)
+    _common.check_rows(matrix, len(data.queries), func, "scores", "query of 'data'")
+    _common.check_columns(matrix, len(position), func, "scores", "id of 'image_ids'")
+    if exclude_reference:
+        _check_reference_not_gt(data, t)
+    ranks = np.asarray(
+        ground_truth_ranks(
+            matrix, t.gt, exclude=t.reference if exclude_reference else None, reduce="none"
+        )
+    )
+    target = ranks[np.arange(len(ranks)), t.target_column]
+    return _result(data, ranks, t.num_gt, target, ks, divisor, _note(exclude_reference))
+
+
+def circo_metrics_from_predictions(
+    predictions: Mapping[Any, Sequence[int]],
+    data: CIRCOSplit,
+    *,
+    ks: Sequence[int] = (5, 10, 25, 50),
+    divisor: str = "min_k_r",
+) -> ProtocolResult:
+    """CIRCO metrics of ranked lists ``{query id: [image ids, best first]}`` (a submission file).
+
+    As the official ``evaluation.py``: every query of ``data`` must have a list; a ground truth
+    absent from a list counts as not retrieved. A list that repeats an image id is rejected
+    (the official code would count the repeat twice).
+
+    >>> data = CIRCOSplit("val", (CIRCOQuery(0, 10, "x", "y", 30, (30, 40)),))
+    >>> r = circo_metrics_from_predictions({"0": [20, 40, 30]}, data, ks=(1, 3))
+    >>> r["mAP@3"], r["recall@1"], r["recall@3"]  # AP@3 = (1/2 + 2/3) / 2
+    (0.5833333333333333, 0.0, 1.0)
+    """
+    func = "circo_metrics_from_predictions"
+    ks = _check_options(func, ks, divisor)
+    if not isinstance(data, CIRCOSplit):
+        raise _common.fail(func, "data", "a CIRCOSplit (see read_circo)", type(data).__name__)
+    if not data.has_targets:
+        raise _common.fail(
+            func, "data", "a split with ground truths", f"split {data.split!r} without gt_img_ids"
+        )
+    if not isinstance(predictions, Mapping):
+        raise _common.fail(
+            func,
+            "predictions",
+            "a mapping query id -> ranked image ids",
+            type(predictions).__name__,
+        )
+    lists: dict[int, list[int]] = {}
+    for key, ranking in predictions.items():
+        try:
+            query_id = int(key)
+            ids = [int(i) for i in ranking]
+        except (TypeError, ValueError):
+            raise _common.fail(
+                func,
+                "predictions",
+                "integer query ids and image ids",
+                f"{key!r}: {ranking!r}"[:200],
+            ) from None
+        if len(set(ids)) != len(ids):
+            raise _common.fail(
+                func,
+                "predictions",
+                "rankings without repeated image ids",
+                f"a repeated image id in the ranking of query {query_id}",
+            )
+        lists[query_id] = ids
+    wanted = [q.id for q in data.queries]
+    missing = [i for i in wanted if i not in lists]
+    extra = sorted(set(lists) - set(wanted))
+    if missing or extra:
+        raise _common.fail(
+            func,
+            "predictions",
+            "one ranking per query of 'data'",
+            f"missing queries {missing[:5]}, unknown queries {extra[:5]}",
+        )
+    width = max(len(q.gt_img_ids) for q in data.queries)
+    gt_ranks = np.full((len(wanted), width), -1, dtype=np.int64)
+    target = np.empty(len(wanted), dtype=np.int64)
+    not_found = np.iinfo(np.int64).max
+    for row, q in enumerate(data.queries):
+        where = {image: i for i, image in enumerate(lists[q.id])}
+        gt_ranks[row, : len(q.gt_img_ids)] = [where.get(i, -1) for i in q.gt_img_ids]
+        target[row] = where.get(q.target_img_id, not_found)
+    num_gt = np.array([len(q.gt_img_ids) for q in data.queries], dtype=np.int64)
+    return _result(data, gt_ranks, num_gt, target, ks, divisor, "; from ranked lists")
+
+
+def circo_rankings(
+    query: Any,
+    images: Any,
+    image_ids: Any,
+    data: CIRCOSplit,
+    *,
+    k: int = SUBMISSION_SIZE,
+    exclude_reference: bool = False,
+    metric: str = "cosine",
+    chunk_size: int | None = None,
+    device: Any = None,
+) -> dict[int, list[int]]:
+    """Top-``k`` image ids per query id (the server's submission lists), exact and chunked.
+
+    >>> import numpy as np
+    >>> data = CIRCOSplit("test", (CIRCOQuery(0, 10, "x", "y"),))
+    >>> images = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
+    >>> circo_rankings(np.array([[1.0, 0.0]]), images, [10, 20, 30], data, k=2)
+    {0: [10, 30]}
+    """
+    func = "circo_rankings"
+    _common.check_metric(metric, func)
+    k = _check_k(k, func)
+    position = _positions(image_ids, func)
+    t = _targets(data, position, func, need_targets=False)
+    _common.check_rows(query, len(data.queries), func, "query", "query of 'data'")
+    _common.check_rows(images, len(position), func, "images", "id of 'image_ids'")
+    top = _topk.top_k(
+        query,
+        images,
+        k,
+        exclude=t.reference if exclude_reference else None,
+        metric=metric,
+        chunk_size=chunk_size,
+        device=device,
+    )
+    return _as_ids(data, top, image_ids)
+
+
+def circo_rankings_from_scores(
+    scores: Any,
+    image_ids: Any,
+    data: CIRCOSplit,
+    *,
+    k: int = SUBMISSION_SIZE,
+    exclude_reference: bool = False,
+) -> dict[int, list[int]]:
+    """:func:`circo_rankings` from a ``(queries, images)`` similarity matrix."""
+    func = "circo_rankings_from_scores"
+    k = _check_k(k, func)
+    position = _positions(image_ids, func)
+    t = _targets(data, position, func, need_targets=False)
+    matrix = _common.as_scores(scores, func)
+    _common.check_rows(matrix, len(data.queries), func, "scores", "query of 'data'")
+    _common.check_columns(matrix, len(position), func, "scores", "id of 'image_ids'")
+    top = _topk.top_k_from_scores(
+        matrix, k, exclude=t.reference if exclude_reference else None, func=func
+    )
+    return _as_ids(data, top, image_ids)
+
+
+def _as_ids(data: CIRCOSplit, top: np.ndarray, image_ids: Any) -> dict[int, list[int]]:
+    ids = np.asarray(image_ids, dtype=np.int64)
+    return {q.id: ids[row[row >= 0]].tolist() for q, row in zip(data.queries, top, strict=True)}
+
+
+def _check_k(k: Any, func: str) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
+        raise _common.fail(func, "k", "a positive integer", repr(k))
+    return k
+
+
+def write_circo_submission(path: PathLike, rankings: Mapping[int, Sequence[int]]) -> Path:
+    """Write ``{"<query id>": [top-50 image ids]}`` atomically (the CIRCO server's format).
+
+    At most 50 ids per query, no repeated id (an error names the query).
+
+    >>> import tempfile, pathlib, json
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "circo.json"
+    >>> _ = write_circo_submission(p, {0: [9761, 489535]})
+    >>> json.loads(p.read_text())
+    {'0': [9761, 489535]}
+    """
+    func = "write_circo_submission"
+    payload: dict[str, list[int]] = {}
+    for query_id, ids in rankings.items():
+        ids = [int(i) for i in ids]
+        if len(ids) > SUBMISSION_SIZE:
+            raise _common.fail(
+                func,
+                "rankings",
+                f"at most {SUBMISSION_SIZE} ids per query",
+                f"{len(ids)} for query {query_id}",
+            )
+        if len(set(ids)) != len(ids):
+            raise _common.fail(
+                func, "rankings", "free of repeated ids", f"a repeat for query {query_id}"
+            )
+        payload[str(int(query_id))] = ids
+    return _common.write_json(path, payload)

@@ -1,0 +1,279 @@
+"""FashionIQ (Wu et al. 2021, CVPR): composed retrieval of dresses, shirts and tops, validation.
+
+Protocol of the CIR literature (CLIP4Cir, Pic2Word, SEARLE; the test split's labels are not
+public, so papers report the validation split):
+
+* per category (``dress``, ``shirt``, ``toptee``) the candidates are that category's validation
+  images (``image_splits/split.<category>.val.json``), the reference (``candidate``) image
+  included, as those codes do (``exclude_reference=True`` removes it);
+* each entry of ``captions/cap.<category>.val.json`` is one query, with one correct image
+  (``target``); ``recall@10`` and ``recall@50`` per category;
+* ``mean_recall@K`` is the unweighted mean over the three categories, and
+  ``average = (mean_recall@10 + mean_recall@50) / 2``. The means are reported only when all
+  three categories are given.
+
+Ranks come from :func:`recallkit.ground_truth_ranks` / ``..._from_embeddings``; on equal scores
+the lower image index (split-file order) ranks first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recallkit import ground_truth_ranks, ground_truth_ranks_from_embeddings, recall_from_ranks
+from recallkit.protocols import _common
+from recallkit.protocols._common import PathLike, ProtocolResult
+
+__all__ = [
+    "FASHIONIQ_CATEGORIES",
+    "FashionIQCategory",
+    "FashionIQQuery",
+    "fashioniq_recall",
+    "fashioniq_recall_from_scores",
+    "read_fashioniq",
+]
+
+FASHIONIQ_CATEGORIES = ("dress", "shirt", "toptee")
+CONVENTION = "per-category gallery, reference kept, unweighted mean over categories"
+
+
+@dataclass(frozen=True)
+class FashionIQQuery:
+    """One FashionIQ query: the reference (``candidate``) image, its target and two captions."""
+
+    candidate: str
+    target: str
+    captions: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class FashionIQCategory:
+    """One category's validation queries and gallery (split-file order)."""
+
+    category: str
+    image_names: tuple[str, ...]
+    queries: tuple[FashionIQQuery, ...]
+
+
+def _check_category(category: Any, func: str, name: str = "categories") -> str:
+    if category not in FASHIONIQ_CATEGORIES:
+        raise _common.fail(
+            func, name, f"FashionIQ categories among {FASHIONIQ_CATEGORIES}", repr(category)
+        )
+    return category
+
+
+def read_fashioniq(
+    root: PathLike, categories: Sequence[str] = FASHIONIQ_CATEGORIES, *, split: str = "val"
+) -> dict[str, FashionIQCategory]:
+    """Read FashionIQ's caption files and image splits for ``categories``.
+
+    The files are ``captions/cap.<category>.<split>.json`` and
+    ``image_splits/split.<category>.<split>.json``.
+
+    Captions are ``[{"candidate", "target", "captions": [two strings]}]``, the split file a list of
+    image names. A category outside dress/shirt/toptee is an error; so is a query whose candidate
+    or target is not an image of its category's split (naming the query).
+
+    >>> import json, tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> (root / "captions").mkdir(); (root / "image_splits").mkdir()
+    >>> _ = (root / "image_splits/split.dress.val.json").write_text(json.dumps(["B1", "B2"]))
+    >>> _ = (root / "captions/cap.dress.val.json").write_text(json.dumps([
+    ...     {"candidate": "B1", "target": "B2", "captions": ["is red", "is longer"]}]))
+    >>> read_fashioniq(root, ["dress"])["dress"].queries[0].target
+    'B2'
+    """
+    func = "read_fashioniq"
+    if isinstance(categories, str):
+        categories = [categories]
+    root = Path(root)
+    out: dict[str, FashionIQCategory] = {}
+    for category in categories:
+        _check_category(category, func)
+        split_path = root / "image_splits" / f"split.{category}.{split}.json"
+        captions_path = root / "captions" / f"cap.{category}.{split}.json"
+        names = _common.load_json(split_path, f"FashionIQ {category} image split")
+        if not isinstance(names, list) or not names:
+            raise ValueError(f"{split_path}: expected a non-empty JSON list of image names")
+        names = tuple(str(n) for n in names)
+        known = _common.index_of(names, f"{split_path}: image")
+        entries = _common.load_json(captions_path, f"FashionIQ {category} captions")
+        if not isinstance(entries, list) or not entries:
+            raise ValueError(f"{captions_path}: expected a non-empty JSON list of queries")
+        queries = []
+        for position, entry in enumerate(entries):
+            where = f"{captions_path}: query {position}"
+            _common.require_keys(entry, ("candidate", "target", "captions"), where)
+            query = FashionIQQuery(
+                str(entry["candidate"]),
+                str(entry["target"]),
+                tuple(str(c) for c in entry["captions"]),
+            )
+            for role in ("candidate", "target"):
+                if getattr(query, role) not in known:
+                    raise ValueError(
+                        f"{where} ({category}): {role} {getattr(query, role)!r} "
+                        f"is not an image of {split_path}"
+                    )
+            queries.append(query)
+        out[category] = FashionIQCategory(category, names, tuple(queries))
+    return out
+
+
+def _category_indices(part: FashionIQCategory) -> tuple[np.ndarray, np.ndarray]:
+    position = {name: i for i, name in enumerate(part.image_names)}
+    target = np.array([position[q.target] for q in part.queries], dtype=np.int64)
+    reference = np.array([position[q.candidate] for q in part.queries], dtype=np.int64)
+    return target, reference
+
+
+def _check_data(data: Any, func: str) -> Mapping[str, FashionIQCategory]:
+    if not isinstance(data, Mapping) or not data:
+        raise _common.fail(
+            func,
+            "data",
+            "a mapping category -> FashionIQCategory (see read_fashioniq)",
+            type(data).__name__,
+        )
+    for category, part in data.items():
+        _check_category(category, func, "data")
+        if not isinstance(part, FashionIQCategory):
+            raise _common.fail(func, "data", "FashionIQCategory values", type(part).__name__)
+    return data
+
+
+def _check_inputs(inputs: Any, data: Mapping[str, FashionIQCategory], func: str, name: str) -> None:
+    if not isinstance(inputs, Mapping):
+        raise _common.fail(func, name, "a mapping category -> array", type(inputs).__name__)
+    for category in inputs:
+        _check_category(category, func, name)
+    if set(inputs) != set(data):
+        raise _common.fail(
+            func, name, f"one entry per category of 'data' {sorted(data)}", sorted(inputs)
+        )
+
+
+def _clash(part: FashionIQCategory, target: np.ndarray, reference: np.ndarray) -> None:
+    same = np.nonzero(target == reference)[0]
+    if same.size:
+        q = part.queries[int(same[0])]
+        raise ValueError(
+            f"FashionIQ {part.category} query {int(same[0])}: target {q.target!r} is the "
+            "reference; it cannot be excluded"
+        )
+
+
+def _combine(parts: dict[str, ProtocolResult], ks: tuple[int, ...], note: str) -> ProtocolResult:
+    metrics: dict[str, float] = {}
+    if set(parts) == set(FASHIONIQ_CATEGORIES):
+        for k in ks:
+            metrics[f"mean_recall@{k}"] = float(np.mean([p[f"recall@{k}"] for p in parts.values()]))
+        metrics["average"] = float(np.mean([metrics[f"mean_recall@{k}"] for k in ks]))
+    return ProtocolResult(
+        "FashionIQ val",
+        metrics,
+        convention=CONVENTION + note,
+        num_queries=sum(p.num_queries for p in parts.values()),
+        parts=parts,
+    )
+
+
+def _part(category: str, ranks: np.ndarray, ks: tuple[int, ...]) -> ProtocolResult:
+    return ProtocolResult(
+        category,
+        recall_from_ranks(ranks, ks),
+        convention=CONVENTION,
+        num_queries=len(ranks),
+        per_query={"ranks": ranks},
+    )
+
+
+def fashioniq_recall(
+    queries: Mapping[str, Any],
+    galleries: Mapping[str, Any],
+    data: Mapping[str, FashionIQCategory],
+    *,
+    ks: Sequence[int] = (10, 50),
+    exclude_reference: bool = False,
+    metric: str = "cosine",
+    chunk_size: int | None = None,
+    device: Any = None,
+) -> ProtocolResult:
+    """FashionIQ recall@K per category, the mean over categories and the average of the means.
+
+    ``queries[c]`` has one row per query of ``data[c]``, ``galleries[c]`` one row per image of
+    ``data[c].image_names``. The result's ``parts`` hold each category's recall@K and ranks.
+
+    >>> import numpy as np
+    >>> part = FashionIQCategory("dress", ("B1", "B2", "B3"), (FashionIQQuery("B1", "B3", ("c",)),))
+    >>> gallery = np.array([[1.0, 0.0], [0.5, 0.5], [0.6, 0.4]])
+    >>> r = fashioniq_recall({"dress": np.array([[1.0, 0.0]])}, {"dress": gallery}, {"dress": part},
+    ...                      ks=(1, 2), metric="dot")
+    >>> dict(r.parts["dress"]), dict(r)  # reference B1 ranks first; means need all 3 categories
+    ({'recall@1': 0.0, 'recall@2': 1.0}, {})
+    """
+    func = "fashioniq_recall"
+    ks = _common.check_ks(ks, func)
+    _common.check_metric(metric, func)
+    data = _check_data(data, func)
+    _check_inputs(queries, data, func, "queries")
+    _check_inputs(galleries, data, func, "galleries")
+    parts: dict[str, ProtocolResult] = {}
+    for category in FASHIONIQ_CATEGORIES:
+        if category not in data:
+            continue
+        part = data[category]
+        target, reference = _category_indices(part)
+        _common.check_rows(
+            queries[category], len(part.queries), func, "queries", f"{category} query"
+        )
+        _common.check_rows(
+            galleries[category], len(part.image_names), func, "galleries", f"{category} image"
+        )
+        if exclude_reference:
+            _clash(part, target, reference)
+        ranks = ground_truth_ranks_from_embeddings(
+            queries[category],
+            galleries[category],
+            target,
+            exclude=reference if exclude_reference else None,
+            metric=metric,
+            chunk_size=chunk_size,
+            device=device,
+        )
+        parts[category] = _part(category, np.asarray(ranks), ks)
+    return _combine(parts, ks, "; reference removed" if exclude_reference else "")
+
+
+def fashioniq_recall_from_scores(
+    scores: Mapping[str, Any],
+    data: Mapping[str, FashionIQCategory],
+    *,
+    ks: Sequence[int] = (10, 50),
+    exclude_reference: bool = False,
+) -> ProtocolResult:
+    """:func:`fashioniq_recall` from one ``(queries, images)`` similarity matrix per category."""
+    func = "fashioniq_recall_from_scores"
+    ks = _common.check_ks(ks, func)
+    data = _check_data(data, func)
+    _check_inputs(scores, data, func, "scores")
+    parts: dict[str, ProtocolResult] = {}
+    for category in FASHIONIQ_CATEGORIES:
+        if category not in data:
+            continue
+        part = data[category]
+        target, reference = _category_indices(part)
+        matrix = _common.as_scores(scores[category], func)
+        _common.check_rows(matrix, len(part.queries), func, "scores", f"{category} query")
+        _common.check_columns(matrix, len(part.image_names), func, "scores", f"{category} image")
+        if exclude_reference:
+            _clash(part, target, reference)
+        ranks = ground_truth_ranks(matrix, target, exclude=reference if exclude_reference else None)
+        parts[category] = _part(category, np.asarray(ranks), ks)
+    return _combine(parts, ks, "; reference removed" if exclude_reference else "")

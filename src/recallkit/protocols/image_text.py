@@ -1,0 +1,293 @@
+"""Image-text retrieval: COCO 5k and Flickr30k 1k (Karpathy test splits), both directions.
+
+Convention (VSE++, Faghri et al. 2018; ALBEF/BLIP and open_clip's retrieval evaluation):
+
+* text→image: each caption has exactly one correct image; its 0-indexed rank ``r`` is the number
+  of images ranked above it. ``recall@K = mean(r < K)`` over captions.
+* image→text: an image's rank is the rank of its best-ranked caption (any of its captions in the
+  top K is a hit). ``recall@K = mean(r < K)`` over images.
+* mean and median rank are reported 1-indexed, as VSE++ does: ``mean_rank = mean(r) + 1`` and
+  ``median_rank = floor(median(r)) + 1``.
+* ties: an equal score ranks the lower index first (images for text→image, captions for
+  image→text); this is the rule of the user's seed 001 and of :func:`recallkit.ground_truth_ranks`.
+
+The ranks come from the core (:func:`recallkit.ground_truth_ranks_from_embeddings`, chunked, no
+full similarity matrix; :func:`recallkit.ground_truth_ranks` for a given matrix).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from recallkit import ground_truth_ranks, ground_truth_ranks_from_embeddings, recall_from_ranks
+from recallkit.protocols import _common
+from recallkit.protocols._common import PathLike, ProtocolResult
+
+__all__ = [
+    "KARPATHY_COUNTS",
+    "KarpathySplit",
+    "image_text_recall",
+    "image_text_recall_from_scores",
+    "read_karpathy_split",
+]
+
+#: Expected (images, captions) of the Karpathy test splits, all captions kept.
+KARPATHY_COUNTS: dict[tuple[str, str], tuple[int, int]] = {
+    ("coco", "test"): (5000, 25010),
+    ("flickr30k", "test"): (1000, 5000),
+    ("flickr8k", "test"): (1000, 5000),
+}
+_SPLITS = ("train", "val", "test", "restval")
+CONVENTION = (
+    "VSE++ ranks: best caption for image→text, 1-indexed mean/median rank, lower index on ties"
+)
+
+
+@dataclass(frozen=True, eq=False)
+class KarpathySplit:
+    """One split of a Karpathy annotation file, in file order.
+
+    ``caption_image[j]`` is the row in ``image_names`` of caption ``j``'s image; caption and image
+    embeddings are expected in this order (images in file order, each image's captions in order).
+    """
+
+    dataset: str
+    split: str
+    image_names: tuple[str, ...]
+    image_ids: tuple[int, ...]
+    captions: tuple[str, ...]
+    caption_image: np.ndarray
+
+    @property
+    def num_images(self) -> int:
+        return len(self.image_names)
+
+    @property
+    def num_captions(self) -> int:
+        return len(self.captions)
+
+
+def read_karpathy_split(
+    path: PathLike,
+    split: str = "test",
+    *,
+    captions_per_image: int | None = None,
+    check_counts: bool = True,
+) -> KarpathySplit:
+    """Read ``dataset_coco.json`` / ``dataset_flickr30k.json`` (Karpathy & Fei-Fei 2015).
+
+    The file is ``{"dataset": ..., "images": [{"filename", "split", "imgid", "sentences":
+    [{"raw", "tokens", "imgid", "sentid"}], ...}]}``. Images whose ``split`` equals ``split`` are
+    kept in file order, with all their sentences (``captions_per_image=5`` keeps the first five,
+    as VSE++/SCAN do: 25,000 COCO captions instead of 25,010).
+
+    With ``check_counts`` (default), the test splits of COCO (5,000 images, 25,010 captions),
+    Flickr30k and Flickr8k (1,000 and 5,000) are checked; a difference is an error naming the file.
+    A sentence whose ``imgid`` is not its image's is an error naming the caption.
+
+    >>> import json, tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "dataset_toy.json"
+    >>> _ = p.write_text(json.dumps({"dataset": "toy", "images": [
+    ...     {"filename": "a.jpg", "imgid": 0, "split": "test",
+    ...      "sentences": [{"raw": "a cat", "imgid": 0, "sentid": 0},
+    ...                    {"raw": "a pet", "imgid": 0, "sentid": 1}]},
+    ...     {"filename": "b.jpg", "imgid": 1, "split": "train", "sentences": []}]}))
+    >>> s = read_karpathy_split(p)
+    >>> s.image_names, s.captions, s.caption_image.tolist()
+    (('a.jpg',), ('a cat', 'a pet'), [0, 0])
+    """
+    func = "read_karpathy_split"
+    _common.check_choice(split, _SPLITS, func, "split")
+    if captions_per_image is not None and (
+        isinstance(captions_per_image, bool)
+        or not isinstance(captions_per_image, numbers.Integral)
+        or captions_per_image <= 0
+    ):
+        raise _common.fail(
+            func, "captions_per_image", "a positive integer or None", captions_per_image
+        )
+    data = _common.load_json(path, "Karpathy split")
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        raise ValueError(f"{path}: expected a JSON object with an 'images' list")
+    dataset = str(data.get("dataset", os.path.basename(str(path))))
+    names, ids, captions, owner = [], [], [], []
+    for position, image in enumerate(data["images"]):
+        where = f"{path}: images[{position}]"
+        _common.require_keys(image, ("filename", "split", "sentences"), where)
+        if image["split"] != split:
+            continue
+        imgid = image.get("imgid", position)
+        row = len(names)
+        folder = image.get("filepath")
+        names.append(f"{folder}/{image['filename']}" if folder else str(image["filename"]))
+        ids.append(int(image.get("cocoid", imgid)))
+        sentences = image["sentences"]
+        if captions_per_image is not None:
+            sentences = sentences[:captions_per_image]
+        for sentence in sentences:
+            if "imgid" in sentence and sentence["imgid"] != imgid:
+                raise ValueError(
+                    f"{path}: caption {sentence.get('sentid', '?')} listed under image {imgid} "
+                    f"({names[-1]}) points at image {sentence['imgid']}"
+                )
+            raw = sentence.get("raw")
+            captions.append(str(raw) if raw is not None else " ".join(sentence.get("tokens", [])))
+            owner.append(row)
+    if not names:
+        raise ValueError(f"{path}: no image has split {split!r}")
+    expected = KARPATHY_COUNTS.get((dataset, split))
+    if check_counts and expected is not None:
+        got = (len(names), len(captions))
+        want = (expected[0], expected[1] if captions_per_image is None else None)
+        if got[0] != want[0] or (want[1] is not None and got[1] != want[1]):
+            raise ValueError(
+                f"{path}: the Karpathy {split!r} split of {dataset} has {got[0]} images and "
+                f"{got[1]} captions; expected {expected[0]} and {expected[1]} "
+                "(pass check_counts=False to evaluate partial data)"
+            )
+    caption_image = np.asarray(owner, dtype=np.int64)
+    caption_image.setflags(write=False)
+    return KarpathySplit(dataset, split, tuple(names), tuple(ids), tuple(captions), caption_image)
+
+
+def _check_caption_image(caption_image: Any, num_images: int, func: str) -> np.ndarray:
+    """``caption_image`` as int64, every caption pointing at an existing image."""
+    array = np.asarray(caption_image)
+    if array.ndim != 1 or array.size == 0 or array.dtype.kind not in "iu":
+        raise _common.fail(
+            func,
+            "caption_image",
+            "a non-empty 1-D integer array (one image row per caption)",
+            f"shape {array.shape}, dtype {array.dtype}",
+        )
+    array = array.astype(np.int64)
+    bad = np.nonzero((array < 0) | (array >= num_images))[0]
+    if bad.size:
+        raise _common.fail(
+            func,
+            "caption_image",
+            f"image rows in [0, {num_images})",
+            f"caption {int(bad[0])} pointing at unknown image {int(array[bad[0]])}",
+        )
+    return array
+
+
+def _captions_of_images(caption_image: np.ndarray, num_images: int, func: str) -> np.ndarray:
+    """``(num_images, max_captions)`` caption indices per image, padded with -1."""
+    counts = np.bincount(caption_image, minlength=num_images)
+    empty = np.nonzero(counts == 0)[0]
+    if empty.size:
+        raise _common.fail(
+            func,
+            "caption_image",
+            "covering every image (image→text needs a caption per image)",
+            f"no caption for image {int(empty[0])}",
+        )
+    order = np.argsort(caption_image, kind="stable")  # groups captions by image, keeps their order
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    slot = np.arange(len(order)) - np.repeat(starts, counts)
+    out = np.full((num_images, int(counts.max())), -1, dtype=np.int64)
+    out[caption_image[order], slot] = order
+    return out
+
+
+def _result(t2i: np.ndarray, i2t: np.ndarray, ks: tuple[int, ...], name: str) -> ProtocolResult:
+    metrics: dict[str, float] = {}
+    for direction, ranks in (("i2t", i2t), ("t2i", t2i)):
+        for key, value in recall_from_ranks(ranks, ks).items():
+            metrics[f"{direction}_{key}"] = value
+    recalls = list(metrics.values())
+    for direction, ranks in (("i2t", i2t), ("t2i", t2i)):
+        metrics[f"{direction}_mean_rank"] = float(ranks.mean()) + 1.0
+        metrics[f"{direction}_median_rank"] = math.floor(float(np.median(ranks))) + 1.0
+    metrics["rmean"] = float(np.mean(recalls))
+    return ProtocolResult(
+        f"{name}: {len(i2t)} images, {len(t2i)} captions",
+        metrics,
+        convention=CONVENTION,
+        num_queries=len(t2i) + len(i2t),
+        per_query={"t2i_ranks": t2i, "i2t_ranks": i2t},
+        plain=[k for k in metrics if k.endswith("_rank")],
+    )
+
+
+def image_text_recall(
+    images: Any,
+    texts: Any,
+    caption_image: Sequence[int] | np.ndarray,
+    ks: Sequence[int] = (1, 5, 10),
+    *,
+    metric: str = "cosine",
+    chunk_size: int | None = None,
+    device: Any = None,
+    name: str = "image-text",
+) -> ProtocolResult:
+    """Image→text and text→image recall@K, mean and median rank, from embeddings.
+
+    ``images`` is ``(n_images, d)``, ``texts`` ``(n_captions, d)`` and ``caption_image[j]`` the
+    image row of caption ``j`` (:attr:`KarpathySplit.caption_image`). Keys: ``i2t_recall@K``,
+    ``t2i_recall@K`` (in the order of ``ks``), ``i2t_mean_rank``, ``i2t_median_rank``,
+    ``t2i_mean_rank``, ``t2i_median_rank`` (1-indexed) and ``rmean``, the mean of the recalls
+    (ALBEF's ``r_mean``). ``per_query`` holds the 0-indexed ranks. The ranking follows the
+    module's convention (lower index first on equal scores); no full matrix is built.
+
+    >>> import numpy as np
+    >>> images = np.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> texts = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    >>> r = image_text_recall(images, texts, [0, 1, 1], ks=(1,), metric="dot")
+    >>> r["t2i_recall@1"], r["i2t_recall@1"], r.per_query["t2i_ranks"].tolist()
+    (0.6666666666666666, 1.0, [0, 1, 0])
+    """
+    func = "image_text_recall"
+    ks = _common.check_ks(ks, func)
+    _common.check_metric(metric, func)
+    num_images = _num_rows(images, func, "images")
+    caption_image = _check_caption_image(caption_image, num_images, func)
+    _common.check_rows(texts, len(caption_image), func, "texts", "caption of 'caption_image'")
+    per_image = _captions_of_images(caption_image, num_images, func)
+    common = {"metric": metric, "chunk_size": chunk_size, "device": device}
+    t2i = ground_truth_ranks_from_embeddings(texts, images, caption_image, **common)
+    i2t = ground_truth_ranks_from_embeddings(images, texts, per_image, reduce="min", **common)
+    return _result(np.asarray(t2i), np.asarray(i2t), ks, name)
+
+
+def image_text_recall_from_scores(
+    scores: Any,
+    caption_image: Sequence[int] | np.ndarray,
+    ks: Sequence[int] = (1, 5, 10),
+    *,
+    name: str = "image-text",
+) -> ProtocolResult:
+    """The same metrics from an ``(n_images, n_captions)`` similarity matrix (higher is better).
+
+    >>> import numpy as np
+    >>> s = np.array([[0.9, 0.5, 0.5], [0.1, 0.5, 0.2]])
+    >>> r = image_text_recall_from_scores(s, [0, 1, 1], ks=(1,))
+    >>> r.per_query["t2i_ranks"].tolist(), r.per_query["i2t_ranks"].tolist()
+    ([0, 1, 1], [0, 0])
+
+    Caption 1 scores 0.5 with both images: image 0, the lower index, ranks first.
+    """
+    func = "image_text_recall_from_scores"
+    ks = _common.check_ks(ks, func)
+    scores = _common.as_scores(scores, func)
+    caption_image = _check_caption_image(caption_image, scores.shape[0], func)
+    _common.check_columns(scores, len(caption_image), func, "scores", "caption")
+    per_image = _captions_of_images(caption_image, scores.shape[0], func)
+    t2i = ground_truth_ranks(np.ascontiguousarray(scores.T), caption_image)
+    i2t = ground_truth_ranks(scores, per_image, reduce="min")
+    return _result(np.asarray(t2i), np.asarray(i2t), ks, name)
+
+
+def _num_rows(x: Any, func: str, name: str) -> int:
+    shape = getattr(x, "shape", None)
+    if shape is None or len(shape) != 2 or shape[0] == 0:
+        raise _common.fail(func, name, "a non-empty 2-D array", f"shape {shape}")
+    return int(shape[0])

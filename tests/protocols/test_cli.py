@@ -1,0 +1,535 @@
+"""The protocol sub-commands end to end: files in, tables and JSON out, one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.numpy import save_file
+
+from recallkit.cli import main
+from tests.protocols import official
+
+
+def _run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _metrics(path):
+    return json.loads(path.read_text())["metrics"]
+
+
+def _assert_usage_error(capsys, argv, message):
+    code, _, err = _run(capsys, *argv)
+    assert code == 2
+    assert err.count("\n") == 1 and "error:" in err and message in err, err
+
+
+# ----------------------------------------------------------------------------------- image-text
+
+
+@pytest.fixture
+def karpathy(tmp_path):
+    rng = np.random.default_rng(0)
+    images = []
+    for imgid in range(12):
+        sentences = [
+            {"raw": "x", "imgid": imgid, "sentid": 10 * imgid + s}
+            for s in range(int(rng.integers(1, 4)))
+        ]
+        images.append(
+            {
+                "filename": f"{imgid}.jpg",
+                "imgid": imgid,
+                "split": "test" if imgid < 9 else "val",
+                "sentences": sentences,
+            }
+        )
+    path = tmp_path / "dataset_toy.json"
+    path.write_text(json.dumps({"dataset": "toy", "images": images}))
+    caption_image = [i for i, im in enumerate(images[:9]) for _ in im["sentences"]]
+    img = rng.integers(-2, 3, size=(9, 3)).astype(np.float32)
+    txt = rng.integers(-2, 3, size=(len(caption_image), 3)).astype(np.float32)
+    np.save(tmp_path / "img.npy", img)
+    np.save(tmp_path / "txt.npy", txt)
+    expected, _, _ = official.vsepp(official.scores64(img, txt, "dot"), caption_image, (1, 5, 10))
+    return path, expected, caption_image
+
+
+def test_image_text_embeddings_and_scores(tmp_path, capsys, karpathy):
+    path, expected, caption_image = karpathy
+    out_json = tmp_path / "out" / "m.json"
+    code, out, _ = _run(
+        capsys,
+        "image-text",
+        "--karpathy",
+        path,
+        "--images",
+        tmp_path / "img.npy",
+        "--texts",
+        tmp_path / "txt.npy",
+        "--metric",
+        "dot",
+        "--json",
+        out_json,
+    )
+    assert code == 0 and "t2i_recall@1" in out and "toy test" in out
+    assert _metrics(out_json) == pytest.approx(expected)
+
+    sim = official.scores64(np.load(tmp_path / "img.npy"), np.load(tmp_path / "txt.npy"), "dot")
+    torch.save(torch.from_numpy(sim), tmp_path / "sim.pt")
+    (tmp_path / "ci.json").write_text(json.dumps(caption_image))
+    code, _, _ = _run(
+        capsys,
+        "image-text",
+        "--caption-image",
+        tmp_path / "ci.json",
+        "--scores",
+        tmp_path / "sim.pt",
+        "--json",
+        out_json,
+        "--ks",
+        "1",
+        "5",
+        "10",
+    )
+    assert code == 0 and _metrics(out_json) == pytest.approx(expected)
+    np.save(tmp_path / "ci.npy", np.asarray(caption_image, dtype=np.int64))
+    code, _, _ = _run(
+        capsys,
+        "image-text",
+        "--caption-image",
+        tmp_path / "ci.npy",
+        "--scores",
+        tmp_path / "sim.pt",
+        "--json",
+        out_json,
+    )
+    assert code == 0 and _metrics(out_json) == pytest.approx(expected)
+    (tmp_path / "bad.json").write_text(json.dumps([0, 1.5]))
+    _assert_usage_error(
+        capsys,
+        ["image-text", "--caption-image", tmp_path / "bad.json", "--scores", tmp_path / "sim.pt"],
+        "must hold a list of image rows",
+    )
+
+
+def test_image_text_user_errors(tmp_path, capsys, karpathy):
+    path, _, _ = karpathy
+    _assert_usage_error(
+        capsys,
+        ["image-text", "--karpathy", path, "--images", tmp_path / "img.npy"],
+        "give --images and --texts",
+    )
+    _assert_usage_error(
+        capsys,
+        [
+            "image-text",
+            "--karpathy",
+            path,
+            "--images",
+            tmp_path / "img.npy",
+            "--texts",
+            tmp_path / "img.npy",
+        ],
+        "'texts' parameter",
+    )
+    _assert_usage_error(
+        capsys,
+        ["image-text", "--karpathy", path, "--scores", tmp_path / "nope.npy"],
+        "does not exist",
+    )
+    coco = tmp_path / "dataset_coco.json"
+    coco.write_text(path.read_text().replace('"toy"', '"coco"'))
+    _assert_usage_error(
+        capsys,
+        ["image-text", "--karpathy", coco, "--scores", tmp_path / "img.npy"],
+        "expected 5000",
+    )
+
+
+# ----------------------------------------------------------------------------------------- CIRR
+
+
+@pytest.fixture
+def cirr_root(tmp_path):
+    rng = np.random.default_rng(1)
+    names = [f"dev-{i}-0-img0" for i in range(30)]
+    entries, test_entries = [], []
+    for q in range(12):
+        members = [names[i] for i in rng.choice(30, size=6, replace=False)]
+        entries.append(
+            {
+                "pairid": q,
+                "reference": members[0],
+                "target_hard": members[1],
+                "target_soft": {members[1]: 1.0, members[2]: 0.5, members[3]: -1.0},
+                "caption": "c",
+                "img_set": {"id": q, "members": members},
+            }
+        )
+        test_entries.append(
+            {
+                "pairid": 500 + q,
+                "reference": members[0],
+                "caption": "c",
+                "img_set": {"id": q, "members": members},
+            }
+        )
+    for split, rows in (("val", entries), ("test1", test_entries)):
+        (tmp_path / "CIRR" / "captions").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "CIRR" / "image_splits").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "CIRR" / "captions" / f"cap.rc2.{split}.json").write_text(json.dumps(rows))
+        (tmp_path / "CIRR" / "image_splits" / f"split.rc2.{split}.json").write_text(
+            json.dumps({n: f"./dev/{n}.png" for n in names})
+        )
+    query = rng.integers(-2, 3, size=(12, 3)).astype(np.float32)
+    images = rng.integers(-2, 3, size=(30, 3)).astype(np.float32)
+    np.save(tmp_path / "q.npy", query)
+    save_file({"embeddings": images, "other": images[:2]}, str(tmp_path / "img.safetensors"))
+    return tmp_path / "CIRR", names, entries, official.scores64(query, images, "dot")
+
+
+def test_cirr_val_and_test_submission(tmp_path, capsys, cirr_root):
+    root, names, entries, sim = cirr_root
+    images = f"{tmp_path / 'img.safetensors'}#embeddings"
+    out = tmp_path / "cirr.json"
+    code, text, _ = _run(
+        capsys,
+        "cirr",
+        "--root",
+        root,
+        "--queries",
+        tmp_path / "q.npy",
+        "--images",
+        images,
+        "--metric",
+        "dot",
+        "--json",
+        out,
+    )
+    assert code == 0 and "recall_subset@1" in text
+    refs = [e["reference"] for e in entries]
+    members = [e["img_set"]["members"] for e in entries]
+    expected = official.cirr_hard(sim, names, refs, [e["target_hard"] for e in entries], members)
+    assert _metrics(out) == pytest.approx(expected)
+    code, _, _ = _run(
+        capsys,
+        "cirr",
+        "--root",
+        root,
+        "--queries",
+        tmp_path / "q.npy",
+        "--images",
+        images,
+        "--metric",
+        "dot",
+        "--json",
+        out,
+        "--target",
+        "soft",
+    )
+    expected = official.cirr_soft(sim, names, refs, [e["target_soft"] for e in entries], members)
+    assert code == 0 and _metrics(out) == pytest.approx(expected)
+
+    np.save(tmp_path / "sim.npy", sim)
+    code, text, _ = _run(
+        capsys,
+        "cirr",
+        "--root",
+        root,
+        "--split",
+        "test1",
+        "--scores",
+        tmp_path / "sim.npy",
+        "--submission-dir",
+        tmp_path / "sub",
+    )
+    assert code == 0 and "cirr_test1_recall.json" in text
+    recall = json.loads((tmp_path / "sub" / "cirr_test1_recall.json").read_text())
+    subset = json.loads((tmp_path / "sub" / "cirr_test1_recall_subset.json").read_text())
+    assert recall["version"] == "rc2" and recall["metric"] == "recall"
+    assert subset["metric"] == "recall_subset"
+    top = official.top_names(sim, names, [[r] for r in refs], 50)
+    in_set = official.top_names(
+        sim, names, [[n for n in names if n not in m or n == m[0]] for m in members], 3
+    )
+    assert [recall[str(500 + q)] for q in range(12)] == top
+    assert [subset[str(500 + q)] for q in range(12)] == in_set
+
+
+def test_cirr_user_errors(tmp_path, capsys, cirr_root):
+    root = cirr_root[0]
+    _assert_usage_error(
+        capsys,
+        ["cirr", "--root", root, "--split", "test1", "--scores", tmp_path / "q.npy"],
+        "has no targets to score",
+    )
+    _assert_usage_error(
+        capsys,
+        [
+            "cirr",
+            "--root",
+            root,
+            "--queries",
+            tmp_path / "q.npy",
+            "--images",
+            tmp_path / "img.safetensors",
+        ],
+        "holds several tensors",
+    )
+    _assert_usage_error(
+        capsys,
+        ["cirr", "--root", root, "--scores", tmp_path / "q.npy"],
+        "'scores' parameter of cirr_recall_from_scores",
+    )
+    _assert_usage_error(
+        capsys,
+        ["cirr", "--root", tmp_path, "--scores", tmp_path / "q.npy"],
+        "CIRR image split file not found",
+    )
+
+
+# ---------------------------------------------------------------------------------------- CIRCO
+
+
+def test_circo_embeddings_predictions_and_submission(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    ids = rng.choice(np.arange(1, 10**6), size=80, replace=False).tolist()
+    entries = []
+    for q in range(10):
+        picked = rng.choice(ids, size=int(rng.integers(2, 9)), replace=False).tolist()
+        entries.append(
+            {
+                "id": q,
+                "reference_img_id": picked[0],
+                "target_img_id": picked[1],
+                "relative_caption": "c",
+                "shared_concept": "s",
+                "gt_img_ids": picked[1:],
+            }
+        )
+    (tmp_path / "CIRCO" / "annotations").mkdir(parents=True)
+    (tmp_path / "CIRCO" / "annotations" / "val.json").write_text(json.dumps(entries))
+    (tmp_path / "CIRCO" / "annotations" / "test.json").write_text(
+        json.dumps(
+            [
+                {k: v for k, v in e.items() if k not in ("target_img_id", "gt_img_ids")}
+                for e in entries
+            ]
+        )
+    )
+    info = tmp_path / "info.json"
+    info.write_text(json.dumps({"images": [{"id": i, "file_name": f"{i:012d}.jpg"} for i in ids]}))
+    query = rng.integers(-2, 3, size=(10, 3)).astype(np.float32)
+    images = rng.integers(-2, 3, size=(80, 3)).astype(np.float32)
+    np.save(tmp_path / "q.npy", query)
+    torch.save({"embeddings": torch.from_numpy(images)}, tmp_path / "img.pt")
+    sim = official.scores64(query, images, "dot")
+    predictions = dict(enumerate(official.ranked_ids(sim, ids, k=50)))
+    gts = {e["id"]: e["gt_img_ids"] for e in entries}
+    targets = {e["id"]: e["target_img_id"] for e in entries}
+
+    out = tmp_path / "circo.json"
+    for divisor in ("min_k_r", "r"):
+        code, text, _ = _run(
+            capsys,
+            "circo",
+            "--annotations",
+            tmp_path / "CIRCO",
+            "--queries",
+            tmp_path / "q.npy",
+            "--images",
+            tmp_path / "img.pt",
+            "--image-ids",
+            info,
+            "--metric",
+            "dot",
+            "--divisor",
+            divisor,
+            "--json",
+            out,
+        )
+        assert code == 0 and "mAP@50" in text
+        expected = official.circo_official(predictions, gts, targets, (5, 10, 25, 50), divisor)
+        assert _metrics(out) == pytest.approx(expected)
+
+    (tmp_path / "pred.json").write_text(json.dumps({str(k): v for k, v in predictions.items()}))
+    code, _, _ = _run(
+        capsys,
+        "circo",
+        "--annotations",
+        tmp_path / "CIRCO" / "annotations" / "val.json",
+        "--predictions",
+        tmp_path / "pred.json",
+        "--json",
+        out,
+    )
+    assert code == 0 and _metrics(out) == pytest.approx(
+        official.circo_official(predictions, gts, targets, (5, 10, 25, 50))
+    )
+
+    (tmp_path / "ids.txt").write_text("\n".join(f"unlabeled2017/{i:012d}.jpg" for i in ids))
+    code, _, _ = _run(
+        capsys,
+        "circo",
+        "--annotations",
+        tmp_path / "CIRCO",
+        "--split",
+        "test",
+        "--queries",
+        tmp_path / "q.npy",
+        "--images",
+        tmp_path / "img.pt",
+        "--image-ids",
+        tmp_path / "ids.txt",
+        "--metric",
+        "dot",
+        "--submission",
+        tmp_path / "sub.json",
+    )
+    assert code == 0
+    submission = json.loads((tmp_path / "sub.json").read_text())
+    assert submission == {str(k): v for k, v in predictions.items()}
+
+    duplicated = {str(k): v for k, v in predictions.items()}
+    duplicated["3"] = [duplicated["3"][0]] * 2
+    (tmp_path / "dup.json").write_text(json.dumps(duplicated))
+    _assert_usage_error(
+        capsys,
+        ["circo", "--annotations", tmp_path / "CIRCO", "--predictions", tmp_path / "dup.json"],
+        "a repeated image id in the ranking of query 3",
+    )
+    keep = [j for j, i in enumerate(ids) if i != entries[4]["gt_img_ids"][-1]]
+    np.save(tmp_path / "few_ids.npy", np.array(ids)[keep])
+    np.save(tmp_path / "few_scores.npy", sim[:, keep])
+    _assert_usage_error(
+        capsys,
+        [
+            "circo",
+            "--annotations",
+            tmp_path / "CIRCO",
+            "--scores",
+            tmp_path / "q.npy",
+            "--image-ids",
+            tmp_path / "few_ids.npy",
+        ],
+        "is not among the 'image_ids'",
+    )
+
+
+# ------------------------------------------------------------------------------------ FashionIQ
+
+
+def test_fashioniq_categories(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    args, score_args, expected = [], [], {}
+    for c, category in enumerate(("dress", "shirt", "toptee")):
+        names = [f"B{c}{i}" for i in range(40)]
+        pairs = [rng.choice(names, size=2, replace=False).tolist() for _ in range(15)]
+        (tmp_path / "captions").mkdir(exist_ok=True)
+        (tmp_path / "image_splits").mkdir(exist_ok=True)
+        (tmp_path / "image_splits" / f"split.{category}.val.json").write_text(json.dumps(names))
+        (tmp_path / "captions" / f"cap.{category}.val.json").write_text(
+            json.dumps([{"candidate": a, "target": b, "captions": ["x", "y"]} for a, b in pairs])
+        )
+        q = rng.integers(-2, 3, size=(15, 3)).astype(np.float32)
+        g = rng.integers(-2, 3, size=(40, 3)).astype(np.float32)
+        np.save(tmp_path / f"q_{category}.npy", q)
+        np.save(tmp_path / f"g_{category}.npy", g)
+        sim = official.scores64(q, g, "dot")
+        np.save(tmp_path / f"s_{category}.npy", sim)
+        args += [
+            "--category",
+            category,
+            tmp_path / f"q_{category}.npy",
+            tmp_path / f"g_{category}.npy",
+        ]
+        score_args += ["--category-scores", category, tmp_path / f"s_{category}.npy"]
+        expected[category] = official.fashioniq_category(sim, names, [b for _, b in pairs])
+    means = {
+        f"mean_recall@{k}": float(np.mean([e[f"recall@{k}"] for e in expected.values()]))
+        for k in (10, 50)
+    }
+    means["average"] = (means["mean_recall@10"] + means["mean_recall@50"]) / 2
+    out = tmp_path / "fiq.json"
+    for extra in ([*args, "--metric", "dot"], score_args):
+        code, text, _ = _run(capsys, "fashioniq", "--root", tmp_path, *extra, "--json", out)
+        assert code == 0 and "toptee" in text
+        payload = json.loads(out.read_text())
+        assert payload["metrics"] == pytest.approx(means)
+        for category, values in expected.items():
+            assert payload["parts"][category]["metrics"] == pytest.approx(values)
+    _assert_usage_error(
+        capsys,
+        ["fashioniq", "--root", tmp_path, "--category-scores", "shoes", tmp_path / "s_dress.npy"],
+        "unknown FashionIQ category 'shoes'",
+    )
+
+
+# -------------------------------------------------------------------------------------- GeneCIS
+
+
+def test_genecis_tasks(tmp_path, capsys):
+    rng = np.random.default_rng(4)
+    argv, expected = [], {}
+    for task in ("focus_attribute", "change_attribute", "focus_object", "change_object"):
+        distractors = 9 if "attribute" in task else 14
+        item = (
+            {"image_id": "1", "instance_bbox": [0, 0, 5, 5]}
+            if "attribute" in task
+            else {"val_image_id": 1}
+        )
+        samples = [
+            {"reference": item, "condition": "c", "target": item, "gallery": [item] * distractors}
+        ] * 20
+        (tmp_path / f"{task}.json").write_text(json.dumps(samples))
+        scores = rng.integers(0, 3, size=(20, distractors + 1)).astype(np.float32)
+        expected[task], _ = official.genecis_pessimistic(scores)
+        if task == "focus_object":
+            q = rng.integers(-2, 3, size=(20, 3)).astype(np.float32)
+            c = rng.integers(-2, 3, size=(20, distractors + 1, 3)).astype(np.float32)
+            np.save(tmp_path / "q.npy", q)
+            np.save(tmp_path / "c.npy", c)
+            expected[task], _ = official.genecis_pessimistic(
+                np.einsum("nd,ngd->ng", q.astype(float), c.astype(float))
+            )
+            argv += ["--task-embeddings", task, tmp_path / "q.npy", tmp_path / "c.npy"]
+        else:
+            torch.save(torch.from_numpy(scores), tmp_path / f"{task}.pt")
+            argv += ["--task", task, tmp_path / f"{task}.pt"]
+    out = tmp_path / "genecis.json"
+    code, text, _ = _run(
+        capsys, "genecis", "--root", tmp_path, *argv, "--metric", "dot", "--json", out
+    )
+    assert code == 0 and "average_recall@1" in text
+    payload = json.loads(out.read_text())
+    for task, values in expected.items():
+        assert payload["parts"][task]["metrics"] == pytest.approx(values)
+    assert payload["metrics"]["average_recall@1"] == pytest.approx(
+        np.mean([e["recall@1"] for e in expected.values()])
+    )
+
+    np.save(tmp_path / "narrow.npy", np.zeros((20, 5)))
+    _assert_usage_error(
+        capsys,
+        ["genecis", "--root", tmp_path, "--task", "focus_object", tmp_path / "narrow.npy"],
+        "at least 15 columns",
+    )
+    _assert_usage_error(
+        capsys,
+        ["genecis", "--root", tmp_path, "--task", "colour", tmp_path / "narrow.npy"],
+        "unknown GeneCIS task 'colour'",
+    )
+    (tmp_path / "change_object.json").write_text(
+        json.dumps([{"reference": {"val_image_id": 1}, "gallery": [{"val_image_id": 2}]}])
+    )
+    _assert_usage_error(
+        capsys,
+        ["genecis", "--root", tmp_path, "--task", "change_object", tmp_path / "narrow.npy"],
+        "sample 0: the sample has no target",
+    )
