@@ -5,7 +5,8 @@ with torch and with numpy's BLAS; the faster is the floor), the peak resident me
 inputs, and whether the methods agree where their tie rules allow.
 
     uv run --frozen --no-sync --env-file tests/cpu.env python benchmarks/bench_recall.py
-    uv run --frozen --no-sync --env-file tests/cpu.env python benchmarks/bench_recall.py --scale small
+    uv run --frozen --no-sync --env-file tests/cpu.env \
+        python benchmarks/bench_recall.py --scale small
 
 Data: synthetic class clusters (about 5 items per class at SOP scale, 100 classes at CUB scale),
 L2-normalised float32, evaluated leave-one-out (the test split against itself).
@@ -128,57 +129,83 @@ def seed_recall(x: np.ndarray, labels: np.ndarray, ks: tuple[int, ...]) -> dict[
 def run_scale(name: str, with_seed: bool) -> None:
     rows, classes, dims = SCALES[name]
     for dim in dims:
-        x, labels = make_data(rows, classes, dim)
-        xt = torch.from_numpy(x)
-        space = _engine.prepare(xt, xt, "cosine", None, "bench")
-        chunk = _engine.chunk_rows(space, None)
-        del space
-        print(f"\n== {name}: {rows:,} x {rows:,} leave-one-out, d={dim}, {classes:,} classes, "
-              f"ks={KS}, chunk={chunk} rows, {torch.get_num_threads()} threads ==")
-        print(f"{'method':<44}{'time s':>9}{'x floor':>9}{'peak GiB':>10}  result")
-        results: dict[str, Any] = {}
-        timings: dict[str, float] = {}
+        run_dim(name, rows, classes, dim, with_seed)
+        gc.collect()
 
-        def row(label: str, fn: Callable[[], Any], floor: float | None = None) -> Any:
-            value, seconds, peak = measure(fn)
-            timings[label] = seconds
-            ratio = f"{seconds / floor:9.2f}" if floor else f"{'':>9}"
-            shown = value if not isinstance(value, float) or math.isnan(value) else round(value, 4)
-            if isinstance(value, dict):
-                shown = {k: round(v, 4) for k, v in value.items()}
-            print(f"{label:<44}{seconds:9.2f}{ratio}{peak:10.2f}  {shown}", flush=True)
-            results[label] = value
-            return value
 
-        row("GEMM floor, torch.mm (chunked)", lambda: gemm_floor_torch(xt, chunk))
-        row("GEMM floor, numpy BLAS (chunked)", lambda: gemm_floor_numpy(x, chunk))
-        floor = min(timings.values())
-        rk = row("recallkit.recall_at_k", lambda: dict(recallkit.recall_at_k(
-            xt, xt, labels, labels, KS, query_in_reference=True)), floor)
-        rk_map = row("recallkit.map_at_r", lambda: recallkit.map_at_r(
-            xt, xt, labels, labels, query_in_reference=True), floor)
-        row("recallkit.r_precision", lambda: recallkit.r_precision(
-            xt, xt, labels, labels, query_in_reference=True), floor)
-        fa = row(f"faiss IndexFlatIP k={max(KS) + 1}", lambda: faiss_recall(x, labels, KS), floor)
-        calc = AccuracyCalculator(include=("precision_at_1",), k=1, device=torch.device("cpu"))
-        p1 = row("PML AccuracyCalculator precision_at_1", lambda: calc.get_accuracy(
-            xt, torch.from_numpy(labels))["precision_at_1"], floor)
-        calc = AccuracyCalculator(include=("mean_average_precision_at_r",), k="max_bin_count",
-                                  device=torch.device("cpu"))
-        pml_map = row("PML AccuracyCalculator MAP@R (max_bin_count)", lambda: calc.get_accuracy(
-            xt, torch.from_numpy(labels))["mean_average_precision_at_r"], floor)
-        if with_seed:
-            sd = row("seed numpy code (full matrix)", lambda: seed_recall(x, labels, KS), floor)
-            print(f"agree seed:  {all(abs(sd[k] - rk[k]) < 1e-12 for k in rk)}")
-        print(f"agree faiss: {all(abs(fa[k] - rk[k]) < 1e-12 for k in rk)}   "
-              f"agree PML p@1: {abs(p1 - rk['recall@1']) < 1e-12}   "
-              f"agree PML MAP@R: {abs(pml_map - rk_map) < 1e-9}")
-        rk_t = timings["recallkit.recall_at_k"]
-        print(f"recall@K / floor = {rk_t / floor:.3f}; recall@K / faiss = "
-              f"{rk_t / timings[f'faiss IndexFlatIP k={max(KS) + 1}']:.3f}; MAP@R / recall@K = "
-              f"{timings['recallkit.map_at_r'] / rk_t:.3f}; R-precision / recall@K = "
-              f"{timings['recallkit.r_precision'] / rk_t:.3f}")
-        del x, xt
+def run_dim(name: str, rows: int, classes: int, dim: int, with_seed: bool) -> None:
+    x, labels = make_data(rows, classes, dim)
+    xt = torch.from_numpy(x)
+    space = _engine.prepare(xt, xt, "cosine", None, "bench")
+    chunk = _engine.chunk_rows(space, None)
+    del space
+    print(
+        f"\n== {name}: {rows:,} x {rows:,} leave-one-out, d={dim}, {classes:,} classes, "
+        f"ks={KS}, chunk={chunk} rows, {torch.get_num_threads()} threads =="
+    )
+    print(f"{'method':<44}{'time s':>9}{'x floor':>9}{'peak GiB':>10}  result")
+    results: dict[str, Any] = {}
+    timings: dict[str, float] = {}
+
+    def row(label: str, fn: Callable[[], Any], floor: float | None = None) -> Any:
+        value, seconds, peak = measure(fn)
+        timings[label] = seconds
+        ratio = f"{seconds / floor:9.2f}" if floor else f"{'':>9}"
+        shown = value if not isinstance(value, float) or math.isnan(value) else round(value, 4)
+        if isinstance(value, dict):
+            shown = {k: round(v, 4) for k, v in value.items()}
+        print(f"{label:<44}{seconds:9.2f}{ratio}{peak:10.2f}  {shown}", flush=True)
+        results[label] = value
+        return value
+
+    row("GEMM floor, torch.mm (chunked)", lambda: gemm_floor_torch(xt, chunk))
+    row("GEMM floor, numpy BLAS (chunked)", lambda: gemm_floor_numpy(x, chunk))
+    floor = min(timings.values())
+    rk = row(
+        "recallkit.recall_at_k",
+        lambda: dict(recallkit.recall_at_k(xt, xt, labels, labels, KS, query_in_reference=True)),
+        floor,
+    )
+    rk_map = row(
+        "recallkit.map_at_r",
+        lambda: recallkit.map_at_r(xt, xt, labels, labels, query_in_reference=True),
+        floor,
+    )
+    row(
+        "recallkit.r_precision",
+        lambda: recallkit.r_precision(xt, xt, labels, labels, query_in_reference=True),
+        floor,
+    )
+    fa = row(f"faiss IndexFlatIP k={max(KS) + 1}", lambda: faiss_recall(x, labels, KS), floor)
+    calc = AccuracyCalculator(include=("precision_at_1",), k=1, device=torch.device("cpu"))
+    p1 = row(
+        "PML AccuracyCalculator precision_at_1",
+        lambda: calc.get_accuracy(xt, torch.from_numpy(labels))["precision_at_1"],
+        floor,
+    )
+    calc = AccuracyCalculator(
+        include=("mean_average_precision_at_r",), k="max_bin_count", device=torch.device("cpu")
+    )
+    pml_map = row(
+        "PML AccuracyCalculator MAP@R (max_bin_count)",
+        lambda: calc.get_accuracy(xt, torch.from_numpy(labels))["mean_average_precision_at_r"],
+        floor,
+    )
+    if with_seed:
+        sd = row("seed numpy code (full matrix)", lambda: seed_recall(x, labels, KS), floor)
+        print(f"agree seed:  {all(abs(sd[k] - rk[k]) < 1e-12 for k in rk)}")
+    print(
+        f"agree faiss: {all(abs(fa[k] - rk[k]) < 1e-12 for k in rk)}   "
+        f"agree PML p@1: {abs(p1 - rk['recall@1']) < 1e-12}   "
+        f"agree PML MAP@R: {abs(pml_map - rk_map) < 1e-9}"
+    )
+    rk_t = timings["recallkit.recall_at_k"]
+    print(
+        f"recall@K / floor = {rk_t / floor:.3f}; recall@K / faiss = "
+        f"{rk_t / timings[f'faiss IndexFlatIP k={max(KS) + 1}']:.3f}; MAP@R / recall@K = "
+        f"{timings['recallkit.map_at_r'] / rk_t:.3f}; R-precision / recall@K = "
+        f"{timings['recallkit.r_precision'] / rk_t:.3f}"
+    )
 
 
 def main() -> None:
@@ -186,8 +213,10 @@ def main() -> None:
     parser.add_argument("--scale", choices=[*SCALES, "all"], default="all")
     args = parser.parse_args()
     faiss.omp_set_num_threads(torch.get_num_threads())
-    print(f"torch {torch.__version__}, numpy {np.__version__}, faiss {faiss.__version__}, "
-          f"threads {torch.get_num_threads()}")
+    print(
+        f"torch {torch.__version__}, numpy {np.__version__}, faiss {faiss.__version__}, "
+        f"threads {torch.get_num_threads()}"
+    )
     # Warm the numba kernels so compilation is not timed.
     w = np.eye(4, dtype=np.float32)
     recallkit.recall_at_k(w, w, [0, 0, 1, 1], [0, 0, 1, 1], (1,), query_in_reference=True)

@@ -78,7 +78,7 @@ def prepare_rows(
 
 @dataclass
 class Block:
-    """Prepared reference rows ``offset..offset+rows`` (zero-padded), or rows at ``global_index``."""
+    """Prepared reference rows ``offset..offset+rows`` (zero-padded), or at ``global_index``."""
 
     offset: int
     rows: int
@@ -180,8 +180,9 @@ def prepare(
         r = _checks.as_embeddings(reference, "reference", func)
         m, d = r.shape
     if q.shape[1] != d:
-        raise _checks.fail(func, "reference", f"of the query's dimension {q.shape[1]}",
-                           f"dimension {d}")
+        raise _checks.fail(
+            func, "reference", f"of the query's dimension {q.shape[1]}", f"dimension {d}"
+        )
     dev = resolve_device(device, q)
     if streamed:
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
@@ -255,8 +256,11 @@ class Pairs:
         # Positions of each query's group inside ``order``: a vectorised concatenation of ranges.
         offsets = np.repeat(lo - indptr[:-1], q_counts)
         flat = np.arange(indptr[-1], dtype=np.int64) + offsets
-        return cls(torch.from_numpy(indptr), torch.from_numpy(order[flat].astype(np.int64)),
-                   len(query_codes))
+        return cls(
+            torch.from_numpy(indptr),
+            torch.from_numpy(order[flat].astype(np.int64)),
+            len(query_codes),
+        )
 
     @classmethod
     def diagonal(cls, num_query: int) -> Pairs:
@@ -434,12 +438,16 @@ def threshold_ranks(
     # Step 2: count the candidates ranked above each threshold item, across blocks.
     total = torch.zeros(best.shape, dtype=torch.int64, device=dev)
     for i, block in enumerate(blocks or space.blocks()):
-        scores = cached[i] if blocks is not None else _masked(
-            block_scores(space, padded, rows, block), excluded, block)
+        scores = (
+            cached[i]
+            if blocks is not None
+            else _masked(block_scores(space, padded, rows, block), excluded, block)
+        )
         positions = block.count_below(where.clamp(max=SENTINEL - 1))
         positions = torch.where(torch.isfinite(best), positions, torch.full_like(positions, -1))
-        counts = _kernels.count_before(scores, best.to(scores.dtype), positions, backend,
-                                       cols=block.rows)
+        counts = _kernels.count_before(
+            scores, best.to(scores.dtype), positions, backend, cols=block.rows
+        )
         total += counts.clamp(min=0).to(dev)
     total = reduce("sum", total)
     return torch.where(torch.isfinite(best), total, torch.full_like(total, -1))
@@ -460,8 +468,15 @@ def first_hit_ranks(
     size = chunk_rows(space, chunk_size)
     out = np.empty(space.num_query, dtype=np.int64)
     for start, stop in chunks(space.num_query, size):
-        ranks = threshold_ranks(space, space.query[start:stop], start, stop, exclusions,
-                                positives=positives, backend=backend)
+        ranks = threshold_ranks(
+            space,
+            space.query[start:stop],
+            start,
+            stop,
+            exclusions,
+            positives=positives,
+            backend=backend,
+        )
         out[start:stop] = ranks[:, 0].cpu().numpy()
     return out
 
@@ -482,14 +497,18 @@ def slot_ranks(
     all_targets = torch.from_numpy(targets)
     for start, stop in chunks(space.num_query, size):
         t = all_targets[start:stop].to(space.device)
-        ranks = threshold_ranks(space, space.query[start:stop], start, stop, exclusions,
-                                targets=t, backend=backend)
+        ranks = threshold_ranks(
+            space, space.query[start:stop], start, stop, exclusions, targets=t, backend=backend
+        )
         out[start:stop] = torch.where(t >= 0, ranks, torch.full_like(ranks, -1)).cpu().numpy()
     return out
 
 
 def merge_ranked(
-    index_a: torch.Tensor, score_a: torch.Tensor, index_b: torch.Tensor, score_b: torch.Tensor,
+    index_a: torch.Tensor,
+    score_a: torch.Tensor,
+    index_b: torch.Tensor,
+    score_b: torch.Tensor,
     k: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact top-``k`` of two ranked lists per row (global indices, -1 padding), tie rule kept."""
@@ -550,6 +569,7 @@ def ranked_lists(
     size = chunk_rows(space, chunk_size, per_row_bytes=kmax * 24)
     all_ks = torch.from_numpy(ks.astype(np.int64))
     for start, stop in chunks(space.num_query, size):
-        index, value = ranked_chunk(space, space.query[start:stop], start, stop,
-                                    all_ks[start:stop], exclusions, backend)
+        index, value = ranked_chunk(
+            space, space.query[start:stop], start, stop, all_ks[start:stop], exclusions, backend
+        )
         yield start, stop, index, value

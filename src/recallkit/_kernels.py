@@ -152,7 +152,10 @@ def topk(
         index = np.full((rows, kmax), -1, dtype=np.int64)
         value = np.full((rows, kmax), -np.inf, dtype=scores.numpy().dtype)
         _topk_numba(
-            scores.contiguous().numpy(), cols, ks.contiguous().numpy().astype(np.int64), index,
+            scores.contiguous().numpy(),
+            cols,
+            ks.contiguous().numpy().astype(np.int64),
+            index,
             value,
         )
         return torch.from_numpy(index), torch.from_numpy(value)

@@ -1,4 +1,4 @@
-"""pytorch-metric-learning layer: an exact ``knn_func`` and an ``AccuracyCalculator`` with recall@K."""
+"""pytorch-metric-learning layer: an exact ``knn_func``; an ``AccuracyCalculator`` with recall@K."""
 
 from __future__ import annotations
 
@@ -107,9 +107,7 @@ class RecallCalculator(AccuracyCalculator):
     {'precision_at_1': 0.5, 'recall_at_2': 1.0}
     """
 
-    def __init__(
-        self, ks: Any = (1, 2, 4, 8), *, metric: str = "cosine", **kwargs: Any
-    ) -> None:
+    def __init__(self, ks: Any = (1, 2, 4, 8), *, metric: str = "cosine", **kwargs: Any) -> None:
         self.ks = _checks.check_ks(ks, "RecallCalculator")
         self.metric = _checks.check_metric(metric, "RecallCalculator")
         for k in self.ks:

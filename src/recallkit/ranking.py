@@ -5,7 +5,8 @@ AP@K is computed with four different divisors in the field. Here the divisor is 
 * ``"min_k_r"`` (default): ``min(K, R)``, the CIRCO official evaluation (Baldrati et al. 2023);
   a perfect ranking scores 1.
 * ``"r"``: ``R``, every relevant item (PML's ``mean_average_precision``; the SQUARE seed recipe).
-* ``"hits"``: the relevant items found within the top K (torchmetrics ``retrieval_average_precision``
+* ``"hits"``: the relevant items found within the top K (torchmetrics
+  ``retrieval_average_precision``
   with ``top_k``, OML); a query with no hit scores 0.
 
 (revisitop's interpolated AP is not offered.) ``R`` is the number of relevant items of the query.

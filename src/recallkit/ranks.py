@@ -210,7 +210,8 @@ def recall_at_k_from_scores(sim_matrix: Any, ground_truth: Any, ks: Sequence[int
     (:func:`ground_truth_ranks`); each value is ``round(count(rank < K) / n, 4)``, returned as
     a list in the order of ``ks``.
 
-    >>> recall_at_k_from_scores([[0.9, 0.1, 0.5], [0.3, 0.3, 0.2], [0.1, 0.2, 0.3]], [0, 1, 0], [1, 2])
+    >>> sim = [[0.9, 0.1, 0.5], [0.3, 0.3, 0.2], [0.1, 0.2, 0.3]]
+    >>> recall_at_k_from_scores(sim, [0, 1, 0], [1, 2])
     [0.3333, 0.6667]
     """
     ks = _checks.check_ks(ks, "recall_at_k_from_scores")

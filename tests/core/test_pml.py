@@ -10,16 +10,16 @@ from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 from recallkit.pml import ExactKNN, RecallCalculator
 
 CPU = torch.device("cpu")
-METRICS = ("precision_at_1", "r_precision", "mean_average_precision_at_r",
-           "mean_average_precision")
+METRICS = ("precision_at_1", "r_precision", "mean_average_precision_at_r", "mean_average_precision")
 
 
 def test_exact_knn_matches_pml_default_on_tie_free_data():
     rng = np.random.default_rng(0)
     x = torch.from_numpy(rng.standard_normal((150, 6)).astype(np.float32))
     labels = torch.from_numpy(rng.integers(0, 15, size=150))
-    ours = AccuracyCalculator(include=METRICS, k="max_bin_count", device=CPU,
-                              knn_func=ExactKNN(metric="euclidean"))
+    ours = AccuracyCalculator(
+        include=METRICS, k="max_bin_count", device=CPU, knn_func=ExactKNN(metric="euclidean")
+    )
     theirs = AccuracyCalculator(include=METRICS, k="max_bin_count", device=CPU)
     a = ours.get_accuracy(x[:60], labels[:60], x, labels, ref_includes_query=True)
     b = theirs.get_accuracy(x[:60], labels[:60], x, labels, ref_includes_query=True)

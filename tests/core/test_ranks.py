@@ -47,7 +47,7 @@ def test_exclude_removes_candidates():
     # Without exclusion item 2 is behind 0 and 1; excluding 0 moves it to rank 1.
     assert ground_truth_ranks(sim, [2], exclude=[0]).tolist() == [1]
     assert ground_truth_ranks(sim, [2], exclude=[[0, 1]]).tolist() == [0]
-    with pytest.raises(ValueError, match="'exclude' parameter .* disjoint .* query 0"):
+    with pytest.raises(ValueError, match=r"'exclude' parameter .* disjoint .* query 0"):
         ground_truth_ranks(sim, [2], exclude=[2])
 
 
@@ -60,17 +60,21 @@ def test_from_embeddings_against_brute_force(metric, backend):
         r = rng.integers(-2, 3, size=(m, d)).astype(np.float32)
         r[rng.integers(0, m, size=m // 3)] = r[0]
         gt = [rng.choice(m, size=int(rng.integers(1, 4)), replace=False) for _ in range(n)]
-        ex = [[int(j)] if j not in g else [] for g, j in zip(gt, rng.integers(0, m, size=n))]
+        ex = [
+            [int(j)] if j not in g else []
+            for g, j in zip(gt, rng.integers(0, m, size=n), strict=True)
+        ]
         s = brute.scores64(q, r, metric)
-        expected_none = [[brute.gt_rank(s[i], int(t), set(ex[i])) for t in gt[i]]
-                         for i in range(n)]
+        expected_none = [[brute.gt_rank(s[i], int(t), set(ex[i])) for t in gt[i]] for i in range(n)]
         expected_min = [min(x) for x in expected_none]
         for chunk in (1, 4, None):
-            got = ground_truth_ranks_from_embeddings(q, r, gt, exclude=ex, metric=metric,
-                                                     chunk_size=chunk)
+            got = ground_truth_ranks_from_embeddings(
+                q, r, gt, exclude=ex, metric=metric, chunk_size=chunk
+            )
             assert got.tolist() == expected_min
-            got = ground_truth_ranks_from_embeddings(q, r, gt, exclude=ex, metric=metric,
-                                                     chunk_size=chunk, reduce="none")
+            got = ground_truth_ranks_from_embeddings(
+                q, r, gt, exclude=ex, metric=metric, chunk_size=chunk, reduce="none"
+            )
             assert [list(row[row >= 0]) for row in got] == expected_none
         if metric == "dot":
             assert ground_truth_ranks(s, gt, exclude=ex).tolist() == expected_min
@@ -83,8 +87,9 @@ def test_nearest_neighbors_against_brute_force(backend):
     r[:25] = q
     s = brute.scores64(q, r, "dot")
     for chunk in (1, 7, None):
-        idx, val = nearest_neighbors(q, r, 6, query_in_reference=True, metric="dot",
-                                     chunk_size=chunk)
+        idx, val = nearest_neighbors(
+            q, r, 6, query_in_reference=True, metric="dot", chunk_size=chunk
+        )
         for i in range(25):
             expected = brute.ranked(s[i], {i})[:6]
             assert idx[i].tolist() == expected
@@ -100,13 +105,17 @@ def test_nearest_neighbors_pads_when_k_exceeds_candidates(backend):
 
 def test_recall_from_ranks_and_errors():
     assert recall_from_ranks(np.array([0, 1, 2, 3]), [1, 3]) == {"recall@1": 0.25, "recall@3": 0.75}
-    with pytest.raises(ValueError, match="'ranks' parameter .* non-negative. Got -1 at position 1"):
+    with pytest.raises(
+        ValueError, match=r"'ranks' parameter .* non-negative. Got -1 at position 1"
+    ):
         recall_from_ranks([0, -1], [1])
-    with pytest.raises(ValueError, match="'ground_truth' parameter .* \\[0, 3\\). Got 3 for query 0"):
+    with pytest.raises(
+        ValueError, match=r"'ground_truth' parameter .* \\[0, 3\\). Got 3 for query 0"
+    ):
         ground_truth_ranks(np.eye(3), [3, 0, 0])
-    with pytest.raises(ValueError, match="'ground_truth' parameter .* length 3"):
+    with pytest.raises(ValueError, match=r"'ground_truth' parameter .* length 3"):
         ground_truth_ranks(np.eye(3), [0, 1])
-    with pytest.raises(ValueError, match="'scores' parameter .* non-finite value in row 2"):
+    with pytest.raises(ValueError, match=r"'scores' parameter .* non-finite value in row 2"):
         ground_truth_ranks(np.array([[1.0], [2.0], [np.nan]]), [0, 0, 0])
     with pytest.raises(ValueError, match="'reduce' parameter"):
         ground_truth_ranks(np.eye(2), [0, 1], reduce="max")

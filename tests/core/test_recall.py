@@ -87,8 +87,9 @@ def test_all_lone_is_nan_with_warning():
 
 def test_k_above_reference_is_clamped_with_warning():
     with pytest.warns(UserWarning, match="clamped"):
-        r = recall_at_k(np.eye(3), np.eye(3), [0, 0, 1], [0, 0, 1], ks=(1, 50),
-                        query_in_reference=True)
+        r = recall_at_k(
+            np.eye(3), np.eye(3), [0, 0, 1], [0, 0, 1], ks=(1, 50), query_in_reference=True
+        )
     assert r.effective_ks == (1, 2)
     # Query 2 (label 1) is lone; queries 0 and 1 find each other at some rank < 2.
     assert r["recall@50"] == 1.0 and r.num_excluded == 1
@@ -98,24 +99,32 @@ def test_huge_int_labels_are_not_merged():
     # 2**24 and 2**24 + 1 are equal in float32; they must stay distinct classes.
     big = 2**24
     x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
-    r = recall_at_k(x, x, [big, big + 1, big], [big, big + 1, big], ks=(1,),
-                    query_in_reference=True)
+    r = recall_at_k(
+        x, x, [big, big + 1, big], [big, big + 1, big], ks=(1,), query_in_reference=True
+    )
     # Query 0's nearest is row 1 (label big+1): a miss; its own class-mate row 2 is rank 1.
     assert r.first_hit_ranks.tolist() == [1, -1, 1]
 
 
 def test_tuple_and_string_labels():
     x = np.array([[1.0, 0.0], [1.0, 0.1], [0.0, 1.0]])
-    r = recall_at_k(x, x, [("a", 1), ("a", 1), ("b", 2)], [("a", 1), ("a", 1), ("b", 2)],
-                    ks=(1,), query_in_reference=True)
+    r = recall_at_k(
+        x,
+        x,
+        [("a", 1), ("a", 1), ("b", 2)],
+        [("a", 1), ("a", 1), ("b", 2)],
+        ks=(1,),
+        query_in_reference=True,
+    )
     assert r.first_hit_ranks.tolist() == [0, 0, -1]
 
 
 def test_report_and_dict():
     x = np.array([[1.0], [1.0], [2.0], [0.0]])
     with pytest.warns(UserWarning, match="clamped"):
-        r = recall_at_k(x, x, [0, 1, 0, 1], [0, 1, 0, 1], ks=(1, 10), query_in_reference=True,
-                        metric="dot")
+        r = recall_at_k(
+            x, x, [0, 1, 0, 1], [0, 1, 0, 1], ks=(1, 10), query_in_reference=True, metric="dot"
+        )
     assert r.report() == (
         "[evaluation]\n"
         "  num queries:   4\n"
@@ -140,9 +149,15 @@ def test_random_against_brute_force(metric, mode, backend):
     rng = np.random.default_rng(hash((metric, mode)) % 2**32)
     for trial in range(6):
         n, m, d = int(rng.integers(1, 40)), int(rng.integers(40, 90)), int(rng.integers(4, 7))
-        q, ref, ql, rl = _integer_case(rng, n, m, d, classes=int(rng.integers(2, 8)),
-                                       query_in_reference=mode == "flag",
-                                       unit=metric == "cosine")
+        q, ref, ql, rl = _integer_case(
+            rng,
+            n,
+            m,
+            d,
+            classes=int(rng.integers(2, 8)),
+            query_in_reference=mode == "flag",
+            unit=metric == "cosine",
+        )
         qids = rids = None
         if mode == "ids":
             rids = rng.integers(0, 10, size=m)
@@ -153,9 +168,18 @@ def test_random_against_brute_force(metric, mode, backend):
         for chunk in (1, 3, 64, None):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # all-lone and clamped-K cases are legal here
-                got = recall_at_k(q, ref, ql, rl, ks=(1, 2, 5, 10),
-                                  query_in_reference=mode == "flag", query_ids=qids,
-                                  reference_ids=rids, metric=metric, chunk_size=chunk)
+                got = recall_at_k(
+                    q,
+                    ref,
+                    ql,
+                    rl,
+                    ks=(1, 2, 5, 10),
+                    query_in_reference=mode == "flag",
+                    query_ids=qids,
+                    reference_ids=rids,
+                    metric=metric,
+                    chunk_size=chunk,
+                )
             np.testing.assert_array_equal(got.first_hit_ranks, expected, err_msg=str(trial))
             assert dict(got) == pytest.approx(brute.recall(expected, (1, 2, 5, 10)), nan_ok=True)
 
@@ -170,8 +194,9 @@ def test_cosine_exact_on_power_of_two_norms(backend):
     s = brute.scores64(base[:n], base, "cosine")
     expected = brute.first_hit_ranks(s, labels[:n], labels, brute.excluded_sets(n, 400, True))
     for chunk in (1, 7, 128, None):
-        got = recall_at_k(base[:n], base, labels[:n], labels, ks=(1,), query_in_reference=True,
-                          chunk_size=chunk)
+        got = recall_at_k(
+            base[:n], base, labels[:n], labels, ks=(1,), query_in_reference=True, chunk_size=chunk
+        )
         np.testing.assert_array_equal(got.first_hit_ranks, expected)
 
 
@@ -189,8 +214,9 @@ def test_all_equal_scores_tie_to_lower_index(backend):
 
 def test_torch_inputs_and_half_precision():
     x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float16)
-    r = recall_at_k(x, x, torch.tensor([0, 0, 1]), torch.tensor([0, 0, 1]), ks=(1,),
-                    query_in_reference=True)
+    r = recall_at_k(
+        x, x, torch.tensor([0, 0, 1]), torch.tensor([0, 0, 1]), ks=(1,), query_in_reference=True
+    )
     assert r.first_hit_ranks.tolist() == [0, 0, -1]
 
 
@@ -200,8 +226,12 @@ def test_chunk_size_does_not_change_float_scores():
     x = rng.standard_normal((300, 16)).astype(np.float32)
     x[150:] = x[:150] + rng.standard_normal((150, 16)).astype(np.float32) * 1e-4
     labels = rng.integers(0, 30, size=300)
-    runs = [recall_at_k(x, x, labels, labels, ks=(1, 5), query_in_reference=True,
-                        chunk_size=c).first_hit_ranks for c in (1, 5, 64, 299, None)]
+    runs = [
+        recall_at_k(
+            x, x, labels, labels, ks=(1, 5), query_in_reference=True, chunk_size=c
+        ).first_hit_ranks
+        for c in (1, 5, 64, 299, None)
+    ]
     for other in runs[1:]:
         np.testing.assert_array_equal(runs[0], other)
 
@@ -229,19 +259,19 @@ def test_bad_embeddings():
     ref = np.eye(3)
     nan = np.eye(3)
     nan[1, 2] = np.nan
-    with pytest.raises(ValueError, match="'query' parameter .* non-finite value in row 1"):
+    with pytest.raises(ValueError, match=r"'query' parameter .* non-finite value in row 1"):
         recall_at_k(nan, ref, [0, 1, 2], [0, 1, 2])
     zero = np.eye(3)
     zero[2] = 0
-    with pytest.raises(ValueError, match="'reference' parameter .* zero vector in row 2"):
+    with pytest.raises(ValueError, match=r"'reference' parameter .* zero vector in row 2"):
         recall_at_k(np.eye(3), zero, [0, 1, 2], [0, 1, 2])
-    with pytest.raises(ValueError, match="'reference' parameter .* dimension 2"):
+    with pytest.raises(ValueError, match=r"'reference' parameter .* dimension 2"):
         recall_at_k(np.eye(3), np.eye(2), [0, 1, 2], [0, 1])
-    with pytest.raises(ValueError, match="'query' parameter .* non-empty"):
+    with pytest.raises(ValueError, match=r"'query' parameter .* non-empty"):
         recall_at_k(np.zeros((0, 3)), ref, [], [0, 1, 2])
-    with pytest.raises(ValueError, match="'reference_labels' parameter .* length 3"):
+    with pytest.raises(ValueError, match=r"'reference_labels' parameter .* length 3"):
         recall_at_k(np.eye(3), ref, [0, 1, 2], [0, 1])
-    with pytest.raises(ValueError, match="'query' parameter .* 2-D"):
+    with pytest.raises(ValueError, match=r"'query' parameter .* 2-D"):
         recall_at_k(np.ones(3), ref, [0], [0, 1, 2])
-    with pytest.raises(ValueError, match="'reference_labels' parameter .* row 1"):
+    with pytest.raises(ValueError, match=r"'reference_labels' parameter .* row 1"):
         recall_at_k(np.eye(3), ref, [0, 1, 2], [0, 5, 2], query_in_reference=True)

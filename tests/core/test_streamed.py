@@ -8,13 +8,13 @@ import torch
 from safetensors.numpy import save_file
 
 from recallkit import (
+    _engine,
     ground_truth_ranks_from_embeddings,
     map_at_r,
     nearest_neighbors,
     r_precision,
     recall_at_k,
 )
-from recallkit import _engine
 from recallkit.io import open_embeddings
 
 
@@ -47,13 +47,16 @@ def test_streamed_equals_in_memory(tmp_path, data, fmt, monkeypatch):
         np.testing.assert_array_equal(a.first_hit_ranks, b.first_hit_ranks)
         assert dict(a) == dict(b)
         assert map_at_r(query, memory, q_labels, labels, metric=metric) == map_at_r(
-            query, streamed, q_labels, labels, metric=metric)
+            query, streamed, q_labels, labels, metric=metric
+        )
     assert r_precision(query, memory, q_labels, labels) == r_precision(
-        query, streamed, q_labels, labels)
+        query, streamed, q_labels, labels
+    )
     gt = np.arange(70) * 7
     np.testing.assert_array_equal(
         ground_truth_ranks_from_embeddings(query, memory, gt),
-        ground_truth_ranks_from_embeddings(query, streamed, gt))
+        ground_truth_ranks_from_embeddings(query, streamed, gt),
+    )
     ia, va = nearest_neighbors(query, memory, 9)
     ib, vb = nearest_neighbors(query, streamed, 9)
     assert torch.equal(ia, ib) and torch.equal(va, vb)
