@@ -4,6 +4,7 @@ The functional layer (``recall_at_k``, ``ground_truth_ranks``, ``map_at_r``, ...
 metric once; :mod:`recallkit.pml`, the runner and the command line call into it.
 """
 
+from recallkit.distributed import ShardedResult, evaluate_sharded
 from recallkit.neighbors import nearest_neighbors
 from recallkit.ranking import average_precision_at_k, map_at_k, map_at_r, r_precision
 from recallkit.ranks import (
@@ -17,7 +18,9 @@ from recallkit.result import RecallResult
 
 __all__ = [
     "RecallResult",
+    "ShardedResult",
     "average_precision_at_k",
+    "evaluate_sharded",
     "ground_truth_ranks",
     "ground_truth_ranks_from_embeddings",
     "map_at_k",

@@ -118,10 +118,12 @@ def make_block(
     dtype: torch.dtype,
     name: str = "reference",
     global_index: torch.Tensor | None = None,
+    precision: str = "float32",
 ) -> Block:
     rows = x.shape[0]
     data = _pad_rows(prepare_rows(x, name, func, metric, device, dtype, offset))
-    sq = (data * data).sum(dim=1) if metric == "euclidean" else None
+    data = lower_precision(data, precision)
+    sq = (data.to(dtype) ** 2).sum(dim=1) if metric == "euclidean" else None
     return Block(offset, rows, data.contiguous(), sq, global_index)
 
 
@@ -138,6 +140,7 @@ class Space:
     block_source: Callable[[], Iterator[Block]]
     single: Block | None = None
     block_rows: int = 0
+    precision: str = "float32"
     extra: dict = field(default_factory=dict)
 
     @property
@@ -162,13 +165,18 @@ def prepare(
     device: Any,
     func: str,
     reference_block_rows: int | None = None,
+    precision: str = "float32",
 ) -> Space:
     """Validate and prepare embeddings; float16/bfloat16 inputs are upcast to float32.
 
     A memory-mapped numpy reference (``np.load(path, mmap_mode="r")``) or a
     :class:`recallkit.io.EmbeddingFile` is streamed in blocks, never loaded whole.
+    ``precision="float16"``/``"bfloat16"`` rounds both sides to that type before the product
+    (float32 accumulation): faster on GPUs, and it can reorder near-ties.
     """
     _checks.check_metric(metric, func)
+    if precision not in PRECISIONS:
+        raise _checks.fail(func, "precision", f"one of {tuple(PRECISIONS)}", repr(precision))
     q = _checks.as_embeddings(query, "query", func)
     streamed = _is_streamed(reference) or reference_block_rows is not None
     if streamed:
@@ -190,8 +198,10 @@ def prepare(
         dtype = torch.float64 if torch.float64 in (q.dtype, r.dtype) else torch.float32
     qp = prepare_rows(q, "query", func, metric, dev, dtype).contiguous()
     if not streamed:
-        block = make_block(r, 0, func, metric, dev, dtype)
-        return Space(qp, metric, m, d, dev, dtype, lambda: iter(()), single=block)
+        block = make_block(r, 0, func, metric, dev, dtype, precision=precision)
+        return Space(
+            qp, metric, m, d, dev, dtype, lambda: iter(()), single=block, precision=precision
+        )
     rows = reference_block_rows or _streamed_block_rows(m, d, q.shape[0])
     rows = max(ROW_BLOCK, rows // ROW_BLOCK * ROW_BLOCK)
 
@@ -199,9 +209,9 @@ def prepare(
         for start in range(0, m, rows):
             stop = min(start + rows, m)
             raw = torch.from_numpy(np.array(reference[start:stop]))  # a writable copy
-            yield make_block(raw, start, func, metric, dev, dtype)
+            yield make_block(raw, start, func, metric, dev, dtype, precision=precision)
 
-    return Space(qp, metric, m, d, dev, dtype, source, block_rows=rows)
+    return Space(qp, metric, m, d, dev, dtype, source, block_rows=rows, precision=precision)
 
 
 def _streamed_block_rows(m: int, d: int, n: int) -> int:
@@ -217,8 +227,30 @@ def chunk_rows(space: Space, chunk_size: int | None, per_row_bytes: int = 0) -> 
     element = 8 if space.dtype == torch.float64 else 4
     per_row = columns * (element + 2) + per_row_bytes
     budget = space.extra.get("memory_budget", DEFAULT_MEMORY_BUDGET)
+    if space.device.type == "cuda":
+        # On a GPU the chunk is sized from the free device memory (a quarter of it).
+        budget = max(budget, torch.cuda.mem_get_info(space.device)[0] // 4)
     rows = budget // max(per_row, 1)
     return int(max(ROW_BLOCK, min(MAX_CHUNK_ROWS, rows // ROW_BLOCK * ROW_BLOCK)))
+
+
+PRECISIONS = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def lower_precision(x: torch.Tensor, precision: str) -> torch.Tensor:
+    """Round prepared rows to the scoring precision (CUDA keeps them in it; CPU rounds only)."""
+    low = PRECISIONS[precision]
+    if low is None or x.dtype == torch.float64:
+        return x
+    rounded = x.to(low)
+    return rounded if x.device.type == "cuda" else rounded.to(x.dtype)
+
+
+def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.dtype in (torch.float16, torch.bfloat16):
+        # CUDA: low-precision inputs, float32 accumulation and output.
+        return torch.mm(a, b.T, out_dtype=torch.float32)
+    return a @ b.T
 
 
 def block_scores(space: Space, padded_chunk: torch.Tensor, rows: int, block: Block) -> torch.Tensor:
@@ -226,7 +258,7 @@ def block_scores(space: Space, padded_chunk: torch.Tensor, rows: int, block: Blo
 
     Only the first ``block.rows`` columns are reference items; the rest is GEMM padding.
     """
-    out = padded_chunk @ block.data.T
+    out = _matmul(lower_precision(padded_chunk, space.precision), block.data)
     if space.metric == "euclidean":
         out.mul_(2).sub_(block.sq_norms)
     return out[:rows]

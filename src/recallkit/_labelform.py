@@ -53,9 +53,10 @@ def build(
     reference_ids: Any = None,
     metric: str = "cosine",
     device: Any = None,
+    precision: str = "float32",
 ) -> LabelProblem:
     """Validate the label-form arguments of ``func`` and build its problem."""
-    space = _engine.prepare(query, reference, metric, device, func)
+    space = _engine.prepare(query, reference, metric, device, func, precision=precision)
     n, m = space.num_query, space.num_reference
     _checks.check_length(query_labels, n, "query_labels", func, "query")
     _checks.check_length(reference_labels, m, "reference_labels", func, "reference")

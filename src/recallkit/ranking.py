@@ -138,6 +138,7 @@ def r_precision(
     metric: str = "cosine",
     chunk_size: int | None = None,
     device: Any = None,
+    precision: str = "float32",
 ) -> float:
     """R-precision: the fraction of relevant items among the first R, averaged over queries.
 
@@ -160,6 +161,7 @@ def r_precision(
             metric=metric,
             device=device,
             chunk_size=chunk_size,
+            precision=precision,
         ),
     )
     per_query = relevant.sum(axis=1)[evaluated] / r[evaluated]
@@ -178,6 +180,7 @@ def map_at_r(
     metric: str = "cosine",
     chunk_size: int | None = None,
     device: Any = None,
+    precision: str = "float32",
 ) -> float:
     """MAP@R (Musgrave et al. 2020): mean over queries of ``(1/R) Σ_{i ≤ R} rel(i) · P@i``.
 
@@ -200,6 +203,7 @@ def map_at_r(
             metric=metric,
             device=device,
             chunk_size=chunk_size,
+            precision=precision,
         ),
     )
     rel = relevant.astype(np.float64)
@@ -222,6 +226,7 @@ def map_at_k(
     metric: str = "cosine",
     chunk_size: int | None = None,
     device: Any = None,
+    precision: str = "float32",
 ) -> float:
     """Mean AP@K over evaluated queries, label form (:func:`average_precision_at_k`'s formula).
 
@@ -249,6 +254,7 @@ def map_at_k(
         reference_ids=reference_ids,
         metric=metric,
         device=device,
+        precision=precision,
     )
     r = problem.num_relevant
     evaluated = r > 0

@@ -1,0 +1,157 @@
+"""Sharded evaluation on 2 and 3 gloo processes equals the single-process result."""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import recallkit
+
+
+def _data(seed: int, n: int = 130):
+    """Dot-product data with exact ties, duplicates across shards and lone queries."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-1, 2, size=(n, 4)).astype(np.float32)
+    x[rng.integers(0, n, size=n // 3)] = x[5]
+    labels = rng.integers(0, 12, size=n)
+    labels[:3] = [100, 101, 102]  # lone under leave-one-out
+    ids = rng.integers(0, 40, size=n)
+    return x, labels, ids
+
+
+def _shards(mode: str, n: int, world: int, seed: int) -> list[np.ndarray]:
+    if mode == "sampler":
+        # DistributedSampler(shuffle=True)'s assignment: a permutation padded by repetition.
+        perm = np.random.default_rng(seed).permutation(n)
+        total = -(-n // world) * world
+        padded = np.concatenate([perm, perm[: total - n]])
+        return [padded[r::world] for r in range(world)]
+    # Uneven contiguous shards, one of them small.
+    cuts = sorted(np.random.default_rng(seed).choice(np.arange(1, n), world - 1, replace=False))
+    return np.split(np.arange(n), cuts)
+
+
+def _spawn(fn, args, world, limit=240.0):
+    """Run ``fn`` on ``world`` processes; fail (and stop them) past ``limit`` seconds."""
+    ctx = mp.spawn(fn, args=args, nprocs=world, join=False)
+    deadline = time.monotonic() + limit
+    while not ctx.join(timeout=5):  # join returns False while some process still runs
+        if time.monotonic() > deadline:
+            for process in ctx.processes:
+                process.kill()
+            pytest.fail(f"{world} processes did not finish within {limit} s")
+
+
+def _worker(rank, world, init, cases, seed, out):
+    torch.set_num_threads(1)  # world processes share this machine's cores
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        for i, (mode, kwargs) in enumerate(cases):
+            _run_case(rank, world, mode, kwargs, seed, f"{out}.{i}")
+    finally:
+        dist.destroy_process_group()
+
+
+def _run_case(rank, world, mode, kwargs, seed, out):
+    x, labels, ids = _data(seed)
+    mine = _shards(mode, len(x), world, seed)[rank]
+    extra = {}
+    if kwargs.get("use_ids"):
+        extra = {"ids": ids[mine]}
+    if kwargs.get("gallery"):
+        gallery = _shards("uneven", len(x), world, seed + 1)[rank]
+        q = mine[mine % 2 == 0]
+        extra.update(
+            reference=torch.from_numpy(x[gallery]),
+            reference_labels=labels[gallery],
+            reference_indices=gallery,
+        )
+        if kwargs.get("use_ids"):
+            extra.update(ids=ids[q], reference_ids=ids[gallery])
+        mine = q
+    result = recallkit.evaluate_sharded(
+        torch.from_numpy(x[mine]),
+        labels[mine],
+        mine,
+        ks=(1, 2, 5, 20),
+        metric="dot",
+        chunk_size=kwargs.get("chunk_size"),
+        **extra,
+    )
+    with open(f"{out}.{rank}", "wb") as handle:
+        pickle.dump(
+            {
+                "ranks": result.recall.first_hit_ranks.tolist(),
+                "values": dict(result.recall),
+                "map": result.map_at_r,
+                "rprec": result.r_precision,
+                "ids": result.recall.query_ids,
+                "bytes": result.bytes_communicated,
+            },
+            handle,
+        )
+
+
+def _single(seed, kwargs):
+    x, labels, ids = _data(seed)
+    extra = {"query_in_reference": True}
+    q = np.arange(len(x))
+    if kwargs.get("use_ids"):
+        extra = {"query_in_reference": True, "query_ids": ids, "reference_ids": ids}
+    if kwargs.get("gallery"):
+        q = q[q % 2 == 0]
+        extra = {}
+        if kwargs.get("use_ids"):
+            extra = {"query_ids": ids[q], "reference_ids": ids}
+    args = (x[q], x, labels[q], labels)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = recallkit.recall_at_k(*args, ks=(1, 2, 5, 20), metric="dot", **extra)
+    return {
+        "ranks": r.first_hit_ranks.tolist(),
+        "values": dict(r),
+        "map": recallkit.map_at_r(*args, metric="dot", **extra),
+        "rprec": recallkit.r_precision(*args, metric="dot", **extra),
+        "ids": q.tolist(),
+    }
+
+
+CASES = {
+    # world size: [(shard mode, options)], run in one process group per world size.
+    2: [("sampler", {}), ("uneven", {"gallery": True})],
+    3: [
+        ("sampler", {"chunk_size": 7}),
+        ("uneven", {"use_ids": True}),
+        ("sampler", {"gallery": True, "use_ids": True, "chunk_size": 5}),
+    ],
+}
+
+
+@pytest.mark.parametrize("world", sorted(CASES))
+def test_sharded_equals_single_process(tmp_path, world):
+    seed = 3
+    init = f"file://{tmp_path}/init"
+    out = str(tmp_path / "result")
+    _spawn(_worker, (world, init, CASES[world], seed, out), world)
+    for i, (_, kwargs) in enumerate(CASES[world]):
+        _check_case(f"{out}.{i}", world, _single(seed, kwargs))
+
+
+def _check_case(out, world, expected):
+    for rank in range(world):
+        with open(f"{out}.{rank}", "rb") as handle:
+            got = pickle.load(handle)
+        assert got["ids"] == expected["ids"]
+        assert got["ranks"] == expected["ranks"]
+        assert got["values"] == expected["values"]  # bit for bit
+        assert got["map"] == expected["map"]
+        assert got["rprec"] == expected["rprec"]
+        assert got["bytes"] > 0
