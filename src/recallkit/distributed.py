@@ -11,8 +11,8 @@ What crosses processes (``n`` queries, ``d`` dimensions, world size ``W``):
 * per query chunk of ``c`` rows: the chunk, broadcast by its owner (``c·(4d + 8 + 8 + 8)``
   bytes: float32 rows, label, index, id), then per-query partial results reduced across
   processes: best positive score and index, positive count, count ranked above (``4·8·c``);
-* for MAP@R / R-precision: each process's top-R list per query (``c·R·(8 + 4 + 1)`` bytes,
-  gathered from every process) to merge the global top-R exactly;
+* for MAP@R / R-precision: each process's top-R list per query (index, score, relevance:
+  ``24·c·R`` bytes from every process) to merge the global top-R exactly;
 * at the end: the per-query first-hit ranks and AP@R values (``n·16`` bytes, gathered).
 
 No process ever receives another's reference shard. Everything goes through the public
