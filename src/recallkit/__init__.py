@@ -5,7 +5,7 @@ metric once; :mod:`recallkit.pml`, the runner and the command line call into it.
 """
 
 from recallkit.distributed import ShardedResult, evaluate_sharded
-from recallkit.neighbors import nearest_neighbors
+from recallkit.neighbors import nearest_neighbors, nearest_neighbors_from_scores
 from recallkit.ranking import average_precision_at_k, map_at_k, map_at_r, r_precision
 from recallkit.ranks import (
     ground_truth_ranks,
@@ -26,6 +26,7 @@ __all__ = [
     "map_at_k",
     "map_at_r",
     "nearest_neighbors",
+    "nearest_neighbors_from_scores",
     "r_precision",
     "recall_at_k",
     "recall_at_k_from_scores",

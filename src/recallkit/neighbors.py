@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit import _checks, _engine
-from recallkit.ranks import _exclusion_pairs
+from recallkit import _checks, _engine, _kernels
+from recallkit.ranks import _exclusion_pairs, matrix_chunks, score_matrix
 
 
 def nearest_neighbors(
@@ -62,4 +62,32 @@ def nearest_neighbors(
         width = idx.shape[1]
         index[start:stop, :width] = idx.to(space.device)
         value[start:stop, :width] = val.to(space.device)
+    return index, value
+
+
+def nearest_neighbors_from_scores(
+    scores: Any, k: int, *, exclude: Any = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact ``k`` best columns of each row of a similarity matrix, best first.
+
+    The same order as :func:`nearest_neighbors`: higher score first, equal scores by lower
+    column index; ``exclude`` removes candidates per row (an index or a list per row, ``-1`` for
+    none); slots beyond the available candidates hold ``-1`` and ``-inf``.
+
+    >>> idx, val = nearest_neighbors_from_scores([[0.5, 0.75, 0.75, 1.0]], 3, exclude=[3])
+    >>> idx.tolist(), val.tolist()
+    ([[1, 2, 0]], [[0.75, 0.75, 0.5]])
+    """
+    func = "nearest_neighbors_from_scores"
+    k = _checks.check_positive_int(k, func, "k")
+    matrix = score_matrix(scores, func)
+    n, m = matrix.shape
+    exclusions = _exclusion_pairs(exclude, n, m, func) if exclude is not None else None
+    index = torch.full((n, k), -1, dtype=torch.int64)
+    value = torch.full((n, k), -torch.inf, dtype=matrix.dtype)
+    for start, stop, block in matrix_chunks(matrix, exclusions):
+        ks = torch.full((stop - start,), min(k, m), dtype=torch.int64)
+        idx, val = _kernels.topk(block, ks)
+        index[start:stop, : idx.shape[1]] = idx.cpu()
+        value[start:stop, : val.shape[1]] = val.cpu()
     return index, value

@@ -8,13 +8,13 @@ whose rank is below K.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-from recallkit import _checks, _engine
+from recallkit import _checks, _engine, _kernels
 
 
 def _targets(
@@ -124,29 +124,38 @@ def ground_truth_ranks(
     """
     func = "ground_truth_ranks"
     _check_reduce(reduce, func)
-    matrix = _checks.as_embeddings(scores, "scores", func)
-    matrix = matrix.to(torch.float64 if matrix.dtype == torch.float64 else torch.float32)
-    _checks.check_finite_rows(matrix, 0, "scores", func)
+    matrix = score_matrix(scores, func)
     n, m = matrix.shape
     targets, single = _targets(ground_truth, n, m, func)
     exclusions = _exclusion(exclude, targets, m, func)
     out = np.empty(targets.shape, dtype=np.int64)
-    size = max(1, _engine.DEFAULT_MEMORY_BUDGET // (m * 8))
+    for start, stop, block in matrix_chunks(matrix, exclusions):
+        t = torch.from_numpy(targets[start:stop]).to(block.device)
+        thresholds = block.gather(1, t.clamp(min=0))
+        out[start:stop] = _kernels.count_before(block, thresholds, t).cpu().numpy()
+    return _reduce(out, single, reduce)
+
+
+def score_matrix(scores: Any, func: str) -> torch.Tensor:
+    """A validated similarity matrix (float32, or float64 if given so)."""
+    matrix = _checks.as_embeddings(scores, "scores", func)
+    matrix = matrix.to(torch.float64 if matrix.dtype == torch.float64 else torch.float32)
+    _checks.check_finite_rows(matrix, 0, "scores", func)
+    return matrix
+
+
+def matrix_chunks(
+    matrix: torch.Tensor, exclusions: _engine.Pairs | None
+) -> Iterator[tuple[int, int, torch.Tensor]]:
+    """Row chunks of a similarity matrix (copies) with excluded candidates set to ``-inf``."""
+    n, m = matrix.shape
+    size = max(1, _engine.DEFAULT_MEMORY_BUDGET // (m * matrix.element_size()))
     for start, stop in _engine.chunks(n, size):
         block = matrix[start:stop].clone()
         if exclusions is not None:
             rows, cols = exclusions.expand(start, stop, block.device)
             block[rows, cols] = -torch.inf
-        t = torch.from_numpy(targets[start:stop]).to(block.device)
-        thresholds = block.gather(1, t.clamp(min=0))
-        out[start:stop] = _count(block, thresholds, t)
-    return _reduce(out, single, reduce)
-
-
-def _count(block: torch.Tensor, thresholds: torch.Tensor, t: torch.Tensor) -> np.ndarray:
-    from recallkit._kernels import count_before
-
-    return count_before(block, thresholds, t).cpu().numpy()
+        yield start, stop, block
 
 
 def ground_truth_ranks_from_embeddings(

@@ -10,6 +10,7 @@ from recallkit import (
     ground_truth_ranks,
     ground_truth_ranks_from_embeddings,
     nearest_neighbors,
+    nearest_neighbors_from_scores,
     recall_at_k_from_scores,
     recall_from_ranks,
 )
@@ -110,7 +111,7 @@ def test_recall_from_ranks_and_errors():
     ):
         recall_from_ranks([0, -1], [1])
     with pytest.raises(
-        ValueError, match=r"'ground_truth' parameter .* \\[0, 3\\). Got 3 for query 0"
+        ValueError, match=r"'ground_truth' parameter .* \[0, 3\). Got 3 for query 0"
     ):
         ground_truth_ranks(np.eye(3), [3, 0, 0])
     with pytest.raises(ValueError, match=r"'ground_truth' parameter .* length 3"):
@@ -119,3 +120,14 @@ def test_recall_from_ranks_and_errors():
         ground_truth_ranks(np.array([[1.0], [2.0], [np.nan]]), [0, 0, 0])
     with pytest.raises(ValueError, match="'reduce' parameter"):
         ground_truth_ranks(np.eye(2), [0, 1], reduce="max")
+
+
+def test_nearest_neighbors_from_scores_against_brute_force(backend):
+    rng = np.random.default_rng(9)
+    s = rng.integers(0, 4, size=(30, 25)).astype(np.float32)  # many exact ties
+    exclude = rng.integers(-1, 25, size=30)
+    idx, val = nearest_neighbors_from_scores(s, 7, exclude=exclude)
+    for i in range(30):
+        expected = brute.ranked(s[i], {int(exclude[i])} - {-1})[:7]
+        assert idx[i].tolist() == expected
+        assert val[i].tolist() == [s[i, j] for j in expected]
