@@ -15,11 +15,14 @@ from recallkit.ranks import (
 )
 from recallkit.recall import recall_at_k
 from recallkit.result import RecallResult
+from recallkit.runner import encode_all, evaluate
 
 __all__ = [
     "RecallResult",
     "ShardedResult",
     "average_precision_at_k",
+    "encode_all",
+    "evaluate",
     "evaluate_sharded",
     "ground_truth_ranks",
     "ground_truth_ranks_from_embeddings",

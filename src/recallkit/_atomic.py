@@ -31,6 +31,10 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
+        # mkstemp creates the file private (0600); give it the mode a plain open() would.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

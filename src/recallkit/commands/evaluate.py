@@ -1,0 +1,374 @@
+"""``recallkit evaluate``: recall@K of an encoder on query and gallery images."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from recallkit._atomic import atomic_write
+from recallkit.errors import UsageError
+from recallkit.runner._args import jsonable, parse_ks, positive_int, warnings_as_lines
+from recallkit.runner.cache import default_cache_dir
+from recallkit.runner.encoders import (
+    DTYPES,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Encoder,
+    Preprocessing,
+    callable_encoder,
+    load_embeddings,
+    resolve_device,
+    torchvision_encoder,
+)
+from recallkit.runner.evaluate import (
+    dumps_record,
+    failure_grid,
+    format_worst_classes,
+    num_query_classes,
+    run_evaluation,
+    run_record,
+    worst_classes,
+)
+from recallkit.runner.history import append_history, read_history
+from recallkit.runner.sources import ImageSet, from_benchmark, from_path
+
+EXAMPLES = """\
+examples:
+  # a new backbone, query and gallery as class-per-subfolder image folders
+  recallkit evaluate --query data/query --gallery data/gallery \\
+      --model resnet50 --weights resnet50.pth --json resnet50.json
+  # one folder (or manifest) against itself, leave-one-out, precomputed embeddings
+  recallkit evaluate --images data/test.csv --embeddings test.npy
+  # tracking a fine-tune: one history line per checkpoint
+  recallkit evaluate --images data/test --callable mypkg.models:load_epoch3 \\
+      --history runs.jsonl --tag epoch-3
+  # a benchmark's own protocol
+  recallkit evaluate --benchmark cub --root ~/data/CUB_200_2011 --embeddings cub.npy
+
+PATH is a folder of class subfolders (PATH/<label>/<image>) or a CSV/TSV manifest with
+columns path,label[,id]. Self-matches (same resolved path, or same manifest id) are
+excluded. The report goes to stdout; progress and notes go to stderr.
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``evaluate`` sub-command."""
+    p = subparsers.add_parser(
+        "evaluate",
+        help="recall@K of an encoder on query and gallery images",
+        description=(
+            "Encode query and gallery images (the gallery once, cached) and print recall@K: "
+            "the share of queries with a same-label gallery image among their K nearest "
+            "(cosine, ties to the lower gallery index)."
+        ),
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    data = p.add_argument_group("data (one of: --query with --gallery, --images, --benchmark)")
+    data.add_argument("--query", metavar="PATH", help="query images: folder or manifest")
+    data.add_argument("--gallery", metavar="PATH", help="gallery images: folder or manifest")
+    data.add_argument(
+        "--images", metavar="PATH", help="one folder or manifest evaluated against itself"
+    )
+    data.add_argument(
+        "--benchmark",
+        metavar="NAME",
+        help="a benchmark's protocol: cub, cars196, sop, inaturalist or inshop",
+    )
+    data.add_argument("--root", metavar="DIR", help="the benchmark's folder")
+    data.add_argument(
+        "--allow-missing-labels",
+        action="store_true",
+        help="exclude (and count) queries whose label no gallery image has, instead of stopping",
+    )
+    data.add_argument(
+        "--skip-bad", action="store_true", help="leave unreadable images out and report them"
+    )
+
+    enc = p.add_argument_group("encoder (one of)")
+    enc.add_argument(
+        "--embeddings",
+        metavar="FILE",
+        help="precomputed embeddings (.npy, .pt, .safetensors) of --images (or a benchmark "
+        "whose gallery is its query split), row-aligned",
+    )
+    enc.add_argument("--query-embeddings", metavar="FILE", help="precomputed query embeddings")
+    enc.add_argument("--gallery-embeddings", metavar="FILE", help="precomputed gallery embeddings")
+    enc.add_argument("--model", metavar="NAME", help="a torchvision model name, e.g. resnet50")
+    enc.add_argument("--weights", metavar="FILE", help="local state dict for --model")
+    enc.add_argument(
+        "--head",
+        choices=("drop", "keep"),
+        default="drop",
+        help="drop the model's last linear layer (penultimate features; default) or keep it",
+    )
+    enc.add_argument(
+        "--callable",
+        metavar="MODULE:NAME",
+        help="package.module:callable returning a torch model, a (model, transform) pair or an "
+        "encoder function (list of PIL images -> (n, d) array)",
+    )
+
+    pre = p.add_argument_group("preprocessing (torch models without their own transform)")
+    pre.add_argument("--resize", type=int, default=256, metavar="N", help="shorter side (0: off)")
+    pre.add_argument("--crop", type=int, default=224, metavar="N", help="center crop (0: off)")
+    pre.add_argument(
+        "--mean",
+        type=float,
+        nargs=3,
+        default=list(IMAGENET_MEAN),
+        metavar="M",
+        help="per-channel mean (default ImageNet's)",
+    )
+    pre.add_argument(
+        "--std",
+        type=float,
+        nargs=3,
+        default=list(IMAGENET_STD),
+        metavar="S",
+        help="per-channel std (default ImageNet's)",
+    )
+
+    run = p.add_argument_group("run")
+    run.add_argument("--ks", nargs="+", metavar="K", help="K values (default 1 5 10)")
+    run.add_argument(
+        "--metric", choices=("cosine", "dot", "euclidean"), default="cosine", help="similarity"
+    )
+    run.add_argument(
+        "--batch-size",
+        type=positive_int("--batch-size"),
+        default=32,
+        metavar="N",
+        help="images per encoder call (default 32)",
+    )
+    run.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
+    run.add_argument("--dtype", choices=tuple(DTYPES), default="float32", help="model dtype")
+    run.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help=f"embedding cache (default $RECALLKIT_CACHE or {default_cache_dir()})",
+    )
+    run.add_argument("--no-cache", action="store_true", help="encode without the cache")
+    run.add_argument("--quiet", action="store_true", help="no progress or cache messages")
+
+    out = p.add_argument_group("output")
+    out.add_argument("--json", metavar="FILE", help="write the run (with per-query ranks)")
+    out.add_argument("--history", metavar="FILE", help="append one JSON line to this file")
+    out.add_argument("--tag", help="the run's name in the history and JSON (e.g. epoch-3)")
+    out.add_argument(
+        "--worst", type=int, default=5, metavar="N", help="worst classes to list (0: none)"
+    )
+    out.add_argument(
+        "--show-topk",
+        type=positive_int("--show-topk"),
+        metavar="K",
+        help="gallery images per query in the failure grid (default 8)",
+    )
+    out.add_argument("--show-out", metavar="FILE", help="failure grid, .png or .html")
+    out.add_argument("--show-queries", type=positive_int("--show-queries"), default=8, metavar="N")
+    p.set_defaults(func=main)
+
+
+def _data(args: argparse.Namespace) -> tuple[ImageSet, ImageSet, tuple[int, ...] | None]:
+    pair = args.query is not None or args.gallery is not None
+    chosen = [pair, args.images is not None, args.benchmark is not None]
+    if sum(chosen) != 1:
+        raise UsageError(
+            "Give the images one way: --query PATH --gallery PATH, or --images PATH, or "
+            "--benchmark NAME --root DIR."
+        )
+    if args.root is not None and args.benchmark is None:
+        raise UsageError("--root goes with --benchmark.")
+    if pair:
+        if args.query is None or args.gallery is None:
+            missing = "--gallery" if args.gallery is None else "--query"
+            raise UsageError(f"--query and --gallery go together; {missing} is missing.")
+        query = from_path(args.query, what="query manifest")
+        gallery = from_path(args.gallery, what="gallery manifest")
+        return query, gallery, None
+    if args.images is not None:
+        images = from_path(args.images, what="manifest")
+        return images, images, None
+    if args.root is None:
+        raise UsageError("--benchmark needs --root DIR, the folder holding its files.")
+    sets = from_benchmark(args.benchmark, args.root)
+    return sets.query, sets.gallery, sets.ks
+
+
+def _check_labels(query: ImageSet, gallery: ImageSet, allow: bool) -> None:
+    known = set(gallery.labels)
+    missing = [label for label in query.labels if label not in known]
+    if not missing or allow:
+        return
+    distinct = list(dict.fromkeys(missing))
+    shown = ", ".join(repr(x) for x in distinct[:5]) + (", ..." if len(distinct) > 5 else "")
+    raise UsageError(
+        f"{len(missing)} query image(s) have a label that no gallery image has "
+        f"({len(distinct)} label(s): {shown}); check the folder names or manifests, or pass "
+        "--allow-missing-labels to exclude and count them."
+    )
+
+
+def _encoder(
+    args: argparse.Namespace, query: ImageSet, gallery: ImageSet
+) -> tuple[Encoder | None, Any, Any]:
+    precomputed = [args.embeddings, args.query_embeddings, args.gallery_embeddings]
+    kinds = [
+        any(x is not None for x in precomputed),
+        args.model is not None,
+        args.callable is not None,
+    ]
+    if sum(kinds) != 1:
+        raise UsageError(
+            "Give one encoder: --embeddings FILE (or --query-embeddings and "
+            "--gallery-embeddings), --model NAME --weights FILE, or --callable MODULE:NAME."
+        )
+    if args.weights is not None and args.model is None:
+        raise UsageError("--weights goes with --model.")
+    if kinds[0]:
+        same = query.items == gallery.items
+        if args.embeddings is not None:
+            if args.query_embeddings is not None or args.gallery_embeddings is not None:
+                raise UsageError(
+                    "Give --embeddings, or --query-embeddings with --gallery-embeddings, not both."
+                )
+            if not same:
+                raise UsageError(
+                    "--embeddings is for one image set evaluated against itself (--images); "
+                    "with separate query and gallery images give --query-embeddings and "
+                    "--gallery-embeddings."
+                )
+            array = load_embeddings(args.embeddings, what="embeddings")
+            _rows(array, len(gallery), args.embeddings, "images")
+            return None, array, array
+        if args.query_embeddings is None or args.gallery_embeddings is None:
+            raise UsageError("--query-embeddings and --gallery-embeddings go together.")
+        q = load_embeddings(args.query_embeddings, what="query embeddings")
+        _rows(q, len(query), args.query_embeddings, "query images")
+        g = load_embeddings(args.gallery_embeddings, what="gallery embeddings")
+        _rows(g, len(gallery), args.gallery_embeddings, "gallery images")
+        if q.shape[1] != g.shape[1]:
+            raise UsageError(
+                f"The query embeddings have dimension {q.shape[1]} but the gallery embeddings "
+                f"have {g.shape[1]}."
+            )
+        return None, q, g
+    device = resolve_device(args.device)
+    for name in ("resize", "crop"):
+        if getattr(args, name) < 0:
+            raise UsageError(
+                f"--{name} takes a size in pixels (0: off). Got {getattr(args, name)}."
+            )
+    if any(s <= 0 for s in args.std):
+        raise UsageError(f"--std takes three positive numbers. Got {args.std}.")
+    preprocessing = Preprocessing(
+        args.resize or None, args.crop or None, tuple(args.mean), tuple(args.std)
+    )
+    if args.model is not None:
+        if args.weights is None:
+            raise UsageError(
+                "--model needs --weights FILE, a local state dict (nothing is downloaded)."
+            )
+        encoder = torchvision_encoder(
+            args.model,
+            args.weights,
+            preprocessing=preprocessing,
+            device=device,
+            dtype=args.dtype,
+            head=args.head,
+        )
+    else:
+        encoder = callable_encoder(
+            args.callable, preprocessing=preprocessing, device=device, dtype=args.dtype
+        )
+    return encoder, None, None
+
+
+def _rows(array: Any, expected: int, path: str, what: str) -> None:
+    if array.shape[0] != expected:
+        raise UsageError(
+            f"The embeddings file '{path}' has {array.shape[0]} rows but there are {expected} "
+            f"{what}; row i must be the embedding of image i (in manifest or sorted folder order)."
+        )
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    if args.show_topk is not None and args.show_out is None:
+        raise UsageError("--show-topk needs --show-out FILE (.png or .html).")
+    if args.show_out is not None:
+        suffix = Path(args.show_out).suffix.lower()
+        if suffix not in (".png", ".html", ".htm"):
+            raise UsageError(f"--show-out must end in .png or .html. Got '{args.show_out}'.")
+    if args.worst < 0:
+        raise UsageError(f"--worst takes a number of classes, 0 or more. Got {args.worst}.")
+    for option in ("json", "history"):
+        value = getattr(args, option)
+        if value is not None and Path(value).is_dir():
+            raise UsageError(f"--{option} takes a file name; '{value}' is a folder.")
+    if args.history is not None and Path(args.history).exists():
+        read_history(args.history)  # a damaged history stops the run before anything is written
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``recallkit evaluate``; return the exit status."""
+    ks = parse_ks(args.ks)
+    _check_outputs(args)
+    query, gallery, protocol_ks = _data(args)
+    ks = ks or protocol_ks or (1, 5, 10)
+    _check_labels(query, gallery, args.allow_missing_labels)
+    encoder, q_emb, g_emb = _encoder(args, query, gallery)
+    cache_dir = None
+    if encoder is not None and not args.no_cache:
+        cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    progress = False if args.quiet else None
+    with warnings_as_lines("evaluate"):
+        run = run_evaluation(
+            query,
+            gallery,
+            encoder,
+            ks,
+            query_embeddings=q_emb,
+            gallery_embeddings=g_emb,
+            metric=args.metric,
+            device=resolve_device(args.device),
+            batch_size=args.batch_size,
+            cache_dir=cache_dir,
+            skip_bad=args.skip_bad,
+            progress=progress,
+        )
+    result = run.result
+    if result.num_evaluated == 0:
+        raise UsageError(
+            f"None of the {result.num_queries} queries has a gallery image with its label "
+            "(after excluding itself); there is nothing to evaluate."
+        )
+    worst = worst_classes(run, args.worst)
+    print(result.report())
+    if worst:
+        print()
+        print(format_worst_classes(worst, num_query_classes(run), result.ks[0]))
+    sys.stdout.flush()
+    if result.num_excluded:
+        print(
+            f"note: {result.num_excluded} of {result.num_queries} queries have no gallery image "
+            "with their label and are excluded (counted in num_excluded of the JSON).",
+            file=sys.stderr,
+        )
+    if args.show_out is not None:
+        with warnings_as_lines("evaluate"):
+            grid = failure_grid(
+                run, args.show_out, k=args.show_topk or 8, queries=args.show_queries
+            )
+        print(f"failure grid: {grid}", file=sys.stderr)
+    options = {k: jsonable(v) for k, v in vars(args).items() if k != "func"}
+    record = run_record(run, tag=args.tag, worst=worst, sources={"options": options})
+    if args.json is not None:
+        with atomic_write(args.json, "w") as handle:
+            handle.write(dumps_record(record))
+        print(f"run file: {args.json}", file=sys.stderr)
+    if args.history is not None:
+        count = append_history(args.history, record)
+        print(f"history: {args.history} ({count} runs)", file=sys.stderr)
+    return 0

@@ -1,0 +1,36 @@
+"""``recallkit plot``: recall@K against run tag from a history file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from recallkit.runner._args import parse_ks
+from recallkit.runner.plot import plot_history
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``plot`` sub-command."""
+    p = subparsers.add_parser(
+        "plot",
+        help="draw recall@K across the runs of a history file",
+        description=(
+            "Draw one line per recall@K over the runs of a history file (written by "
+            "recallkit evaluate --history FILE --tag TAG), in file order, tags on the x axis."
+        ),
+        epilog="example:\n  recallkit plot runs.jsonl -o recall.png --ks 1 10",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("history", metavar="HISTORY", help="a .jsonl history file")
+    p.add_argument("-o", "--out", required=True, metavar="FILE", help=".png, .svg or .pdf")
+    p.add_argument("--ks", nargs="+", metavar="K", help="only these K (default: all)")
+    p.add_argument("--title", help="the plot's title")
+    p.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``recallkit plot``; return the exit status."""
+    out = plot_history(args.history, args.out, ks=parse_ks(args.ks), title=args.title)
+    print(f"plot: {out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,181 @@
+"""The embedding cache: encode a gallery once, reuse it while nothing that changes it changes.
+
+An entry is a ``.npy`` array named by a SHA-256 key over everything that changes the embeddings:
+the file list with each file's size and modification time (nanoseconds), the encoder identity
+and weights digest, the preprocessing, the compute dtype and the device type. Touching an image,
+replacing the weights or changing the crop gives a new key, so a stale entry is never read.
+Entries are written atomically (temporary file, then rename): an interrupted run leaves the old
+state or no entry, never a readable half file. A small ``.json`` beside each entry records what
+the key was made of and which images were unreadable (their rows are NaN).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recallkit._atomic import atomic_write
+from recallkit.runner.encode import BadImage, BadImagesError, Encoding, encode_images
+from recallkit.runner.encoders import Encoder
+
+CACHE_FORMAT = "recallkit-embedding-cache/1"
+
+
+def default_cache_dir() -> Path:
+    """``$RECALLKIT_CACHE``, else ``$XDG_CACHE_HOME/recallkit/embeddings`` (``~/.cache``)."""
+    if os.environ.get("RECALLKIT_CACHE"):
+        return Path(os.environ["RECALLKIT_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "recallkit" / "embeddings"
+
+
+def file_signature(paths: Sequence[str | os.PathLike[str]]) -> list[list[Any]]:
+    """``[resolved path, size in bytes, mtime in ns]`` per file (``-1, -1`` if it is missing)."""
+    out: list[list[Any]] = []
+    for p in paths:
+        real = os.path.realpath(os.fspath(p))
+        try:
+            st = os.stat(real)
+            out.append([real, st.st_size, st.st_mtime_ns])
+        except OSError:
+            out.append([real, -1, -1])
+    return out
+
+
+def cache_key(paths: Sequence[str | os.PathLike[str]], encoder: Encoder) -> str:
+    """The SHA-256 key of encoding ``paths`` with ``encoder`` (see the module docstring).
+
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "a.png"
+    >>> _ = f.write_bytes(b"x")
+    >>> enc = Encoder(lambda b: b, "demo", "d1")
+    >>> cache_key([f], enc) == cache_key([f], enc), cache_key([f], enc) == cache_key(
+    ...     [f], Encoder(lambda b: b, "demo", "d2"))
+    (True, False)
+    """
+    payload = {
+        "format": CACHE_FORMAT,
+        "files": file_signature(paths),
+        **encoder.key_fields(),
+    }
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class EmbeddingCache:
+    """A folder of cached embedding arrays, ``<key>.npy`` with ``<key>.json`` beside it."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory).expanduser()
+
+    def array_path(self, key: str) -> Path:
+        return self.directory / f"{key}.npy"
+
+    def meta_path(self, key: str) -> Path:
+        return self.directory / f"{key}.json"
+
+    def load(self, key: str, rows: int) -> Encoding | None:
+        """The cached encoding for ``key`` if a complete entry of ``rows`` rows exists."""
+        path = self.array_path(key)
+        if not path.is_file():
+            return None
+        try:
+            embeddings = np.load(path, allow_pickle=False)
+        except (OSError, ValueError):
+            return None
+        if embeddings.ndim != 2 or embeddings.shape[0] != rows:
+            return None
+        kept = ~np.isnan(embeddings).all(axis=1)
+        bad: list[BadImage] = []
+        if not kept.all():
+            try:
+                meta = json.loads(self.meta_path(key).read_text())
+                bad = [BadImage(p, r) for p, r in meta.get("bad", [])]
+            except (OSError, ValueError):
+                bad = []
+            if len(bad) != int((~kept).sum()):
+                return None
+        return Encoding(embeddings, kept, tuple(bad), 0.0)
+
+    def store(self, key: str, encoding: Encoding, meta: dict[str, Any]) -> Path:
+        """Write the entry atomically: the ``.json`` first, then the ``.npy`` that completes it."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        record = {
+            **meta,
+            "key": key,
+            "rows": int(encoding.embeddings.shape[0]),
+            "dim": int(encoding.embeddings.shape[1]),
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "bad": [[b.path, b.reason] for b in encoding.bad],
+        }
+        with atomic_write(self.meta_path(key), "w") as handle:
+            json.dump(record, handle, indent=1)
+        path = self.array_path(key)
+        with atomic_write(path, "wb") as handle:
+            np.save(handle, encoding.embeddings, allow_pickle=False)
+        return path
+
+
+def encode_cached(
+    paths: Sequence[Any],
+    encoder: Encoder,
+    *,
+    cache_dir: str | os.PathLike[str] | None,
+    batch_size: int = 32,
+    skip_bad: bool = False,
+    progress: bool | None = None,
+    desc: str = "encoding",
+    what: str = "",
+    log: Callable[[str], None] | None = None,
+) -> tuple[Encoding, str]:
+    """Encode ``paths`` with ``encoder``, through the cache in ``cache_dir`` when given.
+
+    Returns the encoding and the cache status: ``"hit"``, ``"miss"`` (encoded and stored) or
+    ``"off"`` (no cache directory, or the items are not all files). A hit is reported through
+    ``log``. A cached entry with unreadable images raises :class:`BadImagesError` again unless
+    ``skip_bad`` is true.
+    """
+    say = log or (lambda _message: None)
+    label = f"{what} embeddings" if what else "embeddings"
+    cacheable = cache_dir is not None and all(isinstance(p, str | os.PathLike) for p in paths)
+    if not cacheable:
+        return (
+            encode_images(
+                paths,
+                encoder,
+                batch_size,
+                skip_bad=skip_bad,
+                progress=progress,
+                desc=desc,
+                what=what,
+            ),
+            "off",
+        )
+    cache = EmbeddingCache(cache_dir)  # type: ignore[arg-type]
+    key = cache_key(paths, encoder)
+    hit = cache.load(key, len(paths))
+    if hit is not None:
+        say(f"{label}: cache hit, {len(paths)} images not re-encoded ({cache.array_path(key)})")
+        if hit.bad and not skip_bad:
+            raise BadImagesError(hit.bad, what=what)
+        return hit, "hit"
+    encoding = encode_images(
+        paths,
+        encoder,
+        batch_size,
+        skip_bad=skip_bad,
+        progress=progress,
+        desc=desc,
+        what=what,
+    )
+    meta = {"format": CACHE_FORMAT, **encoder.key_fields(), "what": what}
+    stored = cache.store(key, encoding, meta)
+    say(f"{label}: cache miss, encoded {len(paths)} images and saved them to {stored}")
+    return encoding, "miss"

@@ -1,0 +1,254 @@
+"""Encoding images in batches: loading with a bad-image report, progress with throughput.
+
+``encoder_fn`` maps a batch (a list) of images to a ``(batch, dim)`` array or tensor. Image
+paths are opened with Pillow, fully decoded (a truncated file fails here, not in the encoder)
+and converted to RGB before they reach it; in-memory images are passed as they are.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+from recallkit.errors import UsageError
+
+EncoderFn = Callable[[list[Any]], Any]
+_MAX_LISTED = 5
+
+
+@dataclass(frozen=True)
+class BadImage:
+    """An image that could not be read, and why."""
+
+    path: str
+    reason: str
+
+
+class BadImagesError(UsageError):
+    """Some images could not be read; ``bad`` lists every one of them.
+
+    >>> print(BadImagesError([BadImage("a.png", "truncated")], what="gallery"))
+    1 gallery image could not be read: a.png (truncated). Fix or remove it, or pass --skip-bad \
+(skip_bad=True) to continue without it.
+    """
+
+    def __init__(self, bad: Sequence[BadImage], *, what: str = "") -> None:
+        self.bad = list(bad)
+        n = len(self.bad)
+        listed = "; ".join(f"{b.path} ({b.reason})" for b in self.bad[:_MAX_LISTED])
+        if n > _MAX_LISTED:
+            listed += f"; and {n - _MAX_LISTED} more"
+        noun = f"{what} image" if what else "image"
+        noun += "s" if n != 1 else ""
+        them = "them" if n != 1 else "it"
+        super().__init__(
+            f"{n} {noun} could not be read: {listed}. Fix or remove {them}, or pass --skip-bad "
+            f"(skip_bad=True) to continue without {them}."
+        )
+
+
+def load_image(path: str | os.PathLike[str]) -> Image.Image:
+    """Open ``path``, decode it completely and return it as an RGB image.
+
+    Raises ``OSError`` (Pillow's ``UnidentifiedImageError`` is one) for a missing, unreadable,
+    truncated or non-image file.
+
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "x.png"
+    >>> Image.new("L", (3, 2), 7).save(path)
+    >>> load_image(path).mode, load_image(path).size
+    ('RGB', (3, 2))
+    """
+    with Image.open(path) as image:
+        image.load()
+        return image.convert("RGB")
+
+
+def _reason(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    if isinstance(error, FileNotFoundError):
+        return "no such file"
+    return text.splitlines()[0]
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """The result of :func:`encode_images`.
+
+    ``embeddings`` has one row per input image, float32; rows of unreadable images (only with
+    ``skip_bad=True``) are NaN and ``kept`` is False there; ``bad`` lists them.
+    """
+
+    embeddings: np.ndarray
+    kept: np.ndarray
+    bad: tuple[BadImage, ...]
+    seconds: float
+
+    @property
+    def kept_embeddings(self) -> np.ndarray:
+        """The rows of the readable images."""
+        return self.embeddings[self.kept]
+
+
+class Progress:
+    """Progress of an encoding run: a tqdm bar with throughput on a terminal, else one line.
+
+    ``enabled=None`` draws the bar when stderr is a terminal and prints a one-line summary at
+    the end otherwise; ``False`` prints nothing.
+    """
+
+    def __init__(self, total: int, desc: str, enabled: bool | None = None) -> None:
+        self.total, self.desc, self.count = total, desc, 0
+        self.start = time.perf_counter()
+        self.quiet = enabled is False
+        self.bar = None
+        interactive = enabled is True or (enabled is None and _stderr_is_terminal())
+        if not self.quiet and interactive:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit="img", file=sys.stderr, leave=True)
+
+    def update(self, n: int) -> None:
+        self.count += n
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def close(self) -> float:
+        """Close the bar (or print the summary line); return the elapsed seconds."""
+        seconds = time.perf_counter() - self.start
+        if self.bar is not None:
+            self.bar.close()
+        elif not self.quiet:
+            rate = self.count / seconds if seconds > 0 else math.inf
+            print(
+                f"{self.desc}: {self.count} images in {seconds:.1f} s ({rate:,.0f} images/s)",
+                file=sys.stderr,
+            )
+        return seconds
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _as_rows(out: Any, expected: int) -> np.ndarray:
+    if isinstance(out, torch.Tensor):
+        out = out.detach().to("cpu", torch.float32).numpy()
+    array = np.asarray(out, dtype=np.float32)
+    if array.ndim != 2 or array.shape[0] != expected:
+        raise ValueError(
+            "The 'encoder_fn' parameter of encode_all must return one embedding row per image, "
+            f"a ({expected}, dim) array. Got shape {tuple(array.shape)}."
+        )
+    return array
+
+
+@contextmanager
+def _progress(total: int, desc: str, enabled: bool | None) -> Iterator[Progress]:
+    bar = Progress(total, desc, enabled)
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+def encode_images(
+    images: Sequence[Any],
+    encoder_fn: EncoderFn,
+    batch_size: int = 32,
+    *,
+    skip_bad: bool = False,
+    progress: bool | None = None,
+    desc: str = "encoding",
+    what: str = "",
+) -> Encoding:
+    """Encode ``images`` in batches of ``batch_size``, reading paths with :func:`load_image`.
+
+    An unreadable image stops the encoding; the remaining images are still opened so that the
+    error (:class:`BadImagesError`) lists every bad one. With ``skip_bad=True`` bad images are
+    left out of the batches instead, their rows are NaN and ``kept`` marks them.
+
+    >>> enc = encode_images([np.ones(2), np.zeros(2)], lambda b: np.stack(b), progress=False)
+    >>> enc.embeddings.tolist(), enc.kept.tolist()
+    ([[1.0, 1.0], [0.0, 0.0]], [True, True])
+    """
+    func = "encode_all"
+    if not callable(encoder_fn):
+        raise ValueError(
+            f"The 'encoder_fn' parameter of {func} must be callable. Got {type(encoder_fn)}."
+        )
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(
+            f"The 'batch_size' parameter of {func} must be a positive integer. Got {batch_size!r}."
+        )
+    n = len(images)
+    if n == 0:
+        raise ValueError(f"The 'images' parameter of {func} must be non-empty. Got 0 images.")
+    embeddings: np.ndarray | None = None  # allocated once the first batch gives the dimension
+    kept = np.zeros(n, dtype=bool)
+    bad: list[BadImage] = []
+    with _progress(n, desc, progress) as bar:
+        for start in range(0, n, batch_size):
+            stop = min(start + batch_size, n)
+            batch, where = [], []
+            for i in range(start, stop):
+                item = images[i]
+                if isinstance(item, str | os.PathLike):
+                    try:
+                        item = load_image(item)
+                    except (OSError, ValueError, Image.DecompressionBombError) as error:
+                        bad.append(BadImage(os.fspath(images[i]), _reason(error)))
+                        continue
+                batch.append(item)
+                where.append(i)
+            if batch and (skip_bad or not bad):
+                out = _as_rows(encoder_fn(batch), len(batch))
+                if embeddings is None:
+                    embeddings = np.full((n, out.shape[1]), np.nan, dtype=np.float32)
+                elif out.shape[1] != embeddings.shape[1]:
+                    raise ValueError(
+                        f"The 'encoder_fn' parameter of {func} must return embeddings of one "
+                        f"dimension. Got {embeddings.shape[1]} and then {out.shape[1]}."
+                    )
+                embeddings[where] = out
+                kept[where] = True
+            bar.update(stop - start)
+        seconds = time.perf_counter() - bar.start
+    if bad and not skip_bad:
+        raise BadImagesError(bad, what=what)
+    if embeddings is None:  # skip_bad=True and not one image could be read
+        raise UsageError(f"None of the {n} {what + ' ' if what else ''}images could be read.")
+    return Encoding(embeddings, kept, tuple(bad), seconds)
+
+
+def encode_all(
+    images: Sequence[Any],
+    encoder_fn: EncoderFn,
+    batch_size: int = 32,
+    *,
+    progress: bool | None = None,
+) -> np.ndarray:
+    """Encode every image once, in batches, and return the ``(n, dim)`` float32 embeddings.
+
+    The seed's ``encode_all``: ``encoder_fn(images[i:i + batch_size])`` for each batch, the
+    outputs concatenated. Paths are read with :func:`load_image` first (RGB, fully decoded);
+    an unreadable image raises :class:`BadImagesError` listing all of them.
+
+    >>> encode_all([np.array([3.0, 4.0])] * 3, lambda b: np.stack(b), batch_size=2,
+    ...            progress=False).shape
+    (3, 2)
+    """
+    return encode_images(images, encoder_fn, batch_size, progress=progress).embeddings

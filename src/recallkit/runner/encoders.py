@@ -1,0 +1,529 @@
+"""Encoders: a torchvision model by name with local weights, any ``package.module:callable``,
+any Python function, or precomputed embeddings read from ``.npy``, ``.pt`` or ``.safetensors``.
+
+An :class:`Encoder` is an ``encoder_fn`` (a batch of RGB images to a ``(batch, dim)`` array)
+together with what identifies its output for the embedding cache: a name, a digest of its
+weights, its preprocessing, its compute dtype and device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import hashlib
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from recallkit.errors import UsageError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    """Resize (shorter side), center crop, then normalise each channel: ``(x - mean) / std``.
+
+    ``resize`` or ``crop`` of ``None`` skips that step. The defaults are torchvision's ImageNet
+    evaluation transform.
+
+    >>> from PIL import Image
+    >>> Preprocessing(resize=8, crop=4).transform()(Image.new("RGB", (16, 8))).shape
+    torch.Size([3, 4, 4])
+    """
+
+    resize: int | None = 256
+    crop: int | None = 224
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
+
+    def transform(self) -> Callable[[Any], torch.Tensor]:
+        """The torchvision transform: a PIL image to a normalised ``(3, H, W)`` tensor."""
+        from torchvision import transforms
+
+        steps: list[Any] = []
+        if self.resize:
+            steps.append(transforms.Resize(self.resize))
+        if self.crop:
+            steps.append(transforms.CenterCrop(self.crop))
+        steps += [transforms.ToTensor(), transforms.Normalize(self.mean, self.std)]
+        return transforms.Compose(steps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "resize": self.resize,
+            "crop": self.crop,
+            "mean": list(self.mean),
+            "std": list(self.std),
+        }
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """An ``encoder_fn`` with the identity of its output (what the embedding cache is keyed by)."""
+
+    fn: Callable[[list[Any]], Any]
+    identity: str
+    digest: str | None = None
+    preprocessing: dict[str, Any] | None = None
+    dtype: str = "float32"
+    device: str = "cpu"
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, batch: list[Any]) -> Any:
+        return self.fn(batch)
+
+    def key_fields(self) -> dict[str, Any]:
+        """Everything about the encoder that changes its embeddings."""
+        return {
+            "encoder": self.identity,
+            "weights_digest": self.digest,
+            "preprocessing": self.preprocessing,
+            "dtype": self.dtype,
+            "device": torch.device(self.device).type,
+        }
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description, for reports and run files."""
+        return {**self.key_fields(), **self.info}
+
+
+def resolve_device(device: str | None) -> str:
+    """``"auto"`` or ``None`` -> ``"cuda"`` when available, else ``"cpu"``; otherwise checked.
+
+    >>> resolve_device("cpu")
+    'cpu'
+    """
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise UsageError(f"Unknown device {device!r} (use cpu, cuda, cuda:N or auto).") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"Device {device!r} was asked for but CUDA is not available.")
+    return str(parsed)
+
+
+def file_digest(path: str | os.PathLike[str]) -> str:
+    """SHA-256 of a file's bytes, hex.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "w"
+    >>> _ = p.write_bytes(b"abc")
+    >>> file_digest(p)[:16]
+    'ba7816bf8f01cfea'
+    """
+    h = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def state_digest(module: nn.Module) -> str:
+    """SHA-256 over a module's state dict: every name, dtype, shape and the raw bytes.
+
+    >>> a, b = nn.Linear(2, 2), nn.Linear(2, 2)
+    >>> _ = b.load_state_dict(a.state_dict())
+    >>> state_digest(a) == state_digest(b), state_digest(a) == state_digest(nn.Linear(2, 3))
+    (True, False)
+    """
+    h = hashlib.sha256()
+    for name, tensor in sorted(module.state_dict().items()):
+        t = tensor.detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        if t.numel():
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def _modules_behind(fn: Any) -> list[nn.Module]:
+    """The torch modules an encoder function uses: itself, its ``self``, its closure, attributes."""
+    found: list[nn.Module] = []
+    candidates = [fn, getattr(fn, "__self__", None)]
+    for cell in getattr(fn, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):
+            candidates.append(cell.cell_contents)
+    if not inspect.isfunction(fn) and not inspect.ismethod(fn) and hasattr(fn, "__dict__"):
+        candidates += list(vars(fn).values())
+    for c in candidates:
+        if isinstance(c, nn.Module) and all(c is not f for f in found):
+            found.append(c)
+    return found
+
+
+def _source_digest(fn: Any) -> str | None:
+    module = inspect.getmodule(fn if not hasattr(fn, "__self__") else type(fn.__self__))
+    if module is None:
+        module = inspect.getmodule(type(fn))
+    try:
+        source = inspect.getsourcefile(module) if module is not None else None
+    except TypeError:
+        source = None
+    return file_digest(source) if source and os.path.isfile(source) else None
+
+
+def function_digest(fn: Any) -> str | None:
+    """A digest of what an arbitrary encoder function computes, as far as it can be seen.
+
+    It covers the state of every torch module the function holds (itself, the object of a bound
+    method, its closure, its attributes) and the source file of its module. Weights the function
+    loads by itself are not seen: name them in ``encoder_id``.
+    """
+    parts = [state_digest(m) for m in _modules_behind(fn)]
+    source = _source_digest(fn)
+    if source:
+        parts.append(source)
+    if not parts:
+        return None
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
+def function_encoder(fn: Callable[[list[Any]], Any], encoder_id: str | None = None) -> Encoder:
+    """Wrap a user's ``encoder_fn``: its identity is ``encoder_id`` or its qualified name.
+
+    >>> def embed(batch):
+    ...     return [[1.0, 0.0]] * len(batch)
+    >>> function_encoder(embed).identity, function_encoder(embed, "ckpt-7").identity
+    ('function:recallkit.runner.encoders:embed', 'ckpt-7')
+    """
+    if isinstance(fn, Encoder):
+        return fn
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    identity = encoder_id or f"function:{module}:{name}"
+    return Encoder(fn, identity, function_digest(fn), None, "float32", "cpu")
+
+
+def _forward(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    out = model(batch)
+    if isinstance(out, tuple | list):
+        out = out[0]
+    if hasattr(out, "logits") and not isinstance(out, torch.Tensor):
+        out = out.logits
+    if not isinstance(out, torch.Tensor):
+        raise UsageError(
+            f"The model returned {type(out).__name__}, not a tensor; wrap it in a function "
+            "that returns the embedding tensor."
+        )
+    return out.reshape(out.shape[0], -1)
+
+
+def module_encoder(
+    model: nn.Module,
+    transform: Callable[[Any], torch.Tensor],
+    *,
+    identity: str,
+    digest: str | None,
+    preprocessing: dict[str, Any] | None,
+    device: str = "cpu",
+    dtype: str = "float32",
+    info: dict[str, Any] | None = None,
+) -> Encoder:
+    """An :class:`Encoder` running ``model`` in eval mode on ``transform``-ed images."""
+    torch_dtype = DTYPES[dtype]
+    model = model.eval().to(device=device, dtype=torch_dtype)
+
+    def encode(images: list[Any]) -> np.ndarray:
+        batch = torch.stack([transform(image) for image in images])
+        try:
+            with torch.inference_mode():
+                out = _forward(model, batch.to(device=device, dtype=torch_dtype))
+        except RuntimeError as error:  # a shape or dtype the model does not take
+            first = str(error).strip().splitlines()[0] if str(error).strip() else "RuntimeError"
+            raise UsageError(
+                f"The model {identity} failed on a batch of shape {tuple(batch.shape)} "
+                f"({dtype} on {device}): {first}"
+            ) from None
+        return out.to("cpu", torch.float32).numpy()
+
+    return Encoder(encode, identity, digest, preprocessing, dtype, device, info or {})
+
+
+def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        raise UsageError(f"The weights file '{path}' does not exist.")
+    try:
+        if path.suffix.lower() == ".safetensors":
+            from safetensors.torch import load_file
+
+            state: Any = load_file(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        message = f"The weights file '{path}' cannot be read: {error}".rstrip(".")
+        raise UsageError(message + ".") from None
+    for wrapper in ("state_dict", "model", "model_state_dict"):
+        if isinstance(state, dict) and isinstance(state.get(wrapper), dict):
+            state = state[wrapper]
+    if isinstance(state, nn.Module):
+        state = state.state_dict()
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise UsageError(f"The weights file '{path}' does not hold a state dict of tensors.")
+    if state and all(k.startswith("module.") for k in state):
+        state = {k[len("module.") :]: v for k, v in state.items()}
+    return state
+
+
+def _find_head(model: nn.Module) -> tuple[nn.Module, str | int, str] | None:
+    """The last classification layer: ``(parent, attribute or index, state-dict prefix)``."""
+    for attr in ("fc", "classifier", "heads", "head"):
+        head = getattr(model, attr, None)
+        if isinstance(head, nn.Linear):
+            return model, attr, f"{attr}."
+        if isinstance(head, nn.Sequential):
+            linear = [i for i, m in enumerate(head) if isinstance(m, nn.Linear)]
+            if linear:
+                name = list(head._modules)[linear[-1]]
+                return head, linear[-1], f"{attr}.{name}."
+    return None
+
+
+def torchvision_encoder(
+    name: str,
+    weights: str | os.PathLike[str],
+    *,
+    preprocessing: Preprocessing | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
+    head: str = "drop",
+) -> Encoder:
+    """A torchvision model by name (``torchvision.models.get_model``) with a local state dict.
+
+    ``head="drop"`` replaces the last linear classification layer (``fc``, ``classifier``,
+    ``heads``, ``head``) by the identity, so the embedding is the penultimate feature; the
+    weights file may then omit that layer. ``head="keep"`` embeds with the model's output.
+    The cache key holds the model name, the weights file's SHA-256, the head choice, the
+    preprocessing, dtype and device.
+    """
+    import torchvision
+
+    if head not in ("drop", "keep"):
+        raise UsageError(f"--head must be 'drop' or 'keep'. Got {head!r}.")
+    available = torchvision.models.list_models()
+    if name not in available:
+        close = difflib.get_close_matches(name, available, n=3)
+        hint = f" Did you mean {', '.join(close)}?" if close else ""
+        raise UsageError(f"torchvision has no model named {name!r}.{hint}")
+    weights = Path(weights)
+    state = _read_state_dict(weights)
+    model = torchvision.models.get_model(name, weights=None)
+    found = _find_head(model)
+    if head == "drop" and found is None:
+        raise UsageError(
+            f"Cannot find the classification layer of {name} to drop; use --head keep."
+        )
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as error:
+        first = str(error).strip().splitlines()
+        detail = " ".join(line.strip() for line in first[:3])
+        raise UsageError(f"The weights in '{weights}' do not fit {name}: {detail}") from None
+    prefix = found[2] if (found is not None and head == "drop") else None
+    missing = [k for k in missing if not (prefix and k.startswith(prefix))]
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing key(s), e.g. {', '.join(missing[:3])}")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected key(s), e.g. {', '.join(unexpected[:3])}")
+        raise UsageError(f"The weights in '{weights}' do not fit {name}: {'; '.join(parts)}.")
+    if head == "drop" and found is not None:
+        parent, where, _ = found
+        if isinstance(where, int):
+            parent[where] = nn.Identity()
+        else:
+            setattr(parent, where, nn.Identity())
+    preprocessing = preprocessing or Preprocessing()
+    return module_encoder(
+        model,
+        preprocessing.transform(),
+        identity=f"torchvision:{name}:head={head}",
+        digest=file_digest(weights),
+        preprocessing=preprocessing.to_dict(),
+        device=device,
+        dtype=dtype,
+        info={"weights": str(weights)},
+    )
+
+
+@contextlib.contextmanager
+def _cwd_on_path() -> Iterator[None]:
+    cwd = os.getcwd()
+    added = cwd not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added:
+            with contextlib.suppress(ValueError):
+                sys.path.remove(cwd)
+
+
+def import_callable(spec: str) -> Any:
+    """Import ``package.module:attribute`` (the attribute may be dotted); the cwd is importable.
+
+    >>> import_callable("os.path:join")("a", "b")
+    'a/b'
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr or ":" in attr:
+        raise UsageError(f"--callable must look like package.module:callable. Got {spec!r}.")
+    with _cwd_on_path():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            raise UsageError(f"Cannot import {module_name!r} (from {spec!r}): {error}.") from None
+        except Exception as error:
+            raise UsageError(
+                f"Importing {module_name!r} (from {spec!r}) raised {type(error).__name__}: {error}"
+            ) from None
+    target: Any = module
+    for part in attr.split("."):
+        if not hasattr(target, part):
+            raise UsageError(f"Module {module_name!r} has no attribute {attr!r} (from {spec!r}).")
+        target = getattr(target, part)
+    return target
+
+
+def callable_encoder(
+    spec: str,
+    *,
+    preprocessing: Preprocessing | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
+) -> Encoder:
+    """An encoder from ``package.module:callable``.
+
+    The target is a torch module, or a factory called with no arguments that returns one of:
+    a torch module (fed with ``preprocessing``, ImageNet defaults); a pair ``(module,
+    transform)`` whose transform maps one PIL image to a tensor (its own preprocessing); or an
+    encoder function mapping a list of RGB PIL images to a ``(batch, dim)`` array (its own
+    preprocessing, device and dtype). The cache key holds the spec and a digest of the module
+    weights (and of the function's source file).
+    """
+    target = import_callable(spec)
+    made: Any = target
+    if not isinstance(target, nn.Module):
+        if not callable(target):
+            raise UsageError(f"{spec!r} is a {type(target).__name__}, not a callable.")
+        try:
+            made = target()
+        except Exception as error:
+            raise UsageError(
+                f"Calling {spec}() raised {type(error).__name__}: {error} "
+                "(the callable must take no arguments and return a model or an encoder function)"
+            ) from None
+    identity = f"callable:{spec}"
+    info = {"callable": spec}
+    if isinstance(made, nn.Module):
+        preprocessing = preprocessing or Preprocessing()
+        return module_encoder(
+            made,
+            preprocessing.transform(),
+            identity=identity,
+            digest=state_digest(made),
+            preprocessing=preprocessing.to_dict(),
+            device=device,
+            dtype=dtype,
+            info=info,
+        )
+    if (
+        isinstance(made, tuple)
+        and len(made) == 2
+        and isinstance(made[0], nn.Module)
+        and callable(made[1])
+    ):
+        model, transform = made
+        return module_encoder(
+            model,
+            transform,
+            identity=identity,
+            digest=state_digest(model),
+            preprocessing={"transform": repr(transform)},
+            device=device,
+            dtype=dtype,
+            info=info,
+        )
+    if callable(made):
+        digest = function_digest(made)
+        return Encoder(made, identity, digest, {"own": True}, "float32", "cpu", info)
+    raise UsageError(
+        f"{spec}() returned a {type(made).__name__}; expected a torch module, a (module, "
+        "transform) pair or an encoder function."
+    )
+
+
+def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -> np.ndarray:
+    """Read precomputed embeddings: ``.npy``, ``.pt``/``.pth`` or ``.safetensors``.
+
+    A ``.pt``/``.safetensors`` file holds one tensor, or a dict with an ``"embeddings"`` entry
+    (or a single entry). The result is a finite 2-D floating array, one row per image.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "e.npy"
+    >>> np.save(p, np.eye(3, dtype=np.float32))
+    >>> load_embeddings(p).shape
+    (3, 3)
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"The {what} file '{path}' does not exist.")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            data: Any = np.load(path, allow_pickle=False)
+        elif suffix in (".pt", ".pth"):
+            data = torch.load(path, map_location="cpu", weights_only=True)
+        elif suffix == ".safetensors":
+            from safetensors.numpy import load_file
+
+            data = load_file(str(path))
+        else:
+            raise UsageError(
+                f"The {what} file '{path}' must end in .npy, .pt, .pth or .safetensors."
+            )
+    except UsageError:
+        raise
+    except Exception as error:
+        raise UsageError(f"The {what} file '{path}' cannot be read: {error}") from None
+    if isinstance(data, dict):
+        if "embeddings" in data:
+            data = data["embeddings"]
+        elif len(data) == 1:
+            data = next(iter(data.values()))
+        else:
+            raise UsageError(
+                f"The {what} file '{path}' holds {len(data)} tensors "
+                f"({', '.join(map(str, list(data)[:5]))}); name the embeddings 'embeddings'."
+            )
+    if isinstance(data, torch.Tensor):
+        data = data.detach().to("cpu")
+        if data.dtype == torch.bfloat16:
+            data = data.float()
+        data = data.numpy()
+    array = np.asarray(data)
+    if array.ndim != 2 or array.dtype.kind not in "fiu":
+        raise UsageError(
+            f"The {what} file '{path}' must hold a 2-D numeric array (one row per image). "
+            f"Got shape {array.shape}, dtype {array.dtype}."
+        )
+    if array.dtype.kind != "f":
+        array = array.astype(np.float32)
+    if not np.isfinite(array).all():
+        row = int(np.nonzero(~np.isfinite(array).all(axis=1))[0][0])
+        raise UsageError(f"The {what} file '{path}' has a NaN or infinite value in row {row}.")
+    return array

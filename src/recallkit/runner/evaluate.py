@@ -1,0 +1,571 @@
+"""Images and labels in, recall@K out: encode (once, cached), then :func:`recallkit.recall_at_k`.
+
+The metric is the core's (:func:`recallkit.recall_at_k`); this module only encodes, passes the
+identities that exclude self-matches, and reads the core's per-query first-hit ranks for the
+per-class breakdown. Neighbour lists (for the breakdown's confusions and the failure grid) come
+from the core's exact k-NN.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from recallkit import _checks
+from recallkit._labels import dense_codes
+from recallkit.errors import UsageError
+from recallkit.recall import recall_at_k
+from recallkit.result import RecallResult
+from recallkit.runner.cache import encode_cached
+from recallkit.runner.encode import BadImage
+from recallkit.runner.encoders import Encoder, function_encoder
+from recallkit.runner.sources import ImageSet, path_identity
+
+RUN_FORMAT = "recallkit.evaluation/1"
+
+
+@dataclass
+class Run:
+    """Everything one evaluation produced: the sets actually evaluated, embeddings, the result.
+
+    ``query`` and ``gallery`` are the image sets after unreadable images were skipped;
+    ``skipped`` lists those; ``cache`` says per side ``"hit"``, ``"miss"``, ``"off"`` or
+    ``"precomputed"``.
+    """
+
+    query: ImageSet
+    gallery: ImageSet
+    query_embeddings: np.ndarray
+    gallery_embeddings: np.ndarray
+    result: RecallResult
+    metric: str = "cosine"
+    device: str | None = None
+    encoder: dict[str, Any] | None = None
+    skipped: tuple[BadImage, ...] = ()
+    cache: dict[str, str] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ids(self) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
+        """``(query ids, gallery ids)`` when both sides have identities."""
+        if self.query.ids is None or self.gallery.ids is None:
+            return None
+        return self.query.ids, self.gallery.ids
+
+
+def _say(progress: bool | None) -> Callable[[str], None]:
+    if progress is False:
+        return lambda _message: None
+    return lambda message: print(message, file=sys.stderr)
+
+
+def _same_items(a: ImageSet, b: ImageSet) -> bool:
+    return len(a) == len(b) and a.has_paths() and b.has_paths() and a.items == b.items
+
+
+def _check_embeddings(array: Any, rows: int, name: str, what: str) -> np.ndarray:
+    if isinstance(array, torch.Tensor):
+        array = array.detach().to("cpu").float().numpy()
+    array = np.asarray(array)
+    if array.ndim != 2:
+        raise UsageError(
+            f"The {name} must be a 2-D array, one row per {what} image. Got shape {array.shape}."
+        )
+    if array.shape[0] != rows:
+        raise UsageError(
+            f"The {name} have {array.shape[0]} rows but the {what} set has {rows} images; "
+            "they must be row-aligned (row i is image i)."
+        )
+    return array
+
+
+def run_evaluation(
+    query: ImageSet,
+    gallery: ImageSet,
+    encoder: Encoder | None,
+    ks: Sequence[int] = (1, 5, 10),
+    *,
+    query_embeddings: Any = None,
+    gallery_embeddings: Any = None,
+    metric: str = "cosine",
+    device: Any = None,
+    batch_size: int = 32,
+    cache_dir: str | os.PathLike[str] | None = None,
+    skip_bad: bool = False,
+    progress: bool | None = None,
+) -> Run:
+    """Encode both sets (the gallery first, each once, through the cache) and compute recall@K.
+
+    When query and gallery are the same files (leave-one-out), they are encoded once. Self-
+    matches are excluded through the sets' identities (``ImageSet.ids``) only.
+
+    >>> s = ImageSet(("a", "b", "c"), ("x", "x", "y"), ("a", "b", "c"), "toy")
+    >>> e = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
+    >>> run = run_evaluation(s, s, None, (1,), query_embeddings=e, gallery_embeddings=e)
+    >>> run.result.first_hit_ranks.tolist(), top_k(run, [0, 2], 2).tolist()
+    ([0, 0, -1], [[1, 2], [1, 0]])
+    >>> [(row.label, row.queries, row.recall) for row in worst_classes(run)]
+    [('x', 2, {'recall@1': 1.0})]
+    """
+    func = "evaluate"
+    ks = _checks.check_ks(ks, func)
+    _checks.check_metric(metric, func)
+    say = _say(progress)
+    cache: dict[str, str] = {}
+    seconds: dict[str, float] = {}
+    sides: dict[str, tuple[ImageSet, np.ndarray, np.ndarray]] = {}
+    given = {"gallery": gallery_embeddings, "query": query_embeddings}
+    sets = {"gallery": gallery, "query": query}
+    reasons: dict[str, str] = {}
+    for side in ("gallery", "query"):
+        images = sets[side]
+        if given[side] is not None:
+            array = _check_embeddings(given[side], len(images), f"{side} embeddings", side)
+            sides[side] = (images, array, np.ones(len(images), dtype=bool))
+            cache[side] = "precomputed"
+            continue
+        if side == "query" and given["gallery"] is None and _same_items(query, gallery):
+            _, array, kept = sides["gallery"]
+            sides[side] = (images, array, kept)
+            cache[side] = "same as gallery"
+            continue
+        if encoder is None:
+            raise ValueError(
+                f"The 'encoder_fn' parameter of {func} must be given when the {side} "
+                "embeddings are not."
+            )
+        start = time.perf_counter()
+        encoding, status = encode_cached(
+            list(images.items),
+            encoder,
+            cache_dir=cache_dir,
+            batch_size=batch_size,
+            skip_bad=skip_bad,
+            progress=progress,
+            desc=f"encoding {side}",
+            what=side,
+            log=say,
+        )
+        seconds[f"encode_{side}"] = time.perf_counter() - start
+        cache[side] = status
+        for bad in encoding.bad:
+            reasons.setdefault(bad.path, bad.reason)
+        sides[side] = (images, encoding.embeddings, encoding.kept)
+    skipped: dict[str, BadImage] = {}
+    final: dict[str, tuple[ImageSet, np.ndarray]] = {}
+    for side in ("query", "gallery"):
+        images, array, kept = sides[side]
+        if not kept.all():
+            for i in np.flatnonzero(~kept):
+                item = images.items[int(i)]
+                path = os.fspath(item)
+                skipped.setdefault(path, BadImage(path, reasons.get(path, "unreadable")))
+            images, array = images.subset(kept.tolist()), array[kept]
+        final[side] = (images, array)
+    if skipped:
+        listed = "; ".join(f"{b.path} ({b.reason})" for b in list(skipped.values())[:5])
+        more = f"; and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        say(f"note: skipped {len(skipped)} unreadable image(s): {listed}{more}")
+    (q_set, q_emb), (g_set, g_emb) = final["query"], final["gallery"]
+    if len(q_set) == 0 or len(g_set) == 0:
+        side = "query" if len(q_set) == 0 else "gallery"
+        raise UsageError(f"No {side} image is left to evaluate.")
+    ids: dict[str, Any] = {}
+    if q_set.ids is not None and g_set.ids is not None:
+        ids = {"query_ids": list(q_set.ids), "reference_ids": list(g_set.ids)}
+    start = time.perf_counter()
+    result = recall_at_k(
+        q_emb,
+        g_emb,
+        list(q_set.labels),
+        list(g_set.labels),
+        ks,
+        metric=metric,
+        device=device,
+        **ids,
+    )
+    seconds["recall"] = time.perf_counter() - start
+    return Run(
+        q_set,
+        g_set,
+        q_emb,
+        g_emb,
+        result,
+        metric,
+        None if device is None else str(device),
+        encoder.describe() if encoder is not None else None,
+        tuple(skipped.values()),
+        cache,
+        seconds,
+    )
+
+
+def _image_set(
+    images: Sequence[Any], labels: Sequence[Any], ids: Sequence[Any] | None, side: str
+) -> ImageSet:
+    func = "evaluate"
+    if isinstance(images, str | os.PathLike):
+        raise ValueError(
+            f"The '{side}_images' parameter of {func} must be a sequence of images or paths. "
+            f"Got a single path {os.fspath(images)!r}."
+        )
+    items = tuple(images)
+    labels = list(labels.tolist() if hasattr(labels, "tolist") else labels)
+    _checks.check_length(labels, len(items), f"{side}_labels", func, f"{side}_images")
+    if ids is not None:
+        ids = list(ids.tolist() if hasattr(ids, "tolist") else ids)
+        _checks.check_length(ids, len(items), f"{side}_ids", func, f"{side}_images")
+        ids = tuple(ids)
+    elif items and all(isinstance(i, str | os.PathLike) for i in items):
+        ids = tuple(path_identity(i) for i in items)
+    return ImageSet(items, tuple(labels), ids, f"{side} images")
+
+
+def evaluate(
+    query_images: Sequence[Any],
+    query_labels: Sequence[Any],
+    gallery_images: Sequence[Any],
+    gallery_labels: Sequence[Any],
+    encoder_fn: Callable[[list[Any]], Any] | None,
+    ks: Sequence[int] = (1, 5, 10),
+    *,
+    batch_size: int = 32,
+    cache_dir: str | os.PathLike[str] | None = None,
+    query_ids: Sequence[Any] | None = None,
+    gallery_ids: Sequence[Any] | None = None,
+    query_embeddings: Any = None,
+    gallery_embeddings: Any = None,
+    metric: str = "cosine",
+    device: Any = None,
+    skip_bad: bool = False,
+    encoder_id: str | None = None,
+    progress: bool | None = None,
+) -> RecallResult:
+    """Recall@K of ``encoder_fn`` on query and gallery images: the seed's ``evaluate``.
+
+    Each image set is encoded once with ``encoder_fn`` (a batch, a list of RGB PIL images for
+    paths, to a ``(batch, dim)`` array or tensor), or taken from ``query_embeddings`` /
+    ``gallery_embeddings`` (row-aligned). Recall is :func:`recallkit.recall_at_k` (cosine by
+    default: L2-normalised; ties go to the lower gallery index): a query is a hit at K when one
+    of its K nearest gallery images shares its label.
+
+    Self-matches are excluded by identity: a query never retrieves a gallery image with its own
+    id, which is its resolved path when the images are paths (so overlapping query and gallery
+    lists work), or ``query_ids``/``gallery_ids`` when given. Queries whose label no remaining
+    gallery image has are excluded and counted (``num_excluded``), as the seed's rules say.
+
+    With ``cache_dir``, each set's embeddings are stored there as ``.npy`` and reused while the
+    files (sizes, modification times), the encoder (``encoder_id`` or its qualified name, and a
+    digest of the torch weights it holds and of its source file) are unchanged. Unreadable
+    images raise :class:`~recallkit.runner.encode.BadImagesError` listing them, or are left out
+    with ``skip_bad=True``.
+
+    >>> import numpy as np
+    >>> from PIL import Image
+    >>> imgs = [Image.new("RGB", (2, 2), c) for c in [(9, 0, 0), (8, 1, 0), (0, 0, 9)]]
+    >>> mean_rgb = lambda batch: np.stack([np.asarray(i, float).mean((0, 1)) for i in batch])
+    >>> r = evaluate(imgs[:1], ["red"], imgs, ["red", "red", "blue"], mean_rgb, ks=(1, 2),
+    ...              query_ids=["a"], gallery_ids=["a", "b", "c"], progress=False)
+    >>> dict(r)
+    {'recall@1': 1.0, 'recall@2': 1.0}
+    """
+    q_set = _image_set(query_images, query_labels, query_ids, "query")
+    g_set = _image_set(gallery_images, gallery_labels, gallery_ids, "gallery")
+    if (query_ids is None) != (gallery_ids is None):
+        raise ValueError(
+            "The 'query_ids' and 'gallery_ids' parameters of evaluate must be given together."
+        )
+    if (q_set.ids is None) != (g_set.ids is None):
+        q_set = ImageSet(q_set.items, q_set.labels, None, q_set.source)
+        g_set = ImageSet(g_set.items, g_set.labels, None, g_set.source)
+    encoder = None if encoder_fn is None else function_encoder(encoder_fn, encoder_id)
+    run = run_evaluation(
+        q_set,
+        g_set,
+        encoder,
+        ks,
+        query_embeddings=query_embeddings,
+        gallery_embeddings=gallery_embeddings,
+        metric=metric,
+        device=device,
+        batch_size=batch_size,
+        cache_dir=cache_dir,
+        skip_bad=skip_bad,
+        progress=progress,
+    )
+    return run.result
+
+
+# --- neighbours, per-class breakdown -------------------------------------------------------
+
+
+def top_k(run: Run, query_rows: Sequence[int] | np.ndarray, k: int) -> np.ndarray:
+    """The ``k`` nearest gallery indices of the given queries (``-1`` where none is left).
+
+    Uses the core's exact k-NN with the run's metric, excluding each query's own identity;
+    ties go to the lower gallery index, as in recall@K.
+    """
+    from recallkit.pml import ExactKNN
+
+    rows = np.asarray(query_rows, dtype=np.int64)
+    if len(rows) == 0:
+        return np.zeros((0, k), dtype=np.int64)
+    query = torch.from_numpy(np.ascontiguousarray(run.query_embeddings[rows]))
+    reference = torch.from_numpy(np.ascontiguousarray(run.gallery_embeddings))
+    k = min(k, len(run.gallery))
+    knn = ExactKNN(metric=run.metric)
+    kwargs: dict[str, Any] = {}
+    if run.ids is not None:
+        q_ids, g_ids = run.ids
+        kwargs["exclude_ids"] = ([q_ids[int(i)] for i in rows], list(g_ids))
+    _, indices = knn(query, k, reference, False, **kwargs)
+    return np.asarray(indices.cpu().numpy(), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class ClassRow:
+    """One line of the per-class breakdown."""
+
+    label: Any
+    queries: int
+    recall: dict[str, float]
+    confused_with: Any = None
+    confused_count: int = 0
+    missed_at_1: int = 0
+
+
+def label_codes(run: Run) -> tuple[np.ndarray, np.ndarray, list[Any]]:
+    """Dense int64 codes of the query and gallery labels, and the label of each code."""
+    q_codes, g_codes = dense_codes(
+        list(run.query.labels), list(run.gallery.labels), ("query_labels", "gallery_labels"), ""
+    )
+    names: list[Any] = [None] * (int(max(q_codes.max(), g_codes.max())) + 1)
+    for codes, labels in ((q_codes, run.query.labels), (g_codes, run.gallery.labels)):
+        first = np.unique(codes, return_index=True)
+        for code, index in zip(*first, strict=True):
+            names[int(code)] = labels[int(index)]
+    return q_codes, g_codes, names
+
+
+def worst_classes(run: Run, n: int = 5, *, confusions: bool = True) -> list[ClassRow]:
+    """The ``n`` query classes with the lowest recall (at the first K, then the next ones).
+
+    Per class, recall@K is the share of its evaluated queries that the core marked as hits at
+    K (``RecallResult.hits``); ties are ordered by label. With ``confusions``, the class most
+    often retrieved first instead (by the queries missed at rank 1) is named, from the core's
+    exact k-NN.
+    """
+    result = run.result
+    if n <= 0 or result.num_evaluated == 0:
+        return []
+    q_codes, g_codes, names = label_codes(run)
+    evaluated = result.evaluated
+    num_codes = len(names)
+    counts = np.bincount(q_codes[evaluated], minlength=num_codes)
+    present = np.flatnonzero(counts)
+    share: dict[int, np.ndarray] = {}
+    for k, k_eff in zip(result.ks, result.effective_ks, strict=True):
+        hits = np.bincount(q_codes[result.hits(k_eff)], minlength=num_codes)
+        share[k] = hits[present] / counts[present]
+    # Order: lowest recall at the first K, then the following Ks, then label order.
+    label_rank = np.argsort(np.argsort(np.array([str(names[c]) for c in present]), kind="stable"))
+    keys = [label_rank] + [share[k] for k in reversed(result.ks)]
+    order = np.lexsort(keys)[:n]
+    chosen = present[order]
+    confused: dict[int, tuple[Any, int, int]] = {}
+    if confusions:
+        missed = np.flatnonzero(evaluated & (result.first_hit_ranks > 0) & np.isin(q_codes, chosen))
+        if len(missed):
+            first = top_k(run, missed, 1)[:, 0]
+            ok = first >= 0
+            for code in chosen:
+                mine = (q_codes[missed] == code) & ok
+                if not mine.any():
+                    continue
+                got = np.bincount(g_codes[first[mine]], minlength=num_codes)
+                top = int(np.argmax(got))
+                confused[int(code)] = (names[top], int(got[top]), int(mine.sum()))
+    rows = []
+    for j, code in zip(order, chosen, strict=True):
+        c = confused.get(int(code))
+        rows.append(
+            ClassRow(
+                names[int(code)],
+                int(counts[code]),
+                {f"recall@{k}": float(share[k][j]) for k in result.ks},
+                c[0] if c else None,
+                c[1] if c else 0,
+                c[2] if c else 0,
+            )
+        )
+    return rows
+
+
+def _short(value: Any, width: int = 24) -> str:
+    text = str(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def format_worst_classes(rows: Sequence[ClassRow], total_classes: int, first_k: int) -> str:
+    """The ``[worst classes]`` table printed after the report."""
+    if not rows:
+        return ""
+    keys = list(rows[0].recall)
+    width = max([len("label")] + [len(_short(r.label)) for r in rows])
+    head = f"  {'label':<{width}}  {'queries':>7}" + "".join(f"  {k:>9}" for k in keys)
+    head += "  most often ranked first instead"
+    lines = [
+        f"[worst classes]  (lowest recall@{first_k} first; {len(rows)} of {total_classes})",
+        head,
+    ]
+    for r in rows:
+        line = f"  {_short(r.label):<{width}}  {r.queries:>7}"
+        line += "".join(f"  {v:>9.4f}" for v in r.recall.values())
+        if r.confused_with is not None:
+            line += f"  {_short(r.confused_with)} ({r.confused_count} of {r.missed_at_1} misses)"
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+def num_query_classes(run: Run) -> int:
+    """Distinct labels among the evaluated queries."""
+    q_codes, _, _ = label_codes(run)
+    return len(np.unique(q_codes[run.result.evaluated]))
+
+
+def failure_grid(
+    run: Run,
+    out: str | os.PathLike[str],
+    *,
+    k: int = 8,
+    queries: int = 8,
+    title: str | None = None,
+) -> Path:
+    """Draw the ``queries`` worst queries of ``run`` with their top-``k`` gallery images.
+
+    The worst queries are those whose first correct neighbour ranks lowest
+    (:func:`~recallkit.runner.grid.worst_queries`); neighbours come from :func:`top_k`. The
+    file is a PNG or a self-contained HTML page, by its extension.
+    """
+    from recallkit.runner.grid import draw_grid, grid_rows, worst_queries
+
+    rows = worst_queries(run.result, queries)
+    neighbours = top_k(run, rows, k)
+    assembled = grid_rows(
+        run.query.items,
+        run.query.labels,
+        run.gallery.items,
+        run.gallery.labels,
+        rows.tolist(),
+        neighbours,
+        run.result.first_hit_ranks,
+    )
+    return draw_grid(assembled, out, title=title)
+
+
+# --- the run file (--json) -----------------------------------------------------------------
+
+
+def _version() -> str:
+    try:
+        return metadata.version("recallkit")
+    except metadata.PackageNotFoundError:  # pragma: no cover - source checkout without install
+        return "unknown"
+
+
+def _json_label(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return [_json_label(v) for v in value]
+    return value if isinstance(value, str | int | float | bool) or value is None else str(value)
+
+
+def _nan_to_none(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def run_record(
+    run: Run,
+    *,
+    tag: str | None = None,
+    worst: Sequence[ClassRow] = (),
+    sources: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The run as a JSON-ready dict (the ``--json`` file): values, counts, setup, per-query ranks.
+
+    ``queries`` holds, row for row, each query's identity, label and first-hit rank (0-indexed,
+    ``-1`` for an excluded query): what ``recallkit compare`` pairs two runs on.
+    """
+    result = run.result
+    q_ids = run.query.ids
+    if q_ids is None:
+        q_ids = tuple(str(i) for i in range(len(run.query)))
+    return {
+        "format": RUN_FORMAT,
+        "recallkit_version": _version(),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "tag": tag,
+        "metric": run.metric,
+        "ks": list(result.ks),
+        "effective_ks": list(result.effective_ks),
+        "recall": {k: _nan_to_none(v) for k, v in result.items()},
+        "num_queries": result.num_evaluated,
+        "num_queries_given": result.num_queries,
+        "num_excluded": result.num_excluded,
+        "num_gallery": result.num_reference,
+        "embedding_dim": result.embedding_dim,
+        "query_source": run.query.source,
+        "gallery_source": run.gallery.source,
+        "sources": sources or {},
+        "encoder": run.encoder,
+        "cache": run.cache,
+        "seconds": {k: round(v, 3) for k, v in run.seconds.items()},
+        "skipped_images": [[b.path, b.reason] for b in run.skipped],
+        "worst_classes": [
+            {
+                "label": _json_label(r.label),
+                "queries": r.queries,
+                "recall": r.recall,
+                "confused_with": _json_label(r.confused_with),
+                "confused_count": r.confused_count,
+                "missed_at_1": r.missed_at_1,
+            }
+            for r in worst
+        ],
+        "queries": {
+            "ids": [str(i) for i in q_ids],
+            "labels": [_json_label(v) for v in run.query.labels],
+            "first_hit_rank": result.first_hit_ranks.tolist(),
+        },
+    }
+
+
+def dumps_record(record: dict[str, Any]) -> str:
+    """JSON text of a run record: indented, with the long per-query lists kept on one line each.
+
+    >>> print(dumps_record({"tag": "a", "queries": {"ids": ["x"], "first_hit_rank": [0]}}), end="")
+    {
+     "tag": "a",
+     "queries": {"ids": ["x"], "first_hit_rank": [0]}
+    }
+    """
+    head = {k: v for k, v in record.items() if k != "queries"}
+    text = json.dumps(head, indent=1)
+    if "queries" not in record:
+        return text + "\n"
+    queries = json.dumps(record["queries"])
+    body = text[:-2] + ",\n" if head else "{\n"
+    return body + f' "queries": {queries}\n}}\n'

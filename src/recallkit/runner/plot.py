@@ -1,0 +1,84 @@
+"""Recall@K against run tag (epochs, checkpoints) from a history file, drawn with matplotlib."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from recallkit._atomic import atomic_write
+from recallkit.errors import UsageError
+from recallkit.runner.history import read_history
+
+_FORMATS = (".png", ".svg", ".pdf")
+
+
+def _recall_keys(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    keys: list[str] = []
+    for record in records:
+        for key in record["recall"]:
+            if key not in keys:
+                keys.append(key)
+    return sorted(keys, key=lambda k: int(k.split("@")[1]) if k.split("@")[-1].isdigit() else 0)
+
+
+def plot_history(
+    history: str | os.PathLike[str] | Sequence[Mapping[str, Any]],
+    out: str | os.PathLike[str],
+    *,
+    ks: Sequence[int] | None = None,
+    title: str | None = None,
+) -> Path:
+    """Draw one line per recall@K over the runs of ``history``, in file order, tags on the x axis.
+
+    ``history`` is a history file (``--history runs.jsonl``) or its records. ``out`` ends in
+    ``.png``, ``.svg`` or ``.pdf``; it is written atomically. Returns ``out``.
+
+    >>> import tempfile, pathlib
+    >>> out = pathlib.Path(tempfile.mkdtemp()) / "recall.png"
+    >>> runs = [{"tag": "epoch-1", "recall": {"recall@1": 0.5}},
+    ...         {"tag": "epoch-2", "recall": {"recall@1": 0.75}}]
+    >>> plot_history(runs, out).stat().st_size > 0
+    True
+    """
+    from matplotlib.figure import Figure
+
+    out = Path(out)
+    if out.suffix.lower() not in _FORMATS:
+        raise UsageError(f"The plot file '{out}' must end in {', '.join(_FORMATS)}.")
+    if isinstance(history, str | os.PathLike):
+        source = str(history)
+        records = read_history(history)
+    else:
+        source = "runs"
+        records = list(history)
+    if not records:
+        raise UsageError(f"The history {source} has no runs to plot.")
+    keys = _recall_keys(records)
+    if ks is not None:
+        wanted = [f"recall@{int(k)}" for k in ks]
+        missing = [k for k in wanted if k not in keys]
+        if missing:
+            raise UsageError(
+                f"The history {source} has no {', '.join(missing)}; it has {', '.join(keys)}."
+            )
+        keys = wanted
+    tags = [str(r["tag"]) for r in records]
+    x = list(range(len(records)))
+    fig = Figure(figsize=(6.4, 3.6), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    for key in keys:
+        y = [r["recall"].get(key) for r in records]
+        ax.plot(x, [float("nan") if v is None else float(v) for v in y], marker="o", label=key)
+    slanted = len(tags) > 6
+    ax.set_xticks(x, tags, rotation=30 if slanted else 0, ha="right" if slanted else "center")
+    ax.set_xlabel("run")
+    ax.set_ylabel("recall@K")
+    ax.set_ylim(0, 1.02)
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="lower right", fontsize="small")
+    ax.set_title(title or f"recall@K across runs ({Path(source).name})", fontsize="medium")
+    with atomic_write(out, "wb") as handle:
+        fig.savefig(handle, format=out.suffix.lower()[1:])
+    return out

@@ -1,0 +1,278 @@
+"""Where the images and labels come from: image folders, CSV/TSV manifests, benchmarks.
+
+Every source yields an :class:`ImageSet`: image paths, one label each, and one identity each.
+The identity (the resolved path, or a manifest's ``id`` column) is what self-match exclusion
+compares: a query never retrieves a gallery item with its own identity.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recallkit.errors import UsageError
+
+#: File name endings read as images (lower case), as torchvision's ``ImageFolder`` does.
+IMAGE_EXTENSIONS = frozenset(
+    {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm"}
+)
+_MAX_LISTED = 5
+
+
+@dataclass(frozen=True)
+class ImageSet:
+    """Images with one label and one identity each, in a fixed order.
+
+    ``items`` are paths (or, from the Python API, in-memory images); ``labels`` are the labels as
+    the source spells them (folder names, manifest text, benchmark integers); ``ids`` are the
+    identities compared for self-match exclusion (``None`` when the items have none).
+
+    >>> s = ImageSet((Path("a.png"), Path("b.png")), ("cat", "dog"), ("a", "b"), "example")
+    >>> len(s), s.labels[1]
+    (2, 'dog')
+    """
+
+    items: tuple[Any, ...]
+    labels: tuple[Any, ...]
+    ids: tuple[str, ...] | None
+    source: str
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        """The items as paths (raises if an item is an in-memory image)."""
+        out = []
+        for item in self.items:
+            if not isinstance(item, str | os.PathLike):
+                raise TypeError(f"{self.source} holds in-memory images, not paths")
+            out.append(Path(item))
+        return tuple(out)
+
+    def has_paths(self) -> bool:
+        """Whether every item is a path."""
+        return all(isinstance(item, str | os.PathLike) for item in self.items)
+
+    def subset(self, keep: Sequence[bool]) -> ImageSet:
+        """The items where ``keep`` is true, in order."""
+        idx = [i for i, k in enumerate(keep) if k]
+        return ImageSet(
+            tuple(self.items[i] for i in idx),
+            tuple(self.labels[i] for i in idx),
+            None if self.ids is None else tuple(self.ids[i] for i in idx),
+            self.source,
+            self.meta,
+        )
+
+
+def path_identity(path: str | os.PathLike[str]) -> str:
+    """The identity of an image file: its absolute, symlink-resolved path.
+
+    >>> path_identity("/tmp/../tmp/x.png") == path_identity("/tmp/x.png")
+    True
+    """
+    return os.path.realpath(os.fspath(path))
+
+
+def from_folder(root: str | os.PathLike[str], *, what: str = "image folder") -> ImageSet:
+    """Read a class-per-subfolder image folder: ``root/<label>/**/<image>``.
+
+    Labels are the subfolder names; images are the files with an image extension
+    (:data:`IMAGE_EXTENSIONS`), found recursively, sorted by class then path; hidden files and
+    files directly in ``root`` are ignored. Identities are the resolved paths.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> for name in ("cat/1.png", "cat/2.png", "dog/1.jpg", "notes.txt"):
+    ...     (root / name).parent.mkdir(exist_ok=True); (root / name).touch()
+    >>> s = from_folder(root)
+    >>> [p.name for p in s.paths], s.labels
+    (['1.png', '2.png', '1.jpg'], ('cat', 'cat', 'dog'))
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise UsageError(f"The {what} '{root}' is not a directory.")
+    paths: list[Path] = []
+    labels: list[str] = []
+    classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    for class_dir in classes:
+        found = []
+        for dirpath, dirnames, filenames in os.walk(class_dir, followlinks=True):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in filenames:
+                if name.startswith(".") or Path(name).suffix.lower() not in IMAGE_EXTENSIONS:
+                    continue
+                found.append(Path(dirpath) / name)
+        found.sort()
+        paths += found
+        labels += [class_dir.name] * len(found)
+    if not paths:
+        raise UsageError(
+            f"The {what} '{root}' holds no images in class subfolders "
+            f"(expected {root}/<label>/<image>, with extensions "
+            f"{', '.join(sorted(IMAGE_EXTENSIONS))})."
+        )
+    ids = tuple(path_identity(p) for p in paths)
+    return ImageSet(tuple(paths), tuple(labels), ids, f"{what} {root}", {"kind": "folder"})
+
+
+def _delimiter(path: Path, first_line: str) -> str:
+    suffix = path.suffix.lower()
+    if suffix == ".tsv":
+        return "\t"
+    if suffix == ".csv":
+        return ","
+    return "\t" if "\t" in first_line else ","
+
+
+def _listing(problems: list[str]) -> str:
+    shown = "; ".join(problems[:_MAX_LISTED])
+    more = len(problems) - _MAX_LISTED
+    return shown + (f"; and {more} more" if more > 0 else "")
+
+
+def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> ImageSet:
+    """Read a CSV or TSV manifest with columns ``path,label[,id]``, one image per row.
+
+    The delimiter is a tab for ``.tsv``, a comma for ``.csv``, else a tab if the first line has
+    one. A first row ``path,label[,id]`` is a header (then the columns may come in any order and
+    other columns are ignored). Blank lines and lines starting with ``#`` are skipped. Relative
+    paths are relative to the manifest's folder. The ``id`` column, when present, is the
+    identity used for self-match exclusion (rows with equal ids never retrieve each other);
+    otherwise the resolved path is. Every row with a missing file or label is listed in the
+    error, with its line number.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> (root / "a.png").touch(); (root / "b.png").touch()
+    >>> _ = (root / "m.csv").write_text("path,label\\na.png,cat\\nb.png,dog\\n")
+    >>> s = from_manifest(root / "m.csv")
+    >>> [p.name for p in s.paths], s.labels
+    (['a.png', 'b.png'], ('cat', 'dog'))
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"The {what} '{path}' does not exist or is not a file.")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UsageError(f"The {what} '{path}' cannot be read: {error}.") from None
+    lines = text.splitlines()
+    numbered = [
+        (i + 1, line)
+        for i, line in enumerate(lines)
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    if not numbered:
+        raise UsageError(f"The {what} '{path}' has no rows (expected path,label[,id]).")
+    delimiter = _delimiter(path, numbered[0][1])
+    rows = list(csv.reader([line for _, line in numbered], delimiter=delimiter))
+    columns = {"path": 0, "label": 1, "id": 2}
+    width: int | None = None
+    first = [cell.strip().lower() for cell in rows[0]]
+    if "path" in first and "label" in first:
+        columns = {name: first.index(name) for name in ("path", "label", "id") if name in first}
+        numbered, rows = numbered[1:], rows[1:]
+        if not rows:
+            raise UsageError(f"The {what} '{path}' has a header but no rows.")
+    else:
+        width = 3
+    base = path.parent
+    items: list[Path] = []
+    labels: list[str] = []
+    ids: list[str] = []
+    malformed: list[str] = []
+    missing: list[str] = []
+    for (line_no, _), row in zip(numbered, rows, strict=True):
+        cells = [cell.strip() for cell in row]
+        if width is not None and len(cells) > width:
+            malformed.append(f"line {line_no} has {len(cells)} fields, expected path,label[,id]")
+            continue
+
+        def cell(name: str, cells: list[str] = cells) -> str:
+            index = columns.get(name)
+            return cells[index] if index is not None and index < len(cells) else ""
+
+        file, label, ident = cell("path"), cell("label"), cell("id")
+        if not file:
+            malformed.append(f"line {line_no} has no path")
+            continue
+        if not label:
+            malformed.append(f"line {line_no} ({file}) has no label")
+            continue
+        full = Path(file) if Path(file).is_absolute() else base / file
+        if not full.is_file():
+            missing.append(f"line {line_no}: {file}")
+            continue
+        items.append(full)
+        labels.append(label)
+        ids.append(ident or path_identity(full))
+    if malformed:
+        raise UsageError(
+            f"The {what} '{path}' has {len(malformed)} bad row(s): {_listing(malformed)}."
+        )
+    if missing:
+        raise UsageError(
+            f"The {what} '{path}' lists {len(missing)} file(s) that do not exist "
+            f"(relative paths are read from {base}): {_listing(missing)}."
+        )
+    return ImageSet(tuple(items), tuple(labels), tuple(ids), f"{what} {path}", {"kind": "manifest"})
+
+
+def from_path(path: str | os.PathLike[str], *, what: str) -> ImageSet:
+    """An image folder if ``path`` is a directory, else a CSV/TSV manifest.
+
+    >>> try:
+    ...     from_path("/nonexistent/q.csv", what="query manifest")
+    ... except UsageError as error:
+    ...     print(error)
+    The query manifest '/nonexistent/q.csv' does not exist or is not a file.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return from_folder(path, what=what.replace("manifest", "folder"))
+    return from_manifest(path, what=what)
+
+
+@dataclass(frozen=True)
+class BenchmarkSets:
+    """A benchmark's evaluation protocol as image sets."""
+
+    query: ImageSet
+    gallery: ImageSet
+    query_in_reference: bool
+    ks: tuple[int, ...]
+
+
+def from_benchmark(name: str, root: str | os.PathLike[str]) -> BenchmarkSets:
+    """Load a benchmark's query and gallery splits with :func:`recallkit.datasets.load_benchmark`.
+
+    Identities are the resolved paths, so when the gallery is the query split itself (SOP,
+    CUB, Cars: leave-one-out) each query's own image is excluded.
+    """
+    try:
+        from recallkit.datasets import load_benchmark
+    except ImportError as error:  # pragma: no cover - depends on the installation
+        raise UsageError(f"Benchmarks are not available in this installation: {error}.") from None
+    try:
+        benchmark = load_benchmark(name, root)
+        query_split, gallery_split, query_in_reference = benchmark.evaluation_splits()
+    except (OSError, KeyError) as error:
+        raise UsageError(f"Cannot load benchmark {name!r} from '{root}': {error}.") from None
+
+    def as_set(split: Any, what: str) -> ImageSet:
+        paths = tuple(Path(p) for p in split.paths)
+        labels = tuple(int(v) for v in split.labels)
+        ids = tuple(path_identity(p) for p in paths)
+        return ImageSet(paths, labels, ids, f"{name} {what}", {"kind": "benchmark"})
+
+    query = as_set(query_split, "query split")
+    gallery = as_set(gallery_split, "gallery split")
+    ks = tuple(int(k) for k in benchmark.protocol.ks)
+    return BenchmarkSets(query, gallery, bool(query_in_reference), ks)
