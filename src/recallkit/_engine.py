@@ -2,26 +2,27 @@
 
 Queries are processed in chunks of rows, references in blocks (one block when the reference is in
 memory; several when it is streamed from disk or sharded across processes). Each (chunk, block)
-pair is one ``torch.mm``: the full n×m matrix is never built.
-
-Both sides of every GEMM are zero-padded to a multiple of :data:`ROW_BLOCK` rows. The BLAS then
-runs the same kernel for every entry, so a score is bit-identical whatever the chunk size, block
-split, shard split or thread count (a 1-row or 10-column product takes another code path and
-rounds differently; exact ties would then break).
+pair is one GEMM: the full n×m matrix is never built.
 
 Scores are "higher is better": cosine and dot use the inner product (cosine after L2
-normalisation); euclidean uses ``2 q·r - |r|²``, which orders candidates exactly as ``-|q - r|²``
-(``|q|²`` is constant along a row).
+normalisation in float32); euclidean uses ``2 q·r - |r|²``, which orders candidates exactly as
+``-|q - r|²`` (``|q|²`` is constant along a row).
+
+Exactness: the GEMM's float32 scores carry rounding that depends on the BLAS, its blocking and
+the thread count. They are used only as a filter with a rigorous error bound ``eps``: an item
+more than ``eps`` above (below) a threshold is certainly above (below) it, and the few items within
+``eps`` are re-scored exactly in float64 (:func:`recallkit._kernels.exact_scores`). The result is
+the ranking by those exact scores, ties by lower reference index: the same for every chunk size,
+block split, shard split, thread count, BLAS and device.
 
 Every ranking statistic is computed in two steps per query: the threshold item (the best
-positive, or a given ground-truth item) with its score and global index, then the count of
+positive, or a given ground-truth item) with its exact score and global index, then the count of
 candidates that rank above it. Both steps combine across blocks and shards by max/min and sum,
 which is what makes streamed and distributed evaluation exact.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,18 +32,11 @@ import torch
 
 from recallkit import _checks, _kernels
 
-ROW_BLOCK = 64
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
+MIN_CHUNK_ROWS = 64
 MAX_CHUNK_ROWS = 4096
 SENTINEL = np.iinfo(np.int64).max
-
-
-def _pad_rows(x: torch.Tensor) -> torch.Tensor:
-    rows = x.shape[0]
-    padded = math.ceil(rows / ROW_BLOCK) * ROW_BLOCK
-    if padded == rows:
-        return x
-    return torch.cat([x, x.new_zeros(padded - rows, x.shape[1])])
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def resolve_device(device: Any, *tensors: torch.Tensor) -> torch.device:
@@ -50,11 +44,6 @@ def resolve_device(device: Any, *tensors: torch.Tensor) -> torch.device:
     if device is not None:
         return torch.device(device)
     return tensors[0].device
-
-
-def score_dtype(x: torch.Tensor) -> torch.dtype:
-    """float64 stays float64; everything else is scored in float32."""
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 def prepare_rows(
@@ -73,40 +62,41 @@ def prepare_rows(
         norms = torch.linalg.vector_norm(x, dim=1)
         _checks.check_zero_rows(norms, offset, name, func)
         x = x / norms[:, None]
-    return x
+    return x.contiguous()
 
 
 @dataclass
 class Block:
-    """Prepared reference rows ``offset..offset+rows`` (zero-padded), or at ``global_index``."""
+    """Prepared reference rows ``offset..offset+rows``, or the rows at ``global_index``.
+
+    ``gemm`` is what the GEMM multiplies (for euclidean, ``[r, |r|²]`` so that one product gives
+    ``2 q·r - |r|²``); ``max_norm`` bounds the rows' norms for the error bound.
+    """
 
     offset: int
     rows: int
     data: torch.Tensor
-    sq_norms: torch.Tensor | None
+    gemm: torch.Tensor
+    max_norm: float
     global_index: torch.Tensor | None = None
+    low: torch.Tensor | None = None
 
     def globals_of(self, local: torch.Tensor) -> torch.Tensor:
         """Global reference indices of local columns."""
         if self.global_index is None:
             return local + self.offset
-        return self.global_index[local]
+        return self.global_index.to(local.device)[local]
 
     def locals_of(self, cols: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Local positions of global indices ``cols`` and the mask of those in this block."""
         if self.global_index is None:
             inside = (cols >= self.offset) & (cols < self.offset + self.rows)
             return cols - self.offset, inside
-        pos = torch.searchsorted(self.global_index, cols)
+        index = self.global_index.to(cols.device)
+        pos = torch.searchsorted(index, cols)
         found = pos < self.rows
-        inside = found & (self.global_index[pos.clamp(max=max(self.rows - 1, 0))] == cols)
+        inside = found & (index[pos.clamp(max=max(self.rows - 1, 0))] == cols)
         return pos, inside
-
-    def count_below(self, global_positions: torch.Tensor) -> torch.Tensor:
-        """How many of this block's items have a global index below each given index."""
-        if self.global_index is None:
-            return (global_positions - self.offset).clamp(0, self.rows)
-        return torch.searchsorted(self.global_index, global_positions)
 
 
 def make_block(
@@ -120,11 +110,16 @@ def make_block(
     global_index: torch.Tensor | None = None,
     precision: str = "float32",
 ) -> Block:
-    rows = x.shape[0]
-    data = _pad_rows(prepare_rows(x, name, func, metric, device, dtype, offset))
-    data = lower_precision(data, precision)
-    sq = (data.to(dtype) ** 2).sum(dim=1) if metric == "euclidean" else None
-    return Block(offset, rows, data.contiguous(), sq, global_index)
+    data = prepare_rows(x, name, func, metric, device, dtype, offset)
+    norms = torch.linalg.vector_norm(data, dim=1)
+    max_norm = float(norms.max()) if len(norms) else 0.0
+    gemm = data
+    if metric == "euclidean":
+        gemm = torch.cat([data, (data * data).sum(dim=1, keepdim=True)], dim=1).contiguous()
+    low = None
+    if PRECISIONS[precision] is not None and device.type == "cuda" and dtype == torch.float32:
+        low = gemm.to(PRECISIONS[precision])
+    return Block(offset, data.shape[0], data, gemm, max_norm, global_index, low)
 
 
 @dataclass
@@ -158,6 +153,11 @@ def _is_streamed(x: Any) -> bool:
     return isinstance(x, np.memmap) or getattr(x, "is_streamed_embeddings", False)
 
 
+PRECISIONS = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# Relative rounding of the GEMM inputs at each precision (TF32 when CUDA allows it).
+_INPUT_ROUNDING = {"float32": 0.0, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+
+
 def prepare(
     query: Any,
     reference: Any,
@@ -171,8 +171,8 @@ def prepare(
 
     A memory-mapped numpy reference (``np.load(path, mmap_mode="r")``) or a
     :class:`recallkit.io.EmbeddingFile` is streamed in blocks, never loaded whole.
-    ``precision="float16"``/``"bfloat16"`` rounds both sides to that type before the product
-    (float32 accumulation): faster on GPUs, and it can reorder near-ties.
+    ``precision="float16"``/``"bfloat16"`` runs the GEMM filter in that type on CUDA (float32
+    accumulation); the exact re-scoring keeps the results identical, only faster.
     """
     _checks.check_metric(metric, func)
     if precision not in PRECISIONS:
@@ -196,14 +196,17 @@ def prepare(
         dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     else:
         dtype = torch.float64 if torch.float64 in (q.dtype, r.dtype) else torch.float32
-    qp = prepare_rows(q, "query", func, metric, dev, dtype).contiguous()
     if not streamed:
         block = make_block(r, 0, func, metric, dev, dtype, precision=precision)
+        if query is reference:
+            qp = block.data  # leave-one-out on one tensor: prepare it once
+        else:
+            qp = prepare_rows(q, "query", func, metric, dev, dtype)
         return Space(
             qp, metric, m, d, dev, dtype, lambda: iter(()), single=block, precision=precision
         )
+    qp = prepare_rows(q, "query", func, metric, dev, dtype)
     rows = reference_block_rows or _streamed_block_rows(m, d, q.shape[0])
-    rows = max(ROW_BLOCK, rows // ROW_BLOCK * ROW_BLOCK)
 
     def source() -> Iterator[Block]:
         for start in range(0, m, rows):
@@ -216,7 +219,7 @@ def prepare(
 
 def _streamed_block_rows(m: int, d: int, n: int) -> int:
     per_row = d * 4 * 2 + min(n, MAX_CHUNK_ROWS) * 6
-    return int(min(m, max(ROW_BLOCK, DEFAULT_MEMORY_BUDGET // per_row)))
+    return int(min(m, max(MIN_CHUNK_ROWS, DEFAULT_MEMORY_BUDGET // per_row)))
 
 
 def chunk_rows(space: Space, chunk_size: int | None, per_row_bytes: int = 0) -> int:
@@ -225,43 +228,59 @@ def chunk_rows(space: Space, chunk_size: int | None, per_row_bytes: int = 0) -> 
         return chunk_size
     columns = space.single.rows if space.single is not None else space.block_rows
     element = 8 if space.dtype == torch.float64 else 4
-    per_row = columns * (element + 2) + per_row_bytes
+    per_row = columns * element + per_row_bytes
     budget = space.extra.get("memory_budget", DEFAULT_MEMORY_BUDGET)
     if space.device.type == "cuda":
         # On a GPU the chunk is sized from the free device memory (a quarter of it).
         budget = max(budget, torch.cuda.mem_get_info(space.device)[0] // 4)
     rows = budget // max(per_row, 1)
-    return int(max(ROW_BLOCK, min(MAX_CHUNK_ROWS, rows // ROW_BLOCK * ROW_BLOCK)))
+    return int(max(MIN_CHUNK_ROWS, min(MAX_CHUNK_ROWS, rows // 64 * 64)))
 
 
-PRECISIONS = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
+def _gemm_query(space: Space, chunk: torch.Tensor) -> torch.Tensor:
+    if space.metric != "euclidean":
+        return chunk
+    # [2q, -1] · [r, |r|²] = 2 q·r - |r|²: one GEMM, no extra pass over the scores.
+    return torch.cat([2 * chunk, -torch.ones_like(chunk[:, :1])], dim=1)
 
 
-def lower_precision(x: torch.Tensor, precision: str) -> torch.Tensor:
-    """Round prepared rows to the scoring precision (CUDA keeps them in it; CPU rounds only)."""
-    low = PRECISIONS[precision]
-    if low is None or x.dtype == torch.float64:
-        return x
-    rounded = x.to(low)
-    return rounded if x.device.type == "cuda" else rounded.to(x.dtype)
+def block_scores(space: Space, gemm_chunk: torch.Tensor, block: Block) -> torch.Tensor:
+    """Float32 filter scores of a query chunk against one block, ``(rows, block.rows)``.
 
-
-def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    if a.dtype in (torch.float16, torch.bfloat16):
-        # CUDA: low-precision inputs, float32 accumulation and output.
-        return torch.mm(a, b.T, out_dtype=torch.float32)
-    return a @ b.T
-
-
-def block_scores(space: Space, padded_chunk: torch.Tensor, rows: int, block: Block) -> torch.Tensor:
-    """Scores of a padded query chunk against one block, ``(rows, padded width)``, contiguous.
-
-    Only the first ``block.rows`` columns are reference items; the rest is GEMM padding.
+    On the CPU the product is numpy's BLAS writing into a reused buffer (the fastest GEMM here;
+    its rounding does not matter, see the module docstring); on CUDA it is ``torch.mm``.
     """
-    out = _matmul(lower_precision(padded_chunk, space.precision), block.data)
+    rows, cols = gemm_chunk.shape[0], block.rows
+    if block.low is not None:
+        return torch.mm(gemm_chunk.to(block.low.dtype), block.low.T, out_dtype=torch.float32)
+    if gemm_chunk.device.type != "cpu":
+        return gemm_chunk @ block.gemm.T
+    size = rows * cols
+    buffer = space.extra.get("buffer")
+    if buffer is None or buffer.size < size or buffer.dtype != gemm_chunk.numpy().dtype:
+        buffer = np.empty(size, dtype=gemm_chunk.numpy().dtype)
+        space.extra["buffer"] = buffer
+    out = buffer[:size].reshape(rows, cols)
+    np.matmul(gemm_chunk.numpy(), block.gemm.numpy().T, out=out)
+    return torch.from_numpy(out)
+
+
+def error_bound(space: Space, chunk: torch.Tensor, block: Block) -> torch.Tensor:
+    """Per query row, a bound on |float filter score - exact score| against this block.
+
+    Standard GEMM error analysis: |fl(q·r) - q·r| <= gamma_d |q| |r| with gamma_d ~ d u; doubled
+    for safety, plus the rounding of low-precision (or TF32) inputs.
+    """
+    unit = 2.0**-53 if space.dtype == torch.float64 else 2.0**-24
+    rounding = _INPUT_ROUNDING[space.precision] if block.low is not None else 0.0
+    if space.device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
+        rounding = max(rounding, 2.0**-10)
+    gamma = 2.0 * ((space.dim + 4) * unit + 2.0 * rounding + 4 * unit)
+    q_norm = torch.linalg.vector_norm(chunk.to(torch.float64), dim=1)
+    r_norm = block.max_norm
     if space.metric == "euclidean":
-        out.mul_(2).sub_(block.sq_norms)
-    return out[:rows]
+        return gamma * (2.0 * q_norm * r_norm + 2.0 * r_norm * r_norm)
+    return gamma * q_norm * r_norm
 
 
 class Pairs:
@@ -386,31 +405,47 @@ def _merge_best(
 
 
 def _best_in_block(
-    scores: torch.Tensor, positives: ChunkPairs, block: Block, rows_in_chunk: int
+    space: Space,
+    chunk: torch.Tensor,
+    scores: torch.Tensor,
+    eps: torch.Tensor,
+    positives: ChunkPairs,
+    block: Block,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's best positive in this block: score (from ``scores``) and global index."""
+    """Each row's best positive in this block: exact score and global index (-inf, SENTINEL)."""
+    rows_in_chunk = chunk.shape[0]
+    best = torch.full((rows_in_chunk,), -torch.inf, dtype=torch.float64)
+    where = torch.full((rows_in_chunk,), SENTINEL, dtype=torch.int64)
     rows, local, glob = positives.in_block(block)
-    best = torch.full((rows_in_chunk,), -torch.inf, dtype=scores.dtype, device=scores.device)
-    where = torch.full((rows_in_chunk,), SENTINEL, dtype=torch.int64, device=scores.device)
     if rows.numel() == 0:
         return best, where
-    values = scores[rows, local]
-    best.scatter_reduce_(0, rows, values, reduce="amax")
-    at_best = (values == best[rows]) & torch.isfinite(values)
+    rows, local, glob = rows.cpu(), local.cpu(), glob.cpu()
+    values = scores[rows.to(scores.device), local.to(scores.device)].cpu().to(torch.float64)
+    top = torch.full((rows_in_chunk,), -torch.inf, dtype=torch.float64)
+    top.scatter_reduce_(0, rows, values, reduce="amax")
+    # Only positives within twice the error bound of the best filter score can be the best.
+    keep = torch.isfinite(values) & (values >= top[rows] - 2 * eps[rows])
+    rows, local, glob = rows[keep], local[keep], glob[keep]
+    exact = _kernels.exact_scores(chunk, block.data, rows, local, space.metric == "euclidean")
+    best.scatter_reduce_(0, rows, exact, reduce="amax")
+    at_best = exact == best[rows]
     where.scatter_reduce_(0, rows[at_best], glob[at_best], reduce="amin")
     return best, where
 
 
-def _slot_scores(
-    scores: torch.Tensor, targets: torch.Tensor, block: Block
+def _bounds(
+    centre: torch.Tensor, eps: torch.Tensor, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scores of ``targets`` (global, ``(c, g)``, -1 padding) found in this block; else -inf."""
-    local, inside = block.locals_of(targets.clamp(min=0))
-    inside &= targets >= 0
-    value = torch.full(targets.shape, -torch.inf, dtype=scores.dtype, device=scores.device)
-    r, t = inside.nonzero(as_tuple=True)
-    value[r, t] = scores[r, local[r, t]]
-    return value, inside
+    """Filter bounds ``centre -/+ eps`` rounded outwards to ``dtype``; +inf where disabled."""
+    lo = (centre - eps).to(dtype)
+    hi = (centre + eps).to(dtype)
+    lo = torch.nextafter(lo, torch.full_like(lo, -torch.inf))
+    hi = torch.nextafter(hi, torch.full_like(hi, torch.inf))
+    # Excluded candidates score -inf: a finite lower bound keeps them out of every window.
+    lo = lo.clamp(min=torch.finfo(dtype).min)
+    off = ~torch.isfinite(centre)
+    lo[off], hi[off] = torch.inf, torch.inf
+    return lo, hi
 
 
 Reducer = Callable[[str, torch.Tensor], torch.Tensor]
@@ -436,51 +471,59 @@ def threshold_ranks(
     With ``positives``: one slot per query, the best positive (``-1`` when there is none).
     With ``targets`` (``(c, g)`` global indices, ``-1`` padding): one slot per target.
     ``reduce(op, tensor)`` combines partial results across processes (``"max"``, ``"min"``,
-    ``"sum"``); identity in one process.
+    ``"sum"``); identity in one process. Returns a ``(c, g)`` int64 CPU tensor.
     """
     rows = stop - start
-    dev = space.device
-    padded = _pad_rows(chunk)
-    excluded = ChunkPairs.of(exclusions, start, stop, dev)
-    blocks = [space.single] if space.single is not None else None
+    euclidean = space.metric == "euclidean"
+    gemm_chunk = _gemm_query(space, chunk)
+    excluded = ChunkPairs.of(exclusions, start, stop, space.device)
+    single = space.single is not None
     cached: list[torch.Tensor] = []
-    # Step 1: the threshold item of each slot (score, global index), across blocks.
     if positives is not None:
-        pos = ChunkPairs.of(positives, start, stop, dev)
-        best = torch.full((rows, 1), -torch.inf, dtype=space.dtype, device=dev)
-        where = torch.full((rows, 1), SENTINEL, dtype=torch.int64, device=dev)
+        pos = ChunkPairs.of(positives, start, stop, torch.device("cpu"))
+        best = torch.full((rows, 1), -torch.inf, dtype=torch.float64)
+        where = torch.full((rows, 1), SENTINEL, dtype=torch.int64)
     else:
-        best = torch.full(targets.shape, -torch.inf, dtype=space.dtype, device=dev)
+        targets = targets.cpu()
+        best = torch.full(targets.shape, -torch.inf, dtype=torch.float64)
         where = torch.where(targets >= 0, targets, torch.full_like(targets, SENTINEL))
-    for block in blocks or space.blocks():
-        scores = _masked(block_scores(space, padded, rows, block), excluded, block)
+    # Step 1: each slot's threshold item, its exact score and global index, across blocks.
+    for block in space.blocks():
+        scores = _masked(block_scores(space, gemm_chunk, block), excluded, block)
         if positives is not None:
-            b, w = _best_in_block(scores, pos, block, rows)
+            eps = error_bound(space, chunk, block).cpu()
+            b, w = _best_in_block(space, chunk, scores, eps, pos, block)
             _merge_best(best[:, 0], where[:, 0], b, w)
         else:
-            value, inside = _slot_scores(scores, targets, block)
-            best[inside] = value[inside]
-        if blocks is not None:
+            local, inside = block.locals_of(targets.clamp(min=0))
+            inside &= targets >= 0
+            r, t = inside.nonzero(as_tuple=True)
+            best[r, t] = _kernels.exact_scores(chunk, block.data, r, local[r, t], euclidean)
+        if single:
             cached.append(scores)
     local_best, best = best, reduce("max", best)
     if positives is not None:
         # Among processes holding a positive with the global best score, the lowest index wins.
         keep = (local_best == best) & torch.isfinite(best)
         where = reduce("min", torch.where(keep, where, torch.full_like(where, SENTINEL)))
-    # Step 2: count the candidates ranked above each threshold item, across blocks.
-    total = torch.zeros(best.shape, dtype=torch.int64, device=dev)
-    for i, block in enumerate(blocks or space.blocks()):
-        scores = (
-            cached[i]
-            if blocks is not None
-            else _masked(block_scores(space, padded, rows, block), excluded, block)
+    # Step 2: count the candidates that rank above each threshold item, across blocks.
+    total = torch.zeros(best.shape, dtype=torch.int64)
+    for i, block in enumerate(space.blocks()):
+        if single:
+            scores = cached[i]
+        else:
+            scores = _masked(block_scores(space, gemm_chunk, block), excluded, block)
+        eps = error_bound(space, chunk, block).cpu()
+        lo, hi = _bounds(best, eps[:, None], scores.dtype)
+        above, wr, wt, wj = _kernels.window(
+            scores, lo.to(scores.device), hi.to(scores.device), block.rows, backend
         )
-        positions = block.count_below(where.clamp(max=SENTINEL - 1))
-        positions = torch.where(torch.isfinite(best), positions, torch.full_like(positions, -1))
-        counts = _kernels.count_before(
-            scores, best.to(scores.dtype), positions, backend, cols=block.rows
-        )
-        total += counts.clamp(min=0).to(dev)
+        exact = _kernels.exact_scores(chunk, block.data, wr, wj, euclidean)
+        glob = block.globals_of(wj.to(space.device)).cpu()
+        b, w = best[wr, wt], where[wr, wt]
+        beats = (exact > b) | ((exact == b) & (glob < w))
+        slot = (wr * best.shape[1] + wt)[beats]
+        total += above + torch.bincount(slot, minlength=best.numel()).view(best.shape)
     total = reduce("sum", total)
     return torch.where(torch.isfinite(best), total, torch.full_like(total, -1))
 
@@ -509,7 +552,7 @@ def first_hit_ranks(
             positives=positives,
             backend=backend,
         )
-        out[start:stop] = ranks[:, 0].cpu().numpy()
+        out[start:stop] = ranks[:, 0].numpy()
     return out
 
 
@@ -528,11 +571,11 @@ def slot_ranks(
     out = np.empty(targets.shape, dtype=np.int64)
     all_targets = torch.from_numpy(targets)
     for start, stop in chunks(space.num_query, size):
-        t = all_targets[start:stop].to(space.device)
+        t = all_targets[start:stop]
         ranks = threshold_ranks(
             space, space.query[start:stop], start, stop, exclusions, targets=t, backend=backend
         )
-        out[start:stop] = torch.where(t >= 0, ranks, torch.full_like(ranks, -1)).cpu().numpy()
+        out[start:stop] = torch.where(t >= 0, ranks, torch.full_like(ranks, -1)).numpy()
     return out
 
 
@@ -563,26 +606,55 @@ def ranked_chunk(
     exclusions: Pairs | None,
     backend: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact top-``ks[i]`` global indices and scores of a query chunk, across blocks."""
+    """Exact top-``ks[i]`` global indices and exact scores of a query chunk, across blocks.
+
+    Returns CPU tensors ``(c, max(ks))``: indices (``-1`` padding) and float64 scores.
+    """
     rows = stop - start
+    ks = ks.cpu()
     kmax = int(ks.max()) if rows else 0
-    padded = _pad_rows(chunk)
+    euclidean = space.metric == "euclidean"
+    gemm_chunk = _gemm_query(space, chunk)
     excluded = ChunkPairs.of(exclusions, start, stop, space.device)
-    index = torch.full((rows, kmax), -1, dtype=torch.int64, device=space.device)
-    value = torch.full((rows, kmax), -torch.inf, dtype=space.dtype, device=space.device)
+    index = torch.full((rows, kmax), -1, dtype=torch.int64)
+    value = torch.full((rows, kmax), -torch.inf, dtype=torch.float64)
     for block in space.blocks():
-        scores = _masked(block_scores(space, padded, rows, block), excluded, block)
-        local, val = _kernels.topk(scores, ks.clamp(max=block.rows), backend, cols=block.rows)
-        local, val = local.to(space.device), val.to(space.device)
-        glob = torch.where(local >= 0, block.globals_of(local.clamp(min=0)), local)
+        scores = _masked(block_scores(space, gemm_chunk, block), excluded, block)
+        eps = error_bound(space, chunk, block).cpu()
+        kb = ks.clamp(max=block.rows)
+        kth = _kernels.kth_largest(scores, kb, block.rows, backend).to(torch.float64)
+        # Every item of the exact top-k scores at least the k-th filter score minus 2 eps.
+        lo = kth - 2 * eps
+        lo = torch.where(torch.isneginf(kth), torch.full_like(lo, -_FLOAT32_MAX), lo)
+        lo, _ = _bounds(lo[:, None], torch.zeros_like(eps)[:, None], scores.dtype)
+        lo[kb[:, None] <= 0] = torch.inf
+        hi = torch.full_like(lo, torch.inf)
+        _, wr, _, wj = _kernels.window(
+            scores,
+            lo.to(scores.device),
+            hi.to(scores.device),
+            block.rows,
+            backend,
+            cap=kmax + _kernels.WINDOW_CAP,
+        )
+        exact = _kernels.exact_scores(chunk, block.data, wr, wj, euclidean)
+        glob = block.globals_of(wj.to(space.device)).cpu()
+        order = np.lexsort((glob.numpy(), -exact.numpy(), wr.numpy()))
+        wr, glob, exact = wr[order], glob[order], exact[order]
+        starts = torch.zeros(rows + 1, dtype=torch.int64)
+        starts[1:] = torch.bincount(wr, minlength=rows).cumsum(0)
+        slot = torch.arange(wr.numel()) - starts[wr]
+        keep = slot < ks[wr]
+        new_index = torch.full((rows, kmax), -1, dtype=torch.int64)
+        new_value = torch.full((rows, kmax), -torch.inf, dtype=torch.float64)
+        new_index[wr[keep], slot[keep]] = glob[keep]
+        new_value[wr[keep], slot[keep]] = exact[keep]
         if space.single is not None:
-            width = glob.shape[1]
-            index[:, :width], value[:, :width] = glob, val.to(space.dtype)
+            index, value = new_index, new_value
         else:
-            index, value = merge_ranked(index, value, glob, val.to(space.dtype), kmax)
-    if space.single is None:
-        beyond = torch.arange(kmax, device=space.device)[None, :] >= ks.to(space.device)[:, None]
-        index[beyond], value[beyond] = -1, -torch.inf
+            index, value = merge_ranked(index, value, new_index, new_value, kmax)
+    beyond = torch.arange(kmax)[None, :] >= ks[:, None]
+    index[beyond], value[beyond] = -1, -torch.inf
     return index, value
 
 
@@ -598,7 +670,7 @@ def ranked_lists(
     Ties rank the lower reference index first; unused slots hold index ``-1``.
     """
     kmax = int(ks.max(initial=0))
-    size = chunk_rows(space, chunk_size, per_row_bytes=kmax * 24)
+    size = chunk_rows(space, chunk_size, per_row_bytes=kmax * 40)
     all_ks = torch.from_numpy(ks.astype(np.int64))
     for start, stop in chunks(space.num_query, size):
         index, value = ranked_chunk(

@@ -1,10 +1,12 @@
-"""Row kernels over one chunk of scores: rank by counting, and exact top-k, with the tie rule.
+"""Row kernels over one chunk of float32 scores, and the exact float64 re-scoring of candidates.
 
-The tie rule everywhere: candidate ``j`` ranks above candidate ``t`` when its score is higher, or
-equal and ``j < t`` (lower reference index first). Excluded candidates carry the score ``-inf``
-and never rank above a finite score.
+The float32 GEMM scores are a filter: an item whose float32 score is further than the GEMM's
+error bound from a threshold is certainly above or below it; items inside that window are
+re-scored exactly (float64 products of the prepared float32 vectors, summed in index order), and
+only those decide. Every rank and every top-k list is therefore a function of the embeddings
+alone, whatever the BLAS, its blocking, the chunk size, the thread count or the device.
 
-Two back ends compute the same integers: numba kernels for CPU tensors (one fused pass over each
+Two back ends produce the same windows: numba kernels for CPU arrays (one fused pass over each
 row, no temporaries, both cores) and torch operations for other devices.
 """
 
@@ -15,81 +17,95 @@ import numpy as np
 import torch
 
 _BIG_INDEX = np.iinfo(np.int64).max
+WINDOW_CAP = 32
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
-def _count_before_numba(scores, cols, thresholds, positions, out):  # pragma: no cover
+def _window_numba(scores, cols, lo, hi, cap, above, count, index):  # pragma: no cover
     rows = scores.shape[0]
-    slots = thresholds.shape[1]
+    slots = lo.shape[1]
     for i in numba.prange(rows):
         row = scores[i]
         for t in range(slots):
-            jb = positions[i, t]
-            if jb < 0:
-                out[i, t] = -1
-                continue
-            b = thresholds[i, t]
-            stop = min(jb, cols)
-            count = 0
-            for j in range(stop):
-                count += row[j] >= b
-            for j in range(stop, cols):
-                count += row[j] > b
-            out[i, t] = count
+            low = lo[i, t]
+            high = hi[i, t]
+            a = 0
+            n = 0
+            for j in range(cols):
+                s = row[j]
+                if s > high:
+                    a += 1
+                elif s >= low:
+                    if n < cap:
+                        index[i, t, n] = j
+                    n += 1
+            above[i, t] = a
+            count[i, t] = n
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
-def _topk_numba(scores, cols, ks, out_index, out_score):  # pragma: no cover - compiled
+def _kth_numba(scores, cols, ks, out):  # pragma: no cover - compiled
+    """The k-th largest float32 score of each row (``-inf`` when fewer than k are finite)."""
     rows = scores.shape[0]
     for i in numba.prange(rows):
         k = ks[i]
         if k <= 0:
+            out[i] = np.inf
             continue
         row = scores[i]
-        # Min-heap of the best k so far; the root is the worst kept item: lowest score, and among
-        # equal scores the highest index. Scanning j upwards, an item with a score equal to the
-        # root's ranks below it, so only a strictly higher score may enter.
-        hs = np.full(k, -np.inf, dtype=scores.dtype)
-        hi = np.full(k, _BIG_INDEX, dtype=np.int64)
+        heap = np.full(k, -np.inf, dtype=scores.dtype)  # min-heap of the k largest so far
         for j in range(cols):
             s = row[j]
-            if s > hs[0]:
-                hs[0] = s
-                hi[0] = j
+            if s > heap[0]:
+                heap[0] = s
                 p = 0
                 while True:
                     left = 2 * p + 1
                     if left >= k:
                         break
-                    worst = left
-                    right = left + 1
-                    if right < k and (
-                        hs[right] < hs[left] or (hs[right] == hs[left] and hi[right] > hi[left])
-                    ):
-                        worst = right
-                    if hs[worst] < hs[p] or (hs[worst] == hs[p] and hi[worst] > hi[p]):
-                        hs[p], hs[worst] = hs[worst], hs[p]
-                        hi[p], hi[worst] = hi[worst], hi[p]
-                        p = worst
+                    small = left
+                    if left + 1 < k and heap[left + 1] < heap[left]:
+                        small = left + 1
+                    if heap[small] < heap[p]:
+                        heap[p], heap[small] = heap[small], heap[p]
+                        p = small
                     else:
                         break
-        # Heap to ranked order: best first, by (-score, index).
-        order = np.empty(k, dtype=np.int64)
-        for a in range(k):
-            order[a] = a
-        for a in range(1, k):
-            x = order[a]
-            b = a - 1
-            while b >= 0 and (
-                hs[order[b]] < hs[x] or (hs[order[b]] == hs[x] and hi[order[b]] > hi[x])
-            ):
-                order[b + 1] = order[b]
-                b -= 1
-            order[b + 1] = x
-        for a in range(k):
-            idx = hi[order[a]]
-            out_index[i, a] = -1 if idx == _BIG_INDEX else idx
-            out_score[i, a] = hs[order[a]]
+        out[i] = heap[0]
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _exact_numba(query, reference, rows, cols, euclidean, out):  # pragma: no cover
+    dim = query.shape[1]
+    for p in numba.prange(rows.shape[0]):
+        q = query[rows[p]]
+        r = reference[cols[p]]
+        dot = 0.0
+        square = 0.0
+        for k in range(dim):
+            rk = np.float64(r[k])
+            dot += np.float64(q[k]) * rk
+            square += rk * rk
+        out[p] = 2.0 * dot - square if euclidean else dot
+
+
+def exact_scores(
+    query: torch.Tensor,
+    reference: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    euclidean: bool,
+) -> torch.Tensor:
+    """Float64 scores of the pairs ``(query[rows[p]], reference[cols[p]])``, summed in order.
+
+    The score is ``q·r`` (or ``2 q·r - |r|²`` for euclidean), each product exact in float64.
+    """
+    out = np.empty(rows.shape[0], dtype=np.float64)
+    if rows.numel():
+        q = query.detach().cpu().numpy()
+        r = reference.detach().cpu().numpy()
+        _exact_numba(q, r, rows.cpu().numpy(), cols.cpu().numpy(), euclidean, out)
+    return torch.from_numpy(out)
 
 
 def _use_numba(scores: torch.Tensor, backend: str | None) -> bool:
@@ -98,97 +114,131 @@ def _use_numba(scores: torch.Tensor, backend: str | None) -> bool:
     return backend == "numba"
 
 
-def count_before(
+def window(
     scores: torch.Tensor,
-    thresholds: torch.Tensor,
-    positions: torch.Tensor,
+    lo: torch.Tensor,
+    hi: torch.Tensor,
+    cols: int,
     backend: str | None = None,
-    cols: int | None = None,
+    cap: int = WINDOW_CAP,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row and slot: how many scores are above ``hi``, and which lie in ``[lo, hi]``.
+
+    Shapes: scores ``(c, w)`` (only the first ``cols`` columns count), lo and hi ``(c, g)``.
+    Returns ``above (c, g)`` and the window as flat ``(rows, slots, columns)`` tensors on the
+    CPU, columns ascending within a (row, slot).
+    """
+    c, g = lo.shape
+    if _use_numba(scores, backend):
+        above = np.empty((c, g), dtype=np.int64)
+        count = np.empty((c, g), dtype=np.int64)
+        index = np.empty((c, g, cap), dtype=np.int64)
+        s = scores.contiguous().numpy()
+        lo_np = lo.contiguous().numpy().astype(s.dtype)
+        hi_np = hi.contiguous().numpy().astype(s.dtype)
+        _window_numba(s, cols, lo_np, hi_np, cap, above, count, index)
+        kept = np.arange(cap)[None, None, :] < count[:, :, None]
+        r, t, n = np.nonzero(kept)
+        rows, slots, columns = r, t, index[r, t, n]
+        overflow = np.argwhere(count > cap)
+        if len(overflow):
+            # Rare (many near-equal scores): collect those windows whole.
+            extra = [_window_row(scores[i, :cols], lo[i, t], hi[i, t]) for i, t in overflow]
+            keep = count[rows, slots] <= cap
+            rows = np.concatenate(
+                [
+                    rows[keep],
+                    *[np.full(len(e), i) for (i, _), e in zip(overflow, extra, strict=True)],
+                ]
+            )
+            slots = np.concatenate(
+                [
+                    slots[keep],
+                    *[np.full(len(e), t) for (_, t), e in zip(overflow, extra, strict=True)],
+                ]
+            )
+            columns = np.concatenate([columns[keep], *extra])
+        return (
+            torch.from_numpy(above),
+            torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)),
+            torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64)),
+            torch.from_numpy(np.ascontiguousarray(columns, dtype=np.int64)),
+        )
+    s = scores[:, :cols]
+    above = torch.empty((c, g), dtype=torch.int64, device=scores.device)
+    parts = []
+    for t in range(g):
+        above[:, t] = (s > hi[:, t : t + 1]).sum(dim=1)
+        inside = (s >= lo[:, t : t + 1]) & (s <= hi[:, t : t + 1])
+        r, j = inside.nonzero(as_tuple=True)
+        parts.append((r, torch.full_like(r, t), j))
+    rows, slots, columns = (torch.cat([p[i] for p in parts]).cpu() for i in range(3))
+    return above.cpu(), rows, slots, columns
+
+
+def _window_row(row: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> np.ndarray:
+    return torch.nonzero((row >= lo) & (row <= hi))[:, 0].cpu().numpy()
+
+
+def kth_largest(
+    scores: torch.Tensor, ks: torch.Tensor, cols: int, backend: str | None = None
 ) -> torch.Tensor:
-    """For each row ``i`` and slot ``t``, count the candidates that rank above ``positions[i, t]``.
-
-    A candidate ``j`` ranks above the item at position ``p`` with score ``b = thresholds[i, t]``
-    when ``scores[i, j] > b``, or ``scores[i, j] == b`` and ``j < p``. Slots with a negative
-    position give ``-1``. Shapes: scores ``(c, m)`` float32, thresholds ``(c, g)`` float32,
-    positions ``(c, g)`` int64; returns ``(c, g)`` int64. Only the first ``cols`` columns count
-    (the rest is GEMM padding).
-    """
-    cols = scores.shape[1] if cols is None else cols
+    """The ``ks[i]``-th largest score of each row (``-inf`` if fewer; ``+inf`` where k = 0)."""
     if _use_numba(scores, backend):
-        out = np.empty(tuple(thresholds.shape), dtype=np.int64)
-        _count_before_numba(
-            scores.contiguous().numpy(),
-            cols,
-            thresholds.contiguous().numpy(),
-            positions.contiguous().numpy(),
-            out,
-        )
+        out = np.empty(scores.shape[0], dtype=scores.numpy().dtype)
+        _kth_numba(scores.contiguous().numpy(), cols, ks.numpy().astype(np.int64), out)
         return torch.from_numpy(out)
-    scores = scores[:, :cols]
-    columns = torch.arange(scores.shape[1], device=scores.device)
-    out = torch.empty(thresholds.shape, dtype=torch.int64, device=scores.device)
-    for t in range(thresholds.shape[1]):
-        b = thresholds[:, t : t + 1]
-        p = positions[:, t : t + 1]
-        above = (scores > b) | ((scores == b) & (columns < p))
-        out[:, t] = above.sum(dim=1)
-    out[positions < 0] = -1
-    return out
+    s = scores[:, :cols]
+    kmax = int(min(int(ks.max()), cols)) if len(ks) else 0
+    out = torch.full((scores.shape[0],), -torch.inf, dtype=scores.dtype, device=scores.device)
+    if kmax > 0:
+        values = torch.topk(s, kmax, dim=1).values
+        ks_d = ks.to(scores.device)
+        fits = (ks_d <= kmax) & (ks_d > 0)
+        picked = values.gather(1, (ks_d.clamp(1, kmax) - 1)[:, None])[:, 0]
+        out = torch.where(fits, picked, out)
+    out[ks.to(scores.device) <= 0] = torch.inf
+    return out.cpu()
 
 
-def topk(
-    scores: torch.Tensor, ks: torch.Tensor, backend: str | None = None, cols: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact top-``ks[i]`` of each row, best first, ties by lower index.
+def count_before(
+    scores: torch.Tensor, thresholds: torch.Tensor, positions: torch.Tensor
+) -> torch.Tensor:
+    """For scores that are exact as given (a similarity matrix): per row and slot, how many
+    candidates rank above the item at ``positions[i, t]`` with score ``thresholds[i, t]``
+    (a higher score, or an equal score and a lower index). Negative positions give ``-1``."""
+    thr = thresholds.to(scores.dtype)
+    above, wr, wt, wj = window(scores, thr, thr, scores.shape[1])
+    before = wj.to(positions.device) < positions.cpu()[wr, wt]
+    slot = (wr * thr.shape[1] + wt)[before]
+    out = above + torch.bincount(slot, minlength=thr.numel()).view(thr.shape)
+    return torch.where(positions.cpu() >= 0, out, torch.full_like(out, -1))
 
-    Returns ``(indices, values)`` of shape ``(c, max(ks))``; a row's slots past its own k, and
-    slots beyond its finite candidates, hold index ``-1`` and value ``-inf``. Only the first
-    ``cols`` columns are candidates.
-    """
-    cols = scores.shape[1] if cols is None else cols
-    rows = scores.shape[0]
+
+def topk(scores: torch.Tensor, ks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For scores that are exact as given: each row's top-``ks[i]`` columns, best first, ties by
+    lower index; ``(c, max(ks))`` CPU tensors, padded with ``-1`` and ``-inf``."""
+    rows, cols = scores.shape
     kmax = int(ks.max()) if rows else 0
-    if _use_numba(scores, backend):
-        index = np.full((rows, kmax), -1, dtype=np.int64)
-        value = np.full((rows, kmax), -np.inf, dtype=scores.numpy().dtype)
-        _topk_numba(
-            scores.contiguous().numpy(),
-            cols,
-            ks.contiguous().numpy().astype(np.int64),
-            index,
-            value,
-        )
-        return torch.from_numpy(index), torch.from_numpy(value)
-    return _topk_torch(scores[:, :cols], ks, kmax)
-
-
-def _topk_torch(
-    scores: torch.Tensor, ks: torch.Tensor, kmax: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    device = scores.device
-    rows = scores.shape[0]
-    index = torch.full((rows, kmax), -1, dtype=torch.int64, device=device)
-    value = torch.full((rows, kmax), -torch.inf, dtype=scores.dtype, device=device)
-    if kmax == 0:
-        return index, value
-    kmax = min(kmax, scores.shape[1])
-    ks = ks.to(device).clamp(max=kmax)
-    # torch.topk orders tied values arbitrarily, but its values are exact: the k-th value is the
-    # threshold, and the tied items at the threshold are then taken in index order.
-    kth = torch.topk(scores, kmax, dim=1).values.gather(1, (ks - 1).clamp(min=0)[:, None])
-    above = scores > kth
-    need = ks - above.sum(dim=1)
-    tied = scores == kth
-    chosen = above | (tied & (tied.cumsum(dim=1) <= need[:, None]))
-    chosen &= (ks > 0)[:, None] & torch.isfinite(scores)
-    r, c = chosen.nonzero(as_tuple=True)
-    v = scores[r, c]
-    order = torch.sort(-v, stable=True).indices  # c is ascending within a row already
-    order = order[torch.sort(r[order], stable=True).indices]
-    r, c, v = r[order], c[order], v[order]
-    starts = torch.zeros(rows + 1, dtype=torch.int64, device=device)
-    starts[1:] = torch.bincount(r, minlength=rows).cumsum(0)
-    slot = torch.arange(r.numel(), device=device) - starts[r]
-    index[r, slot] = c
-    value[r, slot] = v
+    kth = kth_largest(scores, ks, cols)
+    floor = torch.finfo(scores.dtype).min
+    lo = torch.where(torch.isneginf(kth), torch.full_like(kth, floor), kth)[:, None]
+    _, wr, _, wj = window(
+        scores,
+        lo.to(scores.device),
+        torch.full_like(lo, torch.inf).to(scores.device),
+        cols,
+        cap=kmax + WINDOW_CAP,
+    )
+    values = scores[wr.to(scores.device), wj.to(scores.device)].cpu()
+    order = np.lexsort((wj.numpy(), -values.to(torch.float64).numpy(), wr.numpy()))
+    wr, wj, values = wr[order], wj[order], values[order]
+    starts = torch.zeros(rows + 1, dtype=torch.int64)
+    starts[1:] = torch.bincount(wr, minlength=rows).cumsum(0)
+    slot = torch.arange(wr.numel()) - starts[wr]
+    keep = slot < ks.cpu()[wr]
+    index = torch.full((rows, kmax), -1, dtype=torch.int64)
+    value = torch.full((rows, kmax), -torch.inf, dtype=scores.dtype)
+    index[wr[keep], slot[keep]] = wj[keep]
+    value[wr[keep], slot[keep]] = values[keep]
     return index, value

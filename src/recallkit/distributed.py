@@ -91,10 +91,10 @@ class _Comm:
         return t
 
     def reduce(self, op: str, t: torch.Tensor) -> torch.Tensor:
-        t = t.clone().contiguous()
-        dist.all_reduce(t, op=_OPS[op], group=self.group)
-        self.bytes += self._size(t)
-        return t
+        out = t.to(self.device, copy=True).contiguous()
+        dist.all_reduce(out, op=_OPS[op], group=self.group)
+        self.bytes += self._size(out)
+        return out.to(t.device)
 
 
 def _int_values(x: Any, n: int, name: str, func: str) -> torch.Tensor:

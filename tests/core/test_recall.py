@@ -275,3 +275,21 @@ def test_bad_embeddings():
         recall_at_k(np.ones(3), ref, [0], [0, 1, 2])
     with pytest.raises(ValueError, match=r"'reference_labels' parameter .* row 1"):
         recall_at_k(np.eye(3), ref, [0, 1, 2], [0, 5, 2], query_in_reference=True)
+
+
+@pytest.mark.parametrize("metric", ["dot", "euclidean"])
+def test_real_valued_data_matches_float64_brute_force(metric, backend):
+    # Gaussian float32 data with near-ties: the float32 GEMM only filters; ranks must equal the
+    # float64 ranking of the same float32 vectors exactly, for every chunk size.
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((400, 24)).astype(np.float32)
+    x[200:300] = x[:100] + rng.standard_normal((100, 24)).astype(np.float32) * 1e-6
+    x[300:320] = x[:20]  # exact duplicates
+    labels = rng.integers(0, 40, size=400)
+    s = brute.scores64(x, x, metric)
+    expected = brute.first_hit_ranks(s, labels, labels, brute.excluded_sets(400, 400, True))
+    for chunk in (1, 13, 64, None):
+        got = recall_at_k(
+            x, x, labels, labels, ks=(1,), query_in_reference=True, metric=metric, chunk_size=chunk
+        )
+        np.testing.assert_array_equal(got.first_hit_ranks, expected)
