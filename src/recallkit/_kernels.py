@@ -33,12 +33,13 @@ def _window_numba(scores, cols, lo, hi, cap, above, count, index):  # pragma: no
             n = 0
             for j in range(cols):
                 s = row[j]
-                if s > high:
-                    a += 1
-                elif s >= low:
-                    if n < cap:
-                        index[i, t, n] = j
-                    n += 1
+                if s >= low:  # rare for most rows: one predictable compare per item
+                    if s > high:
+                        a += 1
+                    else:
+                        if n < cap:
+                            index[i, t, n] = j
+                        n += 1
             above[i, t] = a
             count[i, t] = n
 
@@ -54,9 +55,10 @@ def _kth_numba(scores, cols, ks, out):  # pragma: no cover - compiled
             continue
         row = scores[i]
         heap = np.full(k, -np.inf, dtype=scores.dtype)  # min-heap of the k largest so far
+        root = heap[0]
         for j in range(cols):
             s = row[j]
-            if s > heap[0]:
+            if s > root:
                 heap[0] = s
                 p = 0
                 while True:
@@ -71,6 +73,7 @@ def _kth_numba(scores, cols, ks, out):  # pragma: no cover - compiled
                         p = small
                     else:
                         break
+                root = heap[0]
         out[i] = heap[0]
 
 
