@@ -448,7 +448,36 @@ def _best_in_block(
     positives: ChunkPairs,
     block: Block,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's best positive in this block: exact score and global index (-inf, SENTINEL)."""
+    """Each row's best positive in this block: exact score and global index (-inf, SENTINEL).
+
+    Only positives within twice the error bound of the best filter score can be the best, so
+    only those are scored exactly.
+    """
+    rows, local, glob = positives.in_block(block)
+    rows, local, glob = rows.cpu(), local.cpu(), glob.cpu()
+    values = scores[rows.to(scores.device), local.to(scores.device)].cpu().to(torch.float64)
+    top = torch.full((chunk.shape[0],), -torch.inf, dtype=torch.float64)
+    top.scatter_reduce_(0, rows, values, reduce="amax")
+    keep = torch.isfinite(values) & (values >= top[rows] - 2 * eps[rows])
+    return _best_exact(space, chunk, ChunkPairs(rows[keep], glob[keep]), block)
+
+
+def _without(pairs: ChunkPairs, excluded: ChunkPairs) -> ChunkPairs:
+    """``pairs`` minus the ``excluded`` (row, column) pairs."""
+    if excluded.rows.numel() == 0 or pairs.rows.numel() == 0:
+        return pairs
+    key = pairs.rows.cpu() * (2**40) + pairs.cols.cpu()
+    gone = excluded.rows.cpu() * (2**40) + excluded.cols.cpu()
+    keep = ~torch.isin(key, gone)
+    return ChunkPairs(
+        pairs.rows[keep.to(pairs.rows.device)], pairs.cols[keep.to(pairs.rows.device)]
+    )
+
+
+def _best_exact(
+    space: Space, chunk: torch.Tensor, positives: ChunkPairs, block: Block
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's best positive in this block from exact scores of all its positives."""
     rows_in_chunk = chunk.shape[0]
     best = torch.full((rows_in_chunk,), -torch.inf, dtype=torch.float64)
     where = torch.full((rows_in_chunk,), SENTINEL, dtype=torch.int64)
@@ -456,12 +485,6 @@ def _best_in_block(
     if rows.numel() == 0:
         return best, where
     rows, local, glob = rows.cpu(), local.cpu(), glob.cpu()
-    values = scores[rows.to(scores.device), local.to(scores.device)].cpu().to(torch.float64)
-    top = torch.full((rows_in_chunk,), -torch.inf, dtype=torch.float64)
-    top.scatter_reduce_(0, rows, values, reduce="amax")
-    # Only positives within twice the error bound of the best filter score can be the best.
-    keep = torch.isfinite(values) & (values >= top[rows] - 2 * eps[rows])
-    rows, local, glob = rows[keep], local[keep], glob[keep]
     exact = _kernels.exact_scores(chunk, block.data, rows, local, space.metric == "euclidean")
     best.scatter_reduce_(0, rows, exact, reduce="amax")
     at_best = exact == best[rows]
@@ -524,7 +547,14 @@ def threshold_ranks(
         best = torch.full(targets.shape, -torch.inf, dtype=torch.float64)
         where = torch.where(targets >= 0, targets, torch.full_like(targets, SENTINEL))
     # Step 1: each slot's threshold item, its exact score and global index, across blocks.
+    if positives is not None and not single:
+        # Streamed blocks: score the positives exactly, with no GEMM pass over the block.
+        pos = _without(pos, excluded)
     for block in space.blocks():
+        if positives is not None and not single:
+            b, w = _best_exact(space, chunk, pos, block)
+            _merge_best(best[:, 0], where[:, 0], b, w)
+            continue
         scores = _masked(block_scores(space, gemm_chunk, block), excluded, block)
         if positives is not None:
             eps = error_bound(space, chunk, block).cpu()
