@@ -205,9 +205,29 @@ def prepare(
             qp = block.data  # leave-one-out on one tensor: prepare it once
         else:
             qp = prepare_rows(q, "query", func, metric, dev, dtype)
-        return Space(
-            qp, metric, m, d, dev, dtype, lambda: iter(()), single=block, precision=precision
-        )
+        if m * 4 * 256 <= DEFAULT_MEMORY_BUDGET or dev.type == "cuda":
+            return Space(
+                qp, metric, m, d, dev, dtype, lambda: iter(()), single=block, precision=precision
+            )
+        # A reference too wide for chunks of 256 query rows within the budget is scored in
+        # blocks (views of the prepared tensor): large GEMMs, bounded score buffers.
+        rows = _streamed_block_rows(m, d, q.shape[0])
+
+        def views() -> Iterator[Block]:
+            for start in range(0, m, rows):
+                stop = min(start + rows, m)
+                low = None if block.low is None else block.low[start:stop]
+                yield Block(
+                    start,
+                    stop - start,
+                    block.data[start:stop],
+                    block.gemm[start:stop],
+                    block.max_norm,
+                    None,
+                    low,
+                )
+
+        return Space(qp, metric, m, d, dev, dtype, views, block_rows=rows, precision=precision)
     qp = prepare_rows(q, "query", func, metric, dev, dtype)
     rows = reference_block_rows or _streamed_block_rows(m, d, q.shape[0])
 

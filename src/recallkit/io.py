@@ -32,7 +32,21 @@ class EmbeddingFile:
             raise fail("open_embeddings", "path", "an existing file", str(self.path))
         suffix = self.path.suffix.lower()
         if suffix == ".npy":
-            self._array = np.load(self.path, mmap_mode="r")
+            # Read the header only; rows are read with explicit reads, so that resident memory
+            # holds one block at a time (a memory map would keep every page it touched).
+            with open(self.path, "rb") as handle:
+                version = np.lib.format.read_magic(handle)
+                read_header = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
+                shape, fortran, dtype = read_header(handle)
+                self._data_offset = handle.tell()
+            if fortran or dtype.hasobject:
+                raise fail("open_embeddings", "path", "a C-ordered numeric .npy", str(path))
+            self._dtype = dtype
+            self._array = shape
             self._slice = None
         elif suffix == ".safetensors":
             from safetensors import safe_open
@@ -45,7 +59,7 @@ class EmbeddingFile:
             self._array = None
         else:
             raise fail("open_embeddings", "path", "a .npy or .safetensors file", str(path))
-        shape = self._array.shape if self._array is not None else tuple(self._slice.get_shape())
+        shape = self._array if self._array is not None else tuple(self._slice.get_shape())
         if len(shape) != 2:
             raise fail("open_embeddings", "path", "a 2-D array", f"shape {shape}")
         self.shape = tuple(int(s) for s in shape)
@@ -54,9 +68,17 @@ class EmbeddingFile:
         return self.shape[0]
 
     def __getitem__(self, rows: slice) -> np.ndarray:
-        if self._array is not None:
-            return np.asarray(self._array[rows])
-        return np.asarray(self._slice[rows])
+        if self._slice is not None:
+            return np.asarray(self._slice[rows])
+        start, stop, step = rows.indices(self.shape[0]) if isinstance(rows, slice) else (0, 0, 0)
+        if not isinstance(rows, slice) or step != 1:
+            raise TypeError("EmbeddingFile supports contiguous row slices: file[start:stop]")
+        row_bytes = self.shape[1] * self._dtype.itemsize
+        out = np.empty((max(stop - start, 0), self.shape[1]), dtype=self._dtype)
+        with open(self.path, "rb") as handle:
+            handle.seek(self._data_offset + start * row_bytes)
+            handle.readinto(memoryview(out).cast("B"))
+        return out
 
     def __repr__(self) -> str:
         return f"EmbeddingFile({str(self.path)!r}, shape={self.shape})"

@@ -69,3 +69,30 @@ def test_memmap_array_is_streamed(tmp_path, data):
     a = recall_at_k(query, reference, q_labels, labels, (1, 10))
     b = recall_at_k(query, mm, q_labels, labels, (1, 10))
     np.testing.assert_array_equal(a.first_hit_ranks, b.first_hit_ranks)
+
+
+def test_wide_in_memory_reference_is_scored_in_blocks(data, monkeypatch):
+    # A reference too wide for the memory budget is split into block views; same results.
+    query, reference, q_labels, labels = data
+    memory = torch.from_numpy(reference.astype(np.float32))
+    before = recall_at_k(query, memory, q_labels, labels, (1, 5, 50))
+    before_map = map_at_r(query, memory, q_labels, labels)
+    before_nn = nearest_neighbors(query, memory, 7)
+    monkeypatch.setattr(_engine, "DEFAULT_MEMORY_BUDGET", 200_000)
+    assert _engine.prepare(query, memory, "cosine", None, "t").single is None
+    after = recall_at_k(query, memory, q_labels, labels, (1, 5, 50))
+    np.testing.assert_array_equal(before.first_hit_ranks, after.first_hit_ranks)
+    assert map_at_r(query, memory, q_labels, labels) == before_map
+    after_nn = nearest_neighbors(query, memory, 7)
+    assert torch.equal(before_nn[0], after_nn[0]) and torch.equal(before_nn[1], after_nn[1])
+
+
+def test_embedding_file_reads_row_slices(tmp_path):
+    array = np.arange(24, dtype=np.float16).reshape(6, 4)
+    np.save(tmp_path / "e.npy", array)
+    file = open_embeddings(tmp_path / "e.npy")
+    assert file.shape == (6, 4)
+    np.testing.assert_array_equal(file[2:5], array[2:5])
+    np.testing.assert_array_equal(file[4:100], array[4:])
+    with pytest.raises(TypeError, match="contiguous row slices"):
+        file[[0, 2]]
