@@ -104,10 +104,27 @@ def exact_scores(
     The score is ``q·r`` (or ``2 q·r - |r|²`` for euclidean), each product exact in float64.
     """
     out = np.empty(rows.shape[0], dtype=np.float64)
-    if rows.numel():
-        q = query.detach().cpu().numpy()
-        r = reference.detach().cpu().numpy()
-        _exact_numba(q, r, rows.cpu().numpy(), cols.cpu().numpy(), euclidean, out)
+    if not rows.numel():
+        return torch.from_numpy(out)
+    if query.device.type == "cpu" and reference.device.type == "cpu":
+        _exact_numba(
+            query.detach().numpy(),
+            reference.detach().numpy(),
+            rows.numpy(),
+            cols.numpy(),
+            euclidean,
+            out,
+        )
+        return torch.from_numpy(out)
+    # On a GPU: bring only the rows involved to the CPU, in bounded batches.
+    step = 1 << 16
+    for start in range(0, rows.numel(), step):
+        r = rows[start : start + step].to(query.device)
+        c = cols[start : start + step].to(reference.device)
+        q = query[r].detach().cpu().numpy()
+        ref = reference[c].detach().cpu().numpy()
+        pos = np.arange(len(q), dtype=np.int64)
+        _exact_numba(q, ref, pos, pos, euclidean, out[start : start + step])
     return torch.from_numpy(out)
 
 
