@@ -220,6 +220,29 @@ def find_missing(split: Split) -> np.ndarray:
     )
 
 
+def splits_by_label_range(
+    name: str,
+    image_root: Path,
+    relative: Sequence[str],
+    labels: np.ndarray,
+    bboxes: np.ndarray | None,
+) -> dict[str, Split]:
+    """Train and test splits by the benchmark's class ranges (CUB and Cars196 convention)."""
+    splits: dict[str, Split] = {}
+    for split_name in ("train", "test"):
+        low, high = BENCHMARK_INFO[name].label_ranges[split_name]
+        rows = np.flatnonzero((labels >= low) & (labels <= high))
+        splits[split_name] = Split(
+            split_name,
+            image_root,
+            tuple(relative[i] for i in rows.tolist()),
+            labels[rows],
+            None,
+            None if bboxes is None else bboxes[rows],
+        )
+    return splits
+
+
 def finish(
     name: str,
     root: Path,

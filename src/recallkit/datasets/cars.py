@@ -25,11 +25,9 @@ import numpy as np
 
 from recallkit.datasets import _files
 from recallkit.datasets.base import (
-    BENCHMARK_INFO,
     Benchmark,
     DatasetError,
     DatasetFileNotFoundError,
-    Split,
 )
 
 __all__ = ["load_cars196"]
@@ -140,19 +138,7 @@ def load_cars196(
                 f"Got {boxes[i].tolist()}."
             )
 
-    info = BENCHMARK_INFO[_NAME]
-    splits: dict[str, Split] = {}
-    for split_name in ("train", "test"):
-        low, high = info.label_ranges[split_name]
-        rows = np.flatnonzero((classes >= low) & (classes <= high))
-        splits[split_name] = Split(
-            split_name,
-            root_path,
-            tuple(relative[i] for i in rows.tolist()),
-            classes[rows],
-            None,
-            None if bboxes is None else bboxes[rows],
-        )
+    splits = _files.splits_by_label_range(_NAME, root_path, relative, classes, bboxes)
     return _files.finish(
         _NAME,
         root_path,

@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from recallkit.datasets import _files
-from recallkit.datasets.base import BENCHMARK_INFO, Benchmark, DatasetError, Split
+from recallkit.datasets.base import BENCHMARK_INFO, Benchmark, DatasetError
 
 __all__ = ["load_cub"]
 
@@ -150,19 +150,7 @@ def load_cub(
         xywh = values[box_where]
         bboxes = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1)
 
-    image_root = folder / "images"
-    splits: dict[str, Split] = {}
-    for split_name in ("train", "test"):
-        low, high = info.label_ranges[split_name]
-        rows = np.flatnonzero((labels >= low) & (labels <= high))
-        splits[split_name] = Split(
-            split_name,
-            image_root,
-            tuple(relative[i] for i in rows.tolist()),
-            labels[rows],
-            None,
-            None if bboxes is None else bboxes[rows],
-        )
+    splits = _files.splits_by_label_range(_NAME, folder / "images", relative, labels, bboxes)
     return _files.finish(
         _NAME,
         root_path,
