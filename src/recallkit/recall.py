@@ -36,8 +36,10 @@ def recall_at_k(
     the information-retrieval recall (fraction of all relevant items found in the top K).
 
     Ranking: scores are cosine similarity (L2-normalised inner product), inner product
-    (``metric="dot"``) or negative Euclidean distance (``metric="euclidean"``), in float32 at
-    least. On equal scores the lower reference index ranks first. The rank is counted (how many
+    (``metric="dot"``) or negative Euclidean distance (``metric="euclidean"``) of the float32
+    (at least) embeddings; the float32 GEMM only filters, and candidates within its error bound of
+    a decision are re-scored exactly in float64, so ranks do not depend on chunking, threads or
+    BLAS. On equal scores the lower reference index ranks first. The rank is counted (how many
     non-excluded items rank above the best correct one), never sorted, chunk by chunk: the full
     n×m matrix is never built.
 
@@ -62,10 +64,10 @@ def recall_at_k(
         chunk_size: query rows per chunk (default: sized from a 256 MiB budget).
         device: where the work runs (default: the query's device); on CUDA the chunks are
             sized from the free GPU memory.
-        precision: ``"float32"`` (default); ``"float16"`` or ``"bfloat16"`` round both sides
-            to that type before the product, with float32 accumulation. Faster on GPUs, but
-            scores then differ from float32 by up to about 1e-3 (float16) or 1e-2 (bfloat16),
-            so near-ties can swap and recall can change in the last digits.
+        precision: ``"float32"`` (default); ``"float16"`` or ``"bfloat16"`` run the GEMM filter
+            in that type on CUDA (float32 accumulation; ignored on the CPU). Faster on GPUs;
+            the filter's error window widens (about 1e-3 and 1e-2 of the scores), so more
+            near-ties are re-scored exactly, and the results stay identical.
 
     >>> import numpy as np
     >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
