@@ -95,17 +95,6 @@ def check_positive_int(value: Any, func: str, name: str) -> int:
     return int(value)
 
 
-def check_same_dim(query: torch.Tensor, reference: torch.Tensor, func: str) -> None:
-    """Raise if query and reference embeddings differ in dimension."""
-    if query.shape[1] != reference.shape[1]:
-        raise fail(
-            func,
-            "reference",
-            f"of the query's dimension {query.shape[1]}",
-            f"dimension {reference.shape[1]}",
-        )
-
-
 def check_length(values: Any, expected: int, name: str, func: str, of: str) -> None:
     """Raise if ``len(values)`` differs from ``expected`` (the number of rows of ``of``)."""
     if len(values) != expected:
