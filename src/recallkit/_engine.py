@@ -725,16 +725,7 @@ def ranked_chunk(
         )
         exact = _kernels.exact_scores(chunk, block.data, wr, wj, euclidean)
         glob = block.globals_of(wj.to(space.device)).cpu()
-        order = np.lexsort((glob.numpy(), -exact.numpy(), wr.numpy()))
-        wr, glob, exact = wr[order], glob[order], exact[order]
-        starts = torch.zeros(rows + 1, dtype=torch.int64)
-        starts[1:] = torch.bincount(wr, minlength=rows).cumsum(0)
-        slot = torch.arange(wr.numel()) - starts[wr]
-        keep = slot < ks[wr]
-        new_index = torch.full((rows, kmax), -1, dtype=torch.int64)
-        new_value = torch.full((rows, kmax), -torch.inf, dtype=torch.float64)
-        new_index[wr[keep], slot[keep]] = glob[keep]
-        new_value[wr[keep], slot[keep]] = exact[keep]
+        new_index, new_value = _kernels.segment_top(wr, glob, exact, ks, kmax)
         if space.single is not None:
             index, value = new_index, new_value
         else:

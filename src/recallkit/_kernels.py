@@ -92,6 +92,48 @@ def _exact_numba(query, reference, rows, cols, euclidean, out):  # pragma: no co
         out[p] = 2.0 * dot - square if euclidean else dot
 
 
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _segment_top_numba(starts, glob, exact, ks, out_index, out_value):  # pragma: no cover
+    for i in numba.prange(starts.shape[0] - 1):
+        lo = starts[i]
+        hi = starts[i + 1]
+        k = min(ks[i], hi - lo)
+        if k <= 0:
+            continue
+        # Stable on -score: items arrive in ascending index, so equal scores keep index order.
+        order = np.argsort(-exact[lo:hi], kind="mergesort")
+        for a in range(k):
+            out_index[i, a] = glob[lo + order[a]]
+            out_value[i, a] = exact[lo + order[a]]
+
+
+def segment_top(
+    rows: torch.Tensor, glob: torch.Tensor, exact: torch.Tensor, ks: torch.Tensor, width: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row, the ``ks[i]`` best window items by (-exact score, index): ``(c, width)`` arrays.
+
+    ``rows`` are the items' rows (ascending index within a row); padding is ``-1``/``-inf``.
+    """
+    c = ks.shape[0]
+    r = rows.numpy()
+    if r.size and np.any(r[1:] < r[:-1]):
+        order = np.argsort(r, kind="stable")
+        r, glob, exact = r[order], glob[order], exact[order]
+    starts = np.zeros(c + 1, dtype=np.int64)
+    starts[1:] = np.cumsum(np.bincount(r, minlength=c))
+    out_index = np.full((c, width), -1, dtype=np.int64)
+    out_value = np.full((c, width), -np.inf, dtype=np.float64)
+    _segment_top_numba(
+        starts,
+        np.ascontiguousarray(glob.numpy()),
+        np.ascontiguousarray(exact.numpy()),
+        ks.numpy().astype(np.int64),
+        out_index,
+        out_value,
+    )
+    return torch.from_numpy(out_index), torch.from_numpy(out_value)
+
+
 def exact_scores(
     query: torch.Tensor,
     reference: torch.Tensor,
