@@ -98,11 +98,19 @@ class _Comm:
 
 
 def _int_values(x: Any, n: int, name: str, func: str) -> torch.Tensor:
-    t = torch.as_tensor(np.asarray(x.cpu() if torch.is_tensor(x) else x))
-    if t.ndim != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
-        raise _checks.fail(func, name, "a 1-D array of integers", f"{t.dtype} {tuple(t.shape)}")
+    array = np.asarray(x.cpu() if torch.is_tensor(x) else x)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        raise _checks.fail(func, name, "a 1-D array of integers", f"{array.dtype} {array.shape}")
+    t = torch.from_numpy(array.astype(np.int64))
     _checks.check_length(t, n, name, func, "embeddings")
     return t.to(torch.int64)
+
+
+def _check_indices(index: torch.Tensor, name: str, func: str) -> torch.Tensor:
+    if bool((index < 0).any()):
+        row = int(torch.nonzero(index < 0)[0, 0])
+        raise _checks.fail(func, name, "non-negative dataset indices", f"a negative at row {row}")
+    return index
 
 
 def _first_occurrences(comm: _Comm, index: torch.Tensor) -> torch.Tensor:
@@ -166,7 +174,7 @@ def evaluate_sharded(
     comm = _Comm(group, comm_device)
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     q_labels = _int_values(labels, q.shape[0], "labels", func)
-    q_index = _int_values(indices, q.shape[0], "indices", func)
+    q_index = _check_indices(_int_values(indices, q.shape[0], "indices", func), "indices", func)
     q_ids = _int_values(ids, q.shape[0], "ids", func) if ids is not None else None
     leave_one_out = reference is None
     if leave_one_out:
@@ -176,7 +184,11 @@ def evaluate_sharded(
         r_labels = _int_values(reference_labels, r.shape[0], "reference_labels", func)
         if reference_indices is None:
             raise _checks.fail(func, "reference_indices", "given with 'reference'", None)
-        r_index = _int_values(reference_indices, r.shape[0], "reference_indices", func)
+        r_index = _check_indices(
+            _int_values(reference_indices, r.shape[0], "reference_indices", func),
+            "reference_indices",
+            func,
+        )
         r_ids = None
         if q_ids is not None:
             if reference_ids is None:
@@ -246,7 +258,8 @@ def evaluate_sharded(
                 )
             if ref_ids is not None:
                 excluded.append(_to_global(_engine.Pairs.by_code(c_ids, ref_ids), block))
-            exclusions = _union_global(excluded, c)
+            bound = int(block.global_index.max()) + 1 if block.rows else 1
+            exclusions = _engine.Pairs.union(excluded, c, bound) if excluded else None
             ranks = _engine.threshold_ranks(
                 space, chunk, 0, c, exclusions, positives=positives, reduce=comm.reduce
             )[:, 0]
@@ -293,23 +306,6 @@ def evaluate_sharded(
 def _to_global(pairs: _engine.Pairs, block: _engine.Block) -> _engine.Pairs:
     """Pairs over local block positions -> the same pairs over dataset indices."""
     return _engine.Pairs(pairs.indptr, block.global_index.cpu()[pairs.indices], pairs.num_query)
-
-
-def _union_global(parts: list[_engine.Pairs], c: int) -> _engine.Pairs | None:
-    if not parts:
-        return None
-    if len(parts) == 1:
-        return parts[0]
-    keys, rows_all = [], []
-    for pairs in parts:
-        rows, cols = pairs.expand(0, c, torch.device("cpu"))
-        keys.append(cols)
-        rows_all.append(rows)
-    rows, cols = torch.cat(rows_all), torch.cat(keys)
-    pair = torch.unique(torch.stack([rows, cols], 1), dim=0)
-    indptr = torch.zeros(c + 1, dtype=torch.int64)
-    indptr[1:] = torch.bincount(pair[:, 0], minlength=c).cumsum(0)
-    return _engine.Pairs(indptr, pair[:, 1].contiguous(), c)
 
 
 def _relevant_counts(

@@ -63,28 +63,30 @@ def _targets(
 
 
 def _exclusion(exclude: Any, targets: np.ndarray, m: int, func: str) -> _engine.Pairs | None:
-    if exclude is None:
-        return None
     n = len(targets)
-    pairs = _exclusion_pairs(exclude, n, m, func)
-    if pairs is None:
+    excluded = _excluded_array(exclude, n, m, func)
+    if excluded is None:
         return None
-    excluded, _ = _targets(exclude, n, m, func, "exclude", allow_empty=True)
     clash = (excluded[:, :, None] == targets[:, None, :]) & (excluded[:, :, None] >= 0)
     if clash.any():
         i = int(np.argwhere(clash)[0][0])
         raise _checks.fail(
             func, "exclude", "disjoint from the ground truth", f"a ground-truth index for query {i}"
         )
-    return pairs
+    return _engine.Pairs.from_lists(excluded, n)
+
+
+def _excluded_array(exclude: Any, n: int, m: int, func: str) -> np.ndarray | None:
+    """``exclude`` (an index or a list per query, ``-1`` for none) validated, ``(n, e)``."""
+    if exclude is None or not _has_any(exclude):
+        return None
+    return _targets(exclude, n, m, func, "exclude", allow_empty=True)[0]
 
 
 def _exclusion_pairs(exclude: Any, n: int, m: int, func: str) -> _engine.Pairs | None:
-    """``exclude`` (an index or a list per query, ``-1`` for none) as pairs, validated."""
-    if not _has_any(exclude):
-        return None
-    excluded, _ = _targets(exclude, n, m, func, "exclude", allow_empty=True)
-    return _engine.Pairs.from_lists(excluded, n)
+    """``exclude`` as pairs, validated; ``None`` when nothing is excluded."""
+    excluded = _excluded_array(exclude, n, m, func)
+    return None if excluded is None else _engine.Pairs.from_lists(excluded, n)
 
 
 def _has_any(exclude: Any) -> bool:

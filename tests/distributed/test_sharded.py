@@ -155,3 +155,16 @@ def _check_case(out, world, expected):
         assert got["map"] == expected["map"]
         assert got["rprec"] == expected["rprec"]
         assert got["bytes"] > 0
+
+
+def test_bad_input_names_the_argument(tmp_path):
+    with pytest.raises(ValueError, match=r"initialised torch\.distributed"):
+        recallkit.evaluate_sharded(torch.eye(3), [0, 1, 2], [0, 1, 2])
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/init", rank=0, world_size=1)
+    try:
+        with pytest.raises(ValueError, match=r"'indices' parameter .* negative at row 1"):
+            recallkit.evaluate_sharded(torch.eye(3), [0, 1, 2], [0, -1, 2])
+        with pytest.raises(ValueError, match=r"'labels' parameter .* integers"):
+            recallkit.evaluate_sharded(torch.eye(3), ["a", "b", "c"], [0, 1, 2])
+    finally:
+        dist.destroy_process_group()
