@@ -4,26 +4,36 @@ Queries are processed in chunks of rows, references in blocks (one block when th
 memory; several when it is streamed from disk or sharded across processes). Each (chunk, block)
 pair is one GEMM: the full n×m matrix is never built.
 
-Scores are "higher is better": cosine and dot use the inner product (cosine after L2
-normalisation in float32); euclidean uses ``2 q·r - |r|²``, which orders candidates exactly as
-``-|q - r|²`` (``|q|²`` is constant along a row).
+Scores are "higher is better": cosine similarity, the inner product (``metric="dot"``), or, for
+euclidean, ``2 q·r - |r|²``, which orders candidates exactly as ``-|q - r|²`` (``|q|²`` is
+constant along a row).
 
-Exactness: the GEMM's float32 scores carry rounding that depends on the BLAS, its blocking and
-the thread count. They are used only as a filter with a rigorous error bound ``eps``: an item
-more than ``eps`` above (below) a threshold is certainly above (below) it, and the few items within
-``eps`` are re-scored exactly in float64 (:func:`recallkit._kernels.exact_scores`). The result is
-the ranking by those exact scores, ties by lower reference index: the same for every chunk size,
-block split, shard split, thread count, BLAS and device.
+What "exact" means. The decisive score of a pair is defined from the raw input rows (float32, or
+float64 when a side is float64 or integer) with one fixed order of operations in float64
+(:mod:`recallkit._kernels`): products in float64, summed in index order, norms the same way,
+cosine as ``dot / (sqrt(|q|²) · sqrt(|r|²))``. Every back end (numba on the CPU, the torch kernels
+that CUDA runs) reproduces it bit for bit. A rank is the number of candidates whose exact score is
+higher, or equal with a lower reference index. So ranks are a function of the input embeddings
+alone: the same for every chunk size, block split, shard split, thread count, BLAS and device.
 
-Every ranking statistic is computed in two steps per query: the threshold item (the best
-positive, or a given ground-truth item) with its exact score and global index, then the count of
-candidates that rank above it. Both steps combine across blocks and shards by max/min and sum,
-which is what makes streamed and distributed evaluation exact.
+How it is fast. A GEMM in float32 (float64 for float64 inputs; optionally bfloat16/float16 on
+CUDA) over rows that are normalised (cosine) or scaled by a power of two (dot, euclidean; so no
+score overflows or underflows) gives filter scores with a rigorous error bound ``eps`` that covers
+the GEMM's rounding, the rounding of its inputs and of the normalisation, and underflow. An item
+more than ``eps`` above (below) a threshold is certainly above (below) it; only the few items
+within ``eps`` are scored exactly.
+
+Every ranking statistic is computed in two steps per query: the threshold item (the best positive,
+or a given ground-truth item) with its exact score and global index, then the count of candidates
+that rank above it. Both steps combine across blocks and shards by max/min and sum, which is what
+makes streamed and distributed evaluation exact. Positives are given by label codes (compared per
+chunk, never materialised as pairs) or by explicit index lists (ground truth).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -39,7 +49,9 @@ DEFAULT_MEMORY_BUDGET = 256 * 2**20
 MIN_CHUNK_ROWS = 64
 MAX_CHUNK_ROWS = 4096
 SENTINEL = np.iinfo(np.int64).max
-_FLOAT32_MAX = float(np.finfo(np.float32).max)
+# Float64 inputs beyond this magnitude could overflow the exact float64 scores.
+FLOAT64_LIMIT = 2.0**400
+_PREP_ROWS = 8192
 
 
 def resolve_device(device: Any, *tensors: torch.Tensor) -> torch.device:
@@ -49,37 +61,135 @@ def resolve_device(device: Any, *tensors: torch.Tensor) -> torch.device:
     return tensors[0].device
 
 
+def work_dtype(dtype: Any) -> torch.dtype:
+    """The dtype rows are kept in: float64 for float64 (and integer) inputs, else float32."""
+    if dtype in (torch.float64, np.float64, np.dtype(np.float64)):
+        return torch.float64
+    if isinstance(dtype, np.dtype) and dtype.kind in "iu":
+        return torch.float64
+    if isinstance(dtype, torch.dtype) and not dtype.is_floating_point:
+        return torch.float64
+    return torch.float32
+
+
+@dataclass
+class Rows:
+    """Validated rows on the device: ``raw`` (float32 or float64) and ``sq``, float64 ``|x|²``
+    summed in index order (the exact score's norms)."""
+
+    raw: torch.Tensor
+    sq: torch.Tensor
+
+
 def prepare_rows(
     x: torch.Tensor,
     name: str,
     func: str,
     metric: str,
     device: torch.device,
-    dtype: torch.dtype,
     offset: int = 0,
-) -> torch.Tensor:
-    """Validate and prepare embedding rows: upcast, reject non-finite, L2-normalise for cosine."""
-    x = x.to(device=device, dtype=dtype)
-    _checks.check_finite_rows(x, offset, name, func)
+) -> Rows:
+    """Validate embedding rows: upcast, reject non-finite, huge and (for cosine) zero rows."""
+    raw = x.to(device=device, dtype=work_dtype(x.dtype)).contiguous()
+    _checks.check_finite_rows(raw, offset, name, func)
+    if raw.dtype == torch.float64 and raw.numel():
+        big = raw.abs().amax(dim=1) > FLOAT64_LIMIT
+        if bool(big.any()):
+            row = int(torch.nonzero(big)[0, 0]) + offset
+            raise _checks.fail(
+                func,
+                name,
+                "of magnitude at most 2**400 (exact float64 scores would overflow)",
+                f"a larger value in row {row}",
+            )
+    sq = _kernels.row_sq_norms(raw)
     if metric == "cosine":
-        norms = torch.linalg.vector_norm(x, dim=1)
-        _checks.check_zero_rows(norms, offset, name, func)
-        x = x / norms[:, None]
-    return x.contiguous()
+        _checks.check_zero_rows(sq, offset, name, func)
+    return Rows(raw, sq)
+
+
+def _pow2_scale(sq: torch.Tensor) -> float:
+    """A power of two that brings the largest row norm into [0.5, 1)."""
+    top = float(sq.max()) if sq.numel() else 0.0
+    if top <= 0.0:
+        return 1.0
+    _, exponent = math.frexp(math.sqrt(top))
+    return math.ldexp(1.0, -exponent)
+
+
+def filter_dtype(*dtypes: torch.dtype) -> torch.dtype:
+    return torch.float64 if torch.float64 in dtypes else torch.float32
+
+
+def _reference_filter(rows: Rows, metric: str, dtype: torch.dtype) -> tuple[torch.Tensor, float]:
+    """The GEMM's reference rows and their scale: normalised (cosine, scale 1), or scaled by a
+    power of two ``c`` (dot: ``c r``; euclidean: ``[c r, c² |r|²]``)."""
+    n, d = rows.raw.shape
+    scale = 1.0 if metric == "cosine" else _pow2_scale(rows.sq)
+    width = d + (metric == "euclidean")
+    out = torch.empty((n, width), dtype=dtype, device=rows.raw.device)
+    for start in range(0, n, _PREP_ROWS):
+        stop = min(start + _PREP_ROWS, n)
+        x = rows.raw[start:stop].to(torch.float64)
+        sq = rows.sq[start:stop]
+        if metric == "cosine":
+            out[start:stop] = (x / torch.sqrt(sq)[:, None]).to(dtype)
+        else:
+            out[start:stop, :d] = (x * scale).to(dtype)
+            if metric == "euclidean":
+                out[start:stop, d] = (sq * (scale * scale)).to(dtype)
+    return out, scale
+
+
+@dataclass
+class QueryFilter:
+    """A query chunk's GEMM rows against one block, their scale and their float64 norms."""
+
+    rows: torch.Tensor
+    scale: float
+    norms: torch.Tensor
+    use_low: bool = False
+
+
+def query_filter(
+    metric: str, chunk: Rows, block: Block, dtype: torch.dtype
+) -> QueryFilter:
+    """The chunk's GEMM rows such that ``filter = scale · block.scale · exact score``.
+
+    cosine: ``q/|q|`` (scale 1); dot: ``c q``; euclidean: ``[2 c q, -c / block.scale]``, so that
+    the product with ``[s r, s² |r|²]`` is ``c s (2 q·r - |r|²)``.
+    """
+    x = chunk.raw.to(torch.float64)
+    if metric == "cosine":
+        scale = 1.0
+        rows = x / torch.sqrt(chunk.sq)[:, None]
+    else:
+        scale = _pow2_scale(chunk.sq)
+        rows = x * scale
+        if metric == "euclidean":
+            extra = torch.full_like(rows[:, :1], -scale / block.scale)
+            rows = torch.cat([2.0 * rows, extra], dim=1)
+    norms = torch.linalg.vector_norm(rows, dim=1)
+    # float16's range is narrow: a euclidean query far smaller than the reference keeps float32.
+    use_low = block.low is not None and (metric != "euclidean" or scale / block.scale <= 2**14)
+    return QueryFilter(rows.to(dtype).contiguous(), scale, norms, use_low)
 
 
 @dataclass
 class Block:
     """Prepared reference rows ``offset..offset+rows``, or the rows at ``global_index``.
 
-    ``gemm`` is what the GEMM multiplies (for euclidean, ``[r, |r|²]`` so that one product gives
-    ``2 q·r - |r|²``); ``max_norm`` bounds the rows' norms for the error bound.
+    ``data`` and ``sq`` are the raw rows and their float64 squared norms (exact scores); ``gemm``
+    is what the GEMM multiplies (``_reference_filter``), ``scale`` its power-of-two scale and
+    ``max_norm`` the largest norm of its rows (the error bound).
     """
 
     offset: int
     rows: int
     data: torch.Tensor
+    sq: torch.Tensor
     gemm: torch.Tensor
+    scale: float
     max_norm: float
     global_index: torch.Tensor | None = None
     low: torch.Tensor | None = None
@@ -101,9 +211,24 @@ class Block:
         inside = found & (index[pos.clamp(max=max(self.rows - 1, 0))] == cols)
         return pos, inside
 
+    def view(self, start: int, stop: int) -> Block:
+        """Rows ``start:stop`` of this in-memory block, as a block of their own."""
+        low = None if self.low is None else self.low[start:stop]
+        return Block(
+            self.offset + start,
+            stop - start,
+            self.data[start:stop],
+            self.sq[start:stop],
+            self.gemm[start:stop],
+            self.scale,
+            self.max_norm,
+            None,
+            low,
+        )
+
 
 def make_block(
-    x: torch.Tensor,
+    x: torch.Tensor | Rows,
     offset: int,
     func: str,
     metric: str,
@@ -113,37 +238,41 @@ def make_block(
     global_index: torch.Tensor | None = None,
     precision: str = "float32",
 ) -> Block:
-    data = prepare_rows(x, name, func, metric, device, dtype, offset)
-    norms = torch.linalg.vector_norm(data, dim=1)
+    """A reference block: validated rows, their norms and the GEMM filter rows in ``dtype``."""
+    rows = x if isinstance(x, Rows) else prepare_rows(x, name, func, metric, device, offset)
+    gemm, scale = _reference_filter(rows, metric, dtype)
+    norms = torch.linalg.vector_norm(gemm.to(torch.float64), dim=1)
     max_norm = float(norms.max()) if len(norms) else 0.0
-    gemm = data
-    if metric == "euclidean":
-        gemm = torch.cat([data, (data * data).sum(dim=1, keepdim=True)], dim=1).contiguous()
     low = None
     if PRECISIONS[precision] is not None and device.type == "cuda" and dtype == torch.float32:
         low = gemm.to(PRECISIONS[precision])
-    return Block(offset, data.shape[0], data, gemm, max_norm, global_index, low)
+    return Block(
+        offset, rows.raw.shape[0], rows.raw, rows.sq, gemm, scale, max_norm, global_index, low
+    )
 
 
 @dataclass
 class Space:
     """Prepared queries and a reference: in memory (one block) or streamed block by block."""
 
-    query: torch.Tensor
+    query: Rows
     metric: str
     num_reference: int
     dim: int
     device: torch.device
-    dtype: torch.dtype
     block_source: Callable[[], Iterator[Block]]
     single: Block | None = None
     block_rows: int = 0
     precision: str = "float32"
+    filter_dtype: torch.dtype = torch.float32
     extra: dict = field(default_factory=dict)
 
     @property
     def num_query(self) -> int:
-        return self.query.shape[0]
+        return self.query.raw.shape[0]
+
+    def chunk(self, start: int, stop: int) -> Rows:
+        return Rows(self.query.raw[start:stop], self.query.sq[start:stop])
 
     def blocks(self) -> Iterator[Block]:
         if self.single is not None:
@@ -159,6 +288,26 @@ def _is_streamed(x: Any) -> bool:
 PRECISIONS = {"float32": None, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # Relative rounding of the GEMM inputs at each precision (TF32 when CUDA allows it).
 _INPUT_ROUNDING = {"float32": 0.0, "float16": 2.0**-11, "bfloat16": 2.0**-8}
+# Half the smallest subnormal of each GEMM type: the absolute rounding of an underflowing value.
+_TINY = {
+    torch.float64: 2.0**-1074,
+    torch.float32: 2.0**-149,
+    torch.bfloat16: 2.0**-133,
+    torch.float16: 2.0**-24,
+}
+
+
+def _streamed_dtype(reference: Any, func: str) -> torch.dtype:
+    dtype = np.dtype(getattr(reference, "dtype", np.float32))
+    if dtype.kind not in "fiu":
+        raise _checks.fail(func, "reference", "real-valued (float or integer)", f"dtype {dtype}")
+    return work_dtype(dtype)
+
+
+def _native(array: np.ndarray) -> np.ndarray:
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    return array
 
 
 def prepare(
@@ -170,12 +319,14 @@ def prepare(
     reference_block_rows: int | None = None,
     precision: str = "float32",
 ) -> Space:
-    """Validate and prepare embeddings; float16/bfloat16 inputs are upcast to float32.
+    """Validate and prepare embeddings.
 
-    A memory-mapped numpy reference (``np.load(path, mmap_mode="r")``) or a
-    :class:`recallkit.io.EmbeddingFile` is streamed in blocks, never loaded whole.
-    ``precision="float16"``/``"bfloat16"`` runs the GEMM filter in that type on CUDA (float32
-    accumulation); the exact re-scoring keeps the results identical, only faster.
+    Rows are kept as float32 (float16/bfloat16 inputs are upcast) or float64 (float64 and
+    integer inputs); exact scores are float64 either way, and a float64 side (in memory or
+    streamed) makes the GEMM filter float64 too. A memory-mapped numpy reference
+    (``np.load(path, mmap_mode="r")``) or a :class:`recallkit.io.EmbeddingFile` is streamed in
+    blocks, never loaded whole. ``precision="float16"``/``"bfloat16"`` runs the GEMM filter in
+    that type on CUDA (float32 accumulation); the exact scores keep the results identical.
     """
     _checks.check_metric(metric, func)
     if precision not in PRECISIONS:
@@ -187,61 +338,56 @@ def prepare(
         if len(shape) != 2 or shape[0] == 0:
             raise _checks.fail(func, "reference", "a non-empty 2-D array", f"shape {shape}")
         m, d = shape
+        r_dtype = _streamed_dtype(reference, func)
     else:
         r = _checks.as_embeddings(reference, "reference", func)
         m, d = r.shape
+        r_dtype = work_dtype(r.dtype)
     if q.shape[1] != d:
         raise _checks.fail(
             func, "reference", f"of the query's dimension {q.shape[1]}", f"dimension {d}"
         )
     dev = resolve_device(device, q)
-    if streamed:
-        dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    else:
-        dtype = torch.float64 if torch.float64 in (q.dtype, r.dtype) else torch.float32
+    fdtype = filter_dtype(work_dtype(q.dtype), r_dtype)
     if not streamed:
-        block = make_block(r, 0, func, metric, dev, dtype, precision=precision)
+        r_rows = prepare_rows(r, "reference", func, metric, dev)
+        block = make_block(r_rows, 0, func, metric, dev, fdtype, precision=precision)
         if query is reference:
-            qp = block.data  # leave-one-out on one tensor: prepare it once
+            q_rows = r_rows  # leave-one-out on one tensor: prepare it once
         else:
-            qp = prepare_rows(q, "query", func, metric, dev, dtype)
+            q_rows = prepare_rows(q, "query", func, metric, dev)
+        common = dict(precision=precision, filter_dtype=fdtype)
         if m * 4 * 256 <= DEFAULT_MEMORY_BUDGET or dev.type == "cuda":
-            return Space(
-                qp, metric, m, d, dev, dtype, lambda: iter(()), single=block, precision=precision
-            )
+            return Space(q_rows, metric, m, d, dev, lambda: iter(()), single=block, **common)
         # A reference too wide for chunks of 256 query rows within the budget is scored in
-        # blocks (views of the prepared tensor): large GEMMs, bounded score buffers.
+        # blocks (views of the prepared tensors): large GEMMs, bounded score buffers.
         rows = _streamed_block_rows(m, d, q.shape[0])
 
         def views() -> Iterator[Block]:
-            for start in range(0, m, rows):
-                stop = min(start + rows, m)
-                low = None if block.low is None else block.low[start:stop]
-                yield Block(
-                    start,
-                    stop - start,
-                    block.data[start:stop],
-                    block.gemm[start:stop],
-                    block.max_norm,
-                    None,
-                    low,
-                )
+            for start, stop in chunks(m, rows):
+                yield block.view(start, stop)
 
-        return Space(qp, metric, m, d, dev, dtype, views, block_rows=rows, precision=precision)
-    qp = prepare_rows(q, "query", func, metric, dev, dtype)
+        return Space(q_rows, metric, m, d, dev, views, block_rows=rows, **common)
+    q_rows = prepare_rows(q, "query", func, metric, dev)
     rows = reference_block_rows or _streamed_block_rows(m, d, q.shape[0])
 
     def source() -> Iterator[Block]:
-        for start in range(0, m, rows):
-            stop = min(start + rows, m)
-            raw = torch.from_numpy(np.array(reference[start:stop]))  # a writable copy
-            yield make_block(raw, start, func, metric, dev, dtype, precision=precision)
+        for start, stop in chunks(m, rows):
+            raw = torch.from_numpy(_native(np.array(reference[start:stop])))  # a writable copy
+            if raw.dtype == torch.bool or raw.is_complex() or tuple(raw.shape) != (stop - start, d):
+                raise _checks.fail(
+                    func, "reference", "real-valued rows of the stated shape", raw.dtype
+                )
+            yield make_block(raw, start, func, metric, dev, fdtype, precision=precision)
 
-    return Space(qp, metric, m, d, dev, dtype, source, block_rows=rows, precision=precision)
+    return Space(
+        q_rows, metric, m, d, dev, source, block_rows=rows, precision=precision,
+        filter_dtype=fdtype,
+    )
 
 
 def _streamed_block_rows(m: int, d: int, n: int) -> int:
-    per_row = d * 4 * 2 + min(n, MAX_CHUNK_ROWS) * 6
+    per_row = d * 8 * 2 + min(n, MAX_CHUNK_ROWS) * 6
     return int(min(m, max(MIN_CHUNK_ROWS, DEFAULT_MEMORY_BUDGET // per_row)))
 
 
@@ -250,37 +396,32 @@ def chunk_rows(space: Space, chunk_size: int | None, per_row_bytes: int = 0) -> 
     if chunk_size is not None:
         return chunk_size
     columns = space.single.rows if space.single is not None else space.block_rows
-    element = 8 if space.dtype == torch.float64 else 4
-    per_row = columns * element + per_row_bytes
-    budget = space.extra.get("memory_budget", DEFAULT_MEMORY_BUDGET)
+    element = 8 if space.filter_dtype == torch.float64 else 4
+    per_row = columns * element + per_row_bytes + space.dim * 16
+    budget = DEFAULT_MEMORY_BUDGET
     if space.device.type == "cuda":
-        # On a GPU the chunk is sized from the free device memory (a quarter of it).
+        # On a GPU the chunk is sized from the free device memory (a quarter of it); the label
+        # comparison and masks take about two more bytes per score.
+        per_row += columns * 2
         budget = max(budget, torch.cuda.mem_get_info(space.device)[0] // 4)
     rows = budget // max(per_row, 1)
     return int(max(MIN_CHUNK_ROWS, min(MAX_CHUNK_ROWS, rows // 64 * 64)))
 
 
-def _gemm_query(space: Space, chunk: torch.Tensor) -> torch.Tensor:
-    if space.metric != "euclidean":
-        return chunk
-    # [2q, -1] · [r, |r|²] = 2 q·r - |r|²: one GEMM, no extra pass over the scores.
-    return torch.cat([2 * chunk, -torch.ones_like(chunk[:, :1])], dim=1)
-
-
-def block_scores(space: Space, gemm_chunk: torch.Tensor, block: Block) -> torch.Tensor:
-    """Float32 filter scores of a query chunk against one block, ``(rows, block.rows)``.
+def block_scores(space: Space, qf: QueryFilter, block: Block) -> torch.Tensor:
+    """Filter scores of a query chunk against one block, ``(rows, block.rows)``.
 
     On the CPU: numpy's BLAS, single-threaded, on row slices run by a thread pool, into a reused
-    buffer. This is faster here than one multi-threaded call, and leaves no BLAS threads spinning
-    while the numba kernels run next. Its rounding does not matter (module docstring). On CUDA:
-    ``torch.mm``.
+    buffer, which leaves no BLAS threads spinning while the numba kernels run next. Its rounding
+    does not matter (module docstring). On CUDA: ``torch.mm``.
     """
-    rows, cols = gemm_chunk.shape[0], block.rows
-    if block.low is not None:
-        return torch.mm(gemm_chunk.to(block.low.dtype), block.low.T, out_dtype=torch.float32)
-    if gemm_chunk.device.type != "cpu":
-        return gemm_chunk @ block.gemm.T
-    a = gemm_chunk.numpy()
+    a_t = qf.rows
+    rows, cols = a_t.shape[0], block.rows
+    if qf.use_low:
+        return torch.mm(a_t.to(block.low.dtype), block.low.T, out_dtype=torch.float32)
+    if a_t.device.type != "cpu":
+        return a_t @ block.gemm.T
+    a = a_t.numpy()
     size = rows * cols
     buffer = space.extra.get("buffer")
     if buffer is None or buffer.size < size or buffer.dtype != a.dtype:
@@ -321,26 +462,29 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return _POOLS[workers]
 
 
-def error_bound(space: Space, chunk: torch.Tensor, block: Block) -> torch.Tensor:
-    """Per query row, a bound on |float filter score - exact score| against this block.
+def error_bound(space: Space, qf: QueryFilter, block: Block) -> torch.Tensor:
+    """Per query row, a bound on |filter score - scale · exact score| against this block (CPU).
 
-    Standard GEMM error analysis: |fl(q·r) - q·r| <= gamma_d |q| |r| with gamma_d ~ d u; doubled
-    for safety, plus the rounding of low-precision (or TF32) inputs.
+    Standard GEMM error analysis over ``t = d + 1`` terms, ``|fl(a·b) - a·b| <= t u |a| |b|``;
+    plus the rounding of the GEMM's inputs to their type (and of low-precision or TF32 inputs),
+    the float64 error of the normalisation and of the exact score itself (``2 d 2^-53``), all
+    doubled for safety; plus an absolute term for values that underflow.
     """
-    unit = 2.0**-53 if space.dtype == torch.float64 else 2.0**-24
-    rounding = _INPUT_ROUNDING[space.precision] if block.low is not None else 0.0
+    dtype = block.gemm.dtype
+    unit = 2.0**-53 if dtype == torch.float64 else 2.0**-24
+    rounding = _INPUT_ROUNDING[space.precision] if qf.use_low else 0.0
     if space.device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
         rounding = max(rounding, 2.0**-10)
-    gamma = 2.0 * ((space.dim + 4) * unit + 2.0 * rounding + 4 * unit)
-    q_norm = torch.linalg.vector_norm(chunk.to(torch.float64), dim=1)
-    r_norm = block.max_norm
-    if space.metric == "euclidean":
-        return gamma * (2.0 * q_norm * r_norm + 2.0 * r_norm * r_norm)
-    return gamma * q_norm * r_norm
+    terms = space.dim + 1
+    gamma = 2.0 * ((terms + 8) * unit + 2.0 * rounding + 2.0 * space.dim * 2.0**-53)
+    tiny = _TINY[block.low.dtype if qf.use_low else dtype]
+    norms = qf.norms
+    absolute = 4.0 * terms * tiny * (1.0 + norms + block.max_norm)
+    return (gamma * norms * block.max_norm + absolute).cpu()
 
 
 class Pairs:
-    """Per-query sets of global reference indices (positives, or candidates to exclude), as CSR.
+    """Per-query sets of global reference indices (ground truth, or candidates to exclude), as CSR.
 
     ``expand(start, stop)`` returns flat ``(rows, cols)`` tensors for queries ``start:stop``, with
     rows local to the chunk and ``cols`` ascending within a row.
@@ -353,30 +497,22 @@ class Pairs:
 
     @classmethod
     def by_code(cls, query_codes: np.ndarray, reference_codes: np.ndarray) -> Pairs:
-        """Pair each query with every reference item of the same value (label or id)."""
-        order = np.argsort(reference_codes, kind="stable")
-        ordered = reference_codes[order]
-        lo = np.searchsorted(ordered, query_codes, side="left")
-        hi = np.searchsorted(ordered, query_codes, side="right")
-        q_counts = hi - lo
-        indptr = np.concatenate([[0], np.cumsum(q_counts)]).astype(np.int64)
-        # Positions of each query's group inside ``order``: a vectorised concatenation of ranges.
-        offsets = np.repeat(lo - indptr[:-1], q_counts)
-        flat = np.arange(indptr[-1], dtype=np.int64) + offsets
-        return cls(
-            torch.from_numpy(indptr),
-            torch.from_numpy(order[flat].astype(np.int64)),
-            len(query_codes),
-        )
+        """Pairs ``(i, j)`` with equal codes (ids): each query's reference items of its code."""
+        groups = _Groups(np.asarray(reference_codes, dtype=np.int64))
+        lo, hi = groups.ranges(np.asarray(query_codes, dtype=np.int64))
+        rows, cols = groups.expand(lo, hi)
+        del rows
+        indptr = np.concatenate([[0], np.cumsum(hi - lo)]).astype(np.int64)
+        return cls(torch.from_numpy(indptr), torch.from_numpy(cols), len(lo))
 
     @classmethod
-    def diagonal(cls, num_query: int) -> Pairs:
-        """Pair query ``i`` with reference ``i`` (the query's own row, first in the reference)."""
-        return cls(torch.arange(num_query + 1), torch.arange(num_query), num_query)
+    def diagonal(cls, n: int) -> Pairs:
+        """Query ``i`` paired with reference ``i``."""
+        return cls(torch.arange(n + 1, dtype=torch.int64), torch.arange(n), n)
 
     @classmethod
-    def from_lists(cls, lists: Sequence[Sequence[int]] | np.ndarray, num_query: int) -> Pairs:
-        """From one list of reference positions per query; ``-1`` entries are padding."""
+    def from_lists(cls, lists: Any, num_query: int) -> Pairs:
+        """From an ``(n, g)`` array padded with ``-1`` or a list of index lists."""
         if isinstance(lists, np.ndarray) and lists.ndim == 2:
             keep = lists >= 0
             counts = keep.sum(axis=1)
@@ -418,6 +554,113 @@ class Pairs:
         return rows.to(device), self.indices[lo:hi].to(device)
 
 
+class _Groups:
+    """Positions of equal codes, grouped: ``members[starts[g]:starts[g+1]]`` (ascending) hold
+    code ``uniq[g]``. O(m) memory whatever the number of classes."""
+
+    def __init__(self, codes: np.ndarray) -> None:
+        self.members = np.argsort(codes, kind="stable").astype(np.int64)
+        self.uniq, first = np.unique(codes[self.members], return_index=True)
+        self.starts = np.append(first, len(codes)).astype(np.int64)
+
+    def ranges(self, query_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per query code, the ``[lo, hi)`` range of its group in ``members`` (empty if none)."""
+        if not len(self.uniq):
+            zero = np.zeros(len(query_codes), dtype=np.int64)
+            return zero, zero.copy()
+        g = np.searchsorted(self.uniq, query_codes)
+        gc = np.minimum(g, len(self.uniq) - 1)
+        found = (g < len(self.uniq)) & (self.uniq[gc] == query_codes)
+        lo = np.where(found, self.starts[gc], 0)
+        hi = np.where(found, self.starts[gc + 1], 0)
+        return lo.astype(np.int64), hi.astype(np.int64)
+
+    def expand(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Flat ``(rows, members)`` of the ranges, members ascending within a row."""
+        sizes = hi - lo
+        rows = np.repeat(np.arange(len(lo), dtype=np.int64), sizes)
+        begin = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        position = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(begin - lo, sizes)
+        return rows, self.members[position]
+
+
+class LabelPositives:
+    """Positives by label: reference ``j`` is a positive of query ``i`` when their codes are equal.
+
+    Codes are compared per chunk and block (on the device the chunk runs on); positive pairs are
+    never materialised for the whole problem, so memory does not grow with the class sizes.
+    ``reference_codes`` are aligned with the blocks' rows (``offset + local``).
+    """
+
+    def __init__(self, query_codes: np.ndarray, reference_codes: np.ndarray) -> None:
+        self.query_codes = np.ascontiguousarray(query_codes, dtype=np.int64)
+        self.reference_codes = np.ascontiguousarray(reference_codes, dtype=np.int64)
+        self._groups: dict[tuple[int, int], _Groups] = {}
+        self._device_codes: dict[tuple[int, int, str], torch.Tensor] = {}
+
+    def _group(self, offset: int, rows: int) -> _Groups:
+        key = (offset, rows)
+        if key not in self._groups:
+            self._groups[key] = _Groups(self.reference_codes[offset : offset + rows])
+        return self._groups[key]
+
+    def counts(self) -> np.ndarray:
+        """Reference items with each query's label (before exclusions)."""
+        lo, hi = self._group(0, len(self.reference_codes)).ranges(self.query_codes)
+        return hi - lo
+
+    def num_relevant(self, exclusions: Pairs | None, block: Block | None = None) -> np.ndarray:
+        """Positives per query minus the excluded ones (``block`` maps global columns to
+        ``reference_codes`` positions when the reference is a sharded block)."""
+        counts = self.counts()
+        if exclusions is not None:
+            rows, cols = exclusions.expand(0, exclusions.num_query, torch.device("cpu"))
+            if block is not None:
+                cols, inside = block.locals_of(cols)
+                rows, cols = rows[inside], cols[inside]
+            rows, cols = rows.numpy(), cols.numpy()
+            same = self.reference_codes[cols] == self.query_codes[rows]
+            counts = counts - np.bincount(rows[same], minlength=len(counts))
+        return counts
+
+    def pair_count(self, block: Block, start: int, stop: int) -> int:
+        lo, hi = self._group(block.offset, block.rows).ranges(self.query_codes[start:stop])
+        return int((hi - lo).sum())
+
+    def pairs(self, block: Block, start: int, stop: int) -> ChunkPairs:
+        """The chunk's positive pairs in ``block``: ``(rows, global cols)``."""
+        groups = self._group(block.offset, block.rows)
+        rows, local = groups.expand(*groups.ranges(self.query_codes[start:stop]))
+        glob = block.globals_of(torch.from_numpy(local).to(block.data.device)).cpu()
+        return ChunkPairs(torch.from_numpy(rows), glob)
+
+    def candidates(
+        self,
+        scores: torch.Tensor,
+        eps: torch.Tensor,
+        block: Block,
+        start: int,
+        stop: int,
+        backend: str | None,
+    ) -> ChunkPairs:
+        """Positives whose filter score is within ``2 eps`` of the row's best positive's."""
+        groups = self._group(block.offset, block.rows)
+        query_codes = self.query_codes[start:stop]
+        lo, hi = groups.ranges(query_codes)
+        codes = q_codes = None
+        if not (_kernels._use_numba(scores, backend) and scores.device.type == "cpu"):
+            key = (block.offset, block.rows, str(scores.device))
+            if key not in self._device_codes:
+                own = self.reference_codes[block.offset : block.offset + block.rows]
+                self._device_codes[key] = torch.from_numpy(own).to(scores.device)
+            codes = self._device_codes[key]
+            q_codes = torch.from_numpy(query_codes).to(scores.device)
+        rows, local = _kernels.positive_window(
+            scores, lo, hi, groups.members, codes, q_codes, eps, backend
+        )
+        return ChunkPairs(rows, block.globals_of(local.to(block.data.device)).cpu())
+
+
 def chunks(num: int, size: int) -> Iterator[tuple[int, int]]:
     """``(start, stop)`` pairs covering ``range(num)`` in steps of ``size``."""
     for start in range(0, num, size):
@@ -426,7 +669,7 @@ def chunks(num: int, size: int) -> Iterator[tuple[int, int]]:
 
 @dataclass
 class ChunkPairs:
-    """A chunk's expanded pairs, reused for every block."""
+    """A chunk's pairs: chunk-local rows and global reference columns."""
 
     rows: torch.Tensor
     cols: torch.Tensor
@@ -447,7 +690,7 @@ class ChunkPairs:
 def _masked(scores: torch.Tensor, excluded: ChunkPairs, block: Block) -> torch.Tensor:
     rows, local, _ = excluded.in_block(block)
     if rows.numel():
-        scores[rows, local] = -torch.inf
+        scores[rows.to(scores.device), local.to(scores.device)] = -torch.inf
     return scores
 
 
@@ -460,26 +703,18 @@ def _merge_best(
     where[better] = index[better]
 
 
-def _best_in_block(
-    space: Space,
-    chunk: torch.Tensor,
-    scores: torch.Tensor,
-    eps: torch.Tensor,
-    positives: ChunkPairs,
-    block: Block,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's best positive in this block: exact score and global index (-inf, SENTINEL).
-
-    Only positives within twice the error bound of the best filter score can be the best, so
-    only those are scored exactly.
-    """
+def _pair_candidates(
+    scores: torch.Tensor, eps: torch.Tensor, positives: ChunkPairs, block: Block
+) -> ChunkPairs:
+    """Given positives within twice the error bound of the row's best positive filter score:
+    only those can be the best."""
     rows, local, glob = positives.in_block(block)
     rows, local, glob = rows.cpu(), local.cpu(), glob.cpu()
     values = scores[rows.to(scores.device), local.to(scores.device)].cpu().to(torch.float64)
-    top = torch.full((chunk.shape[0],), -torch.inf, dtype=torch.float64)
+    top = torch.full((scores.shape[0],), -torch.inf, dtype=torch.float64)
     top.scatter_reduce_(0, rows, values, reduce="amax")
     keep = torch.isfinite(values) & (values >= top[rows] - 2 * eps[rows])
-    return _best_exact(space, chunk, ChunkPairs(rows[keep], glob[keep]), block)
+    return ChunkPairs(rows[keep], glob[keep])
 
 
 def _without(pairs: ChunkPairs, excluded: ChunkPairs) -> ChunkPairs:
@@ -489,23 +724,24 @@ def _without(pairs: ChunkPairs, excluded: ChunkPairs) -> ChunkPairs:
     key = pairs.rows.cpu() * (2**40) + pairs.cols.cpu()
     gone = excluded.rows.cpu() * (2**40) + excluded.cols.cpu()
     keep = ~torch.isin(key, gone)
-    return ChunkPairs(
-        pairs.rows[keep.to(pairs.rows.device)], pairs.cols[keep.to(pairs.rows.device)]
-    )
+    return ChunkPairs(pairs.rows.cpu()[keep], pairs.cols.cpu()[keep])
 
 
 def _best_exact(
-    space: Space, chunk: torch.Tensor, positives: ChunkPairs, block: Block
+    space: Space, chunk: Rows, positives: ChunkPairs, block: Block, backend: str | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each row's best positive in this block from exact scores of all its positives."""
-    rows_in_chunk = chunk.shape[0]
+    """Each row's best of the given positives in this block, by exact score then lower index:
+    ``(score, global index)``, ``(-inf, SENTINEL)`` where there is none."""
+    rows_in_chunk = chunk.raw.shape[0]
     best = torch.full((rows_in_chunk,), -torch.inf, dtype=torch.float64)
     where = torch.full((rows_in_chunk,), SENTINEL, dtype=torch.int64)
     rows, local, glob = positives.in_block(block)
     if rows.numel() == 0:
         return best, where
     rows, local, glob = rows.cpu(), local.cpu(), glob.cpu()
-    exact = _kernels.exact_scores(chunk, block.data, rows, local, space.metric == "euclidean")
+    exact = _kernels.exact_scores(
+        chunk.raw, chunk.sq, block.data, block.sq, rows, local, space.metric, backend
+    )
     best.scatter_reduce_(0, rows, exact, reduce="amax")
     at_best = exact == best[rows]
     where.scatter_reduce_(0, rows[at_best], glob[at_best], reduce="amin")
@@ -534,59 +770,76 @@ def _no_reduce(op: str, x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+Positives = LabelPositives | Pairs
+
+
+def _scored(
+    space: Space, chunk: Rows, block: Block, excluded: ChunkPairs
+) -> tuple[torch.Tensor, QueryFilter]:
+    qf = query_filter(space.metric, chunk, block, block.gemm.dtype)
+    return _masked(block_scores(space, qf, block), excluded, block), qf
+
+
 def threshold_ranks(
     space: Space,
-    chunk: torch.Tensor,
+    chunk: Rows,
     start: int,
     stop: int,
     exclusions: Pairs | None,
-    positives: Pairs | None = None,
+    positives: Positives | None = None,
     targets: torch.Tensor | None = None,
     reduce: Reducer = _no_reduce,
     backend: str | None = None,
 ) -> torch.Tensor:
     """Ranks of threshold items for the query chunk ``chunk`` (global rows ``start:stop``).
 
-    With ``positives``: one slot per query, the best positive (``-1`` when there is none).
-    With ``targets`` (``(c, g)`` global indices, ``-1`` padding): one slot per target.
-    ``reduce(op, tensor)`` combines partial results across processes (``"max"``, ``"min"``,
-    ``"sum"``); identity in one process. Returns a ``(c, g)`` int64 CPU tensor.
+    With ``positives`` (label codes or index lists): one slot per query, the best positive
+    (``-1`` when there is none). With ``targets`` (``(c, g)`` global indices, ``-1`` padding): one
+    slot per target. ``reduce(op, tensor)`` combines partial results across processes
+    (``"max"``, ``"min"``, ``"sum"``); identity in one process. Returns a ``(c, g)`` int64 CPU
+    tensor.
     """
     rows = stop - start
-    euclidean = space.metric == "euclidean"
-    gemm_chunk = _gemm_query(space, chunk)
     excluded = ChunkPairs.of(exclusions, start, stop, space.device)
     single = space.single is not None
-    cached: list[torch.Tensor] = []
+    cached: list[tuple[torch.Tensor, QueryFilter]] = []
+    listed = None
     if positives is not None:
-        pos = ChunkPairs.of(positives, start, stop, torch.device("cpu"))
         best = torch.full((rows, 1), -torch.inf, dtype=torch.float64)
         where = torch.full((rows, 1), SENTINEL, dtype=torch.int64)
+        if isinstance(positives, Pairs):
+            listed = ChunkPairs.of(positives, start, stop, torch.device("cpu"))
     else:
         targets = targets.cpu()
         best = torch.full(targets.shape, -torch.inf, dtype=torch.float64)
         where = torch.where(targets >= 0, targets, torch.full_like(targets, SENTINEL))
     # Step 1: each slot's threshold item, its exact score and global index, across blocks.
-    if positives is not None and not single:
-        # Streamed blocks: score the positives exactly, with no GEMM pass over the block.
-        pos = _without(pos, excluded)
     for block in space.blocks():
-        if positives is not None and not single:
-            b, w = _best_exact(space, chunk, pos, block)
+        exact_only = positives is not None and not single
+        if exact_only and _exact_is_cheaper(positives, block, start, stop):
+            # Streamed blocks with few positives: score them exactly, with no GEMM pass.
+            pairs = listed if listed is not None else positives.pairs(block, start, stop)
+            b, w = _best_exact(space, chunk, _without(pairs, excluded), block, backend)
             _merge_best(best[:, 0], where[:, 0], b, w)
             continue
-        scores = _masked(block_scores(space, gemm_chunk, block), excluded, block)
+        scores, qf = _scored(space, chunk, block, excluded)
         if positives is not None:
-            eps = error_bound(space, chunk, block).cpu()
-            b, w = _best_in_block(space, chunk, scores, eps, pos, block)
+            eps = error_bound(space, qf, block)
+            if listed is None:
+                cand = positives.candidates(scores, eps, block, start, stop, backend)
+            else:
+                cand = _pair_candidates(scores, eps, listed, block)
+            b, w = _best_exact(space, chunk, cand, block, backend)
             _merge_best(best[:, 0], where[:, 0], b, w)
         else:
             local, inside = block.locals_of(targets.clamp(min=0))
             inside &= targets >= 0
             r, t = inside.nonzero(as_tuple=True)
-            best[r, t] = _kernels.exact_scores(chunk, block.data, r, local[r, t], euclidean)
+            best[r, t] = _kernels.exact_scores(
+                chunk.raw, chunk.sq, block.data, block.sq, r, local[r, t], space.metric, backend
+            )
         if single:
-            cached.append(scores)
+            cached.append((scores, qf))
     local_best, best = best, reduce("max", best)
     if positives is not None:
         # Among processes holding a positive with the global best score, the lowest index wins.
@@ -595,17 +848,17 @@ def threshold_ranks(
     # Step 2: count the candidates that rank above each threshold item, across blocks.
     total = torch.zeros(best.shape, dtype=torch.int64)
     for i, block in enumerate(space.blocks()):
-        if single:
-            scores = cached[i]
-        else:
-            scores = _masked(block_scores(space, gemm_chunk, block), excluded, block)
-        eps = error_bound(space, chunk, block).cpu()
-        lo, hi = _bounds(best, eps[:, None], scores.dtype)
+        scores, qf = cached[i] if single else _scored(space, chunk, block, excluded)
+        eps = error_bound(space, qf, block)
+        centre = best * (qf.scale * block.scale)
+        lo, hi = _bounds(centre, eps[:, None], scores.dtype)
         above, wr, wt, wj = _kernels.window(
             scores, lo.to(scores.device), hi.to(scores.device), block.rows, backend
         )
-        exact = _kernels.exact_scores(chunk, block.data, wr, wj, euclidean)
-        glob = block.globals_of(wj.to(space.device)).cpu()
+        exact = _kernels.exact_scores(
+            chunk.raw, chunk.sq, block.data, block.sq, wr, wj, space.metric, backend
+        )
+        glob = block.globals_of(wj.to(block.data.device)).cpu()
         b, w = best[wr, wt], where[wr, wt]
         beats = (exact > b) | ((exact == b) & (glob < w))
         slot = (wr * best.shape[1] + wt)[beats]
@@ -614,24 +867,31 @@ def threshold_ranks(
     return torch.where(torch.isfinite(best), total, torch.full_like(total, -1))
 
 
+def _exact_is_cheaper(positives: Positives, block: Block, start: int, stop: int) -> bool:
+    """Whether scoring the chunk's positives in ``block`` exactly costs less than a GEMM pass."""
+    if isinstance(positives, Pairs):
+        return True
+    return positives.pair_count(block, start, stop) * 16 <= (stop - start) * block.rows
+
+
 def first_hit_ranks(
     space: Space,
-    positives: Pairs,
+    positives: Positives,
     exclusions: Pairs | None,
     chunk_size: int | None = None,
     backend: str | None = None,
 ) -> np.ndarray:
     """0-indexed rank of each query's best positive among non-excluded references (-1: none).
 
-    The rank is the number of non-excluded references with a higher score, or an equal score
-    and a lower index: counted, never sorted.
+    The rank is the number of non-excluded references with a higher exact score, or an equal
+    score and a lower index: counted, never sorted.
     """
     size = chunk_rows(space, chunk_size)
     out = np.empty(space.num_query, dtype=np.int64)
     for start, stop in chunks(space.num_query, size):
         ranks = threshold_ranks(
             space,
-            space.query[start:stop],
+            space.chunk(start, stop),
             start,
             stop,
             exclusions,
@@ -659,7 +919,7 @@ def slot_ranks(
     for start, stop in chunks(space.num_query, size):
         t = all_targets[start:stop]
         ranks = threshold_ranks(
-            space, space.query[start:stop], start, stop, exclusions, targets=t, backend=backend
+            space, space.chunk(start, stop), start, stop, exclusions, targets=t, backend=backend
         )
         out[start:stop] = torch.where(t >= 0, ranks, torch.full_like(ranks, -1)).numpy()
     return out
@@ -685,7 +945,7 @@ def merge_ranked(
 
 def ranked_chunk(
     space: Space,
-    chunk: torch.Tensor,
+    chunk: Rows,
     start: int,
     stop: int,
     ks: torch.Tensor,
@@ -699,19 +959,18 @@ def ranked_chunk(
     rows = stop - start
     ks = ks.cpu()
     kmax = int(ks.max()) if rows else 0
-    euclidean = space.metric == "euclidean"
-    gemm_chunk = _gemm_query(space, chunk)
     excluded = ChunkPairs.of(exclusions, start, stop, space.device)
     index = torch.full((rows, kmax), -1, dtype=torch.int64)
     value = torch.full((rows, kmax), -torch.inf, dtype=torch.float64)
     for block in space.blocks():
-        scores = _masked(block_scores(space, gemm_chunk, block), excluded, block)
-        eps = error_bound(space, chunk, block).cpu()
+        scores, qf = _scored(space, chunk, block, excluded)
+        eps = error_bound(space, qf, block)
         kb = ks.clamp(max=block.rows)
         kth = _kernels.kth_largest(scores, kb, block.rows, backend).to(torch.float64)
         # Every item of the exact top-k scores at least the k-th filter score minus 2 eps.
         lo = kth - 2 * eps
-        lo = torch.where(torch.isneginf(kth), torch.full_like(lo, -_FLOAT32_MAX), lo)
+        floor = torch.finfo(scores.dtype).min
+        lo = torch.where(torch.isneginf(kth), torch.full_like(lo, floor), lo)
         lo, _ = _bounds(lo[:, None], torch.zeros_like(eps)[:, None], scores.dtype)
         lo[kb[:, None] <= 0] = torch.inf
         hi = torch.full_like(lo, torch.inf)
@@ -723,8 +982,10 @@ def ranked_chunk(
             backend,
             cap=kmax + _kernels.WINDOW_CAP,
         )
-        exact = _kernels.exact_scores(chunk, block.data, wr, wj, euclidean)
-        glob = block.globals_of(wj.to(space.device)).cpu()
+        exact = _kernels.exact_scores(
+            chunk.raw, chunk.sq, block.data, block.sq, wr, wj, space.metric, backend
+        )
+        glob = block.globals_of(wj.to(block.data.device)).cpu()
         new_index, new_value = _kernels.segment_top(wr, glob, exact, ks, kmax)
         if space.single is not None:
             index, value = new_index, new_value
@@ -744,13 +1005,14 @@ def ranked_lists(
 ) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor]]:
     """Yield ``(start, stop, indices, scores)``: each query's exact top-``ks[i]``, best first.
 
-    Ties rank the lower reference index first; unused slots hold index ``-1``.
+    Ties rank the lower reference index first; unused slots hold index ``-1``. Chunks are sized
+    so that the lists of one chunk stay within the memory budget.
     """
     kmax = int(ks.max(initial=0))
     size = chunk_rows(space, chunk_size, per_row_bytes=kmax * 40)
     all_ks = torch.from_numpy(ks.astype(np.int64))
     for start, stop in chunks(space.num_query, size):
         index, value = ranked_chunk(
-            space, space.query[start:stop], start, stop, all_ks[start:stop], exclusions, backend
+            space, space.chunk(start, stop), start, stop, all_ks[start:stop], exclusions, backend
         )
         yield start, stop, index, value

@@ -1,23 +1,227 @@
-"""Row kernels over one chunk of float32 scores, and the exact float64 re-scoring of candidates.
+"""Row kernels over one chunk of filter scores, and the exact float64 scores that decide.
 
-The float32 GEMM scores are a filter: an item whose float32 score is further than the GEMM's
-error bound from a threshold is certainly above or below it; items inside that window are
-re-scored exactly (float64 products of the prepared float32 vectors, summed in index order), and
-only those decide. Every rank and every top-k list is therefore a function of the embeddings
-alone, whatever the BLAS, its blocking, the chunk size, the thread count or the device.
+The filter scores (a float32 GEMM, or float64 for float64 inputs) carry rounding that depends on
+the BLAS, its blocking, the thread count and the device. They only filter: an item further than
+the filter's error bound from a threshold is certainly above or below it; items inside that window
+are scored exactly (:func:`exact_scores`), and only those exact scores decide.
 
-Two back ends produce the same windows: numba kernels for CPU arrays (one fused pass over each
-row, no temporaries, both cores) and torch operations for other devices.
+The exact score is defined from the raw input rows with one fixed order of operations in float64,
+which every back end reproduces bit for bit (numba on the CPU, the torch kernels that CUDA runs):
+
+* ``dot(q, r) = Σ_k q_k·r_k``, each product and each partial sum rounded to float64, ``k = 0..d-1``
+  in index order (no fused multiply-add; products of float32 values are exact);
+* ``sq(x) = dot(x, x)``, the same way;
+* cosine: ``dot(q, r) / (sqrt(sq(q)) · sqrt(sq(r)))``; dot: ``dot(q, r)``; euclidean:
+  ``2·dot(q, r) - sq(r)``, which orders candidates as ``-|q - r|²`` (``|q|²`` is constant along a
+  query's row).
+
+Two back ends produce the same windows and the same exact scores: numba kernels for CPU arrays
+(one fused pass over each row, no temporaries, both cores) and torch operations for other devices.
 """
 
 from __future__ import annotations
+
+import math
 
 import numba
 import numpy as np
 import torch
 
-_BIG_INDEX = np.iinfo(np.int64).max
 WINDOW_CAP = 32
+MODES = {"dot": 0, "cosine": 1, "euclidean": 2}
+
+
+def _use_numba(tensor: torch.Tensor, backend: str | None) -> bool:
+    if backend is None:
+        return tensor.device.type == "cpu"
+    return backend == "numba"
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _sq_numba(x, out):  # pragma: no cover - compiled
+    for i in numba.prange(x.shape[0]):
+        s = 0.0
+        for k in range(x.shape[1]):
+            v = np.float64(x[i, k])
+            s += v * v
+        out[i] = s
+
+
+def row_sq_norms(x: torch.Tensor, backend: str | None = None) -> torch.Tensor:
+    """``sq(x_i)`` of every row in float64, summed in index order, on ``x``'s device."""
+    if _use_numba(x, backend) and x.device.type == "cpu":
+        out = np.empty(x.shape[0], dtype=np.float64)
+        _sq_numba(x.detach().contiguous().numpy(), out)
+        return torch.from_numpy(out)
+    acc = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
+    columns = x.detach().T.to(torch.float64)
+    for k in range(x.shape[1]):
+        v = columns[k]
+        acc = acc + v * v
+    return acc
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _exact_numba(query, reference, q_sq, r_sq, rows, cols, mode, out):  # pragma: no cover
+    dim = query.shape[1]
+    for p in numba.prange(rows.shape[0]):
+        i = rows[p]
+        j = cols[p]
+        dot = 0.0
+        for k in range(dim):
+            dot += np.float64(query[i, k]) * np.float64(reference[j, k])
+        if mode == 1:
+            out[p] = dot / (math.sqrt(q_sq[i]) * math.sqrt(r_sq[j]))
+        elif mode == 2:
+            out[p] = 2.0 * dot - r_sq[j]
+        else:
+            out[p] = dot
+
+
+def _exact_torch(query, reference, q_sq, r_sq, rows, cols, mode):
+    q = query[rows].T.to(torch.float64)
+    r = reference[cols].T.to(torch.float64)
+    dot = torch.zeros(rows.shape[0], dtype=torch.float64, device=query.device)
+    for k in range(query.shape[1]):
+        dot = dot + q[k] * r[k]
+    if mode == 1:
+        return dot / (torch.sqrt(q_sq[rows]) * torch.sqrt(r_sq[cols]))
+    if mode == 2:
+        return 2.0 * dot - r_sq[cols]
+    return dot
+
+
+def exact_scores(
+    query: torch.Tensor,
+    q_sq: torch.Tensor,
+    reference: torch.Tensor,
+    r_sq: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    metric: str,
+    backend: str | None = None,
+) -> torch.Tensor:
+    """Exact float64 scores (module docstring) of ``(query[rows[p]], reference[cols[p]])``.
+
+    ``q_sq``/``r_sq`` are :func:`row_sq_norms` of the rows. Returns a float64 CPU tensor.
+    """
+    mode = MODES[metric]
+    if not rows.numel():
+        return torch.empty(0, dtype=torch.float64)
+    if _use_numba(query, backend) and query.device.type == "cpu":
+        out = np.empty(rows.shape[0], dtype=np.float64)
+        _exact_numba(
+            query.detach().numpy(),
+            reference.detach().numpy(),
+            q_sq.numpy(),
+            r_sq.numpy(),
+            rows.cpu().numpy(),
+            cols.cpu().numpy(),
+            mode,
+            out,
+        )
+        return torch.from_numpy(out)
+    parts = []
+    step = 1 << 16
+    for start in range(0, rows.numel(), step):
+        r = rows[start : start + step].to(query.device)
+        c = cols[start : start + step].to(reference.device)
+        parts.append(_exact_torch(query, reference, q_sq, r_sq, r, c, mode).cpu())
+    return torch.cat(parts)
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _positive_window_numba(scores, lo, hi, members, eps, cap, top, count, index):  # pragma: no cov
+    """Per row: the best filter score among its positives ``members[lo[i]:hi[i]]``, and the
+    positives within ``2 eps`` of it (up to ``cap`` collected; all counted)."""
+    for i in numba.prange(scores.shape[0]):
+        row = scores[i]
+        best = -np.inf
+        for p in range(lo[i], hi[i]):
+            s = np.float64(row[members[p]])
+            if s > best:
+                best = s
+        top[i] = best
+        n = 0
+        if best > -np.inf:
+            floor = best - 2.0 * eps[i]
+            for p in range(lo[i], hi[i]):
+                j = members[p]
+                s = np.float64(row[j])
+                if s >= floor and s > -np.inf:
+                    if n < cap:
+                        index[i, n] = j
+                    n += 1
+        count[i] = n
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _positive_fill_numba(scores, rows, lo, hi, members, floor, offsets, out):  # pragma: no cover
+    for a in range(rows.shape[0]):
+        i = rows[a]
+        n = offsets[a]
+        for p in range(lo[i], hi[i]):
+            j = members[p]
+            s = np.float64(scores[i, j])
+            if s >= floor[a] and s > -np.inf:
+                out[n] = j
+                n += 1
+
+
+def positive_window(
+    scores: torch.Tensor,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    members: np.ndarray,
+    codes: torch.Tensor | None,
+    query_codes: torch.Tensor | None,
+    eps: torch.Tensor,
+    backend: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Candidates for each row's best positive: ``(rows, local columns)``, CPU, ascending.
+
+    A row's positives are the columns ``members[lo[i]:hi[i]]`` (numba), equivalently the columns
+    whose ``codes`` equal ``query_codes[i]`` (torch); excluded columns score ``-inf``. Kept: the
+    positives whose filter score is within ``2 eps[i]`` of the row's best positive filter score,
+    a set that holds every positive whose exact score could be the best.
+    """
+    c = scores.shape[0]
+    if _use_numba(scores, backend) and scores.device.type == "cpu":
+        top = np.empty(c, dtype=np.float64)
+        count = np.empty(c, dtype=np.int64)
+        index = np.empty((c, WINDOW_CAP), dtype=np.int64)
+        e = eps.numpy().astype(np.float64)
+        s = scores.numpy()
+        _positive_window_numba(s, lo, hi, members, e, WINDOW_CAP, top, count, index)
+        kept = np.arange(WINDOW_CAP)[None, :] < count[:, None]
+        rows, slot = np.nonzero(kept & (count[:, None] <= WINDOW_CAP))
+        cols = index[rows, slot]
+        over = np.flatnonzero(count > WINDOW_CAP)
+        if len(over):  # many near-equal positives: collect those rows whole
+            offsets = np.concatenate([[0], np.cumsum(count[over])])
+            extra = np.empty(int(offsets[-1]), dtype=np.int64)
+            floor = top[over] - 2.0 * e[over]
+            _positive_fill_numba(s, over, lo, hi, members, floor, offsets[:-1], extra)
+            rows = np.concatenate([rows, np.repeat(over, count[over])])
+            cols = np.concatenate([cols, extra])
+            order = np.lexsort((cols, rows))
+            rows, cols = rows[order], cols[order]
+        return torch.from_numpy(rows.astype(np.int64)), torch.from_numpy(cols.astype(np.int64))
+    w = codes.shape[0]
+    s = scores[:, :w]
+    mask = codes[None, :] == query_codes[:, None]
+    top = torch.where(mask, s, torch.full_like(s, -torch.inf)).amax(dim=1).to(torch.float64)
+    floor = round_down(top - 2.0 * eps.to(top.device), s.dtype)
+    keep = mask & (s >= floor[:, None]) & torch.isfinite(s)
+    rows, cols = keep.nonzero(as_tuple=True)
+    return rows.cpu(), cols.cpu()
+
+
+def round_down(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` (float64) in ``dtype``, rounded towards -inf (``-inf`` stays, NaN-free)."""
+    y = x.to(dtype)
+    too_high = y.to(torch.float64) > x
+    return torch.where(too_high, torch.nextafter(y, torch.full_like(y, -torch.inf)), y)
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
@@ -78,21 +282,6 @@ def _kth_numba(scores, cols, ks, out):  # pragma: no cover - compiled
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
-def _exact_numba(query, reference, rows, cols, euclidean, out):  # pragma: no cover
-    dim = query.shape[1]
-    for p in numba.prange(rows.shape[0]):
-        q = query[rows[p]]
-        r = reference[cols[p]]
-        dot = 0.0
-        square = 0.0
-        for k in range(dim):
-            rk = np.float64(r[k])
-            dot += np.float64(q[k]) * rk
-            square += rk * rk
-        out[p] = 2.0 * dot - square if euclidean else dot
-
-
-@numba.njit(parallel=True, cache=True, boundscheck=False)
 def _segment_top_numba(starts, glob, exact, ks, out_index, out_value):  # pragma: no cover
     for i in numba.prange(starts.shape[0] - 1):
         lo = starts[i]
@@ -132,48 +321,6 @@ def segment_top(
         out_value,
     )
     return torch.from_numpy(out_index), torch.from_numpy(out_value)
-
-
-def exact_scores(
-    query: torch.Tensor,
-    reference: torch.Tensor,
-    rows: torch.Tensor,
-    cols: torch.Tensor,
-    euclidean: bool,
-) -> torch.Tensor:
-    """Float64 scores of the pairs ``(query[rows[p]], reference[cols[p]])``, summed in order.
-
-    The score is ``q·r`` (or ``2 q·r - |r|²`` for euclidean), each product exact in float64.
-    """
-    out = np.empty(rows.shape[0], dtype=np.float64)
-    if not rows.numel():
-        return torch.from_numpy(out)
-    if query.device.type == "cpu" and reference.device.type == "cpu":
-        _exact_numba(
-            query.detach().numpy(),
-            reference.detach().numpy(),
-            rows.numpy(),
-            cols.numpy(),
-            euclidean,
-            out,
-        )
-        return torch.from_numpy(out)
-    # On a GPU: bring only the rows involved to the CPU, in bounded batches.
-    step = 1 << 16
-    for start in range(0, rows.numel(), step):
-        r = rows[start : start + step].to(query.device)
-        c = cols[start : start + step].to(reference.device)
-        q = query[r].detach().cpu().numpy()
-        ref = reference[c].detach().cpu().numpy()
-        pos = np.arange(len(q), dtype=np.int64)
-        _exact_numba(q, ref, pos, pos, euclidean, out[start : start + step])
-    return torch.from_numpy(out)
-
-
-def _use_numba(scores: torch.Tensor, backend: str | None) -> bool:
-    if backend is None:
-        return scores.device.type == "cpu"
-    return backend == "numba"
 
 
 def window(

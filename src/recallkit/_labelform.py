@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
 from recallkit import _checks, _engine
 from recallkit._labels import dense_codes
@@ -20,25 +19,25 @@ from recallkit._labels import dense_codes
 
 @dataclass(frozen=True)
 class LabelProblem:
-    """Validated inputs: the scoring space, label codes, positives and exclusions."""
+    """Validated inputs: the scoring space, label codes (the positives) and exclusions."""
 
     space: _engine.Space
-    query_codes: np.ndarray
-    reference_codes: np.ndarray
-    positives: _engine.Pairs
+    positives: _engine.LabelPositives
     exclusions: _engine.Pairs | None
     query_in_reference: bool
 
     @property
+    def query_codes(self) -> np.ndarray:
+        return self.positives.query_codes
+
+    @property
+    def reference_codes(self) -> np.ndarray:
+        return self.positives.reference_codes
+
+    @property
     def num_relevant(self) -> np.ndarray:
         """Relevant reference items per query, after self-exclusion."""
-        counts = self.positives.counts().numpy().copy()
-        if self.exclusions is not None:
-            rows, cols = self.exclusions.expand(0, self.space.num_query, torch.device("cpu"))
-            rows, cols = rows.numpy(), cols.numpy()
-            same = self.reference_codes[cols] == self.query_codes[rows]
-            counts -= np.bincount(rows[same], minlength=len(counts))
-        return counts
+        return self.positives.num_relevant(self.exclusions)
 
 
 def build(
@@ -89,6 +88,6 @@ def build(
         _checks.check_length(reference_ids, m, "reference_ids", func, "reference")
         q_ids, r_ids = dense_codes(query_ids, reference_ids, ("query_ids", "reference_ids"), func)
         exclusions.append(_engine.Pairs.by_code(q_ids, r_ids))
-    positives = _engine.Pairs.by_code(q_codes, r_codes)
+    positives = _engine.LabelPositives(q_codes, r_codes)
     merged = _engine.Pairs.union(exclusions, n, m) if exclusions else None
-    return LabelProblem(space, q_codes, r_codes, positives, merged, query_in_reference)
+    return LabelProblem(space, positives, merged, query_in_reference)

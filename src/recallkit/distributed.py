@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from recallkit import _checks, _engine
+from recallkit import _checks, _engine, _kernels
 from recallkit.result import RecallResult
 
 _OPS = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "sum": dist.ReduceOp.SUM}
@@ -147,8 +147,8 @@ def evaluate_sharded(
     own row is removed by its dataset index. With ``reference`` (this process's shard of a
     separate gallery, with ``reference_indices``) the queries are evaluated against the whole
     gallery. ``ids``/``reference_ids`` additionally remove every reference item whose id equals
-    the query's (seed 000's convention). Ties rank the lower dataset index first. Labels,
-    indices and ids are integers. Rows with a dataset index already held by an earlier process
+    the query's (for example several photos of one object). Ties rank the lower dataset index
+    first. Labels, indices and ids are integers. Rows with a dataset index already held by an earlier process
     (``DistributedSampler`` padding) are counted once.
 
     The values equal :func:`recallkit.recall_at_k` (``query_in_reference=True`` for
@@ -172,7 +172,6 @@ def evaluate_sharded(
     dev = _engine.resolve_device(device, q)
     comm_device = dev if dist.get_backend(group) == "nccl" else torch.device("cpu")
     comm = _Comm(group, comm_device)
-    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     q_labels = _int_values(labels, q.shape[0], "labels", func)
     q_index = _check_indices(_int_values(indices, q.shape[0], "indices", func), "indices", func)
     q_ids = _int_values(ids, q.shape[0], "ids", func) if ids is not None else None
@@ -201,18 +200,19 @@ def evaluate_sharded(
     keep_r = _first_occurrences(comm, r_index)
     order = torch.argsort(r_index[keep_r])
     r_rows = torch.nonzero(keep_r)[:, 0][order]
+    fdtype = _engine.filter_dtype(_engine.work_dtype(q.dtype), _engine.work_dtype(r.dtype))
     block = _engine.make_block(
-        r[r_rows], 0, func, metric, dev, dtype, global_index=r_index[r_rows].to(dev)
+        r[r_rows], 0, func, metric, dev, fdtype, global_index=r_index[r_rows].to(dev)
     )
     space = _engine.Space(
-        q[:0].to(dev, dtype),
+        _engine.prepare_rows(q[:0], "embeddings", func, metric, dev),
         metric,
         int(r_rows.numel()),
         q.shape[1],
         dev,
-        dtype,
         lambda: iter(()),
         single=block,
+        filter_dtype=fdtype,
     )
     ref_labels = r_labels[r_rows].numpy()
     ref_ids = r_ids[r_rows].numpy() if r_ids is not None else None
@@ -223,7 +223,7 @@ def evaluate_sharded(
     keep_q = _first_occurrences(comm, q_index) if not leave_one_out else keep_r
     q_rows = torch.nonzero(keep_q)[:, 0]
     sizes = [int(s) for s in comm.all_gather(torch.tensor([q_rows.numel()], device=comm.device))]
-    local_q = _engine.prepare_rows(q[q_rows], "embeddings", func, metric, dev, dtype)
+    local_q = _engine.prepare_rows(q[q_rows], "embeddings", func, metric, dev).raw
     size = chunk_size or _engine.chunk_rows(space, None)
 
     all_index, all_ranks, all_ap, all_rprec, all_r = [], [], [], [], []
@@ -243,12 +243,13 @@ def evaluate_sharded(
                     ]
                 )
             else:
-                chunk = torch.empty((c, q.shape[1]), dtype=dtype)
+                chunk = torch.empty((c, q.shape[1]), dtype=local_q.dtype)
                 meta = torch.empty((3, c), dtype=torch.int64)
-            chunk = comm.broadcast(chunk, owner).to(dev)
+            raw = comm.broadcast(chunk, owner).to(dev)
+            chunk = _engine.Rows(raw, _kernels.row_sq_norms(raw))
             meta = comm.broadcast(meta, owner).cpu()
             c_labels, c_index, c_ids = meta.numpy()
-            positives = _to_global(_engine.Pairs.by_code(c_labels, ref_labels), block)
+            positives = _engine.LabelPositives(c_labels, ref_labels)
             excluded = []
             if leave_one_out:
                 excluded.append(
@@ -263,9 +264,8 @@ def evaluate_sharded(
             ranks = _engine.threshold_ranks(
                 space, chunk, 0, c, exclusions, positives=positives, reduce=comm.reduce
             )[:, 0]
-            r_count = comm.reduce(
-                "sum", _relevant_counts(positives, exclusions, c).to(comm.device)
-            ).cpu()
+            counts = torch.from_numpy(positives.num_relevant(exclusions, block))
+            r_count = comm.reduce("sum", counts.to(comm.device)).cpu()
             all_index.append(torch.from_numpy(c_index.copy()))
             all_ranks.append(ranks.cpu())
             all_r.append(r_count)
@@ -306,22 +306,6 @@ def evaluate_sharded(
 def _to_global(pairs: _engine.Pairs, block: _engine.Block) -> _engine.Pairs:
     """Pairs over local block positions -> the same pairs over dataset indices."""
     return _engine.Pairs(pairs.indptr, block.global_index.cpu()[pairs.indices], pairs.num_query)
-
-
-def _relevant_counts(
-    positives: _engine.Pairs, exclusions: _engine.Pairs | None, c: int
-) -> torch.Tensor:
-    """Local count of positives per query, minus the excluded ones."""
-    counts = positives.counts().clone()
-    if exclusions is not None:
-        p_rows, p_cols = positives.expand(0, c, torch.device("cpu"))
-        e_rows, e_cols = exclusions.expand(0, c, torch.device("cpu"))
-        if e_rows.numel() and p_rows.numel():
-            key_p = p_rows * (2**40) + p_cols
-            key_e = e_rows * (2**40) + e_cols
-            both = torch.isin(key_p, key_e)
-            counts -= torch.bincount(p_rows[both], minlength=c)
-    return counts
 
 
 def _global_top_r(

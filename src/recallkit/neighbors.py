@@ -28,8 +28,10 @@ def nearest_neighbors(
     ``metric="euclidean"`` the score is ``2 q·r - |r|²``, which orders like ``-|q - r|``). On
     equal scores the lower reference index comes first, so the lists are deterministic.
     ``query_in_reference=True`` removes query ``i``'s own row ``i``; ``exclude`` removes further
-    candidates per query (an index or a list per query, ``-1`` for none). Slots beyond the
-    available candidates hold index ``-1`` and score ``-inf``.
+    candidates per query (an index or a list per query, ``-1`` for none). ``k`` above the number
+    of reference rows is clamped to it (the lists have ``min(k, m)`` slots); slots beyond a query's
+    available candidates hold index ``-1`` and score ``-inf``. Scores are the exact float64 scores
+    (:mod:`recallkit._engine`).
 
     >>> import numpy as np
     >>> x = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
@@ -55,9 +57,10 @@ def nearest_neighbors(
         if extra is not None:
             parts.append(extra)
     exclusions = _engine.Pairs.union(parts, n, m) if parts else None
-    ks = np.full(n, min(k, m), dtype=np.int64)
+    k = min(k, m)
+    ks = np.full(n, k, dtype=np.int64)
     index = torch.full((n, k), -1, dtype=torch.int64, device=space.device)
-    value = torch.full((n, k), -torch.inf, dtype=space.query.dtype, device=space.device)
+    value = torch.full((n, k), -torch.inf, dtype=torch.float64, device=space.device)
     for start, stop, idx, val in _engine.ranked_lists(space, ks, exclusions, chunk_size):
         width = idx.shape[1]
         index[start:stop, :width] = idx.to(space.device)
@@ -72,7 +75,8 @@ def nearest_neighbors_from_scores(
 
     The same order as :func:`nearest_neighbors`: higher score first, equal scores by lower
     column index; ``exclude`` removes candidates per row (an index or a list per row, ``-1`` for
-    none); slots beyond the available candidates hold ``-1`` and ``-inf``.
+    none); ``k`` is clamped to the number of columns; slots beyond the available candidates
+    hold ``-1`` and ``-inf``.
 
     >>> idx, val = nearest_neighbors_from_scores([[0.5, 0.75, 0.75, 1.0]], 3, exclude=[3])
     >>> idx.tolist(), val.tolist()
@@ -82,11 +86,12 @@ def nearest_neighbors_from_scores(
     k = _checks.check_positive_int(k, func, "k")
     matrix = score_matrix(scores, func)
     n, m = matrix.shape
+    k = min(k, m)
     exclusions = _exclusion_pairs(exclude, n, m, func) if exclude is not None else None
     index = torch.full((n, k), -1, dtype=torch.int64)
     value = torch.full((n, k), -torch.inf, dtype=matrix.dtype)
     for start, stop, block in matrix_chunks(matrix, exclusions):
-        ks = torch.full((stop - start,), min(k, m), dtype=torch.int64)
+        ks = torch.full((stop - start,), k, dtype=torch.int64)
         idx, val = _kernels.topk(block, ks)
         index[start:stop, : idx.shape[1]] = idx.cpu()
         value[start:stop, : val.shape[1]] = val.cpu()

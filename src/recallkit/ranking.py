@@ -14,6 +14,7 @@ AP@K is computed with four different divisors in the field. Here the divisor is 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -97,33 +98,56 @@ def average_precision_at_k(
     return _ap_from_relevance(relevant, counts, k, divisor)
 
 
-def _ranked_relevance(
-    problem: _labelform.LabelProblem, ks: np.ndarray, chunk_size: int | None
+def _per_query(
+    problem: _labelform.LabelProblem,
+    ks: np.ndarray,
+    chunk_size: int | None,
+    statistic: Callable[[np.ndarray, int, int], np.ndarray],
 ) -> np.ndarray:
-    """``(n, max(ks))`` relevance of each query's exact top-``ks[i]`` list."""
-    width = int(ks.max(initial=0))
-    relevant = np.zeros((problem.space.num_query, width), dtype=bool)
+    """``statistic(relevant, start, stop)`` of each chunk of exact top-``ks[i]`` lists.
+
+    ``relevant`` is the chunk's ``(c, max ks)`` relevance matrix: memory stays within one
+    chunk's lists whatever the class sizes.
+    """
+    out = np.zeros(problem.space.num_query, dtype=np.float64)
     codes = problem.reference_codes
     for start, stop, index, _ in _engine.ranked_lists(
         problem.space, ks, problem.exclusions, chunk_size
     ):
         idx = index.cpu().numpy()
         hit = (idx >= 0) & (codes[np.maximum(idx, 0)] == problem.query_codes[start:stop, None])
-        relevant[start:stop, : hit.shape[1]] = hit
-    return relevant
+        out[start:stop] = statistic(hit, start, stop)
+    return out
 
 
-def _top_r(func: str, args: tuple, kwargs: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    chunk_size = kwargs.pop("chunk_size", None)
-    if chunk_size is not None:
-        chunk_size = _checks.check_positive_int(chunk_size, func, "chunk_size")
-    problem = _labelform.build(func, *args, **kwargs)
+def _precision_sum(relevant: np.ndarray) -> np.ndarray:
+    """``Σ_i rel(i) · P@i`` of each row of a relevance matrix (MAP@R's numerator)."""
+    rel = relevant.astype(np.float64)
+    positions = np.arange(1, rel.shape[1] + 1, dtype=np.float64)
+    return (np.cumsum(rel, axis=1) / positions * rel).sum(axis=1)
+
+
+def _at_r(
+    func: str,
+    statistic: Callable[[np.ndarray], np.ndarray],
+    problem: _labelform.LabelProblem,
+    chunk_size: int | None,
+) -> float:
+    """Mean over evaluated queries of ``statistic(top-R relevance) / R``."""
     r = problem.num_relevant
-    relevant = _ranked_relevance(problem, r, chunk_size)
     evaluated = r > 0
     if not evaluated.any():
         raise _checks.fail(func, "query_labels", "shared with the reference", "only lone queries")
-    return relevant, r, evaluated
+    values = _per_query(problem, r, chunk_size, lambda hit, start, stop: statistic(hit))
+    return float((values[evaluated] / r[evaluated]).mean())
+
+
+def _problem(func: str, chunk_size: int | None, *args: Any, **options: Any) -> tuple[
+    _labelform.LabelProblem, int | None
+]:
+    if chunk_size is not None:
+        chunk_size = _checks.check_positive_int(chunk_size, func, "chunk_size")
+    return _labelform.build(func, *args, **options), chunk_size
 
 
 def r_precision(
@@ -151,21 +175,22 @@ def r_precision(
     >>> r_precision(x, x, [0, 0, 1, 1], [0, 0, 1, 1], query_in_reference=True)
     0.5
     """
-    relevant, r, evaluated = _top_r(
-        "r_precision",
-        (query, reference, query_labels, reference_labels),
-        dict(
-            query_in_reference=query_in_reference,
-            query_ids=query_ids,
-            reference_ids=reference_ids,
-            metric=metric,
-            device=device,
-            chunk_size=chunk_size,
-            precision=precision,
-        ),
+    func = "r_precision"
+    problem, chunk_size = _problem(
+        func,
+        chunk_size,
+        query,
+        reference,
+        query_labels,
+        reference_labels,
+        query_in_reference=query_in_reference,
+        query_ids=query_ids,
+        reference_ids=reference_ids,
+        metric=metric,
+        device=device,
+        precision=precision,
     )
-    per_query = relevant.sum(axis=1)[evaluated] / r[evaluated]
-    return float(per_query.mean())
+    return _at_r(func, lambda hit: hit.sum(axis=1), problem, chunk_size)
 
 
 def map_at_r(
@@ -193,23 +218,22 @@ def map_at_r(
     >>> map_at_r(x, x, [0, 0, 1, 1], [0, 0, 1, 1], query_in_reference=True)
     0.5
     """
-    relevant, r, evaluated = _top_r(
-        "map_at_r",
-        (query, reference, query_labels, reference_labels),
-        dict(
-            query_in_reference=query_in_reference,
-            query_ids=query_ids,
-            reference_ids=reference_ids,
-            metric=metric,
-            device=device,
-            chunk_size=chunk_size,
-            precision=precision,
-        ),
+    func = "map_at_r"
+    problem, chunk_size = _problem(
+        func,
+        chunk_size,
+        query,
+        reference,
+        query_labels,
+        reference_labels,
+        query_in_reference=query_in_reference,
+        query_ids=query_ids,
+        reference_ids=reference_ids,
+        metric=metric,
+        device=device,
+        precision=precision,
     )
-    rel = relevant.astype(np.float64)
-    positions = np.arange(1, rel.shape[1] + 1, dtype=np.float64)
-    precision_sum = (np.cumsum(rel, axis=1) / positions * rel).sum(axis=1)
-    return float((precision_sum[evaluated] / r[evaluated]).mean())
+    return _at_r(func, _precision_sum, problem, chunk_size)
 
 
 def map_at_k(
@@ -241,10 +265,9 @@ def map_at_k(
     func = "map_at_k"
     k = _checks.check_positive_int(k, func, "k")
     _check_divisor(divisor, func)
-    if chunk_size is not None:
-        chunk_size = _checks.check_positive_int(chunk_size, func, "chunk_size")
-    problem = _labelform.build(
+    problem, chunk_size = _problem(
         func,
+        chunk_size,
         query,
         reference,
         query_labels,
@@ -261,6 +284,10 @@ def map_at_k(
     if not evaluated.any():
         raise _checks.fail(func, "query_labels", "shared with the reference", "only lone queries")
     ks = np.full(problem.space.num_query, k, dtype=np.int64)
-    relevant = _ranked_relevance(problem, ks, chunk_size)
-    ap = _ap_from_relevance(relevant, r, k, divisor)
+    ap = _per_query(
+        problem,
+        ks,
+        chunk_size,
+        lambda hit, start, stop: _ap_from_relevance(hit, r[start:stop], k, divisor),
+    )
     return float(ap[evaluated].mean())
