@@ -148,8 +148,8 @@ def evaluate_sharded(
     separate gallery, with ``reference_indices``) the queries are evaluated against the whole
     gallery. ``ids``/``reference_ids`` additionally remove every reference item whose id equals
     the query's (for example several photos of one object). Ties rank the lower dataset index
-    first. Labels, indices and ids are integers. Rows with a dataset index already held by an earlier process
-    (``DistributedSampler`` padding) are counted once.
+    first. Labels, indices and ids are integers. Rows with a dataset index already held by an
+    earlier process (``DistributedSampler`` padding) are counted once.
 
     The values equal :func:`recallkit.recall_at_k` (``query_in_reference=True`` for
     leave-one-out), :func:`recallkit.map_at_r` and :func:`recallkit.r_precision` on the
