@@ -74,3 +74,25 @@ def ap_at_k(rel: list[bool], r: int, k: int, divisor: str) -> float:
 
 def gt_rank(row: np.ndarray, target: int, excluded: set[int]) -> int:
     return ranked(row, excluded).index(target)
+
+
+def fixed_order_scores64(query: np.ndarray, reference: np.ndarray, metric: str) -> np.ndarray:
+    """The exact score as recallkit defines it: float64 products summed in index order.
+
+    ``dot = Σ_k q_k r_k`` (k ascending, every step rounded to float64), ``sq(x) = dot(x, x)``;
+    cosine ``dot / (sqrt(sq(q)) sqrt(sq(r)))``, euclidean ``2 dot - sq(r)``.
+    """
+    q = np.asarray(query, dtype=np.float64)
+    r = np.asarray(reference, dtype=np.float64)
+    dot = np.zeros((len(q), len(r)))
+    q_sq = np.zeros(len(q))
+    r_sq = np.zeros(len(r))
+    for k in range(q.shape[1]):
+        dot = dot + q[:, k, None] * r[None, :, k]
+        q_sq = q_sq + q[:, k] * q[:, k]
+        r_sq = r_sq + r[:, k] * r[:, k]
+    if metric == "cosine":
+        return dot / (np.sqrt(q_sq)[:, None] * np.sqrt(r_sq)[None, :])
+    if metric == "euclidean":
+        return 2.0 * dot - r_sq[None, :]
+    return dot

@@ -25,7 +25,8 @@ def as_embeddings(x: Any, name: str, func: str) -> torch.Tensor:
     """Return ``x`` as a 2-D floating torch tensor (no copy where possible), rejecting bad input.
 
     Accepts torch tensors and numpy arrays (memory-mapped arrays too). Integer arrays are
-    converted to float32. Empty, non-2-D, NaN and infinite inputs raise ``ValueError``.
+    converted to float64 (exact up to 2**53). Empty, non-2-D, NaN and infinite inputs raise
+    ``ValueError``.
     """
     if isinstance(x, torch.Tensor):
         tensor = x.detach()
@@ -47,7 +48,10 @@ def as_embeddings(x: Any, name: str, func: str) -> torch.Tensor:
     if tensor.is_complex() or tensor.dtype == torch.bool:
         raise fail(func, name, "real-valued", tensor.dtype)
     if not tensor.is_floating_point():
-        tensor = tensor.to(torch.float32)
+        # Integers are scored exactly in float64, which holds every integer up to 2**53.
+        if tensor.numel() and int(tensor.abs().max()) > 2**53:
+            raise fail(func, name, "integers of magnitude at most 2**53", "a larger value")
+        tensor = tensor.to(torch.float64)
     return tensor
 
 

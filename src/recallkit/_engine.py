@@ -74,11 +74,24 @@ def work_dtype(dtype: Any) -> torch.dtype:
 
 @dataclass
 class Rows:
-    """Validated rows on the device: ``raw`` (float32 or float64) and ``sq``, float64 ``|x|²``
-    summed in index order (the exact score's norms)."""
+    """Validated rows on the device: ``raw`` (float32 or float64), ``sq``, float64 ``|x|²``
+    summed in index order, and ``norm = sqrt(sq)`` correctly rounded (the exact score's)."""
 
     raw: torch.Tensor
     sq: torch.Tensor
+    norm: torch.Tensor
+
+    @classmethod
+    def of(cls, raw: torch.Tensor) -> Rows:
+        sq = _kernels.row_sq_norms(raw)
+        return cls(raw, sq, _kernels.row_norms(sq))
+
+    def __getitem__(self, rows: slice) -> Rows:
+        return Rows(self.raw[rows], self.sq[rows], self.norm[rows])
+
+    def aux(self, metric: str) -> torch.Tensor:
+        """What the exact score needs besides the rows: norms (cosine) or ``|x|²``."""
+        return self.norm if metric == "cosine" else self.sq
 
 
 def prepare_rows(
@@ -102,10 +115,10 @@ def prepare_rows(
                 "of magnitude at most 2**400 (exact float64 scores would overflow)",
                 f"a larger value in row {row}",
             )
-    sq = _kernels.row_sq_norms(raw)
+    rows = Rows.of(raw)
     if metric == "cosine":
-        _checks.check_zero_rows(sq, offset, name, func)
-    return Rows(raw, sq)
+        _checks.check_zero_rows(rows.sq, offset, name, func)
+    return rows
 
 
 def _pow2_scale(sq: torch.Tensor) -> float:
@@ -133,7 +146,7 @@ def _reference_filter(rows: Rows, metric: str, dtype: torch.dtype) -> tuple[torc
         x = rows.raw[start:stop].to(torch.float64)
         sq = rows.sq[start:stop]
         if metric == "cosine":
-            out[start:stop] = (x / torch.sqrt(sq)[:, None]).to(dtype)
+            out[start:stop] = (x / rows.norm[start:stop, None]).to(dtype)
         else:
             out[start:stop, :d] = (x * scale).to(dtype)
             if metric == "euclidean":
@@ -151,9 +164,7 @@ class QueryFilter:
     use_low: bool = False
 
 
-def query_filter(
-    metric: str, chunk: Rows, block: Block, dtype: torch.dtype
-) -> QueryFilter:
+def query_filter(metric: str, chunk: Rows, block: Block, dtype: torch.dtype) -> QueryFilter:
     """The chunk's GEMM rows such that ``filter = scale · block.scale · exact score``.
 
     cosine: ``q/|q|`` (scale 1); dot: ``c q``; euclidean: ``[2 c q, -c / block.scale]``, so that
@@ -162,7 +173,7 @@ def query_filter(
     x = chunk.raw.to(torch.float64)
     if metric == "cosine":
         scale = 1.0
-        rows = x / torch.sqrt(chunk.sq)[:, None]
+        rows = x / chunk.norm[:, None]
     else:
         scale = _pow2_scale(chunk.sq)
         rows = x * scale
@@ -188,6 +199,7 @@ class Block:
     rows: int
     data: torch.Tensor
     sq: torch.Tensor
+    norm: torch.Tensor
     gemm: torch.Tensor
     scale: float
     max_norm: float
@@ -219,6 +231,7 @@ class Block:
             stop - start,
             self.data[start:stop],
             self.sq[start:stop],
+            self.norm[start:stop],
             self.gemm[start:stop],
             self.scale,
             self.max_norm,
@@ -247,7 +260,31 @@ def make_block(
     if PRECISIONS[precision] is not None and device.type == "cuda" and dtype == torch.float32:
         low = gemm.to(PRECISIONS[precision])
     return Block(
-        offset, rows.raw.shape[0], rows.raw, rows.sq, gemm, scale, max_norm, global_index, low
+        offset,
+        rows.raw.shape[0],
+        rows.raw,
+        rows.sq,
+        rows.norm,
+        gemm,
+        scale,
+        max_norm,
+        global_index,
+        low,
+    )
+
+
+def _exact(
+    space: Space,
+    chunk: Rows,
+    block: Block,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    backend: str | None,
+) -> torch.Tensor:
+    """Exact scores of the pairs (chunk row, block-local column)."""
+    aux = block.norm if space.metric == "cosine" else block.sq
+    return _kernels.exact_scores(
+        chunk.raw, chunk.aux(space.metric), block.data, aux, rows, cols, space.metric, backend
     )
 
 
@@ -272,7 +309,7 @@ class Space:
         return self.query.raw.shape[0]
 
     def chunk(self, start: int, stop: int) -> Rows:
-        return Rows(self.query.raw[start:stop], self.query.sq[start:stop])
+        return self.query[start:stop]
 
     def blocks(self) -> Iterator[Block]:
         if self.single is not None:
@@ -381,7 +418,14 @@ def prepare(
             yield make_block(raw, start, func, metric, dev, fdtype, precision=precision)
 
     return Space(
-        q_rows, metric, m, d, dev, source, block_rows=rows, precision=precision,
+        q_rows,
+        metric,
+        m,
+        d,
+        dev,
+        source,
+        block_rows=rows,
+        precision=precision,
         filter_dtype=fdtype,
     )
 
@@ -739,9 +783,7 @@ def _best_exact(
     if rows.numel() == 0:
         return best, where
     rows, local, glob = rows.cpu(), local.cpu(), glob.cpu()
-    exact = _kernels.exact_scores(
-        chunk.raw, chunk.sq, block.data, block.sq, rows, local, space.metric, backend
-    )
+    exact = _exact(space, chunk, block, rows, local, backend)
     best.scatter_reduce_(0, rows, exact, reduce="amax")
     at_best = exact == best[rows]
     where.scatter_reduce_(0, rows[at_best], glob[at_best], reduce="amin")
@@ -835,9 +877,7 @@ def threshold_ranks(
             local, inside = block.locals_of(targets.clamp(min=0))
             inside &= targets >= 0
             r, t = inside.nonzero(as_tuple=True)
-            best[r, t] = _kernels.exact_scores(
-                chunk.raw, chunk.sq, block.data, block.sq, r, local[r, t], space.metric, backend
-            )
+            best[r, t] = _exact(space, chunk, block, r, local[r, t], backend)
         if single:
             cached.append((scores, qf))
     local_best, best = best, reduce("max", best)
@@ -855,9 +895,7 @@ def threshold_ranks(
         above, wr, wt, wj = _kernels.window(
             scores, lo.to(scores.device), hi.to(scores.device), block.rows, backend
         )
-        exact = _kernels.exact_scores(
-            chunk.raw, chunk.sq, block.data, block.sq, wr, wj, space.metric, backend
-        )
+        exact = _exact(space, chunk, block, wr, wj, backend)
         glob = block.globals_of(wj.to(block.data.device)).cpu()
         b, w = best[wr, wt], where[wr, wt]
         beats = (exact > b) | ((exact == b) & (glob < w))
@@ -982,9 +1020,7 @@ def ranked_chunk(
             backend,
             cap=kmax + _kernels.WINDOW_CAP,
         )
-        exact = _kernels.exact_scores(
-            chunk.raw, chunk.sq, block.data, block.sq, wr, wj, space.metric, backend
-        )
+        exact = _exact(space, chunk, block, wr, wj, backend)
         glob = block.globals_of(wj.to(block.data.device)).cpu()
         new_index, new_value = _kernels.segment_top(wr, glob, exact, ks, kmax)
         if space.single is not None:

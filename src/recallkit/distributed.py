@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from recallkit import _checks, _engine, _kernels
+from recallkit import _checks, _engine
 from recallkit.result import RecallResult
 
 _OPS = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "sum": dist.ReduceOp.SUM}
@@ -246,7 +246,7 @@ def evaluate_sharded(
                 chunk = torch.empty((c, q.shape[1]), dtype=local_q.dtype)
                 meta = torch.empty((3, c), dtype=torch.int64)
             raw = comm.broadcast(chunk, owner).to(dev)
-            chunk = _engine.Rows(raw, _kernels.row_sq_norms(raw))
+            chunk = _engine.Rows.of(raw)
             meta = comm.broadcast(meta, owner).cpu()
             c_labels, c_index, c_ids = meta.numpy()
             positives = _engine.LabelPositives(c_labels, ref_labels)

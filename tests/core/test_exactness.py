@@ -1,0 +1,235 @@
+"""The exact score is a function of the input rows alone: every back end, filter rounding and
+normalisation order gives the same ranks; no overflow, dtype or label-set size changes a result.
+
+Expected values come from hand computation or from ``brute.fixed_order_scores64`` (the
+definition, written independently) with a full stable sort.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from recallkit import (
+    _engine,
+    _kernels,
+    map_at_r,
+    nearest_neighbors,
+    r_precision,
+    recall_at_k,
+)
+from recallkit.io import open_embeddings
+from tests import brute
+
+
+def _near_ties(seed: int = 0, n: int = 300, d: int = 24) -> tuple[np.ndarray, np.ndarray]:
+    """Clusters with exact duplicates and rows that differ in the last bits."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((6, d))
+    x = centres[rng.integers(0, 6, n)] + 0.05 * rng.standard_normal((n, d))
+    x = x.astype(np.float32)
+    x[n // 3 : n // 2] = x[: n // 2 - n // 3]  # exact duplicates
+    near = x[n // 2 : n // 2 + 40].copy()
+    x[n // 2 + 40 : n // 2 + 80] = np.nextafter(near, np.float32(np.inf))  # one ulp apart
+    labels = rng.integers(0, 5, n)
+    return x, labels
+
+
+def _brute_first_hits(x, labels, metric):
+    s = brute.fixed_order_scores64(x, x, metric)
+    excluded = brute.excluded_sets(len(x), len(x), query_in_reference=True)
+    return brute.first_hit_ranks(s, labels, labels, excluded), s, excluded
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_torch_kernels_equal_numba_bit_for_bit(metric, dtype):
+    x, _ = _near_ties(1)
+    x = x.astype(dtype)
+    t = torch.from_numpy(x)
+    sq = {b: _kernels.row_sq_norms(t, b) for b in ("numba", "torch")}
+    assert torch.equal(sq["numba"], sq["torch"])
+    np.testing.assert_array_equal(_kernels.row_norms(sq["numba"]).numpy(), np.sqrt(sq["numba"]))
+    aux = sq["numba"] if metric != "cosine" else _kernels.row_norms(sq["numba"])
+    rows = torch.arange(len(x)).repeat_interleave(len(x))
+    cols = torch.arange(len(x)).repeat(len(x))
+    exact = {
+        b: _kernels.exact_scores(t, aux, t, aux, rows, cols, metric, b)
+        for b in ("numba", "torch")
+    }
+    assert torch.equal(exact["numba"], exact["torch"])
+    expected = brute.fixed_order_scores64(x, x, metric).reshape(-1)
+    np.testing.assert_array_equal(exact["numba"].numpy(), expected)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
+def test_ranks_equal_the_definition_on_both_back_ends(backend, metric):
+    x, labels = _near_ties(2)
+    expected, s, excluded = _brute_first_hits(x, labels, metric)
+    for chunk_size in (7, None):
+        result = recall_at_k(
+            x, x, labels, labels, (1, 5), query_in_reference=True, metric=metric,
+            chunk_size=chunk_size,
+        )
+        np.testing.assert_array_equal(result.first_hit_ranks, expected)
+    idx, val = nearest_neighbors(x, x, 6, query_in_reference=True, metric=metric)
+    for i in range(len(x)):
+        order = brute.ranked(s[i], excluded[i])[:6]
+        assert idx[i].tolist() == order
+        np.testing.assert_array_equal(val[i].numpy(), s[i, order])
+
+
+def _perturbed_filter(monkeypatch, seed: int = 0) -> None:
+    """Replace the GEMM filter by one with another reduction order (columns reversed, float32
+    rows normalised by torch in float32) plus noise of half the error bound."""
+    rng = np.random.default_rng(seed)
+    real_filter = _engine._reference_filter
+
+    def reference_filter(rows, metric, dtype):
+        if metric != "cosine":
+            return real_filter(rows, metric, dtype)
+        x = rows.raw.to(torch.float32)
+        return (x / torch.linalg.vector_norm(x.flip(1), dim=1)[:, None]).to(dtype), 1.0
+
+    def block_scores(space, qf, block):
+        a = qf.rows.flip(1).to(torch.float64)
+        b = block.gemm.flip(1).to(torch.float64)
+        scores = (a @ b.T).to(block.gemm.dtype)
+        eps = _engine.error_bound(space, qf, block)[:, None].to(scores.dtype)
+        noise = torch.from_numpy(rng.uniform(-0.5, 0.5, tuple(scores.shape))).to(scores.dtype)
+        return (scores + noise * eps).contiguous()
+
+    monkeypatch.setattr(_engine, "_reference_filter", reference_filter)
+    monkeypatch.setattr(_engine, "block_scores", block_scores)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_filter_rounding_and_normalisation_order_change_nothing(monkeypatch, backend, metric):
+    x, labels = _near_ties(3)
+    before = recall_at_k(x, x, labels, labels, (1, 5), query_in_reference=True, metric=metric)
+    nn_before = nearest_neighbors(x, x, 8, query_in_reference=True, metric=metric)
+    map_before = map_at_r(x, x, labels, labels, query_in_reference=True, metric=metric)
+    _perturbed_filter(monkeypatch)
+    after = recall_at_k(x, x, labels, labels, (1, 5), query_in_reference=True, metric=metric)
+    np.testing.assert_array_equal(before.first_hit_ranks, after.first_hit_ranks)
+    nn_after = nearest_neighbors(x, x, 8, query_in_reference=True, metric=metric)
+    assert torch.equal(nn_before[0], nn_after[0]) and torch.equal(nn_before[1], nn_after[1])
+    assert map_at_r(x, x, labels, labels, query_in_reference=True, metric=metric) == map_before
+    expected, _, _ = _brute_first_hits(x, labels, metric)
+    np.testing.assert_array_equal(after.first_hit_ranks, expected)
+
+
+def test_rows_normalised_elsewhere_are_other_inputs_but_raw_rows_decide():
+    # The cosine score is computed from the raw rows: scaling a row by a power of two (exact)
+    # changes nothing, whatever the filter does with it.
+    x, labels = _near_ties(4)
+    scaled = x * np.float32(2.0**-20)
+    a = recall_at_k(x, x, labels, labels, (1,), query_in_reference=True)
+    b = recall_at_k(scaled, scaled, labels, labels, (1,), query_in_reference=True)
+    np.testing.assert_array_equal(a.first_hit_ranks, b.first_hit_ranks)
+
+
+OVERFLOW = np.array([[1e20, 0], [1e20, 1e19], [-1e20, 0], [3e19, 0]], dtype=np.float32)
+
+
+@pytest.mark.parametrize("metric", ["dot", "euclidean"])
+def test_scores_beyond_float32_do_not_overflow(backend, metric):
+    labels = [0, 0, 1, 1]
+    # By hand: queries 0-2 have their positive first; query 3 (3e19, 0) ranks both label-0
+    # rows (scores 3e39, or distances 7e19) above its positive (-3e39, or 1.3e20).
+    result = recall_at_k(
+        OVERFLOW, OVERFLOW, labels, labels, (1, 3), query_in_reference=True, metric=metric
+    )
+    assert result.first_hit_ranks.tolist() == [0, 0, 0, 2]
+    assert dict(result) == {"recall@1": 0.75, "recall@3": 1.0}
+    idx, val = nearest_neighbors(OVERFLOW, OVERFLOW, 3, query_in_reference=True, metric=metric)
+    assert idx.tolist() == [[1, 3, 2], [0, 3, 2], [3, 0, 1], [0, 1, 2]]
+    assert torch.isfinite(val).all()
+    s = brute.fixed_order_scores64(OVERFLOW, OVERFLOW, metric)
+    np.testing.assert_array_equal(val[0].numpy(), s[0, [1, 3, 2]])
+
+
+def test_float64_reference_is_scored_in_float64_in_memory_and_streamed(tmp_path):
+    q = np.array([[1.0, 0.0]], dtype=np.float32)
+    r = np.array([[1.0, 2e-4], [1.0, 1e-4]], dtype=np.float64)
+    # cos(q, r1) = 1/sqrt(1 + 1e-8) > cos(q, r0) = 1/sqrt(1 + 4e-8): r1 (label 0) is first.
+    # In float32 both normalised rows round to (1, ~1e-4) with cosine 1.0: a tie r0 would win.
+    path = tmp_path / "r.npy"
+    np.save(path, r)
+    for reference in (r, np.load(path, mmap_mode="r"), open_embeddings(path)):
+        result = recall_at_k(q, reference, [0], [1, 0], (1,))
+        assert result["recall@1"] == 1.0
+
+
+def test_integer_embeddings_are_scored_exactly():
+    q = np.array([[2**24 + 1]], dtype=np.int64)
+    r = np.array([[2**24], [2**24 + 1]], dtype=np.int64)
+    # q·r1 = (2**24+1)**2 > q·r0; float32 would round all three to 2**24 and tie.
+    assert recall_at_k(q, r, [0], [1, 0], (1,), metric="dot")["recall@1"] == 1.0
+    idx, val = nearest_neighbors(q, r, 2, metric="dot")
+    assert idx.tolist() == [[1, 0]]
+    assert val.tolist() == [[float((2**24 + 1) ** 2), float((2**24 + 1) * 2**24)]]
+
+
+def test_integer_embeddings_beyond_float64_precision_are_rejected():
+    x = np.array([[2**53 + 1, 0], [1, 1]], dtype=np.int64)
+    with pytest.raises(ValueError, match=r"'query' parameter of recall_at_k .* 2\*\*53"):
+        recall_at_k(x, x, [0, 1], [0, 1], (1,))
+
+
+def test_huge_float64_values_are_rejected():
+    x = np.array([[1e300, 0.0], [1.0, 1.0]])
+    with pytest.raises(ValueError, match=r"'reference' parameter of recall_at_k .* row 0"):
+        recall_at_k(x, x, [0, 1], [0, 1], (1,))
+
+
+def test_tiny_vectors_are_not_zero_vectors(backend):
+    x = np.array([[1e-45, 0.0], [1e-45, 1e-45], [0.0, 1e-45]], dtype=np.float32)
+    result = recall_at_k(x, x, [0, 0, 1], [0, 0, 1], (1,), query_in_reference=True)
+    # Row 0 and row 2 are orthogonal; row 1 is 45 degrees from both and ties: lower index 0.
+    assert result.first_hit_ranks.tolist() == [0, 0, -1]
+
+
+def test_huge_k_is_clamped_before_allocating():
+    x = np.eye(6, dtype=np.float32)
+    idx, val = nearest_neighbors(x, x, 10**9, query_in_reference=True)
+    assert idx.shape == (6, 6)
+    assert idx[0].tolist() == [1, 2, 3, 4, 5, -1]
+    assert val.dtype == torch.float64
+
+
+@pytest.mark.parametrize("classes", [1, 2, 3])
+def test_coarse_labels_agree_with_brute_force(backend, classes):
+    rng = np.random.default_rng(classes)
+    x = rng.integers(-2, 3, (400, 6)).astype(np.float32)  # many exact ties
+    x[x.sum(axis=1) == 0, 0] = 1.0
+    labels = rng.integers(0, classes, 400)
+    expected, s, excluded = _brute_first_hits(x, labels, "cosine")
+    for chunk_size in (1, 33, None):
+        result = recall_at_k(
+            x, x, labels, labels, (1, 10), query_in_reference=True, chunk_size=chunk_size
+        )
+        np.testing.assert_array_equal(result.first_hit_ranks, expected)
+    per_query = brute.top_r_metrics(s, labels, labels, excluded)
+    ok = [row for row in per_query if row[0] > 0]
+    assert map_at_r(x, x, labels, labels, query_in_reference=True, chunk_size=50) == pytest.approx(
+        np.mean([row[2] for row in ok]), abs=1e-15
+    )
+    assert r_precision(x, x, labels, labels, query_in_reference=True) == pytest.approx(
+        np.mean([row[1] for row in ok]), abs=1e-15
+    )
+
+
+def test_coarse_labels_streamed_use_the_gemm_filter(tmp_path, backend):
+    rng = np.random.default_rng(7)
+    q = rng.standard_normal((50, 8)).astype(np.float32)
+    r = rng.standard_normal((500, 8)).astype(np.float32)
+    r[250:260] = r[240:250]
+    q_labels, r_labels = rng.integers(0, 2, 50), rng.integers(0, 2, 500)
+    path = tmp_path / "r.npy"
+    np.save(path, r)
+    s = brute.fixed_order_scores64(q, r, "cosine")
+    expected = brute.first_hit_ranks(s, q_labels, r_labels, [set()] * 50)
+    streamed = recall_at_k(q, open_embeddings(path), q_labels, r_labels, (1,))
+    np.testing.assert_array_equal(streamed.first_hit_ranks, expected)
