@@ -24,19 +24,30 @@ def fail(func: str, name: str, requirement: str, got: Any) -> ValueError:
 def as_embeddings(x: Any, name: str, func: str) -> torch.Tensor:
     """Return ``x`` as a 2-D floating torch tensor (no copy where possible), rejecting bad input.
 
-    Accepts torch tensors and numpy arrays (memory-mapped arrays too). Integer arrays are
-    converted to float64 (exact up to 2**53). Empty, non-2-D, NaN and infinite inputs raise
-    ``ValueError``.
+    Accepts dense torch tensors and numpy arrays (memory-mapped arrays too) of real numbers, and
+    nested sequences of numbers. Integer arrays are converted to float64
+    (exact up to 2**53; larger magnitudes raise); numpy float types wider
+    than float64 (``np.longdouble``) are converted to float64, the widest type the scores are
+    computed in (a value beyond the float64 range raises); big-endian arrays are converted to
+    the native byte order. Empty, non-2-D, NaN and infinite inputs raise ``ValueError``, and so do
+    object, string, bytes, boolean, complex and date arrays, sparse, quantized and meta-device
+    tensors.
     """
     if isinstance(x, torch.Tensor):
-        tensor = x.detach()
+        tensor = _dense_tensor(x, name, func)
     elif isinstance(x, np.ndarray):
-        tensor = torch.from_numpy(np.ascontiguousarray(x))
-    elif isinstance(x, Sequence) and not isinstance(x, str):
+        tensor = torch.from_numpy(np.ascontiguousarray(real_array(x, name, func)))
+    elif isinstance(x, Sequence) and not isinstance(x, str | bytes):
         try:
-            tensor = torch.from_numpy(np.asarray(x, dtype=np.float64))
+            array = np.asarray(x)
         except (TypeError, ValueError):
             raise fail(func, name, "a rectangular array of numbers", "ragged rows") from None
+        if array.dtype.kind not in "iuf":
+            got = "ragged rows or values that are not numbers"
+            if array.dtype.kind in "bcUS":
+                got = f"values of dtype {array.dtype}"
+            raise fail(func, name, "a rectangular array of real numbers", got)
+        tensor = torch.from_numpy(array.astype(np.float64))
     else:
         raise fail(func, name, "a torch.Tensor, numpy.ndarray or nested sequence", type(x).__name__)
     if tensor.ndim != 2:
@@ -53,6 +64,44 @@ def as_embeddings(x: Any, name: str, func: str) -> torch.Tensor:
             raise fail(func, name, "integers of magnitude at most 2**53", "a larger value")
         tensor = tensor.to(torch.float64)
     return tensor
+
+
+def _dense_tensor(x: torch.Tensor, name: str, func: str) -> torch.Tensor:
+    """``x`` detached, if it is a dense tensor holding data."""
+    if x.layout != torch.strided:
+        raise fail(func, name, "a dense tensor", f"a tensor of layout {x.layout}")
+    if x.device.type == "meta":
+        raise fail(func, name, "a tensor holding data", "a tensor on the meta device")
+    if x.is_quantized:
+        raise fail(func, name, "a tensor of real numbers", f"a quantized tensor ({x.dtype})")
+    return x.detach()
+
+
+def real_array(x: np.ndarray, name: str, func: str) -> np.ndarray:
+    """``x`` as a numpy array torch can take: native byte order, float16/32/64 or integers.
+
+    Wider floats (``np.longdouble``) become float64 (a value beyond its range raises); object,
+    string, bytes, boolean, complex, record and date arrays raise. Usable on each block of a
+    streamed reference.
+    """
+    kind = x.dtype.kind
+    if kind in "bc":
+        raise fail(func, name, "real-valued", f"dtype {x.dtype}")
+    if kind not in "iuf":
+        raise fail(func, name, "an array of real numbers", f"dtype {x.dtype}")
+    if kind == "f" and x.dtype.type not in (np.float16, np.float32, np.float64):
+        with np.errstate(over="ignore"):
+            wide = x.astype(np.float64)
+        overflow = np.isfinite(x) & ~np.isfinite(wide)
+        if overflow.any():
+            row = int(np.argwhere(overflow)[0][0])
+            raise fail(
+                func, name, "within the float64 range", f"{x.dtype} {x[overflow][0]} in row {row}"
+            )
+        return wide
+    if not x.dtype.isnative:
+        return x.astype(x.dtype.newbyteorder("="))
+    return x
 
 
 def check_finite_rows(block: torch.Tensor, offset: int, name: str, func: str) -> None:
@@ -101,5 +150,40 @@ def check_positive_int(value: Any, func: str, name: str) -> int:
 
 def check_length(values: Any, expected: int, name: str, func: str, of: str) -> None:
     """Raise if ``len(values)`` differs from ``expected`` (the number of rows of ``of``)."""
-    if len(values) != expected:
-        raise fail(func, name, f"of length {expected} (one per row of '{of}')", len(values))
+    try:
+        length = len(values)
+    except TypeError:
+        raise fail(
+            func,
+            name,
+            f"a sequence or array of length {expected} (one per row of '{of}')",
+            type(values).__name__,
+        ) from None
+    if length != expected:
+        raise fail(func, name, f"of length {expected} (one per row of '{of}')", length)
+
+
+def as_integers(values: Any, func: str, name: str, what: str = "integers") -> np.ndarray:
+    """``values`` (an array, tensor or sequence of integers) as an int64 numpy array.
+
+    Indices and ranks are positions: like numpy indexing, floats (even integral ones such as
+    ``2.0``), booleans and strings are refused rather than truncated or cast.
+    """
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        if values.dtype.kind not in "iu":
+            raise fail(func, name, what, f"dtype {values.dtype}")
+        if values.dtype == np.uint64 and values.size and values.max() > np.iinfo(np.int64).max:
+            raise fail(func, name, what, f"{values.max()} (beyond int64)")
+        return values.astype(np.int64)
+    if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
+        raise fail(func, name, f"a sequence or array of {what}", type(values).__name__)
+    flat = values.reshape(-1) if isinstance(values, np.ndarray) else values
+    for v in flat:
+        if isinstance(v, bool | np.bool_) or not isinstance(v, numbers.Integral):
+            raise fail(func, name, what, f"{v!r} ({type(v).__name__})")
+    try:
+        return np.asarray(values, dtype=np.int64)
+    except OverflowError:
+        raise fail(func, name, what, "a value beyond int64") from None

@@ -341,12 +341,6 @@ def _streamed_dtype(reference: Any, func: str) -> torch.dtype:
     return work_dtype(dtype)
 
 
-def _native(array: np.ndarray) -> np.ndarray:
-    if not array.dtype.isnative:
-        array = array.astype(array.dtype.newbyteorder("="))
-    return array
-
-
 def prepare(
     query: Any,
     reference: Any,
@@ -410,11 +404,8 @@ def prepare(
 
     def source() -> Iterator[Block]:
         for start, stop in chunks(m, rows):
-            raw = torch.from_numpy(_native(np.array(reference[start:stop])))  # a writable copy
-            if raw.dtype == torch.bool or raw.is_complex() or tuple(raw.shape) != (stop - start, d):
-                raise _checks.fail(
-                    func, "reference", "real-valued rows of the stated shape", raw.dtype
-                )
+            block = _checks.real_array(np.array(reference[start:stop]), "reference", func)
+            raw = torch.from_numpy(block)  # a writable copy
             yield make_block(raw, start, func, metric, dev, fdtype, precision=precision)
 
     return Space(

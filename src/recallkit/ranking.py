@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import torch
 
 from recallkit import _checks, _engine, _labelform
 
@@ -28,6 +29,46 @@ def _check_divisor(divisor: str, func: str) -> str:
     if divisor not in DIVISORS:
         raise _checks.fail(func, "divisor", f"one of {DIVISORS}", repr(divisor))
     return divisor
+
+
+def _rank_rows(relevant_ranks: Any, func: str) -> np.ndarray:
+    """``relevant_ranks`` as an ``(n, g)`` int64 array padded with ``-1``, validated.
+
+    Ranks are integers (floats are refused, even integral ones), ``-1`` or above, and distinct
+    within a query (two relevant items cannot share a rank).
+    """
+    name = "relevant_ranks"
+    if isinstance(relevant_ranks, torch.Tensor):
+        relevant_ranks = relevant_ranks.detach().cpu().numpy()
+    if isinstance(relevant_ranks, np.ndarray) and relevant_ranks.ndim == 2:
+        ranks = _checks.as_integers(relevant_ranks, func, name, "integer ranks")
+    else:
+        if isinstance(relevant_ranks, str | bytes) or not hasattr(relevant_ranks, "__len__"):
+            raise _checks.fail(
+                func, name, "a sequence of rank lists, one per query", type(relevant_ranks).__name__
+            )
+        rows = [
+            _checks.as_integers([r] if np.ndim(r) == 0 else r, func, name, "integer ranks")
+            for r in relevant_ranks
+        ]
+        if any(r.ndim > 1 for r in rows):
+            raise _checks.fail(func, name, "one list of ranks per query", "nested lists")
+        ranks = np.full((len(rows), max((len(r) for r in rows), default=0)), -1, np.int64)
+        for i, r in enumerate(rows):
+            ranks[i, : len(r)] = r
+    if (ranks < -1).any():
+        i, j = np.argwhere(ranks < -1)[0]
+        raise _checks.fail(
+            func, name, "0-indexed ranks (-1 for padding)", f"{ranks[i, j]} for query {i}"
+        )
+    ordered = np.sort(ranks, axis=1)
+    repeated = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
+    if repeated.any():
+        i, j = np.argwhere(repeated)[0]
+        raise _checks.fail(
+            func, name, "distinct ranks within a query", f"rank {ordered[i, j]} twice for query {i}"
+        )
+    return ranks
 
 
 def _ap_from_relevance(
@@ -63,7 +104,8 @@ def average_precision_at_k(
     all candidates, other relevant items included; :func:`recallkit.ground_truth_ranks` with
     ``reduce="none"``), as a list of sequences or an ``(n, g)`` array padded with ``-1``.
     ``num_relevant`` is ``R`` per query (default: the number of ranks given). A query with
-    ``D = 0`` scores 0.
+    ``D = 0`` scores 0. Ranks and counts are integers: floats (even integral ones such as
+    ``2.0``) and a rank repeated within a query raise ``ValueError``.
 
     >>> average_precision_at_k([[0, 2], [5]], k=5).tolist()  # (1 + 2/3)/2 and no hit
     [0.8333333333333333, 0.0]
@@ -73,19 +115,18 @@ def average_precision_at_k(
     func = "average_precision_at_k"
     k = _checks.check_positive_int(k, func, "k")
     _check_divisor(divisor, func)
-    if isinstance(relevant_ranks, np.ndarray) and relevant_ranks.ndim == 2:
-        ranks = relevant_ranks.astype(np.int64)
-    else:
-        rows = [np.asarray(r, dtype=np.int64).reshape(-1) for r in relevant_ranks]
-        ranks = np.full((len(rows), max((len(r) for r in rows), default=0)), -1, np.int64)
-        for i, r in enumerate(rows):
-            ranks[i, : len(r)] = r
+    ranks = _rank_rows(relevant_ranks, func)
     given = (ranks >= 0).sum(axis=1)
     if num_relevant is None:
         counts = given
     else:
-        counts = np.asarray(num_relevant, dtype=np.int64).reshape(-1)
+        if np.ndim(num_relevant) == 0 and not isinstance(num_relevant, str | bytes):
+            num_relevant = [num_relevant]
+        counts = _checks.as_integers(num_relevant, func, "num_relevant").reshape(-1)
         _checks.check_length(counts, len(ranks), "num_relevant", func, "relevant_ranks")
+        if (counts < 0).any():
+            i = int(np.argmax(counts < 0))
+            raise _checks.fail(func, "num_relevant", "non-negative", f"{counts[i]} at {i}")
         if (counts < given).any():
             i = int(np.argmax(counts < given))
             raise _checks.fail(

@@ -8,7 +8,7 @@ whose rank is below K.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Sequence, Sized
 from typing import Any
 
 import numpy as np
@@ -25,27 +25,43 @@ def _targets(
     name: str = "ground_truth",
     allow_empty: bool = False,
 ) -> tuple[np.ndarray, bool]:
-    """Ground truth as an ``(n, g)`` int64 array with ``-1`` padding; and whether it was 1-D."""
+    """Ground truth as an ``(n, g)`` int64 array with ``-1`` padding; and whether it was 1-D.
+
+    Indices must be integers (Python, numpy or torch): floats, even integral ones, are refused
+    as numpy indexing refuses them.
+    """
     if isinstance(ground_truth, torch.Tensor):
         ground_truth = ground_truth.detach().cpu().numpy()
     if isinstance(ground_truth, np.ndarray) and ground_truth.dtype != object:
-        if ground_truth.dtype.kind not in "iu":
-            raise _checks.fail(func, name, "integer reference indices", ground_truth.dtype)
-        array = ground_truth.astype(np.int64)
+        array = _checks.as_integers(ground_truth, func, name, "integer reference indices")
         single = array.ndim == 1
         if single:
             array = array[:, None]
         elif array.ndim != 2:
             raise _checks.fail(func, name, "1-D or 2-D", f"shape {array.shape}")
     else:
+        if isinstance(ground_truth, str | bytes) or not hasattr(ground_truth, "__len__"):
+            raise _checks.fail(
+                func,
+                name,
+                "a sequence or array with one entry per query",
+                type(ground_truth).__name__,
+            )
         rows = list(ground_truth)
         single = all(np.ndim(x) == 0 for x in rows)
         if single:
-            array = np.asarray(rows, dtype=np.int64).reshape(-1, 1)
+            array = _checks.as_integers(rows, func, name, "integer reference indices")
+            array = array.reshape(-1, 1)
         else:
-            width = max((len(x) for x in rows), default=0)
-            array = np.full((len(rows), max(width, 1)), -1, dtype=np.int64)
-            for i, x in enumerate(rows):
+            lists = [
+                _checks.as_integers(
+                    [x] if np.ndim(x) == 0 else x, func, name, "integer reference indices"
+                ).reshape(-1)
+                for x in rows
+            ]
+            width = max((len(x) for x in lists), default=0)
+            array = np.full((len(lists), max(width, 1)), -1, dtype=np.int64)
+            for i, x in enumerate(lists):
                 array[i, : len(x)] = x
     _checks.check_length(array, n, name, func, "query")
     bad = (array >= m) | (array < -1) | ((array == -1) & single & (not allow_empty))
@@ -78,21 +94,18 @@ def _exclusion(exclude: Any, targets: np.ndarray, m: int, func: str) -> _engine.
 
 def _excluded_array(exclude: Any, n: int, m: int, func: str) -> np.ndarray | None:
     """``exclude`` (an index or a list per query, ``-1`` for none) validated, ``(n, e)``."""
-    if exclude is None or not _has_any(exclude):
+    if exclude is None:
         return None
-    return _targets(exclude, n, m, func, "exclude", allow_empty=True)[0]
+    if isinstance(exclude, Sized) and not isinstance(exclude, str | bytes) and not len(exclude):
+        return None
+    array = _targets(exclude, n, m, func, "exclude", allow_empty=True)[0]
+    return array if (array >= 0).any() else None
 
 
 def _exclusion_pairs(exclude: Any, n: int, m: int, func: str) -> _engine.Pairs | None:
     """``exclude`` as pairs, validated; ``None`` when nothing is excluded."""
     excluded = _excluded_array(exclude, n, m, func)
     return None if excluded is None else _engine.Pairs.from_lists(excluded, n)
-
-
-def _has_any(exclude: Any) -> bool:
-    if isinstance(exclude, np.ndarray | torch.Tensor):
-        return bool((exclude >= 0).any()) if len(exclude) else False
-    return any((np.ndim(x) == 0 and x >= 0) or (np.ndim(x) > 0 and len(x)) for x in exclude)
 
 
 def _reduce(ranks: np.ndarray, single: bool, reduce: str) -> np.ndarray:
@@ -118,6 +131,8 @@ def ground_truth_ranks(
     ``reduce="min"`` the rank of the best one (image-to-text retrieval with five captions per
     image), with ``reduce="none"`` the rank of each (``-1`` at padding). Other ground truths count
     as candidates. ``exclude`` removes candidates per query (an index, or a list, per query).
+    Indices are integers (Python, numpy or torch): floats are refused even when integral
+    (``2.0``), as numpy indexing refuses them, rather than truncated.
 
     >>> ground_truth_ranks([[0.2, 0.9, 0.2], [0.5, 0.5, 0.5]], [0, 2])
     array([1, 2])

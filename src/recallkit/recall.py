@@ -50,8 +50,10 @@ def recall_at_k(
     mean and counted in ``num_excluded``; when all are lone the values are NaN and a warning says
     so. K above the number of candidates is clamped (``effective_ks``), with a warning.
 
-    Labels may be ints (any int64), strings or tuples; they are mapped to dense codes, never
-    cast to float.
+    Labels may be integers (of any size, or floats with an integral value), strings, bytes or
+    tuples, compared by value; they are mapped to dense codes, never cast to float or string.
+    The labels of one call are all of one kind: numbers mixed with strings (``[1, "1"]``) raise
+    ``ValueError``, and so do labels given as ``None``, a dict, a set or an iterator.
 
     Args:
         query: ``(n, d)`` embeddings, torch tensor or numpy array.

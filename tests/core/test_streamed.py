@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +17,7 @@ from recallkit import (
     r_precision,
     recall_at_k,
 )
-from recallkit.io import open_embeddings
+from recallkit.io import load_embeddings, open_embeddings
 
 
 @pytest.fixture()
@@ -96,3 +98,116 @@ def test_embedding_file_reads_row_slices(tmp_path):
     np.testing.assert_array_equal(file[4:100], array[4:])
     with pytest.raises(TypeError, match="contiguous row slices"):
         file[[0, 2]]
+
+
+def _gallery(tmp_path):
+    # 1000 rows of 4 float32: row i is (i, 1, 2, 3); the data starts after a 128-byte header.
+    array = np.tile(np.arange(4, dtype=np.float32), (1000, 1))
+    array[:, 0] = np.arange(1000)
+    path = tmp_path / "g.npy"
+    np.save(path, array)
+    return path, array
+
+
+def test_truncated_npy_is_refused_naming_the_file(tmp_path):
+    path, _ = _gallery(tmp_path)
+    data = path.read_bytes()
+    assert len(data) == 128 + 1000 * 4 * 4
+    half = tmp_path / "half.npy"
+    half.write_bytes(data[: len(data) // 2])
+    message = (
+        rf"must be a complete \.npy file \(16128 bytes .*Got 8064 bytes in {re.escape(str(half))}"
+    )
+    with pytest.raises(ValueError, match=rf"'path' parameter of open_embeddings {message}"):
+        open_embeddings(half)
+    with pytest.raises(ValueError, match=rf"'path' parameter of load_embeddings {message}"):
+        load_embeddings(half)
+    query = np.ones((2, 4), dtype=np.float32)
+    with pytest.raises(ValueError, match=re.escape(str(half))):
+        recall_at_k(query, open_embeddings(half), [0, 1], np.arange(1000) % 2, (1,))
+
+
+def test_file_truncated_after_opening_raises_on_read(tmp_path):
+    path, array = _gallery(tmp_path)
+    file = open_embeddings(path)
+    np.testing.assert_array_equal(file[998:1000], array[998:])
+    with open(path, "r+b") as handle:
+        handle.truncate(128 + 999 * 16)  # the last row is gone
+    np.testing.assert_array_equal(file[0:999], array[:999])
+    with pytest.raises(
+        ValueError, match=rf"{re.escape(str(path))} ended early: rows 998:1000 need 32 bytes"
+    ):
+        file[998:1000]
+
+
+def test_truncated_safetensors_names_the_file(tmp_path):
+    path = tmp_path / "g.safetensors"
+    save_file({"embeddings": np.ones((1000, 4), dtype=np.float32)}, str(path))
+    data = path.read_bytes()
+    for name, size in (("half.safetensors", len(data) // 2), ("tiny.safetensors", 5)):
+        broken = tmp_path / name
+        broken.write_bytes(data[:size])
+        with pytest.raises(
+            ValueError, match=rf"'path' .* readable \.safetensors .*{re.escape(str(broken))}"
+        ):
+            load_embeddings(broken)
+        with pytest.raises(
+            ValueError, match=rf"'path' parameter of open_embeddings.*{re.escape(str(broken))}"
+        ):
+            open_embeddings(broken)
+
+
+def test_big_endian_npy_is_read_in_native_order(tmp_path):
+    _, array = _gallery(tmp_path)
+    np.save(tmp_path / "be.npy", array.astype(">f4"))
+    loaded = load_embeddings(tmp_path / "be.npy")
+    assert loaded.dtype == torch.float32
+    np.testing.assert_array_equal(loaded.numpy(), array)
+    file = open_embeddings(tmp_path / "be.npy")
+    assert file[10:12].dtype.isnative
+    np.testing.assert_array_equal(file[10:12], array[10:12])
+    # Row i = (i, 1, 2, 3): under dot scores, the nearest row of any positive query is row 999.
+    idx, _ = nearest_neighbors(np.array([[1.0, 0.0, 0.0, 0.0]]), file, 2, metric="dot")
+    assert idx.tolist() == [[999, 998]]
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.array([["a", "b"]]),
+        np.array([[b"a", b"b"]]),
+        np.array([[1 + 2j, 0]], dtype=np.complex64),
+        np.array([[True, False]]),
+        np.array([[1.0, 2.0]], dtype=np.longdouble),
+        np.zeros((1, 2), dtype=[("a", np.float32)]),
+    ],
+    ids=["str", "bytes", "complex", "bool", "longdouble", "record"],
+)
+def test_npy_of_non_real_dtype_is_refused(tmp_path, array):
+    path = tmp_path / "x.npy"
+    np.save(path, array)
+    dtype = re.escape(str(array.dtype))
+    for func in (open_embeddings, load_embeddings):
+        with pytest.raises(
+            ValueError, match=rf"real numbers .*Got dtype {dtype} in {re.escape(str(path))}"
+        ):
+            func(path)
+
+
+def test_object_npy_is_refused(tmp_path):
+    path = tmp_path / "x.npy"
+    np.save(path, np.array([[1.0, 2.0]], dtype=object), allow_pickle=True)
+    with pytest.raises(
+        ValueError, match=rf"real numbers .*Got dtype object in {re.escape(str(path))}"
+    ):
+        load_embeddings(path)
+
+
+def test_bfloat16_safetensors_is_read_as_float32(tmp_path):
+    from safetensors.torch import save_file as save_torch
+
+    values = torch.tensor([[1.5, -2.0], [0.25, 3.0]], dtype=torch.bfloat16)
+    save_torch({"e": values}, str(tmp_path / "b.safetensors"))
+    loaded = load_embeddings(tmp_path / "b.safetensors")
+    assert loaded.dtype == torch.float32
+    assert loaded.tolist() == [[1.5, -2.0], [0.25, 3.0]]
