@@ -232,7 +232,7 @@ def run_dim(name: str, rows: int, classes: int, dim: int, with_seed: bool) -> No
         include=("mean_average_precision_at_r",),
         k="max_bin_count",
         device=torch.device("cpu"),
-        knn_func=ExactKNN(),
+        knn_func=ExactKNN(metric="cosine"),  # recallkit.map_at_r ranks by cosine
     )
     pml_exact = exact_calc.get_accuracy(xt, torch.from_numpy(labels))
     print(

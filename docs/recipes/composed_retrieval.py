@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from recallkit.protocols import (
+    CIRCO_SEMANTIC_ASPECTS,
     FASHIONIQ_CATEGORIES,
     GENECIS_TASKS,
     circo_metrics,
@@ -91,7 +92,8 @@ def write_cirr_files(root: Path, split: str, num_sets: int, rng: np.random.Gener
 
 
 def write_circo_files(root: Path, num_images: int, rng: np.random.Generator) -> None:
-    """CIRCO: val queries with 1-6 ground truths, test queries without, the image-info file."""
+    """CIRCO: val queries with 1-6 ground truths and semantic aspects, test queries without,
+    the image-info file."""
     ids = rng.choice(np.arange(1, 600_000), size=num_images, replace=False).tolist()
     _write(
         root / "COCO2017_unlabeled" / "annotations" / "image_info_unlabeled2017.json",
@@ -109,6 +111,11 @@ def write_circo_files(root: Path, num_images: int, rng: np.random.Generator) -> 
             }
             if split == "val":
                 entry["target_img_id"], entry["gt_img_ids"] = picked[1], picked[1:]
+                # Two semantic aspects per query: the table gets mAP@10 per aspect.
+                entry["semantic_aspects"] = [
+                    CIRCO_SEMANTIC_ASPECTS[q % 9],
+                    CIRCO_SEMANTIC_ASPECTS[(q + 4) % 9],
+                ]
             entries.append(entry)
         _write(root / "annotations" / f"{split}.json", entries)
 
@@ -224,6 +231,8 @@ def main() -> None:
         print(fashioniq_recall(queries, galleries, fiq).table(), end="\n\n")
 
         # GeneCIS: each sample ranks its own gallery, target first in the official order.
+        # Ties are pessimistic here; ties="official" takes the official script's order (target
+        # first among equal scores), which reproduces the published numbers.
         write_genecis_files(tmp / "genecis", num_samples=80, rng=rng)
         results = {}
         for task, data in read_genecis_tasks(tmp / "genecis").items():

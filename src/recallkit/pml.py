@@ -1,7 +1,13 @@
-"""pytorch-metric-learning layer: an exact ``knn_func``; an ``AccuracyCalculator`` with recall@K."""
+"""pytorch-metric-learning layer: an exact ``knn_func``; an ``AccuracyCalculator`` with recall@K.
+
+Both default to PML's default geometry: ``AccuracyCalculator()`` ranks with ``FaissKNN``, an
+exact ``faiss.IndexFlatL2`` (Euclidean distance), so ``ExactKNN()`` and ``RecallCalculator()``
+rank by Euclidean distance too. Cosine similarity is ``metric="cosine"``.
+"""
 
 from __future__ import annotations
 
+import numbers
 from functools import partial
 from typing import Any
 
@@ -9,36 +15,63 @@ import numpy as np
 import torch
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
-from recallkit import _checks
+from recallkit import _checks, _engine
 from recallkit._labels import dense_codes
 from recallkit.neighbors import nearest_neighbors
 from recallkit.recall import recall_at_k
+
+#: The ranking metrics :class:`RecallCalculator` computes by default (PML's names), before the
+#: ``recall_at_K`` entries.
+RANKING_METRICS = ("precision_at_1", "r_precision", "mean_average_precision_at_r")
 
 
 class ExactKNN:
     """A drop-in ``knn_func`` for PML's ``AccuracyCalculator``: exact, chunked, deterministic.
 
     Called as ``knn(query, k, reference, ref_includes_query)`` it returns ``(distances,
-    indices)`` of shape ``(n, k)``, best first. With ``ref_includes_query`` the query's own row
-    ``i`` is removed by index, even when an exact duplicate of the query sits elsewhere in the
-    reference (that duplicate is a real neighbour). On equal scores the lower reference index
-    comes first. ``distances`` are cosine similarities or inner products (higher is better) for
-    ``metric="cosine"``/``"dot"``, and Euclidean distances for ``"euclidean"``.
+    indices)`` of shape ``(n, k)``, best first, as PML's ``FaissKNN`` does.
+
+    Geometry: the default ``metric="euclidean"`` is PML's default (``FaissKNN`` with
+    ``faiss.IndexFlatL2``), so swapping one for the other keeps every neighbour list on data
+    without exact ties. ``metric="cosine"`` ranks by cosine similarity (zero rows are an
+    error), ``metric="dot"`` by inner product. ``distances`` are Euclidean distances for
+    ``"euclidean"`` (``IndexFlatL2`` returns their squares; PML's metrics read only the
+    indices) and similarities (higher is better) for ``"cosine"``/``"dot"``. All-zero rows are
+    valid under ``"euclidean"`` and ``"dot"``.
+
+    Ties: on equal scores the lower reference index comes first, always. faiss orders equal
+    distances as its search happens to (its CPU flat index usually yields the lower index
+    first, but this is not specified and differs on GPUs and with other index types), so on
+    data with exact ties PML's default and ``ExactKNN`` may return different lists; with
+    ``ExactKNN`` the lists, and every metric computed from them, are a function of the inputs.
+    Example: on ``[[10], [10], [20], [20]]`` with labels ``[1, 0, 1, 0]`` (leave-one-out),
+    each item's nearest neighbour is its unique twin at distance 0, with the other label:
+    ``precision_at_1`` is 0 for PML's default and for ``ExactKNN()``. Under
+    ``metric="cosine"`` all four are at similarity 1 (all tied): queries 0, 1, 3 take the lowest
+    other index (label 0, 1, 1: misses) and query 2 takes row 0 (label 1, a hit): 0.25.
+
+    ``ref_includes_query`` (PML's convention: ``reference[:len(query)]`` is the query) removes
+    the query's own row ``i`` by index, even when an exact duplicate of the query sits elsewhere
+    in the reference (that duplicate is a real neighbour at distance 0). ``k = 0`` returns
+    empty ``(n, 0)`` lists, as PML asks when every label is unique.
 
     ``exclude_ids=(query_ids, reference_ids)`` also removes every reference item whose id equals
     the query's.
 
     >>> import torch
     >>> x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
-    >>> _, idx = ExactKNN()(x, 1, x, True)
-    >>> idx.tolist()
-    [[1], [0], [0]]
+    >>> dist, idx = ExactKNN()(x, 2, x, True)
+    >>> idx.tolist(), dist[0].tolist()
+    ([[1, 2], [0, 2], [0, 1]], [0.0, 1.4142135381698608])
     """
 
     def __init__(
-        self, metric: str = "cosine", chunk_size: int | None = None, device: Any = None
+        self, metric: str = "euclidean", chunk_size: int | None = None, device: Any = None
     ) -> None:
-        self.metric = _checks.check_metric(metric, "ExactKNN")
+        func = "ExactKNN"
+        self.metric = _checks.check_metric(metric, func)
+        if chunk_size is not None:
+            chunk_size = _checks.check_positive_int(chunk_size, func, "chunk_size")
         self.chunk_size = chunk_size
         self.device = device
 
@@ -51,11 +84,26 @@ class ExactKNN:
         *,
         exclude_ids: tuple[Any, Any] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        func = "ExactKNN"
         if reference is None:
             reference, ref_includes_query = query, True
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 0:
+            raise _checks.fail(func, "k", "a non-negative integer", repr(k))
+        tensor_input = torch.is_tensor(query)
+        query, reference = _checked_embeddings(query, reference, self.metric, func)
+        n, m = query.shape[0], reference.shape[0]
+        if ref_includes_query and m < n:
+            raise _checks.fail(
+                func, "reference", f"at least {n} rows when ref_includes_query=True", m
+            )
         exclude = None
         if exclude_ids is not None:
-            exclude = _same_id_lists(*exclude_ids)
+            exclude = _same_id_lists(exclude_ids, n, m)
+        if k == 0:
+            on_query = tensor_input or self.device is None
+            device = query.device if on_query else torch.device(self.device)
+            empty = torch.empty((n, 0), dtype=query.dtype, device=device)
+            return empty, torch.empty((n, 0), dtype=torch.int64, device=device)
         indices, scores = nearest_neighbors(
             query,
             reference,
@@ -67,17 +115,55 @@ class ExactKNN:
             device=self.device,
         )
         if self.metric == "euclidean":
-            q = torch.as_tensor(np.asarray(query) if not torch.is_tensor(query) else query)
-            q = q.to(device=scores.device, dtype=scores.dtype)
+            q = query.to(device=scores.device, dtype=scores.dtype)
             # score = 2 q·r - |r|², so |q - r|² = |q|² - score.
             scores = ((q * q).sum(dim=1, keepdim=True) - scores).clamp(min=0).sqrt()
-        out_device = query.device if torch.is_tensor(query) else indices.device
+        out_device = query.device if tensor_input else indices.device
         return scores.to(out_device), indices.to(out_device)
 
 
-def _same_id_lists(query_ids: Any, reference_ids: Any) -> np.ndarray:
+def _checked_embeddings(
+    query: Any, reference: Any, metric: str, func: str
+) -> tuple[torch.Tensor, Any]:
+    """Validate ``query`` and ``reference`` under ``func``'s name (no copy of tensors).
+
+    Shapes, dimensions, finiteness and, for cosine, zero rows are checked here, so that errors
+    name the function the user called. A streamed reference (memory-mapped) is checked for its
+    shape; its rows are checked block by block as they are read.
+    """
+    same = reference is query
+    q = _checks.as_embeddings(query, "query", func)
+    if _engine._is_streamed(reference):
+        r = reference
+        shape = tuple(r.shape)
+        if len(shape) != 2 or shape[0] == 0:
+            raise _checks.fail(func, "reference", "a non-empty 2-D array", f"shape {shape}")
+    else:
+        r = q if same else _checks.as_embeddings(reference, "reference", func)
+    if r.shape[1] != q.shape[1]:
+        raise _checks.fail(
+            func, "reference", f"of the query's dimension {q.shape[1]}", f"dimension {r.shape[1]}"
+        )
+    checked = [("query", q)]
+    if not same and not _engine._is_streamed(reference):
+        checked.append(("reference", r))
+    for name, x in checked:
+        _checks.check_finite_rows(x, 0, name, func)
+        if metric == "cosine":
+            _checks.check_zero_rows(torch.linalg.vector_norm(x, dim=1), 0, name, func)
+    return q, r
+
+
+def _same_id_lists(exclude_ids: Any, n: int, m: int) -> np.ndarray:
     """Per query, the reference positions with the same id, as an ``(n, w)`` array padded -1."""
-    q, r = dense_codes(query_ids, reference_ids, ("query_ids", "reference_ids"), "ExactKNN")
+    func = "ExactKNN"
+    if not isinstance(exclude_ids, tuple | list) or len(exclude_ids) != 2:
+        raise _checks.fail(
+            func, "exclude_ids", "a pair (query_ids, reference_ids)", type(exclude_ids).__name__
+        )
+    q, r = dense_codes(*exclude_ids, ("exclude_ids[0]", "exclude_ids[1]"), func)
+    _checks.check_length(q, n, "exclude_ids[0]", func, "query")
+    _checks.check_length(r, m, "exclude_ids[1]", func, "reference")
     order = np.argsort(r, kind="stable")
     sorted_r = r[order]
     lo = np.searchsorted(sorted_r, q, side="left")
@@ -91,31 +177,60 @@ def _same_id_lists(query_ids: Any, reference_ids: Any) -> np.ndarray:
 
 
 class RecallCalculator(AccuracyCalculator):
-    """PML's ``AccuracyCalculator`` that also reports ``recall_at_K`` for each K in ``ks``.
+    """PML's ``AccuracyCalculator`` with recall@K, exact neighbours and PML's default geometry.
 
-    recall@K comes from :func:`recallkit.recall_at_k` (the one implementation) with PML's
-    ``ref_includes_query`` and lone-query semantics; with ``avg_of_avgs`` it is averaged per
-    class first, as PML does for its own metrics. The default ``knn_func`` is :class:`ExactKNN`
-    with the same ``metric``, and ``k`` defaults to ``"max_bin_count"`` so that MAP@R and
-    R-precision are exact. Labels are mapped to dense int64 codes before PML sees them (PML
-    casts labels to float32, which merges identifiers above 2**24).
+    By default ``get_accuracy`` returns exactly these keys (PML's names, in PML's alphabetical
+    order): ``mean_average_precision_at_r`` (MAP@R), ``precision_at_1``, ``r_precision``, and
+    ``recall_at_K`` for each K in ``ks``; no clustering metric (AMI and NMI run k-means: slow at
+    scale and noisy) and no ``mean_average_precision``/``mean_reciprocal_rank`` (truncated at
+    ``k`` by PML). ``include=`` chooses other metrics, as for PML (``include=()`` is PML's
+    "everything", clustering included); ``exclude=`` removes some from the default.
+
+    - Geometry: ``metric="euclidean"`` (default, PML's default ``FaissKNN`` is an exact
+      ``IndexFlatL2``), ``"cosine"`` or ``"dot"``. The default ``knn_func`` is
+      :class:`ExactKNN` with the same ``metric`` (ties: lower reference index first), and
+      ``k`` defaults to ``"max_bin_count"`` so that MAP@R and R-precision are exact.
+      recall@K is ranked with ``metric`` even when another ``knn_func`` is passed.
+    - recall@K comes from :func:`recallkit.recall_at_k` (the one implementation) with PML's
+      ``ref_includes_query`` and lone-query semantics: a hit when one of the K nearest shares
+      the query's label (``recall_at_1`` equals ``precision_at_1``); with ``avg_of_avgs`` it is
+      averaged per class first, as PML does for its own metrics.
+    - Labels are mapped to dense int64 codes before PML sees them (PML casts labels to
+      float32, which merges identifiers above 2**24).
+    - Bad input (shapes, lengths, NaN, zero rows under cosine, metric names that are not
+      computed, ``ref_includes_query`` with a reference that does not start with the query)
+      raises ``ValueError`` naming ``RecallCalculator.get_accuracy`` and the argument.
 
     >>> import torch
-    >>> x = torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [0.6, 0.8]])
+    >>> x = torch.tensor([[0.0], [1.0], [3.0], [4.5], [6.0]])
     >>> calc = RecallCalculator(ks=(1, 2), device=torch.device("cpu"))
-    >>> calc.get_accuracy(x, torch.tensor([0, 0, 1, 1]), include=("precision_at_1", "recall_at_2"))
-    {'precision_at_1': 0.5, 'recall_at_2': 1.0}
+    >>> for name, value in calc.get_accuracy(x, [0, 0, 1, 0, 1]).items():
+    ...     print(name, round(value, 6))
+    mean_average_precision_at_r 0.2
+    precision_at_1 0.4
+    r_precision 0.2
+    recall_at_1 0.4
+    recall_at_2 0.6
     """
 
-    def __init__(self, ks: Any = (1, 2, 4, 8), *, metric: str = "cosine", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        ks: Any = (1, 2, 4, 8),
+        *,
+        metric: str = "euclidean",
+        include: Any = None,
+        **kwargs: Any,
+    ) -> None:
         self.ks = _checks.check_ks(ks, "RecallCalculator")
         self.metric = _checks.check_metric(metric, "RecallCalculator")
         for k in self.ks:
             # PML discovers metrics by their "calculate_" attribute names.
             setattr(self, f"calculate_recall_at_{k}", partial(self._recall_at, k))
+        if include is None:
+            include = (*RANKING_METRICS, *(f"recall_at_{k}" for k in self.ks))
         kwargs.setdefault("knn_func", ExactKNN(metric=metric))
         kwargs.setdefault("k", "max_bin_count")
-        super().__init__(**kwargs)
+        super().__init__(include=include, **kwargs)
 
     def get_accuracy(
         self,
@@ -127,18 +242,32 @@ class RecallCalculator(AccuracyCalculator):
         include: tuple = (),
         exclude: tuple = (),
     ) -> dict[str, Any]:
+        func = "RecallCalculator.get_accuracy"
+        self._check_names(include, "include", func)
+        self._check_names(exclude, "exclude", func)
         if reference is None:
+            if reference_labels is not None:
+                raise _checks.fail(
+                    func, "reference_labels", "given only with 'reference'", "labels alone"
+                )
             reference, reference_labels, ref_includes_query = query, query_labels, True
+        elif reference_labels is None:
+            raise _checks.fail(func, "reference_labels", "given with 'reference'", None)
+        q, r = _checked_embeddings(query, reference, self.metric, func)
         q_codes, r_codes = dense_codes(
-            query_labels, reference_labels, ("query_labels", "reference_labels"), "get_accuracy"
+            query_labels, reference_labels, ("query_labels", "reference_labels"), func
         )
-        self._recall_inputs = (query, reference, q_codes, r_codes, ref_includes_query)
+        _checks.check_length(q_codes, q.shape[0], "query_labels", func, "query")
+        _checks.check_length(r_codes, r.shape[0], "reference_labels", func, "reference")
+        if ref_includes_query:
+            _check_reference_starts_with_query(q, r, q_codes, r_codes, func)
+        self._recall_inputs = (q, r, q_codes, r_codes, ref_includes_query)
         self._recall_cache: dict[str, Any] = {}
         try:
             out = super().get_accuracy(
-                query,
+                q,
                 torch.from_numpy(q_codes),
-                reference,
+                r,
                 torch.from_numpy(r_codes),
                 ref_includes_query,
                 include,
@@ -147,6 +276,22 @@ class RecallCalculator(AccuracyCalculator):
         finally:
             self._recall_inputs = None
         return out
+
+    def _check_names(self, names: Any, name: str, func: str) -> None:
+        """``include``/``exclude`` of ``get_accuracy`` must name metrics this calculator has."""
+        available = tuple(self.original_function_dict)
+        if not isinstance(names, tuple | list):
+            raise _checks.fail(func, name, "a tuple of metric names", type(names).__name__)
+        unknown = [m for m in names if m not in available]
+        if unknown:
+            raise _checks.fail(
+                func,
+                name,
+                f"among the metrics this calculator computes, {available} (choose others "
+                "with the constructor's include=)",
+                repr(tuple(unknown)),
+            )
+
 
     def _recall_at(self, k: int, **kwargs: Any) -> float:
         if "result" not in self._recall_cache:
@@ -171,3 +316,27 @@ class RecallCalculator(AccuracyCalculator):
         _, inverse = np.unique(labels, return_inverse=True)
         per_class = np.bincount(inverse, weights=hits) / np.bincount(inverse)
         return float(per_class.mean())
+
+
+def _check_reference_starts_with_query(
+    q: torch.Tensor, r: torch.Tensor, q_codes: np.ndarray, r_codes: np.ndarray, func: str
+) -> None:
+    """PML's ``ref_includes_query`` contract: ``reference[:n]`` is the query, row for row."""
+    n, m = q.shape[0], r.shape[0]
+    if m < n:
+        raise _checks.fail(func, "reference", f"at least {n} rows when ref_includes_query=True", m)
+    head = torch.as_tensor(np.asarray(r[:n])) if not torch.is_tensor(r) else r[:n]
+    if not torch.allclose(q.float(), head.to(q.device).float()):
+        raise _checks.fail(
+            func,
+            "reference",
+            "to begin with the query's rows when ref_includes_query=True",
+            "rows that differ from the query",
+        )
+    if not np.array_equal(q_codes, r_codes[:n]):
+        raise _checks.fail(
+            func,
+            "reference_labels",
+            "to begin with 'query_labels' when ref_includes_query=True",
+            "labels that differ",
+        )

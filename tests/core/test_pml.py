@@ -17,9 +17,8 @@ def test_exact_knn_matches_pml_default_on_tie_free_data():
     rng = np.random.default_rng(0)
     x = torch.from_numpy(rng.standard_normal((150, 6)).astype(np.float32))
     labels = torch.from_numpy(rng.integers(0, 15, size=150))
-    ours = AccuracyCalculator(
-        include=METRICS, k="max_bin_count", device=CPU, knn_func=ExactKNN(metric="euclidean")
-    )
+    # ExactKNN's default geometry is PML's default (FaissKNN, IndexFlatL2): Euclidean.
+    ours = AccuracyCalculator(include=METRICS, k="max_bin_count", device=CPU, knn_func=ExactKNN())
     theirs = AccuracyCalculator(include=METRICS, k="max_bin_count", device=CPU)
     a = ours.get_accuracy(x[:60], labels[:60], x, labels, ref_includes_query=True)
     b = theirs.get_accuracy(x[:60], labels[:60], x, labels, ref_includes_query=True)
@@ -33,12 +32,15 @@ def test_exact_knn_removes_own_row_not_duplicate():
     labels = torch.tensor([0, 1, 0])
     calc = AccuracyCalculator(include=("precision_at_1",), device=CPU, knn_func=ExactKNN())
     # Query 1 is lone (label 1 appears once) and left out. Query 0 misses: its duplicate row 1
-    # has the other label. Query 2 (label 0) ties rows 0 and 1 and takes row 0 (lower index):
-    # a hit. 1/2.
+    # has the other label. Query 2 (label 0) is at distance sqrt(2) from rows 0 and 1 and takes
+    # row 0 (lower index): a hit. 1/2.
     assert calc.get_accuracy(x, labels)["precision_at_1"] == 0.5
     dist, idx = ExactKNN()(x, 2, x, True)
     assert idx.tolist() == [[1, 2], [0, 2], [0, 1]]
-    assert dist[0].tolist() == [1.0, 0.0]
+    # Euclidean distances: the duplicate at 0, row 2 at sqrt(2) (in float32).
+    assert dist[0].tolist() == [0.0, float(np.float32(np.sqrt(2.0)))]
+    dist, idx = ExactKNN(metric="cosine")(x, 2, x, True)
+    assert idx.tolist() == [[1, 2], [0, 2], [0, 1]] and dist[0].tolist() == [1.0, 0.0]
 
 
 def test_exact_knn_exclude_ids():
@@ -82,3 +84,180 @@ def test_recall_calculator_separate_reference():
     # q0 (1,0): order 0 (label 1), 2, 1 (label 0) -> rank 2. q1: order 1 (label 0), 2 (label 1)
     # -> rank 1.
     assert out == {"recall_at_1": 0.0, "recall_at_2": 0.5}
+
+
+# --- PML's default geometry, ties, zero rows, ref_includes_query ------------------------------
+
+RANKING = ("precision_at_1", "r_precision", "mean_average_precision_at_r")
+
+
+def _pml(knn_func=None):
+    return AccuracyCalculator(include=RANKING, k="max_bin_count", device=CPU, knn_func=knn_func)
+
+
+def test_default_geometry_is_pmls_euclidean():
+    # Leave-one-out on [[10], [10], [20], [20]], labels [1, 0, 1, 0]. Euclidean: each item's
+    # nearest is its twin at distance 0, which has the other label -> precision_at_1 0 (the
+    # two farther items tie at distance 10, after the twin: no tie decides precision_at_1).
+    # R = 1 for every query, so r_precision and MAP@R are precision_at_1 too.
+    x = torch.tensor([[10.0], [10.0], [20.0], [20.0]])
+    labels = torch.tensor([1, 0, 1, 0])
+    expected = {"mean_average_precision_at_r": 0.0, "precision_at_1": 0.0, "r_precision": 0.0}
+    assert _pml().get_accuracy(x, labels) == expected  # PML's own default (FaissKNN)
+    assert _pml(ExactKNN()).get_accuracy(x, labels) == expected
+    out = RecallCalculator(ks=(1,), device=CPU).get_accuracy(x, labels)
+    assert out == {**expected, "recall_at_1": 0.0}
+    # Cosine is one argument away. All four rows have cosine 1 with each other: every
+    # neighbour ties and the lower index wins. q0 -> row 1 (label 0) miss; q1 -> row 0
+    # (label 1) miss; q2 (label 1) -> row 0 (label 1) hit; q3 (label 0) -> row 0 miss: 1/4.
+    cosine = {"mean_average_precision_at_r": 0.25, "precision_at_1": 0.25, "r_precision": 0.25}
+    assert _pml(ExactKNN(metric="cosine")).get_accuracy(x, labels) == cosine
+    out = RecallCalculator(ks=(1,), metric="cosine", device=CPU).get_accuracy(x, labels)
+    assert out == {**cosine, "recall_at_1": 0.25}
+
+
+def test_all_zero_embeddings_under_euclidean():
+    # Every distance is 0: all neighbours tie and the lower reference index comes first.
+    z = torch.zeros(4, 3)
+    dist, idx = ExactKNN()(z, 3, z, True)
+    assert idx.tolist() == [[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]]
+    assert dist.tolist() == [[0.0] * 3] * 4
+    # Labels [1, 0, 1, 0]: q0 -> row 1 (0) miss; q1 -> row 0 (1) miss; q2 (1) -> row 0 hit;
+    # q3 (0) -> row 0 (1) miss. precision_at_1 = recall@1 = 1/4; R = 1, so r_precision and
+    # MAP@R are the same 1/4.
+    labels = [1, 0, 1, 0]
+    out = RecallCalculator(ks=(1, 2), device=CPU).get_accuracy(z, labels)
+    assert out == {
+        "mean_average_precision_at_r": 0.25,
+        "precision_at_1": 0.25,
+        "r_precision": 0.25,
+        "recall_at_1": 0.25,
+        # Top 2: q0 [1, 2] (labels 0, 1) hit; q1 [0, 2] (1, 1) miss; q2 [0, 1] hit;
+        # q3 [0, 1] (1, 0) hit -> 3/4.
+        "recall_at_2": 0.75,
+    }
+
+
+def test_zero_row_and_ref_includes_query_match_pml_default():
+    # Reference rows: 0 [0, 0] A; 1 [5, 0] B; 2 [1, 0] B; 3 [0, 0] A (a duplicate of row 0);
+    # 4 [6, 0] A. Queries: rows 0 and 1, ref_includes_query=True (own rows removed by index).
+    x = torch.tensor([[0.0, 0.0], [5.0, 0.0], [1.0, 0.0], [0.0, 0.0], [6.0, 0.0]])
+    labels = torch.tensor([0, 1, 1, 0, 0])
+    # q0 (A): row 3 at 0 (A, the duplicate stays), row 2 at 1 (B), row 1 at 5, row 4 at 6.
+    #   R = 3 - 1 = 2: top 2 = [A, B] -> precision_at_1 1, r_precision 1/2, AP@R 1/2.
+    # q1 (B): row 4 at 1 (A), row 2 at 4 (B), rows 0 and 3 at 5 (both A: their tie decides
+    #   nothing). R = 2 - 1 = 1: top 1 = [A] -> 0, 0, 0.
+    expected = {"mean_average_precision_at_r": 0.25, "precision_at_1": 0.5, "r_precision": 0.25}
+    args = (x[:2], labels[:2], x, labels, True)
+    assert _pml().get_accuracy(*args) == expected
+    assert _pml(ExactKNN()).get_accuracy(*args) == expected
+    dist, idx = ExactKNN()(x[:2], 4, x, True)
+    assert idx.tolist() == [[3, 2, 1, 4], [4, 2, 0, 3]]
+    assert dist.tolist() == [[0.0, 1.0, 5.0, 6.0], [1.0, 4.0, 5.0, 5.0]]
+    out = RecallCalculator(ks=(1, 2), device=CPU).get_accuracy(*args)
+    # First-hit ranks: q0 0, q1 1 -> recall@1 1/2, recall@2 1.
+    assert out == {**expected, "recall_at_1": 0.5, "recall_at_2": 1.0}
+    # Without ref_includes_query each query finds itself at distance 0 (and the zero row is
+    # fine): both hits.
+    out = _pml(ExactKNN()).get_accuracy(x[:2], labels[:2], x, labels, False)
+    assert out == _pml().get_accuracy(x[:2], labels[:2], x, labels, False)
+    assert out["precision_at_1"] == 1.0
+
+
+def test_every_label_unique_gives_nan_like_pml():
+    # max_bin_count - 1 = 0 neighbours: PML asks for k = 0 and every query is lone.
+    x = torch.tensor([[0.0, 1.0], [1.0, 0.0], [2.0, 2.0]])
+    labels = torch.tensor([0, 1, 2])
+    theirs = _pml().get_accuracy(x, labels)
+    ours = _pml(ExactKNN()).get_accuracy(x, labels)
+    assert set(ours) == set(theirs) == set(RANKING)
+    assert all(np.isnan(v) for v in [*ours.values(), *theirs.values()])
+    dist, idx = ExactKNN()(x, 0, x, True)
+    assert idx.shape == (3, 0) and dist.shape == (3, 0) and idx.dtype == torch.int64
+
+
+# --- what RecallCalculator computes by default -------------------------------------------------
+
+
+def test_recall_calculator_default_is_the_ranking_metrics_and_recall():
+    x = torch.tensor([[0.0], [1.0], [3.0], [4.5], [6.0]])
+    labels = [0, 0, 1, 0, 1]
+    out = RecallCalculator(ks=(1, 2), device=CPU).get_accuracy(x, labels)
+    # Leave-one-out, Euclidean; ties to the lower index:
+    # q0 (0, A): 1 A, 2 B ...            first hit 0; R = 2, top 2 [A, B]
+    # q1 (1, A): 0 A, 2 B ...            first hit 0; top 2 [A, B]
+    # q2 (3, B): 3 A (1.5), 1 A (2), then 0 A and 4 B tie at 3 -> row 0 first: first hit 3
+    # q3 (4.5, A): 2 B and 4 B tie at 1.5 (row 2 first), 1 A (3.5): first hit 2
+    # q4 (6, B): 3 A (1.5), 2 B (3): first hit 1; R = 1.
+    # precision_at_1 2/5; recall@2 3/5; r_precision and MAP@R: q0, q1 1/2 each, others 0 -> 1/5.
+    assert out == pytest.approx(
+        {
+            "mean_average_precision_at_r": 0.2,
+            "precision_at_1": 0.4,
+            "r_precision": 0.2,
+            "recall_at_1": 0.4,
+            "recall_at_2": 0.6,
+        },
+        abs=1e-15,
+    )
+    assert list(out) == [
+        "mean_average_precision_at_r",
+        "precision_at_1",
+        "r_precision",
+        "recall_at_1",
+        "recall_at_2",
+    ]
+    # exclude= narrows the default; other metrics (clustering too) are asked for by name.
+    calc = RecallCalculator(ks=(1,), exclude=("r_precision",), device=CPU)
+    assert set(calc.get_accuracy(x, labels)) == {
+        "mean_average_precision_at_r",
+        "precision_at_1",
+        "recall_at_1",
+    }
+    calc = RecallCalculator(ks=(1,), include=("NMI", "recall_at_1"), device=CPU)
+    assert set(calc.get_accuracy(x, labels)) == {"NMI", "recall_at_1"}
+
+
+# --- errors name the call and the argument -----------------------------------------------------
+
+
+def test_recall_calculator_errors_name_get_accuracy_and_the_argument():
+    x = torch.tensor([[0.0, 1.0], [1.0, 0.0], [2.0, 2.0], [3.0, 1.0]])
+    labels = [0, 0, 1, 1]
+    calc = RecallCalculator(ks=(1,), device=CPU)
+    where = "parameter of RecallCalculator.get_accuracy must be"
+    with pytest.raises(ValueError, match=f"'query_labels' {where} of length 4.*Got 3"):
+        calc.get_accuracy(x, labels[:3])
+    with pytest.raises(ValueError, match=f"'reference_labels' {where} of length 4.*Got 5"):
+        calc.get_accuracy(x[:2], labels[:2], x, [*labels, 1])
+    with pytest.raises(ValueError, match=f"'reference' {where} of the query's dimension 2"):
+        calc.get_accuracy(x, labels, x[:, :1], labels)
+    with pytest.raises(ValueError, match=f"'query' {where} finite.*row 2"):
+        calc.get_accuracy(torch.tensor([[0.0], [1.0], [float("nan")], [2.0]]), labels)
+    with pytest.raises(ValueError, match=f"'reference' {where} non-zero rows.*row 1"):
+        cosine = RecallCalculator(ks=(1,), metric="cosine", device=CPU)
+        cosine.get_accuracy(x[:2], labels[:2], torch.tensor([[1.0, 0.0], [0.0, 0.0]]), [0, 1])
+    with pytest.raises(ValueError, match=f"'reference' {where} to begin with the query's rows"):
+        calc.get_accuracy(x[:2], labels[:2], x.flip(0), labels, True)
+    with pytest.raises(ValueError, match=f"'reference_labels' {where} to begin with"):
+        calc.get_accuracy(x[:2], labels[:2], x, [1, 1, 0, 0], True)
+    with pytest.raises(ValueError, match=f"'reference_labels' {where} given with 'reference'"):
+        calc.get_accuracy(x, labels, x)
+    with pytest.raises(ValueError, match=f"'include' {where} among the metrics.*'NMI'"):
+        calc.get_accuracy(x, labels, include=("NMI",))
+
+
+def test_exact_knn_errors_name_exact_knn():
+    x = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
+    with pytest.raises(ValueError, match="'query' parameter of ExactKNN must be non-zero rows"):
+        ExactKNN(metric="cosine")(x, 1, x, True)
+    with pytest.raises(ValueError, match="'k' parameter of ExactKNN must be a non-negative"):
+        ExactKNN()(x, -1, x, True)
+    with pytest.raises(ValueError, match="'reference' parameter of ExactKNN must be at least 3"):
+        ExactKNN()(x, 1, x[:2], True)
+    with pytest.raises(ValueError, match="'reference' parameter of ExactKNN must be finite"):
+        ExactKNN()(x, 1, torch.tensor([[0.0, 1.0], [float("inf"), 0.0]]), False)
+    with pytest.raises(ValueError, match="'chunk_size' parameter of ExactKNN"):
+        ExactKNN(chunk_size=0)
+    with pytest.raises(ValueError, match=r"'exclude_ids\[1\]' parameter of ExactKNN .* length 3"):
+        ExactKNN()(x, 1, x, False, exclude_ids=(["a", "b", "c"], ["a"]))

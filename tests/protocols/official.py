@@ -2,7 +2,8 @@
 
 Nothing here imports recallkit. Where the official code sorts with an unspecified tie order
 (``np.argsort``, ``torch.sort``, ``torch.topk``), these references use a full stable sort on
-``(-score, index)`` — the documented tie rule — in float64, and GeneCIS's pessimistic rule.
+``(-score, index)`` — the documented tie rule — in float64, and GeneCIS's pessimistic rule
+beside its official (stable sort) order.
 """
 
 from __future__ import annotations
@@ -146,13 +147,31 @@ def top_names(sim, names, exclude_names, k):
 # ------------------------------------------------------------------------------------- CIRCO
 
 
-def circo_official(predictions: dict, gts: dict, targets: dict, ranks, divisor="min_k_r"):
+CIRCO_ASPECTS = (
+    "cardinality",
+    "addition",
+    "negation",
+    "direct_addressing",
+    "compare_change",
+    "comparative_statement",
+    "statement_with_conjunction",
+    "spatial_relations_background",
+    "viewpoint",
+)
+
+
+def circo_official(
+    predictions: dict, gts: dict, targets: dict, ranks, divisor="min_k_r", aspects=None
+):
     """``miccunifi/CIRCO`` ``compute_metrics``: AP from cumsum of hits, divided by min(R, K).
 
     ``divisor="r"`` divides by R = len(gt) as the SQUARE recipe's ``compute_mAP_at_k`` does.
+    ``aspects`` (query id -> semantic aspects) adds the semantic mAP@10 of each official aspect
+    that some query has, as ``mAP@10[<aspect>]``.
     """
     aps = {k: [] for k in ranks}
     recalls = {k: [] for k in ranks}
+    semantic = {a: [] for a in CIRCO_ASPECTS}
     for query_id, prediction in predictions.items():
         gt_img_ids = gts[query_id]
         prediction = np.array(prediction, dtype=int)
@@ -165,8 +184,12 @@ def circo_official(predictions: dict, gts: dict, targets: dict, ranks, divisor="
         recall_labels = prediction == targets[query_id]
         for k in ranks:
             recalls[k].append(float(np.sum(recall_labels[:k])))
+        for aspect in (aspects or {}).get(query_id, ()):
+            d = min(len(gt_img_ids), 10) if divisor == "min_k_r" else len(gt_img_ids)
+            semantic[aspect].append(float(np.sum(precisions[:10]) / d))
     out = {f"mAP@{k}": float(np.mean(aps[k])) for k in ranks}
     out.update({f"recall@{k}": float(np.mean(recalls[k])) for k in ranks})
+    out.update({f"mAP@10[{a}]": float(np.mean(v)) for a, v in semantic.items() if v})
     return out
 
 
@@ -219,4 +242,15 @@ def genecis_pessimistic(sim, target_index=None, sizes=None, ks=(1, 2, 3)):
         t = target_index[i]
         ranks.append(sum(1 for j in range(sizes[i]) if j != t and sim[i, j] >= sim[i, t]))
     ranks = np.asarray(ranks)
+    return {f"recall@{k}": float(np.mean(ranks < k)) for k in ks}, ranks
+
+
+def genecis_official(sim, target_index=None, sizes=None, ks=(1, 2, 3)):
+    """GeneCIS ``validate``: sort each row descending (stably: column order on equal scores)
+    and find the target's position; ``get_recall`` counts it in the top K."""
+    sim = np.asarray(sim, dtype=np.float64)
+    n = len(sim)
+    target_index = np.zeros(n, int) if target_index is None else target_index
+    sizes = np.full(n, sim.shape[1]) if sizes is None else sizes
+    ranks = np.asarray([order(sim[i, : sizes[i]]).index(target_index[i]) for i in range(n)])
     return {f"recall@{k}": float(np.mean(ranks < k)) for k in ks}, ranks

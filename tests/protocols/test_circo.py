@@ -62,6 +62,39 @@ def test_hand_computed_map_both_divisors():
     )
 
 
+def test_semantic_map_at_10_per_aspect():
+    data = CIRCOSplit(
+        "val",
+        (
+            CIRCOQuery(0, 10, "c", "s", 30, (30, 40, 50), ("cardinality", "negation")),
+            CIRCOQuery(1, 50, "c", "s", 20, (20,), ("viewpoint", "negation", "colour")),
+        ),
+    )
+    # AP@10 (divisor min(10, R)): query 0's ground truths at ranks 3, 1, 4 -> hits at positions
+    # 2, 4, 5: (1/2 + 2/4 + 3/5) / 3. Query 1: its one ground truth at position 2: 1/2.
+    ap0, ap1 = (1 / 2 + 2 / 4 + 3 / 5) / 3, 1 / 2
+    r = circo_metrics_from_scores(SIM, IDS, data, ks=(2,))
+    assert list(r) == [
+        "mAP@2",
+        "recall@2",
+        "mAP@10[cardinality]",  # the official order: cardinality, ..., negation, ..., viewpoint
+        "mAP@10[negation]",
+        "mAP@10[viewpoint]",
+        "mAP@10[colour]",  # not an official aspect: after them
+    ]
+    assert r["mAP@10[cardinality]"] == pytest.approx(ap0)
+    assert r["mAP@10[negation]"] == pytest.approx((ap0 + ap1) / 2)
+    assert r["mAP@10[viewpoint]"] == pytest.approx(ap1)
+    assert r["mAP@10[colour]"] == r["mAP@10[viewpoint]"]
+    assert r.per_query["AP@10"].tolist() == pytest.approx([ap0, ap1])
+    assert "mAP@10[negation]" in r.table()
+    # The same from the ranked lists (query 0: 10, 40, 20, 30, 50; query 1: 10, 20, ...).
+    lists = {"0": [10, 40, 20, 30, 50], "1": [10, 20, 30, 40, 50]}
+    assert dict(circo_metrics_from_predictions(lists, data, ks=(2,))) == pytest.approx(dict(r))
+    # No aspects in the annotations (the test split): no semantic keys.
+    assert "mAP@10[negation]" not in circo_metrics_from_scores(SIM, IDS, DATA, ks=(2,))
+
+
 def test_hand_computed_with_the_reference_removed():
     r = circo_metrics_from_scores(SIM, IDS, DATA, ks=(2,), exclude_reference=True)
     # Without 10, query 0 ranks 40, 20, 30, 50: 40 at 0 -> AP@2 = 1 / min(2, 3) = 1/2. Query 1
@@ -75,8 +108,11 @@ def _random_case(rng):
     ids = rng.choice(np.arange(1, 10**6), size=int(rng.integers(60, 90)), replace=False)
     queries = []
     for q in range(int(rng.integers(1, 25))):
-        picked = rng.choice(ids, size=int(rng.integers(2, 10)), replace=False).tolist()
-        queries.append(CIRCOQuery(q, picked[0], "c", "s", picked[1], tuple(picked[1:])))
+        picked = rng.choice(ids, size=int(rng.integers(2, 14)), replace=False).tolist()
+        aspects = rng.choice(official.CIRCO_ASPECTS, size=int(rng.integers(0, 4)), replace=False)
+        queries.append(
+            CIRCOQuery(q, picked[0], "c", "s", picked[1], tuple(picked[1:]), tuple(aspects))
+        )
     data = CIRCOSplit("val", tuple(queries))
     query = rng.integers(-2, 3, size=(len(queries), 3)).astype(np.float32)
     images = rng.integers(-2, 3, size=(len(ids), 3)).astype(np.float32)
@@ -92,7 +128,10 @@ def test_random_ties_against_the_official_evaluation(seed, divisor):
     predictions = dict(enumerate(official.ranked_ids(sim, ids.tolist(), k=50)))
     gts = {q.id: list(q.gt_img_ids) for q in data.queries}
     targets = {q.id: q.target_img_id for q in data.queries}
-    expected = official.circo_official(predictions, gts, targets, (5, 10, 25, 50), divisor)
+    aspects = {q.id: q.semantic_aspects for q in data.queries}
+    expected = official.circo_official(
+        predictions, gts, targets, (5, 10, 25, 50), divisor, aspects
+    )
     r = circo_metrics(
         query, images, ids, data, metric="dot", divisor=divisor, chunk_size=int(rng.integers(1, 9))
     )
@@ -212,6 +251,9 @@ def test_bad_input_names_the_query(tmp_path):
         ([{**base, "gt_img_ids": [2, 3, 2]}], "query 4: gt_img_ids has a repeated image id"),
         ([{**base, "target_img_id": 9}], "query 4: target_img_id 9 is not among its gt_img_ids"),
         ([{"id": 4}], "missing field"),
+        # A bare string would otherwise be read letter by letter as aspects.
+        ([{**base, "semantic_aspects": "cardinality"}], "'semantic_aspects' must be a list"),
+        ([{**base, "semantic_aspects": [1]}], "entry 0: 'semantic_aspects' must be a list of str"),
     ):
         path.write_text(json.dumps(entries))
         with pytest.raises(ValueError, match=message):

@@ -311,14 +311,22 @@ def test_circo_embeddings_predictions_and_submission(tmp_path, capsys):
                 "relative_caption": "c",
                 "shared_concept": "s",
                 "gt_img_ids": picked[1:],
+                "semantic_aspects": rng.choice(
+                    official.CIRCO_ASPECTS, size=int(rng.integers(1, 4)), replace=False
+                ).tolist(),
             }
         )
+    aspects = {e["id"]: e["semantic_aspects"] for e in entries}
     (tmp_path / "CIRCO" / "annotations").mkdir(parents=True)
     (tmp_path / "CIRCO" / "annotations" / "val.json").write_text(json.dumps(entries))
     (tmp_path / "CIRCO" / "annotations" / "test.json").write_text(
         json.dumps(
             [
-                {k: v for k, v in e.items() if k not in ("target_img_id", "gt_img_ids")}
+                {
+                    k: v
+                    for k, v in e.items()
+                    if k not in ("target_img_id", "gt_img_ids", "semantic_aspects")
+                }
                 for e in entries
             ]
         )
@@ -355,8 +363,12 @@ def test_circo_embeddings_predictions_and_submission(tmp_path, capsys):
             out,
         )
         assert code == 0 and "mAP@50" in text
-        expected = official.circo_official(predictions, gts, targets, (5, 10, 25, 50), divisor)
+        expected = official.circo_official(
+            predictions, gts, targets, (5, 10, 25, 50), divisor, aspects
+        )
         assert _metrics(out) == pytest.approx(expected)
+        semantic = [k for k in expected if k.startswith("mAP@10[")]
+        assert len(semantic) >= 3 and all(k in text for k in semantic)
 
     (tmp_path / "pred.json").write_text(json.dumps({str(k): v for k, v in predictions.items()}))
     code, _, _ = _run(
@@ -370,7 +382,7 @@ def test_circo_embeddings_predictions_and_submission(tmp_path, capsys):
         out,
     )
     assert code == 0 and _metrics(out) == pytest.approx(
-        official.circo_official(predictions, gts, targets, (5, 10, 25, 50))
+        official.circo_official(predictions, gts, targets, (5, 10, 25, 50), aspects=aspects)
     )
 
     (tmp_path / "ids.txt").write_text("\n".join(f"unlabeled2017/{i:012d}.jpg" for i in ids))
@@ -513,6 +525,17 @@ def test_genecis_tasks(tmp_path, capsys):
     assert payload["metrics"]["average_recall@1"] == pytest.approx(
         np.mean([e["recall@1"] for e in expected.values()])
     )
+    # --ties official: the official script's order (target first among equal scores).
+    code, text, _ = _run(
+        capsys, "genecis", "--root", tmp_path, *argv, "--metric", "dot", "--ties", "official"
+    )
+    assert code == 0 and "ties: column order, target first" in text
+    scores = torch.load(tmp_path / "change_object.pt").numpy()
+    expected_official, _ = official.genecis_official(scores)
+    pessimistic, _ = official.genecis_pessimistic(scores)
+    assert expected_official["recall@1"] > pessimistic["recall@1"]  # the data has ties
+    row = next(line for line in text.splitlines() if line.startswith("change_object"))
+    assert row.split()[2:5] == [f"{100 * expected_official[f'recall@{k}']:.2f}" for k in (1, 2, 3)]
 
     np.save(tmp_path / "narrow.npy", np.zeros((20, 5)))
     _assert_usage_error(

@@ -44,9 +44,9 @@ def test_hand_computed_categories_and_means():
     assert dict(r.parts["dress"]) == {"recall@1": 0.5, "recall@2": 1.0}
     assert dict(r.parts["shirt"]) == {"recall@1": 0.0, "recall@2": 1.0}
     assert dict(r.parts["toptee"]) == {"recall@1": 1.0, "recall@2": 1.0}
-    # Unweighted means over the three categories, then the average of the means.
+    # Unweighted means over the three categories; no "average" without K = 10 and 50.
     assert r["mean_recall@1"] == pytest.approx(0.5) and r["mean_recall@2"] == 1.0
-    assert r["average"] == pytest.approx(0.75)
+    assert list(r) == ["mean_recall@1", "mean_recall@2"]
     assert r.num_queries == 4
 
     removed = fashioniq_recall_from_scores(scores, data, ks=(1, 2), exclude_reference=True)
@@ -55,6 +55,28 @@ def test_hand_computed_categories_and_means():
     assert removed.parts["shirt"]["recall@1"] == 1.0
     assert "reference removed" in removed.convention
     assert "dress" in r.table() and "mean_recall@1" in r.table()
+
+
+def test_average_is_recall_at_10_and_50_whatever_the_ks():
+    # One query per category over 60 images scored 0, -1, -2, ...: the target's column is its
+    # rank. dress: rank 20 (hits at K = 50 only); shirt: rank 0 (all); toptee: rank 5 (10, 50).
+    names = [f"I{i}" for i in range(60)]
+    scores = -np.arange(60.0)[None, :]
+    data = {
+        c: _part(c, names, [("I59", f"I{rank}")])
+        for c, rank in (("dress", 20), ("shirt", 0), ("toptee", 5))
+    }
+    r = fashioniq_recall_from_scores({c: scores for c in data}, data, ks=(1, 10, 50))
+    assert [r.parts[c].per_query["ranks"].tolist() for c in data] == [[20], [0], [5]]
+    assert r["mean_recall@1"] == pytest.approx(1 / 3)
+    assert r["mean_recall@10"] == pytest.approx(2 / 3)
+    assert r["mean_recall@50"] == 1.0
+    # (R@10 + R@50) / 2, not the mean over the three ks (2/3).
+    assert r["average"] == pytest.approx((2 / 3 + 1) / 2)
+    assert list(r) == ["mean_recall@1", "mean_recall@10", "mean_recall@50", "average"]
+    assert "average" not in fashioniq_recall_from_scores(
+        {c: scores for c in data}, data, ks=(10, 20)
+    )
 
 
 def test_means_need_all_three_categories():

@@ -1,4 +1,4 @@
-"""GeneCIS: per-sample galleries, pessimistic ties, sizes read from the data."""
+"""GeneCIS: per-sample galleries, pessimistic or official ties, sizes read from the data."""
 
 from __future__ import annotations
 
@@ -40,6 +40,38 @@ def test_hand_computed_pessimistic_ties():
         2,
         3,
     ]
+
+
+def test_hand_computed_official_ties():
+    # The official script's stable descending sort: equal scores keep column order.
+    scores = np.array(
+        [
+            [0.9, 0.1, 0.2, 0.3],  # target alone on top -> 0
+            [0.5, 0.5, 0.1, 0.5],  # ties with two distractors; column 0 comes first -> 0
+            [0.2, 0.7, 0.9, 0.1],  # two distractors above -> 2
+            [0.4, 0.4, 0.4, 0.4],  # all equal -> first -> 0
+        ]
+    )
+    r = genecis_recall(scores, ks=(1, 2, 3), ties="official")
+    assert r.per_query["ranks"].tolist() == [0, 0, 2, 0]
+    assert dict(r) == {"recall@1": 0.75, "recall@2": 0.75, "recall@3": 1.0}
+    assert "official" in r.convention
+    # Target in column 2: distractors in columns 0 and 1 come before it on a tie, column 3 after.
+    # Row 1 becomes [0.1, 0.5, 0.5, 0.5] -> 1 (column 1); row 3 [0.4] * 4 -> 2.
+    moved = np.stack([np.roll(row, 2) for row in scores])
+    r = genecis_recall(moved, ks=(1,), target_index=2, ties="official")
+    assert r.per_query["ranks"].tolist() == [0, 1, 2, 2]
+    # A duplicate of the target among the distractors: official rank 0, pessimistic rank 1.
+    q = np.array([[1.0, 0.0]])
+    c = np.array([[[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]])
+    assert genecis_recall_from_embeddings(q, c, ties="official").per_query["ranks"].tolist() == [0]
+    assert genecis_recall_from_embeddings(q, c).per_query["ranks"].tolist() == [1]
+    with pytest.raises(ValueError, match="'ties' parameter of genecis_recall"):
+        genecis_recall(scores, ties="optimistic")
+    # One summary never mixes the two rules.
+    parts = {"focus_object": genecis_recall(scores), "change_object": r}
+    with pytest.raises(ValueError, match=r"'results' parameter of genecis_summary.*one tie rule"):
+        genecis_summary(parts)
 
 
 def test_embeddings_with_a_duplicate_of_the_target():
@@ -90,6 +122,22 @@ def test_random_ties_against_the_pessimistic_definition(seed):
     expected, ranks = official.genecis_pessimistic(sim)
     r = genecis_recall_from_embeddings(query, cands, metric="dot")
     assert r.per_query["ranks"].tolist() == ranks.tolist()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_random_ties_against_the_official_order(seed):
+    rng = np.random.default_rng(100 + seed)
+    n, width = int(rng.integers(1, 40)), int(rng.integers(2, 16))
+    scores = rng.integers(0, 4, size=(n, width)).astype(np.float32)
+    sizes = rng.integers(1, width + 1, size=n)
+    target = np.array([rng.integers(0, s) for s in sizes])
+    expected, ranks = official.genecis_official(scores, target, sizes)
+    r = genecis_recall(scores, target_index=target, gallery_sizes=sizes, ties="official")
+    assert r.per_query["ranks"].tolist() == ranks.tolist()
+    assert dict(r) == pytest.approx(expected)
+    # The pessimistic rank is never below the official one.
+    pessimistic = genecis_recall(scores, target_index=target, gallery_sizes=sizes)
+    assert (pessimistic.per_query["ranks"] >= r.per_query["ranks"]).all()
 
 
 def test_summary_averages_recall_at_1_over_the_four_tasks():

@@ -38,6 +38,7 @@ def test_composed_retrieval_recipe_prints_every_benchmark(capsys):
     assert "cirr_test1_recall_subset.json: 60 queries, 3 names each" in out
     assert "circo_test.json: 30 queries" in out
     assert "average_recall@1" in out and "mean_recall@50" in out
+    assert "mAP@10[cardinality]" in out and "mAP@10[viewpoint]" in out
 
 
 def test_genecis_files_have_the_documented_gallery_sizes(tmp_path):

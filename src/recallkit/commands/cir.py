@@ -136,9 +136,11 @@ def _run_cirr(args: argparse.Namespace) -> int:
 def _register_circo(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "circo",
-        help="CIRCO mAP@K and recall@K; test-server submission file",
-        description="CIRCO mAP@K (official divisor min(K, R)) and recall@K on the primary target, "
-        "from embeddings, a similarity matrix or a ranked-list (submission) file.",
+        help="CIRCO mAP@K, recall@K and mAP@10 per semantic aspect; test-server submission file",
+        description="CIRCO mAP@K (official divisor min(K, R)), recall@K on the primary target and, "
+        "for annotations with semantic aspects (val), mAP@10 per aspect, as the evaluation "
+        "server reports them; from embeddings, a similarity matrix or a ranked-list (submission) "
+        "file.",
         epilog="examples:\n"
         "  recallkit circo --annotations CIRCO --split val --queries q.npy --images img.npy \\\n"
         "      --image-ids CIRCO/COCO2017_unlabeled/annotations/image_info_unlabeled2017.json\n"
@@ -329,8 +331,10 @@ def _register_genecis(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "genecis",
         help="GeneCIS recall@1/2/3 per task and the average recall@1",
-        description="GeneCIS: each sample ranks its own gallery [target, *gallery]; the target "
-        "ranks below every distractor with an equal score (pessimistic ties).",
+        description="GeneCIS: each sample ranks its own gallery [target, *gallery]. Ties: by "
+        "default the target ranks below every distractor with an equal score (pessimistic); "
+        "--ties official takes the official script's order (target first among equal scores), "
+        "which reproduces the published numbers.",
         epilog="examples:\n"
         "  recallkit genecis --root genecis --task focus_attribute fa.pt \\\n"
         "      --task change_object co.npy\n"
@@ -347,6 +351,13 @@ def _register_genecis(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar=("TASK", "QUERIES", "CANDIDATES"),
+    )
+    parser.add_argument(
+        "--ties",
+        choices=tuple(genecis.TIES),
+        default="pessimistic",
+        help="pessimistic (default): the target ranks below equal distractors; official: the "
+        "official script's column order, target first (reproduces the published numbers)",
     )
     io.add_common(parser, (1, 2, 3))
     parser.set_defaults(func=_run_genecis)
@@ -377,7 +388,11 @@ def _run_genecis(args: argparse.Namespace) -> int:
             _check_layout(scores.shape, len(sizes), int(sizes.max()), name)
             results[name] = io.user_errors(
                 lambda scores=scores, sizes=sizes, name=name: genecis.genecis_recall(
-                    scores[:, : int(sizes.max())], args.ks, gallery_sizes=sizes, task=name
+                    scores[:, : int(sizes.max())],
+                    args.ks,
+                    gallery_sizes=sizes,
+                    ties=args.ties,
+                    task=name,
                 )
             )
         else:
@@ -393,6 +408,7 @@ def _run_genecis(args: argparse.Namespace) -> int:
                         _zero_padding(c[:, : int(sizes.max())], sizes),
                         args.ks,
                         gallery_sizes=sizes,
+                        ties=args.ties,
                         metric=args.metric,
                         device=args.device,
                         task=name,

@@ -8,6 +8,7 @@ has a test server, an exporter of its submission file (written atomically).
 
 from recallkit.protocols._common import ProtocolResult
 from recallkit.protocols.circo import (
+    CIRCO_SEMANTIC_ASPECTS,
     CIRCOQuery,
     CIRCOSplit,
     circo_metrics,
@@ -56,6 +57,7 @@ from recallkit.protocols.image_text import (
 )
 
 __all__ = [
+    "CIRCO_SEMANTIC_ASPECTS",
     "FASHIONIQ_CATEGORIES",
     "GENECIS_TASKS",
     "KARPATHY_COUNTS",

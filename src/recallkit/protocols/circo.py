@@ -13,6 +13,15 @@ Official evaluation (``miccunifi/CIRCO`` ``src/evaluation.py``, also the test se
   only for queries with more than K ground truths, where dividing by R caps AP@K below 1.
 * ``recall@K``: a hit when the primary target (``target_img_id``, the image the caption was
   written for) is in the top K.
+* ``mAP@10[<aspect>]``, the evaluation's per-aspect "semantic mAP@10": for each semantic
+  aspect (``semantic_aspects`` of the val annotations: ``cardinality``, ``addition``,
+  ``negation``, ``direct_addressing``, ``compare_change``, ``comparative_statement``,
+  ``statement_with_conjunction``, ``spatial_relations_background``, ``viewpoint``), the mean
+  AP@10 over the queries whose ``semantic_aspects`` include it. A query counts once for each
+  of its aspects. Reported (always at K = 10, whatever ``ks``; with the chosen ``divisor``) for
+  each aspect that at least one query has, in the order above, then any other aspect name
+  found in the data in sorted order; an aspect without queries is left out (the official
+  script prints NaN for it).
 
 Ranks come from :func:`recallkit.ground_truth_ranks` / ``..._from_embeddings`` (every ground
 truth's rank, ``reduce="none"``), AP from :func:`recallkit.average_precision_at_k`; on equal
@@ -38,6 +47,7 @@ from recallkit.protocols import _common, _topk
 from recallkit.protocols._common import PathLike, ProtocolResult
 
 __all__ = [
+    "CIRCO_SEMANTIC_ASPECTS",
     "CIRCOQuery",
     "CIRCOSplit",
     "circo_metrics",
@@ -55,6 +65,19 @@ DIVISORS = {
     "r": "AP@K / R (SQUARE scoring recipe)",
 }
 SUBMISSION_SIZE = 50
+#: The semantic aspects of CIRCO's annotations, in the official evaluation's order.
+CIRCO_SEMANTIC_ASPECTS = (
+    "cardinality",
+    "addition",
+    "negation",
+    "direct_addressing",
+    "compare_change",
+    "comparative_statement",
+    "statement_with_conjunction",
+    "spatial_relations_background",
+    "viewpoint",
+)
+SEMANTIC_K = 10
 
 
 @dataclass(frozen=True)
@@ -86,8 +109,9 @@ def read_circo(path: PathLike, split: str = "val") -> CIRCOSplit:
     """Read CIRCO's ``annotations/<split>.json`` (``path`` is the file or the CIRCO folder).
 
     Entries are ``{"id", "reference_img_id", "target_img_id", "relative_caption",
-    "shared_concept", "gt_img_ids"}`` (no targets in ``test``). Repeated query ids, repeated
-    ground truths and a target missing from its ground truths are errors naming the query.
+    "shared_concept", "gt_img_ids", "semantic_aspects"}`` (no targets or aspects in ``test``).
+    Repeated query ids, repeated ground truths, a target missing from its ground truths and
+    ``semantic_aspects`` that is not a list of strings are errors naming the query.
 
     >>> import json, tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "val.json"
@@ -108,6 +132,11 @@ def read_circo(path: PathLike, split: str = "val") -> CIRCOSplit:
         _common.require_keys(
             entry, ("id", "reference_img_id", "relative_caption"), f"{path}: entry {position}"
         )
+        aspects = entry.get("semantic_aspects") or []
+        if not isinstance(aspects, list) or not all(isinstance(a, str) for a in aspects):
+            raise ValueError(
+                f"{path}: entry {position}: 'semantic_aspects' must be a list of strings"
+            )
         query = CIRCOQuery(
             id=int(entry["id"]),
             reference_img_id=int(entry["reference_img_id"]),
@@ -117,7 +146,7 @@ def read_circo(path: PathLike, split: str = "val") -> CIRCOSplit:
             if entry.get("target_img_id") is None
             else int(entry["target_img_id"]),
             gt_img_ids=tuple(int(i) for i in entry.get("gt_img_ids") or ()),
-            semantic_aspects=tuple(str(a) for a in entry.get("semantic_aspects") or ()),
+            semantic_aspects=tuple(aspects),
         )
         if query.id in seen:
             raise ValueError(f"{path}: CIRCO query id {query.id} appears twice")
@@ -239,6 +268,17 @@ def _result(
         metrics[f"mAP@{k}"] = float(ap.mean())
         per_query[f"AP@{k}"] = ap
     metrics.update(recall_from_ranks(target_ranks, ks))
+    aspects = _aspects(data)
+    if aspects:
+        key = f"AP@{SEMANTIC_K}"
+        if key not in per_query:
+            per_query[key] = np.asarray(
+                average_precision_at_k(gt_ranks, num_gt, SEMANTIC_K, divisor=divisor),
+                dtype=np.float64,
+            )
+        for aspect in aspects:
+            has = np.array([aspect in q.semantic_aspects for q in data.queries])
+            metrics[f"mAP@{SEMANTIC_K}[{aspect}]"] = float(per_query[key][has].mean())
     return ProtocolResult(
         f"CIRCO {data.split}",
         metrics,
@@ -246,6 +286,13 @@ def _result(
         num_queries=len(data.queries),
         per_query=per_query,
     )
+
+
+def _aspects(data: CIRCOSplit) -> list[str]:
+    """The semantic aspects the queries have: the official ones in order, then others sorted."""
+    found = {a for q in data.queries for a in q.semantic_aspects}
+    official = [a for a in CIRCO_SEMANTIC_ASPECTS if a in found]
+    return official + sorted(found - set(official))
 
 
 def _check_options(func: str, ks: Any, divisor: str) -> tuple[int, ...]:
@@ -273,8 +320,10 @@ def circo_metrics(
     """CIRCO mAP@K and recall@K from embeddings.
 
     ``query`` has one row per query of ``data``, ``images`` one row per id of ``image_ids``
-    (the candidate pool). Keys: ``mAP@K`` then ``recall@K``; ``per_query`` holds every ground
-    truth's 0-indexed rank, the primary target's rank and the per-query AP@K.
+    (the candidate pool). Keys: ``mAP@K`` then ``recall@K``, then ``mAP@10[<aspect>]`` for
+    each semantic aspect the queries have (module docstring; none when the annotations have no
+    ``semantic_aspects``); ``per_query`` holds every ground truth's 0-indexed rank, the primary
+    target's rank and the per-query AP@K (and AP@10 when there are aspects).
 
     >>> import numpy as np
     >>> data = CIRCOSplit("val", (CIRCOQuery(0, 10, "x", "y", 30, (30, 40)),))

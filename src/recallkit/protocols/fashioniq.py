@@ -8,9 +8,11 @@ public, so papers report the validation split):
   included, as those codes do (``exclude_reference=True`` removes it);
 * each entry of ``captions/cap.<category>.val.json`` is one query, with one correct image
   (``target``); ``recall@10`` and ``recall@50`` per category;
-* ``mean_recall@K`` is the unweighted mean over the three categories, and
-  ``average = (mean_recall@10 + mean_recall@50) / 2``. The means are reported only when all
-  three categories are given.
+* ``mean_recall@K`` is the unweighted mean over the three categories, for each K of ``ks``;
+  ``average = (mean_recall@10 + mean_recall@50) / 2`` exactly, whatever other K are asked for,
+  and it is reported only when ``ks`` include 10 and 50 (with other ks there is no ``average``,
+  never a mean over different cut-offs). The means are reported only when all three categories
+  are given.
 
 Ranks come from :func:`recallkit.ground_truth_ranks` / ``..._from_embeddings``; on equal scores
 the lower image index (split-file order) ranks first.
@@ -40,6 +42,8 @@ __all__ = [
 
 FASHIONIQ_CATEGORIES = ("dress", "shirt", "toptee")
 CONVENTION = "per-category gallery, reference kept, unweighted mean over categories"
+#: The cut-offs whose means ``average`` combines (the literature's R@10 and R@50).
+AVERAGE_KS = (10, 50)
 
 
 @dataclass(frozen=True)
@@ -174,7 +178,8 @@ def _combine(parts: dict[str, ProtocolResult], ks: tuple[int, ...], note: str) -
     if set(parts) == set(FASHIONIQ_CATEGORIES):
         for k in ks:
             metrics[f"mean_recall@{k}"] = float(np.mean([p[f"recall@{k}"] for p in parts.values()]))
-        metrics["average"] = float(np.mean([metrics[f"mean_recall@{k}"] for k in ks]))
+        if all(k in ks for k in AVERAGE_KS):
+            metrics["average"] = float(np.mean([metrics[f"mean_recall@{k}"] for k in AVERAGE_KS]))
     return ProtocolResult(
         "FashionIQ val",
         metrics,
@@ -205,10 +210,12 @@ def fashioniq_recall(
     chunk_size: int | None = None,
     device: Any = None,
 ) -> ProtocolResult:
-    """FashionIQ recall@K per category, the mean over categories and the average of the means.
+    """FashionIQ recall@K per category, the mean over categories and their average.
 
     ``queries[c]`` has one row per query of ``data[c]``, ``galleries[c]`` one row per image of
-    ``data[c].image_names``. The result's ``parts`` hold each category's recall@K and ranks.
+    ``data[c].image_names``. The result's ``parts`` hold each category's recall@K and ranks;
+    with all three categories the result has ``mean_recall@K`` for each K and, when ``ks``
+    include 10 and 50, ``average = (mean_recall@10 + mean_recall@50) / 2``.
 
     >>> import numpy as np
     >>> part = FashionIQCategory("dress", ("B1", "B2", "B3"), (FashionIQQuery("B1", "B3", ("c",)),))

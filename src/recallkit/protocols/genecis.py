@@ -9,17 +9,32 @@ Protocol (``facebookresearch/genecis``, ``eval/eval_functions.py::validate``):
   the gallery size is read from the data, never assumed);
 * ``recall@K`` (K = 1, 2, 3): a hit when the target is among the top K of its candidates;
   ``average_recall@1`` is the unweighted mean of the four tasks' recall@1.
-* gallery sizes: the official loaders keep only the samples whose gallery has the task's most
-  common size (the released files have one size per task); recallkit scores every sample with
-  its own size, read from the data (:attr:`GeneCISTask.gallery_sizes`).
+* gallery sizes: the official loaders (``datasets/coco_dataset.py``, ``datasets/vaw_dataset.py``)
+  keep every sample of the file, with no filter; their batches stack the galleries, which
+  works because the released files have one gallery size per task. recallkit scores every
+  sample with its own size, read from the data (:attr:`GeneCISTask.gallery_sizes`), so files
+  with mixed sizes are scored too.
 
-Ties: the official code sorts the scores with ``torch.sort`` (no defined order for equal scores),
-and puts the target first, so an implementation that breaks ties by position would favour the
-target. recallkit uses the **pessimistic** rule instead: the target ranks below every distractor
-with an equal score (``rank = #{distractors with score >= target's score}``). An exact duplicate
-of the target among the distractors therefore costs a rank. The rank comes from
-:func:`recallkit.ground_truth_ranks` on the candidates reordered as ``[*distractors, target]``
-(its lower-index-first rule then places the target after every tied distractor).
+Ties (``ties=``), when a distractor scores exactly as the target does:
+
+* ``"pessimistic"`` (default): the target ranks below every distractor with an equal score
+  (``rank = #{distractors with score >= target's score}``); an exact duplicate of the target
+  among the distractors costs a rank. The rank comes from :func:`recallkit.ground_truth_ranks`
+  on the candidates reordered as ``[*distractors, target]`` (its lower-index-first rule then
+  places the target after every tied distractor).
+* ``"official"``: the official script's order. ``validate`` sorts each row with
+  ``similarities.sort(dim=-1, descending=True)`` and looks for column 0; a stable descending
+  sort keeps equal scores in column order, so the target (column 0) comes first among them:
+  an optimistic rule (``rank = #{distractors with score > target's score}``). With
+  ``target_index`` the order is still the columns' (distractors left of the target win their
+  ties). ``torch.sort`` without ``stable=True`` promises no order for equal values; recallkit
+  takes the stable one, so the result is defined.
+
+The published GeneCIS numbers come from the official script: ``ties="official"`` follows its
+order and reproduces them. ``"pessimistic"`` never credits a tie to the target, so its recall
+is never higher. The two differ only on exact ties, which need identical candidates (features
+of different images practically never tie): in the released ``change_object.json`` one sample
+lists its target among its own distractors.
 """
 
 from __future__ import annotations
@@ -47,7 +62,12 @@ __all__ = [
 ]
 
 GENECIS_TASKS = ("focus_attribute", "change_attribute", "focus_object", "change_object")
-CONVENTION = "per-sample gallery [target, *gallery]; ties: target ranks below equal distractors"
+TIES = {
+    "pessimistic": "per-sample gallery [target, *gallery]; ties: target ranks below equal "
+    "distractors",
+    "official": "per-sample gallery [target, *gallery]; ties: column order, target first "
+    "(official script)",
+}
 
 
 @dataclass(frozen=True)
@@ -192,10 +212,22 @@ def _pessimistic_ranks(scores: np.ndarray, target: np.ndarray, sizes: np.ndarray
     distractors = scores[~is_target].reshape(n, width - 1)
     reordered = np.concatenate([distractors, scores[np.arange(n), target][:, None]], axis=1)
     # After removing the target, a sample's padding occupies columns sizes-1 .. width-2.
-    pads = columns[None, : width - 1] >= (sizes - 1)[:, None]
-    exclude = np.where(pads, columns[None, : width - 1], -1)
-    exclude = exclude if (exclude >= 0).any() else None
-    return np.asarray(ground_truth_ranks(reordered, np.full(n, width - 1), exclude=exclude))
+    return np.asarray(
+        ground_truth_ranks(reordered, np.full(n, width - 1), exclude=_padding(sizes - 1, width - 1))
+    )
+
+
+def _official_ranks(scores: np.ndarray, target: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Core ranks in column order (the official script's stable descending sort)."""
+    width = scores.shape[1]
+    return np.asarray(ground_truth_ranks(scores, target, exclude=_padding(sizes, width)))
+
+
+def _padding(valid: np.ndarray, width: int) -> np.ndarray | None:
+    """Per row, the columns at or beyond ``valid`` (padded -1), or None when there are none."""
+    columns = np.arange(width)
+    exclude = np.where(columns[None, :] >= valid[:, None], columns[None, :], -1)
+    return exclude if (exclude >= 0).any() else None
 
 
 def genecis_recall(
@@ -204,6 +236,7 @@ def genecis_recall(
     *,
     target_index: Any = None,
     gallery_sizes: Any = None,
+    ties: str = "pessimistic",
     task: str = "genecis",
 ) -> ProtocolResult:
     """GeneCIS recall@K from per-sample scores ``(n, candidates)``, target at column 0.
@@ -211,17 +244,22 @@ def genecis_recall(
     The layout is the official one (``[target, *gallery]``; the official ``validate`` saves
     exactly this matrix with ``--pred_save_name``). ``target_index`` gives another target column
     per sample; ``gallery_sizes`` the number of valid columns per sample when galleries differ
-    in size (columns beyond are ignored, NaN allowed there). Ties are pessimistic (module
-    docstring).
+    in size (columns beyond are ignored, NaN allowed there). ``ties`` is ``"pessimistic"``
+    (default: the target ranks below equal distractors) or ``"official"`` (the official
+    script's column order: the target at column 0 wins its ties, which reproduces the
+    published numbers); see the module docstring.
 
     >>> import numpy as np
     >>> s = np.array([[0.9, 0.1, 0.2], [0.5, 0.5, 0.1], [0.2, 0.7, 0.9]])
     >>> r = genecis_recall(s, ks=(1, 2))
     >>> r.per_query["ranks"].tolist(), dict(r)  # sample 1: the tie with a distractor costs a rank
     ([0, 1, 2], {'recall@1': 0.3333333333333333, 'recall@2': 0.6666666666666666})
+    >>> genecis_recall(s, ks=(1, 2), ties="official").per_query["ranks"].tolist()
+    [0, 0, 2]
     """
     func = "genecis_recall"
     ks = _common.check_ks(ks, func)
+    _common.check_choice(ties, tuple(TIES), func, "ties")
     matrix = _scores_with_padding(scores, gallery_sizes, func)
     n, width = matrix.shape
     if width < 1:
@@ -230,12 +268,14 @@ def genecis_recall(
     target = _check_target(target_index, sizes, func)
     if width == 1:
         ranks = np.zeros(n, dtype=np.int64)
+    elif ties == "official":
+        ranks = _official_ranks(matrix, target, sizes)
     else:
         ranks = _pessimistic_ranks(matrix, target, sizes)
     return ProtocolResult(
         f"GeneCIS {task}",
         recall_from_ranks(ranks, ks),
-        convention=CONVENTION,
+        convention=TIES[ties],
         num_queries=n,
         per_query={"ranks": ranks, "gallery_sizes": sizes},
     )
@@ -261,6 +301,7 @@ def genecis_recall_from_embeddings(
     *,
     target_index: Any = None,
     gallery_sizes: Any = None,
+    ties: str = "pessimistic",
     metric: str = "cosine",
     device: Any = None,
     task: str = "genecis",
@@ -277,9 +318,15 @@ def genecis_recall_from_embeddings(
     """
     func = "genecis_recall_from_embeddings"
     _common.check_metric(metric, func)
+    _common.check_choice(ties, tuple(TIES), func, "ties")
     scores = _common.candidate_scores(query, candidates, metric=metric, func=func, device=device)
     return genecis_recall(
-        scores, ks, target_index=target_index, gallery_sizes=gallery_sizes, task=task
+        scores,
+        ks,
+        target_index=target_index,
+        gallery_sizes=gallery_sizes,
+        ties=ties,
+        task=task,
     )
 
 
@@ -302,13 +349,18 @@ def genecis_summary(results: Mapping[str, ProtocolResult]) -> ProtocolResult:
         if "recall@1" not in result:
             raise _common.fail(func, "results", "results holding recall@1", f"none for {task!r}")
     parts = {t: results[t] for t in GENECIS_TASKS if t in results}
+    conventions = {r.convention for r in parts.values()}
+    if len(conventions) > 1:
+        raise _common.fail(
+            func, "results", "results under one tie rule", f"conventions {sorted(conventions)}"
+        )
     metrics = {}
     if len(parts) == len(GENECIS_TASKS):
         metrics["average_recall@1"] = float(np.mean([r["recall@1"] for r in parts.values()]))
     return ProtocolResult(
         "GeneCIS",
         metrics,
-        convention=CONVENTION,
+        convention=conventions.pop(),
         num_queries=sum(r.num_queries for r in parts.values()),
         parts=parts,
     )
