@@ -955,21 +955,19 @@ def slot_ranks(
 
 
 def merge_ranked(
-    index_a: torch.Tensor,
-    score_a: torch.Tensor,
-    index_b: torch.Tensor,
-    score_b: torch.Tensor,
-    k: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact top-``k`` of two ranked lists per row (global indices, -1 padding), tie rule kept."""
-    index = torch.cat([index_a, index_b], dim=1)
-    score = torch.cat([score_a, score_b], dim=1)
+    index: torch.Tensor, score: torch.Tensor, k: int, *payload: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """The exact top-``k`` per row of several ranked lists laid side by side (global indices,
+    ``-1`` padding), by higher score then lower index; ``payload`` tensors follow their items.
+
+    Returns ``(index, score, *payload)``, each ``(c, k)``.
+    """
     score = torch.where(index >= 0, score, torch.full_like(score, -torch.inf))
     key = torch.where(index >= 0, index, torch.full_like(index, SENTINEL))
     order = torch.sort(key, dim=1, stable=True).indices
-    index, score = index.gather(1, order), score.gather(1, order)
-    order = torch.sort(-score, dim=1, stable=True).indices[:, :k]
-    return index.gather(1, order), score.gather(1, order)
+    order = order.gather(1, torch.sort(-score.gather(1, order), dim=1, stable=True).indices)
+    order = order[:, :k]
+    return tuple(t.gather(1, order) for t in (index, score, *payload))
 
 
 def ranked_chunk(
@@ -1017,7 +1015,9 @@ def ranked_chunk(
         if space.single is not None:
             index, value = new_index, new_value
         else:
-            index, value = merge_ranked(index, value, new_index, new_value, kmax)
+            index, value = merge_ranked(
+                torch.cat([index, new_index], 1), torch.cat([value, new_value], 1), kmax
+            )
     beyond = torch.arange(kmax)[None, :] >= ks[:, None]
     index[beyond], value[beyond] = -1, -torch.inf
     return index, value

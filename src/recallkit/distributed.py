@@ -30,6 +30,8 @@ import torch
 import torch.distributed as dist
 
 from recallkit import _checks, _engine
+from recallkit.ranking import _precision_sum
+from recallkit.recall import result_from_ranks
 from recallkit.result import RecallResult
 
 _OPS = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "sum": dist.ReduceOp.SUM}
@@ -163,144 +165,181 @@ def evaluate_sharded(
     """
     func = "evaluate_sharded"
     ks = _checks.check_ks(ks, func)
+    if chunk_size is not None:
+        chunk_size = _checks.check_positive_int(chunk_size, func, "chunk_size")
     if not dist.is_available() or not dist.is_initialized():
         raise _checks.fail(
             func, "group", "an initialised torch.distributed process group", "no process group"
         )
     _checks.check_metric(metric, func)
-    q = _checks.as_embeddings(embeddings, "embeddings", func)
-    dev = _engine.resolve_device(device, q)
-    comm_device = dev if dist.get_backend(group) == "nccl" else torch.device("cpu")
-    comm = _Comm(group, comm_device)
-    q_labels = _int_values(labels, q.shape[0], "labels", func)
-    q_index = _check_indices(_int_values(indices, q.shape[0], "indices", func), "indices", func)
-    q_ids = _int_values(ids, q.shape[0], "ids", func) if ids is not None else None
-    leave_one_out = reference is None
-    if leave_one_out:
-        r, r_labels, r_index, r_ids = q, q_labels, q_index, q_ids
+    q = _Shard.of(embeddings, labels, indices, ids, "", func)
+    if reference is None:
+        r = q
     else:
-        r = _checks.as_embeddings(reference, "reference", func)
-        r_labels = _int_values(reference_labels, r.shape[0], "reference_labels", func)
         if reference_indices is None:
             raise _checks.fail(func, "reference_indices", "given with 'reference'", None)
-        r_index = _check_indices(
-            _int_values(reference_indices, r.shape[0], "reference_indices", func),
-            "reference_indices",
+        if ids is not None and reference_ids is None:
+            raise _checks.fail(func, "reference_ids", "given with 'ids'", None)
+        r = _Shard.of(
+            reference,
+            reference_labels,
+            reference_indices,
+            reference_ids if ids is not None else None,
+            "reference_",
             func,
         )
-        r_ids = None
-        if q_ids is not None:
-            if reference_ids is None:
-                raise _checks.fail(func, "reference_ids", "given with 'ids'", None)
-            r_ids = _int_values(reference_ids, r.shape[0], "reference_ids", func)
-    if r.shape[1] != q.shape[1]:
-        raise _checks.fail(func, "reference", f"of dimension {q.shape[1]}", r.shape[1])
+        if r.rows.shape[1] != q.rows.shape[1]:
+            raise _checks.fail(
+                func, "reference", f"of dimension {q.rows.shape[1]}", r.rows.shape[1]
+            )
+    dev = _engine.resolve_device(device, q.rows)
+    comm_device = dev if dist.get_backend(group) == "nccl" else torch.device("cpu")
+    comm = _Comm(group, comm_device)
+    leave_one_out = reference is None
 
     # The local reference block: first occurrences only, sorted by dataset index.
-    keep_r = _first_occurrences(comm, r_index)
-    order = torch.argsort(r_index[keep_r])
-    r_rows = torch.nonzero(keep_r)[:, 0][order]
-    fdtype = _engine.filter_dtype(_engine.work_dtype(q.dtype), _engine.work_dtype(r.dtype))
+    keep_r = _first_occurrences(comm, r.index)
+    r_rows = torch.nonzero(keep_r)[:, 0][torch.argsort(r.index[keep_r])]
+    fdtype = _engine.filter_dtype(
+        _engine.work_dtype(q.rows.dtype), _engine.work_dtype(r.rows.dtype)
+    )
     block = _engine.make_block(
-        r[r_rows], 0, func, metric, dev, fdtype, global_index=r_index[r_rows].to(dev)
+        r.rows[r_rows], 0, func, metric, dev, fdtype, global_index=r.index[r_rows].to(dev)
     )
     space = _engine.Space(
-        _engine.prepare_rows(q[:0], "embeddings", func, metric, dev),
+        _engine.prepare_rows(q.rows[:0], "embeddings", func, metric, dev),
         metric,
         int(r_rows.numel()),
-        q.shape[1],
+        q.rows.shape[1],
         dev,
         lambda: iter(()),
         single=block,
         filter_dtype=fdtype,
     )
-    ref_labels = r_labels[r_rows].numpy()
-    ref_ids = r_ids[r_rows].numpy() if r_ids is not None else None
+    ref_labels = r.labels[r_rows].numpy()
+    ref_ids = r.ids[r_rows].numpy() if r.ids is not None else None
     total_reference = int(
         comm.reduce("sum", torch.tensor([r_rows.numel()], device=comm.device)).item()
     )
-
-    keep_q = _first_occurrences(comm, q_index) if not leave_one_out else keep_r
+    keep_q = _first_occurrences(comm, q.index) if not leave_one_out else keep_r
     q_rows = torch.nonzero(keep_q)[:, 0]
+    local_q = _engine.prepare_rows(q.rows[q_rows], "embeddings", func, metric, dev).raw
+    meta = torch.stack(
+        [
+            q.labels[q_rows],
+            q.index[q_rows],
+            q.ids[q_rows] if q.ids is not None else torch.zeros(len(q_rows), dtype=torch.int64),
+        ]
+    )
     sizes = [int(s) for s in comm.all_gather(torch.tensor([q_rows.numel()], device=comm.device))]
-    local_q = _engine.prepare_rows(q[q_rows], "embeddings", func, metric, dev).raw
     size = chunk_size or _engine.chunk_rows(space, None)
 
-    all_index, all_ranks, all_ap, all_rprec, all_r = [], [], [], [], []
+    parts: list[tuple[torch.Tensor, ...]] = []
     for owner in range(comm.world):
-        for start in range(0, sizes[owner], size):
-            stop = min(start + size, sizes[owner])
-            c = stop - start
-            if comm.rank == owner:
-                chunk = local_q[start:stop]
-                meta = torch.stack(
-                    [
-                        q_labels[q_rows[start:stop]],
-                        q_index[q_rows[start:stop]],
-                        q_ids[q_rows[start:stop]]
-                        if q_ids is not None
-                        else torch.zeros(c, dtype=torch.int64),
-                    ]
+        for start, stop in _engine.chunks(sizes[owner], size):
+            mine = comm.rank == owner
+            raw = comm.broadcast(
+                local_q[start:stop]
+                if mine
+                else torch.empty((stop - start, q.rows.shape[1]), dtype=local_q.dtype),
+                owner,
+            ).to(dev)
+            c_meta = comm.broadcast(
+                meta[:, start:stop] if mine else torch.empty((3, stop - start), dtype=torch.int64),
+                owner,
+            ).cpu()
+            parts.append(
+                _chunk_statistics(
+                    comm,
+                    space,
+                    block,
+                    _engine.Rows.of(raw),
+                    c_meta.numpy(),
+                    ref_labels,
+                    ref_ids,
+                    leave_one_out,
+                    ranking_metrics,
                 )
-            else:
-                chunk = torch.empty((c, q.shape[1]), dtype=local_q.dtype)
-                meta = torch.empty((3, c), dtype=torch.int64)
-            raw = comm.broadcast(chunk, owner).to(dev)
-            chunk = _engine.Rows.of(raw)
-            meta = comm.broadcast(meta, owner).cpu()
-            c_labels, c_index, c_ids = meta.numpy()
-            positives = _engine.LabelPositives(c_labels, ref_labels)
-            excluded = []
-            if leave_one_out:
-                excluded.append(
-                    _to_global(
-                        _engine.Pairs.by_code(c_index, block.global_index.cpu().numpy()), block
-                    )
-                )
-            if ref_ids is not None:
-                excluded.append(_to_global(_engine.Pairs.by_code(c_ids, ref_ids), block))
-            bound = int(block.global_index.max()) + 1 if block.rows else 1
-            exclusions = _engine.Pairs.union(excluded, c, bound) if excluded else None
-            ranks = _engine.threshold_ranks(
-                space, chunk, 0, c, exclusions, positives=positives, reduce=comm.reduce
-            )[:, 0]
-            counts = torch.from_numpy(positives.num_relevant(exclusions, block))
-            r_count = comm.reduce("sum", counts.to(comm.device)).cpu()
-            all_index.append(torch.from_numpy(c_index.copy()))
-            all_ranks.append(ranks.cpu())
-            all_r.append(r_count)
-            if ranking_metrics:
-                rel = _global_top_r(
-                    comm, space, chunk, c, r_count, exclusions, block, ref_labels, c_labels
-                )
-                positions = torch.arange(1, rel.shape[1] + 1, dtype=torch.float64)
-                hits = rel.to(torch.float64)
-                ap = (hits.cumsum(1) / positions * hits).sum(1)
-                all_ap.append(ap)
-                all_rprec.append(hits.sum(1))
-    index = torch.cat(all_index)
+            )
+    index = torch.cat([p[0] for p in parts])
     order = torch.argsort(index)
-    first_hit = torch.cat(all_ranks)[order].numpy()
-    r_total = torch.cat(all_r)[order].numpy()
-    candidates = total_reference - int(leave_one_out)
-    effective = tuple(min(k, max(candidates, 1)) for k in ks)
-    recall = RecallResult(
+    first_hit, r_total = (torch.cat([p[i] for p in parts])[order].numpy() for i in (1, 2))
+    recall = result_from_ranks(
         ks,
-        effective,
         first_hit,
+        candidates=total_reference - int(leave_one_out),
         num_reference=total_reference,
-        embedding_dim=q.shape[1],
+        embedding_dim=q.rows.shape[1],
         query_ids=index[order].tolist(),
     )
     map_r = rprec = None
-    if ranking_metrics:
-        ok = r_total > 0
-        if ok.any():
-            ap = torch.cat(all_ap)[order].numpy()
-            hits = torch.cat(all_rprec)[order].numpy()
-            map_r = float((ap[ok] / r_total[ok]).mean())
-            rprec = float((hits[ok] / r_total[ok]).mean())
+    ok = r_total > 0
+    if ranking_metrics and ok.any():
+        ap, hits = (torch.cat([p[i] for p in parts])[order].numpy() for i in (3, 4))
+        map_r = float((ap[ok] / r_total[ok]).mean())
+        rprec = float((hits[ok] / r_total[ok]).mean())
     return ShardedResult(recall, map_r, rprec, comm.bytes)
+
+
+@dataclass
+class _Shard:
+    """One process's rows with their integer labels, dataset indices and ids."""
+
+    rows: torch.Tensor
+    labels: torch.Tensor
+    index: torch.Tensor
+    ids: torch.Tensor | None
+
+    @classmethod
+    def of(cls, rows: Any, labels: Any, index: Any, ids: Any, prefix: str, func: str) -> _Shard:
+        name = f"{prefix}embeddings" if prefix else "embeddings"
+        x = _checks.as_embeddings(rows, "reference" if prefix else name, func)
+        n = x.shape[0]
+        return cls(
+            x,
+            _int_values(labels, n, f"{prefix}labels", func),
+            _check_indices(
+                _int_values(index, n, f"{prefix}indices", func), f"{prefix}indices", func
+            ),
+            _int_values(ids, n, f"{prefix}ids", func) if ids is not None else None,
+        )
+
+
+def _chunk_statistics(
+    comm: _Comm,
+    space: _engine.Space,
+    block: _engine.Block,
+    chunk: _engine.Rows,
+    meta: np.ndarray,
+    ref_labels: np.ndarray,
+    ref_ids: np.ndarray | None,
+    leave_one_out: bool,
+    ranking_metrics: bool,
+) -> tuple[torch.Tensor, ...]:
+    """One broadcast chunk's global results: dataset indices, first-hit ranks, R, and (for the
+    ranking metrics) each query's MAP@R numerator and hits within its top R."""
+    c_labels, c_index, c_ids = meta
+    c = len(c_labels)
+    positives = _engine.LabelPositives(c_labels, ref_labels)
+    excluded = []
+    if leave_one_out:
+        own = _engine.Pairs.by_code(c_index, block.global_index.cpu().numpy())
+        excluded.append(_to_global(own, block))
+    if ref_ids is not None:
+        excluded.append(_to_global(_engine.Pairs.by_code(c_ids, ref_ids), block))
+    bound = int(block.global_index.max()) + 1 if block.rows else 1
+    exclusions = _engine.Pairs.union(excluded, c, bound) if excluded else None
+    ranks = _engine.threshold_ranks(
+        space, chunk, 0, c, exclusions, positives=positives, reduce=comm.reduce
+    )[:, 0]
+    counts = torch.from_numpy(positives.num_relevant(exclusions, block))
+    r_count = comm.reduce("sum", counts.to(comm.device)).cpu()
+    out = [torch.from_numpy(c_index.copy()), ranks.cpu(), r_count]
+    if ranking_metrics:
+        rel = _global_top_r(comm, space, chunk, c, r_count, exclusions, block, ref_labels, c_labels)
+        relevant = rel.numpy()
+        out += [torch.from_numpy(_precision_sum(relevant)), torch.from_numpy(relevant.sum(1))]
+    return tuple(out)
 
 
 def _to_global(pairs: _engine.Pairs, block: _engine.Block) -> _engine.Pairs:
@@ -338,13 +377,7 @@ def _global_top_r(
     )
     packed = torch.stack([index.to(torch.float64), value.to(torch.float64), rel.to(torch.float64)])
     gathered = [g.cpu() for g in comm.all_gather(packed.to(comm.device))]
-    idx = torch.cat([g[0] for g in gathered], 1).to(torch.int64)
-    val = torch.cat([g[1] for g in gathered], 1)
-    hit = torch.cat([g[2] for g in gathered], 1)
-    key = torch.where(idx >= 0, idx, torch.full_like(idx, _engine.SENTINEL))
-    first = torch.sort(key, dim=1, stable=True).indices
-    val, hit = val.gather(1, first), hit.gather(1, first)
-    best = torch.sort(-val, dim=1, stable=True).indices[:, :width]
-    hit = hit.gather(1, best)
+    idx, val, hit = (torch.cat([g[i] for g in gathered], 1) for i in range(3))
+    _, _, hit = _engine.merge_ranked(idx.to(torch.int64), val, width, hit)
     beyond = torch.arange(width)[None, :] >= r_count[:, None]
     return (hit > 0) & ~beyond

@@ -119,7 +119,9 @@ class ExactKNN:
             # score = 2 q·r - |r|², so |q - r|² = |q|² - score.
             scores = ((q * q).sum(dim=1, keepdim=True) - scores).clamp(min=0).sqrt()
         out_device = query.device if tensor_input else indices.device
-        return scores.to(out_device), indices.to(out_device)
+        # Exact float64 scores, returned in the query's floating type as PML's knn_funcs do.
+        dtype = query.dtype if query.is_floating_point() else torch.float64
+        return scores.to(out_device, dtype), indices.to(out_device)
 
 
 def _checked_embeddings(

@@ -104,7 +104,27 @@ def _result(
     ks: tuple[int, ...], ranks: Any, problem: _labelform.LabelProblem, query_ids: Any
 ) -> RecallResult:
     space = problem.space
-    candidates = space.num_reference - int(problem.query_in_reference)
+    return result_from_ranks(
+        ks,
+        ranks,
+        candidates=space.num_reference - int(problem.query_in_reference),
+        num_reference=space.num_reference,
+        embedding_dim=space.dim,
+        query_ids=None if query_ids is None else list(_plain(query_ids)),
+    )
+
+
+def result_from_ranks(
+    ks: tuple[int, ...],
+    ranks: Any,
+    *,
+    candidates: int,
+    num_reference: int,
+    embedding_dim: int,
+    query_ids: list[Any] | None = None,
+) -> RecallResult:
+    """The :class:`RecallResult` of first-hit ranks: K above the ``candidates`` per query is
+    clamped (with a warning), and all-lone queries give NaN (with a warning)."""
     effective = tuple(min(k, max(candidates, 1)) for k in ks)
     if effective != ks:
         warnings.warn(
@@ -112,22 +132,22 @@ def _result(
             f"exceed the {candidates} candidates per query and are clamped; every query "
             "with a correct neighbour is a hit there.",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     result = RecallResult(
         ks,
         effective,
         ranks,
-        num_reference=space.num_reference,
-        embedding_dim=space.dim,
-        query_ids=None if query_ids is None else list(_plain(query_ids)),
+        num_reference=num_reference,
+        embedding_dim=embedding_dim,
+        query_ids=query_ids,
     )
     if result.num_evaluated == 0:
         warnings.warn(
             f"recall_at_k: all {result.num_queries} queries are lone (no reference item has "
             "their label after self-exclusion); recall is undefined and reported as NaN.",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     return result
 
