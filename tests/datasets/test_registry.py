@@ -22,7 +22,7 @@ from recallkit.datasets import (
     protocol_table,
 )
 
-README_SECTION = Path(__file__).resolve().parents[2] / "README.md"
+README_SECTION = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 
 
 def test_registry_names_and_loaders():
