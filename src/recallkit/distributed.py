@@ -163,6 +163,7 @@ def evaluate_sharded(
     """
     func = "evaluate_sharded"
     ks = _checks.check_ks(ks, func)
+    chunk_size = _checks.check_chunk_size(chunk_size, func)
     if not dist.is_available() or not dist.is_initialized():
         raise _checks.fail(
             func, "group", "an initialised torch.distributed process group", "no process group"
