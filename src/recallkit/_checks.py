@@ -21,17 +21,18 @@ def fail(func: str, name: str, requirement: str, got: Any) -> ValueError:
     return ValueError(f"The '{name}' parameter of {func} must be {requirement}. Got {got}.")
 
 
-def as_embeddings(x: Any, name: str, func: str) -> torch.Tensor:
-    """Return ``x`` as a 2-D floating torch tensor (no copy where possible), rejecting bad input.
+def as_embeddings(x: Any, name: str, func: str, *, ndim: int = 2) -> torch.Tensor:
+    """Return ``x`` as an ``ndim``-D floating torch tensor (no copy where possible), or raise.
 
     Accepts dense torch tensors and numpy arrays (memory-mapped arrays too) of real numbers, and
     nested sequences of numbers. Integer arrays are converted to float64
     (exact up to 2**53; larger magnitudes raise); numpy float types wider
     than float64 (``np.longdouble``) are converted to float64, the widest type the scores are
     computed in (a value beyond the float64 range raises); big-endian arrays are converted to
-    the native byte order. Empty, non-2-D, NaN and infinite inputs raise ``ValueError``, and so do
-    object, string, bytes, boolean, complex and date arrays, sparse, quantized and meta-device
-    tensors.
+    the native byte order. Empty, wrongly shaped, NaN and infinite inputs raise ``ValueError``,
+    and so do object, string, bytes, boolean, complex and date arrays, sparse, quantized and
+    meta-device tensors. ``ndim`` is 2 for ``(n, d)`` embeddings (the default) and 3 for ``g``
+    candidates per query, ``(n, g, d)``.
     """
     if isinstance(x, torch.Tensor):
         tensor = _dense_tensor(x, name, func)
@@ -50,12 +51,15 @@ def as_embeddings(x: Any, name: str, func: str) -> torch.Tensor:
         tensor = torch.from_numpy(array.astype(np.float64))
     else:
         raise fail(func, name, "a torch.Tensor, numpy.ndarray or nested sequence", type(x).__name__)
-    if tensor.ndim != 2:
-        raise fail(func, name, "a 2-D array of shape (n, d)", f"shape {tuple(tensor.shape)}")
+    if tensor.ndim != ndim:
+        shape = "(n, d)" if ndim == 2 else "(n, g, d)"
+        raise fail(func, name, f"a {ndim}-D array of shape {shape}", f"shape {tuple(tensor.shape)}")
     if tensor.shape[0] == 0:
         raise fail(func, name, "non-empty", "0 rows")
-    if tensor.shape[1] == 0:
+    if tensor.shape[-1] == 0:
         raise fail(func, name, "of positive dimension", "d = 0")
+    if 0 in tensor.shape:
+        raise fail(func, name, "non-empty", f"shape {tuple(tensor.shape)}")
     if tensor.is_complex() or tensor.dtype == torch.bool:
         raise fail(func, name, "real-valued", tensor.dtype)
     if not tensor.is_floating_point():
@@ -120,15 +124,24 @@ def check_zero_rows(norms: torch.Tensor, offset: int, name: str, func: str) -> N
         raise fail(func, name, "non-zero rows under metric='cosine'", f"a zero vector in row {row}")
 
 
-def check_metric(metric: str, func: str) -> str:
+def check_choice(value: Any, choices: Sequence[str], func: str, name: str) -> str:
+    """Return ``value`` if it is one of ``choices``."""
+    if value not in choices:
+        raise fail(func, name, f"one of {tuple(choices)}", repr(value))
+    return value
+
+
+def check_metric(metric: Any, func: str) -> str:
     """Return ``metric`` if it is one of :data:`METRICS`."""
-    if metric not in METRICS:
-        raise fail(func, "metric", f"one of {METRICS}", repr(metric))
-    return metric
+    return check_choice(metric, METRICS, func, "metric")
 
 
 def check_ks(ks: Any, func: str, name: str = "ks") -> tuple[int, ...]:
-    """Return ``ks`` as a non-empty tuple of positive Python ints."""
+    """Return ``ks`` as a non-empty tuple of distinct positive Python ints, in the given order.
+
+    A single integer is one K. A K given twice is refused: each K names one value of the result
+    (``"recall@K"``), so a repeat would be silently dropped.
+    """
     if isinstance(ks, numbers.Integral) and not isinstance(ks, bool):
         ks = (ks,)
     if not isinstance(ks, Sequence | np.ndarray) or isinstance(ks, str) or len(ks) == 0:
@@ -138,6 +151,9 @@ def check_ks(ks: Any, func: str, name: str = "ks") -> tuple[int, ...]:
         if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k <= 0:
             raise fail(func, name, "positive integers", repr(k))
         out.append(int(k))
+    repeated = [k for i, k in enumerate(out) if k in out[:i]]
+    if repeated:
+        raise fail(func, name, "distinct (each K once)", f"{out}, with {repeated[0]} twice")
     return tuple(out)
 
 
@@ -146,6 +162,13 @@ def check_positive_int(value: Any, func: str, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
         raise fail(func, name, "a positive integer", repr(value))
     return int(value)
+
+
+def check_chunk_size(chunk_size: Any, func: str) -> int | None:
+    """Return ``chunk_size`` (query rows per chunk) as an int, or ``None`` for the default size."""
+    if chunk_size is None:
+        return None
+    return check_positive_int(chunk_size, func, "chunk_size")
 
 
 def check_length(values: Any, expected: int, name: str, func: str, of: str) -> None:
@@ -187,3 +210,41 @@ def as_integers(values: Any, func: str, name: str, what: str = "integers") -> np
         return np.asarray(values, dtype=np.int64)
     except OverflowError:
         raise fail(func, name, what, "a value beyond int64") from None
+
+
+def as_scores(scores: Any, func: str, name: str = "scores") -> np.ndarray:
+    """A non-empty 2-D numpy array of similarities (higher is better); NaN is refused.
+
+    Float64 stays float64; every other real type becomes float32 (float16 and bfloat16 exactly).
+    """
+    if isinstance(scores, torch.Tensor):
+        tensor = scores.detach().cpu()
+        if tensor.dtype in (torch.float16, torch.bfloat16):
+            tensor = tensor.to(torch.float32)
+        scores = tensor.numpy()
+    if not isinstance(scores, np.ndarray):
+        raise fail(func, name, "a torch.Tensor or numpy.ndarray", type(scores).__name__)
+    if scores.ndim != 2 or scores.shape[0] == 0 or scores.shape[1] == 0:
+        raise fail(func, name, "a non-empty 2-D array", f"shape {scores.shape}")
+    if scores.dtype.kind not in "fiu":
+        raise fail(func, name, "real-valued", scores.dtype)
+    if scores.dtype != np.float64:
+        scores = scores.astype(np.float32)
+    if np.isnan(scores).any():
+        row = int(np.nonzero(np.isnan(scores).any(axis=1))[0][0])
+        raise fail(func, name, "free of NaN", f"NaN in row {row}")
+    return scores
+
+
+def check_rows(x: Any, expected: int, func: str, name: str, what: str) -> None:
+    """Raise unless ``x`` has ``expected`` rows (one per ``what``)."""
+    rows = int(x.shape[0]) if hasattr(x, "shape") and len(x.shape) else len(x)
+    if rows != expected:
+        raise fail(func, name, f"one row per {what} ({expected} rows)", f"{rows} rows")
+
+
+def check_columns(x: Any, expected: int, func: str, name: str, what: str) -> None:
+    """Raise unless ``x`` has ``expected`` columns (one per ``what``)."""
+    cols = int(x.shape[1])
+    if cols != expected:
+        raise fail(func, name, f"one column per {what} ({expected} columns)", f"{cols} columns")

@@ -165,8 +165,7 @@ def evaluate_sharded(
     """
     func = "evaluate_sharded"
     ks = _checks.check_ks(ks, func)
-    if chunk_size is not None:
-        chunk_size = _checks.check_positive_int(chunk_size, func, "chunk_size")
+    chunk_size = _checks.check_chunk_size(chunk_size, func)
     if not dist.is_available() or not dist.is_initialized():
         raise _checks.fail(
             func, "group", "an initialised torch.distributed process group", "no process group"

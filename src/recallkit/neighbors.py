@@ -41,8 +41,7 @@ def nearest_neighbors(
     """
     func = "nearest_neighbors"
     k = _checks.check_positive_int(k, func, "k")
-    if chunk_size is not None:
-        chunk_size = _checks.check_positive_int(chunk_size, func, "chunk_size")
+    chunk_size = _checks.check_chunk_size(chunk_size, func)
     space = _engine.prepare(query, reference, metric, device, func)
     n, m = space.num_query, space.num_reference
     parts = []

@@ -70,9 +70,7 @@ class ExactKNN:
     ) -> None:
         func = "ExactKNN"
         self.metric = _checks.check_metric(metric, func)
-        if chunk_size is not None:
-            chunk_size = _checks.check_positive_int(chunk_size, func, "chunk_size")
-        self.chunk_size = chunk_size
+        self.chunk_size = _checks.check_chunk_size(chunk_size, func)
         self.device = device
 
     def __call__(

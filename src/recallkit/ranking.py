@@ -4,7 +4,7 @@ AP@K is computed with four different divisors in the field. Here the divisor is 
 
 * ``"min_k_r"`` (default): ``min(K, R)``, the CIRCO official evaluation (Baldrati et al. 2023);
   a perfect ranking scores 1.
-* ``"r"``: ``R``, every relevant item (PML's ``mean_average_precision``; the SQUARE seed recipe).
+* ``"r"``: ``R``, every relevant item (PML's ``mean_average_precision``; SQUARE, Wu et al. 2025).
 * ``"hits"``: the relevant items found within the top K (torchmetrics
   ``retrieval_average_precision``
   with ``top_k``, OML); a query with no hit scores 0.
@@ -23,12 +23,6 @@ import torch
 from recallkit import _checks, _engine, _labelform
 
 DIVISORS = ("min_k_r", "r", "hits")
-
-
-def _check_divisor(divisor: str, func: str) -> str:
-    if divisor not in DIVISORS:
-        raise _checks.fail(func, "divisor", f"one of {DIVISORS}", repr(divisor))
-    return divisor
 
 
 def _rank_rows(relevant_ranks: Any, func: str) -> np.ndarray:
@@ -114,7 +108,7 @@ def average_precision_at_k(
     """
     func = "average_precision_at_k"
     k = _checks.check_positive_int(k, func, "k")
-    _check_divisor(divisor, func)
+    _checks.check_choice(divisor, DIVISORS, func, "divisor")
     ranks = _rank_rows(relevant_ranks, func)
     given = (ranks >= 0).sum(axis=1)
     if num_relevant is None:
@@ -186,8 +180,7 @@ def _at_r(
 def _problem(func: str, chunk_size: int | None, *args: Any, **options: Any) -> tuple[
     _labelform.LabelProblem, int | None
 ]:
-    if chunk_size is not None:
-        chunk_size = _checks.check_positive_int(chunk_size, func, "chunk_size")
+    chunk_size = _checks.check_chunk_size(chunk_size, func)
     return _labelform.build(func, *args, **options), chunk_size
 
 
@@ -305,7 +298,7 @@ def map_at_k(
     """
     func = "map_at_k"
     k = _checks.check_positive_int(k, func, "k")
-    _check_divisor(divisor, func)
+    _checks.check_choice(divisor, DIVISORS, func, "divisor")
     problem, chunk_size = _problem(
         func,
         chunk_size,

@@ -16,6 +16,8 @@ import torch
 
 from recallkit import _checks, _engine, _kernels
 
+REDUCTIONS = ("min", "none")
+
 
 def _targets(
     ground_truth: Any,
@@ -115,11 +117,6 @@ def _reduce(ranks: np.ndarray, single: bool, reduce: str) -> np.ndarray:
     return masked.min(axis=1)
 
 
-def _check_reduce(reduce: str, func: str) -> None:
-    if reduce not in ("min", "none"):
-        raise _checks.fail(func, "reduce", "'min' or 'none'", repr(reduce))
-
-
 def ground_truth_ranks(
     scores: Any, ground_truth: Any, *, exclude: Any = None, reduce: str = "min"
 ) -> np.ndarray:
@@ -140,7 +137,7 @@ def ground_truth_ranks(
     array([[1, 2]])
     """
     func = "ground_truth_ranks"
-    _check_reduce(reduce, func)
+    _checks.check_choice(reduce, REDUCTIONS, func, "reduce")
     matrix = score_matrix(scores, func)
     n, m = matrix.shape
     targets, single = _targets(ground_truth, n, m, func)
@@ -198,9 +195,8 @@ def ground_truth_ranks_from_embeddings(
     [0, 2, 1]
     """
     func = "ground_truth_ranks_from_embeddings"
-    _check_reduce(reduce, func)
-    if chunk_size is not None:
-        chunk_size = _checks.check_positive_int(chunk_size, func, "chunk_size")
+    _checks.check_choice(reduce, REDUCTIONS, func, "reduce")
+    chunk_size = _checks.check_chunk_size(chunk_size, func)
     space = _engine.prepare(query, reference, metric, device, func)
     targets, single = _targets(ground_truth, space.num_query, space.num_reference, func)
     exclusions = _exclusion(exclude, targets, space.num_reference, func)
@@ -230,11 +226,11 @@ def recall_from_ranks(ranks: Any, ks: Sequence[int]) -> dict[str, float]:
 
 
 def recall_at_k_from_scores(sim_matrix: Any, ground_truth: Any, ks: Sequence[int]) -> list[float]:
-    """Recall@K from a similarity matrix and one ground-truth index per query (seed 001).
+    """Recall@K from a similarity matrix and one ground-truth index per query, rounded.
 
-    Ranks are 0-indexed with ties broken by the lower gallery index
-    (:func:`ground_truth_ranks`); each value is ``round(count(rank < K) / n, 4)``, returned as
-    a list in the order of ``ks``.
+    Ranks follow the 0-indexed, lower-index-first rank convention (:func:`ground_truth_ranks`:
+    ties broken by the lower gallery index); each value is ``round(count(rank < K) / n, 4)``,
+    returned as a list in the order of ``ks``.
 
     >>> sim = [[0.9, 0.1, 0.5], [0.3, 0.3, 0.2], [0.1, 0.2, 0.3]]
     >>> recall_at_k_from_scores(sim, [0, 1, 0], [1, 2])

@@ -79,8 +79,7 @@ def recall_at_k(
     """
     func = "recall_at_k"
     ks = _checks.check_ks(ks, func)
-    if chunk_size is not None:
-        chunk_size = _checks.check_positive_int(chunk_size, func, "chunk_size")
+    chunk_size = _checks.check_chunk_size(chunk_size, func)
     problem = _labelform.build(
         func,
         query,

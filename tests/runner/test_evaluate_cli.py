@@ -151,7 +151,7 @@ def test_leave_one_out_folder_excludes_self(cli, tmp_path, make_image, encoder_m
         "--cache-dir", tmp_path / "cache", "--json", tmp_path / "r.json",
     )  # fmt: skip
     assert res.rc == 0, res.err
-    assert "num queries:   4" in res.out
+    assert "num queries:   5\n  num excluded:  1\n" in res.out
     assert "recall@1: 1.0000" in res.out
     assert "1 of 5 queries have no gallery image" in res.err
 

@@ -83,30 +83,53 @@ def load_cars196(
         check_images=check_images,
         crop=crop,
     )
-    annos = root_path / "cars_annos.mat"
+    relative, classes, boxes, entry, files = _read_annotations(root_path)
+    _check_entries(relative, classes, entry)
+    bboxes = _crop_boxes(boxes, entry) if crop else None
+    splits = _files.splits_by_label_range(_NAME, root_path, relative, classes, bboxes)
+    return _files.finish(
+        _NAME,
+        root_path,
+        splits,
+        files,
+        allow_partial=allow_partial,
+        skip_missing=skip_missing,
+        check_images=check_images,
+    )
+
+
+def _read_annotations(
+    root: Path,
+) -> tuple[list[str], np.ndarray, np.ndarray, list[str], list[Path]]:
+    """Image paths, classes, MATLAB boxes, error locations and files read, of either packaging.
+
+    ``cars_annos.mat`` (with ``car_ims/``) when present, else the devkit's train and test files.
+    """
+    annos = root / "cars_annos.mat"
     if annos.is_file():
         fields = _read_struct(annos, "annotations", ("relative_im_path", "class", *_BOX_FIELDS))
         relative = _strings(fields["relative_im_path"], "relative_im_path", annos)
         classes = _ints(fields["class"], "class", annos)
         boxes = np.stack([_ints(fields[f], f, annos) for f in _BOX_FIELDS], axis=1)
-        files = [annos]
-        entry = _entry_names(annos, len(relative))
-    else:
-        train_file, test_file = _devkit_files(root_path)
-        relative, class_parts, box_parts, entry = [], [], [], []
-        for path, image_folder in ((train_file, "cars_train"), (test_file, "cars_test")):
-            fields = _read_struct(path, "annotations", ("fname", "class", *_BOX_FIELDS))
-            names = _strings(fields["fname"], "fname", path)
-            relative.extend(f"{image_folder}/{name}" for name in names)
-            class_parts.append(_ints(fields["class"], "class", path))
-            box_parts.append(
-                np.stack([_ints(fields[f], f, path) for f in _BOX_FIELDS], axis=1).reshape(-1, 4)
-            )
-            entry.extend(_entry_names(path, len(names)))
-        classes = np.concatenate(class_parts)
-        boxes = np.concatenate(box_parts)
-        files = [train_file, test_file]
+        return relative, classes, boxes, _entry_names(annos, len(relative)), [annos]
+    train_file, test_file = _devkit_files(root)
+    relative, class_parts, box_parts, entry = [], [], [], []
+    for path, image_folder in ((train_file, "cars_train"), (test_file, "cars_test")):
+        fields = _read_struct(path, "annotations", ("fname", "class", *_BOX_FIELDS))
+        names = _strings(fields["fname"], "fname", path)
+        relative.extend(f"{image_folder}/{name}" for name in names)
+        class_parts.append(_ints(fields["class"], "class", path))
+        box_parts.append(
+            np.stack([_ints(fields[f], f, path) for f in _BOX_FIELDS], axis=1).reshape(-1, 4)
+        )
+        entry.extend(_entry_names(path, len(names)))
+    classes = np.concatenate(class_parts)
+    boxes = np.concatenate(box_parts)
+    return relative, classes, boxes, entry, [train_file, test_file]
 
+
+def _check_entries(relative: list[str], classes: np.ndarray, entry: list[str]) -> None:
+    """Raise on a class outside 1–196 or an image listed twice, naming the entry."""
     bad = np.flatnonzero((classes < 1) | (classes > 196))
     if bad.size:
         i = int(bad[0])
@@ -121,33 +144,25 @@ def load_cars196(
                     f"{entry[i]}: duplicate image {rel!r}, also listed at {entry[first[rel]]}."
                 )
             first[rel] = i
-    bboxes = None
-    if crop:
-        bboxes = boxes.astype(np.float64)
-        bboxes[:, :2] -= 1
-        bad = np.flatnonzero(
-            (bboxes[:, 0] < 0)
-            | (bboxes[:, 1] < 0)
-            | (bboxes[:, 2] <= bboxes[:, 0])
-            | (bboxes[:, 3] <= bboxes[:, 1])
-        )
-        if bad.size:
-            i = int(bad[0])
-            raise DatasetError(
-                f"{entry[i]}: a box needs 1 <= bbox_x1 <= bbox_x2 and 1 <= bbox_y1 <= bbox_y2. "
-                f"Got {boxes[i].tolist()}."
-            )
 
-    splits = _files.splits_by_label_range(_NAME, root_path, relative, classes, bboxes)
-    return _files.finish(
-        _NAME,
-        root_path,
-        splits,
-        files,
-        allow_partial=allow_partial,
-        skip_missing=skip_missing,
-        check_images=check_images,
+
+def _crop_boxes(boxes: np.ndarray, entry: list[str]) -> np.ndarray:
+    """MATLAB's 1-based inclusive ``(x1, y1, x2, y2)`` as ``PIL.Image.crop`` boxes, checked."""
+    bboxes = boxes.astype(np.float64)
+    bboxes[:, :2] -= 1
+    bad = np.flatnonzero(
+        (bboxes[:, 0] < 0)
+        | (bboxes[:, 1] < 0)
+        | (bboxes[:, 2] <= bboxes[:, 0])
+        | (bboxes[:, 3] <= bboxes[:, 1])
     )
+    if bad.size:
+        i = int(bad[0])
+        raise DatasetError(
+            f"{entry[i]}: a box needs 1 <= bbox_x1 <= bbox_x2 and 1 <= bbox_y1 <= bbox_y2. "
+            f"Got {boxes[i].tolist()}."
+        )
+    return bboxes
 
 
 def _entry_names(path: Path, n: int) -> list[str]:

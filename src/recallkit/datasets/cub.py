@@ -16,6 +16,7 @@ error).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -81,75 +82,14 @@ def load_cub(
     looked_in = [root_path, root_path / "CUB_200_2011"]
     images_file = _files.require_file(folder, "images.txt", info.title, looked_in)
     labels_file = _files.require_file(folder, "image_class_labels.txt", info.title, [folder])
-
-    images = _files.Rows(images_file, _files.read_lines(images_file), 2, "<image_id> <path>", 1)
-    ids = images.ints(0, "image id")
-    _files.check_unique(ids.tolist(), "image id", images_file, images.line)
-    relative = images.columns[1]
-    _files.check_unique(relative, "image path", images_file, images.line)
-    for i, rel in enumerate(relative):
-        if os.path.basename(rel).startswith("._"):
-            raise DatasetError(
-                f"{images_file}, line {images.line(i)}: {rel!r} is a macOS resource-fork file "
-                "('._*'), not an image; use images.txt as distributed."
-            )
-
-    classes_rows = _files.Rows(
-        labels_file, _files.read_lines(labels_file), 2, "<image_id> <class_id>", 1
-    )
-    label_ids = classes_rows.ints(0, "image id")
-    _files.check_unique(label_ids.tolist(), "image id", labels_file, classes_rows.line)
-    classes = classes_rows.ints(1, "class id")
-    _files.check_range(classes, 1, 200, "class id", labels_file, classes_rows.line)
-    where = _files.match_ids(
-        ids,
-        label_ids,
-        path=images_file,
-        line=images.line,
-        other_path=labels_file,
-        other_line=classes_rows.line,
-    )
-    labels = classes[where]
-
+    images, ids, relative = _read_images(images_file)
+    labels = _read_labels(labels_file, ids, images)
     files = [images_file, labels_file]
     bboxes = None
     if crop:
         boxes_file = _files.require_file(folder, "bounding_boxes.txt", info.title, [folder])
         files.append(boxes_file)
-        boxes = _files.Rows(
-            boxes_file,
-            _files.read_lines(boxes_file),
-            5,
-            "<image_id> <x> <y> <width> <height>",
-            1,
-        )
-        box_ids = boxes.ints(0, "image id")
-        _files.check_unique(box_ids.tolist(), "image id", boxes_file, boxes.line)
-        values = np.stack(
-            [
-                _files.parse_floats(boxes.columns[j], name, boxes_file, boxes.line)
-                for j, name in enumerate(("x", "y", "width", "height"), start=1)
-            ],
-            axis=1,
-        )
-        bad = np.flatnonzero((values[:, :2] < 0).any(axis=1) | (values[:, 2:] <= 0).any(axis=1))
-        if bad.size:
-            i = int(bad[0])
-            raise DatasetError(
-                f"{boxes_file}, line {boxes.line(i)}: a box needs x, y >= 0 and a positive width "
-                f"and height. Got {values[i].tolist()}."
-            )
-        box_where = _files.match_ids(
-            ids,
-            box_ids,
-            path=images_file,
-            line=images.line,
-            other_path=boxes_file,
-            other_line=boxes.line,
-        )
-        xywh = values[box_where]
-        bboxes = np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1)
-
+        bboxes = _read_boxes(boxes_file, ids, images)
     splits = _files.splits_by_label_range(_NAME, folder / "images", relative, labels, bboxes)
     return _files.finish(
         _NAME,
@@ -161,3 +101,74 @@ def load_cub(
         check_images=check_images,
         source=str(images_file),
     )
+
+
+def _read_images(images_file: Path) -> tuple[_files.Rows, np.ndarray, list[str]]:
+    """``images.txt``: its rows, the image ids and the paths (unique, no ``._*`` file)."""
+    images = _files.Rows(images_file, _files.read_lines(images_file), 2, "<image_id> <path>", 1)
+    ids = images.ints(0, "image id")
+    _files.check_unique(ids.tolist(), "image id", images_file, images.line)
+    relative = images.columns[1]
+    _files.check_unique(relative, "image path", images_file, images.line)
+    for i, rel in enumerate(relative):
+        if os.path.basename(rel).startswith("._"):
+            raise DatasetError(
+                f"{images_file}, line {images.line(i)}: {rel!r} is a macOS resource-fork file "
+                "('._*'), not an image; use images.txt as distributed."
+            )
+    return images, ids, relative
+
+
+def _read_labels(labels_file: Path, ids: np.ndarray, images: _files.Rows) -> np.ndarray:
+    """The class id (1–200) of each image of ``images.txt``, from ``image_class_labels.txt``."""
+    rows = _files.Rows(labels_file, _files.read_lines(labels_file), 2, "<image_id> <class_id>", 1)
+    label_ids = rows.ints(0, "image id")
+    _files.check_unique(label_ids.tolist(), "image id", labels_file, rows.line)
+    classes = rows.ints(1, "class id")
+    _files.check_range(classes, 1, 200, "class id", labels_file, rows.line)
+    where = _files.match_ids(
+        ids,
+        label_ids,
+        path=images.path,
+        line=images.line,
+        other_path=labels_file,
+        other_line=rows.line,
+    )
+    return classes[where]
+
+
+def _read_boxes(boxes_file: Path, ids: np.ndarray, images: _files.Rows) -> np.ndarray:
+    """The ``(x0, y0, x1, y1)`` box of each image of ``images.txt``, from ``bounding_boxes.txt``."""
+    boxes = _files.Rows(
+        boxes_file,
+        _files.read_lines(boxes_file),
+        5,
+        "<image_id> <x> <y> <width> <height>",
+        1,
+    )
+    box_ids = boxes.ints(0, "image id")
+    _files.check_unique(box_ids.tolist(), "image id", boxes_file, boxes.line)
+    values = np.stack(
+        [
+            _files.parse_floats(boxes.columns[j], name, boxes_file, boxes.line)
+            for j, name in enumerate(("x", "y", "width", "height"), start=1)
+        ],
+        axis=1,
+    )
+    bad = np.flatnonzero((values[:, :2] < 0).any(axis=1) | (values[:, 2:] <= 0).any(axis=1))
+    if bad.size:
+        i = int(bad[0])
+        raise DatasetError(
+            f"{boxes_file}, line {boxes.line(i)}: a box needs x, y >= 0 and a positive width "
+            f"and height. Got {values[i].tolist()}."
+        )
+    box_where = _files.match_ids(
+        ids,
+        box_ids,
+        path=images.path,
+        line=images.line,
+        other_path=boxes_file,
+        other_line=boxes.line,
+    )
+    xywh = values[box_where]
+    return np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1)

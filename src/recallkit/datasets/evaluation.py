@@ -14,14 +14,17 @@ from typing import Any
 from recallkit.datasets.base import Benchmark, Protocol, Split
 from recallkit.ranking import map_at_r, r_precision
 from recallkit.recall import recall_at_k
-from recallkit.result import RecallResult
+from recallkit.result import MetricResult, RecallResult
 
 __all__ = ["BenchmarkResult", "evaluate_benchmark"]
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class BenchmarkResult:
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
+class BenchmarkResult(MetricResult):
     """The protocol's recall@K of one benchmark, with MAP@R and R-precision.
+
+    A read-only mapping ``{"recall@K": ..., "MAP@R": ..., "R-precision": ...}`` in the
+    protocol's K order (:class:`recallkit.result.MetricResult`).
 
     Attributes:
         benchmark: the benchmark's registry name.
@@ -43,53 +46,55 @@ class BenchmarkResult:
     r_precision: float
     complete: bool
 
+    def __post_init__(self) -> None:
+        self._set_values({**self.recall, "MAP@R": self.map_at_r, "R-precision": self.r_precision})
+
+    def __repr__(self) -> str:
+        return f"BenchmarkResult({self.benchmark!r}, {{{self._repr_values()}}})"
+
     def metrics(self) -> dict[str, float]:
         """``{"recall@K": ..., "MAP@R": ..., "R-precision": ...}`` in the protocol's K order."""
-        return {**self.recall, "MAP@R": self.map_at_r, "R-precision": self.r_precision}
+        return dict(self)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (NaN as ``None``)."""
-
-        def clean(value: float) -> float | None:
-            return None if math.isnan(value) else value
-
+        """A JSON-ready dict (NaN as ``None``), with the counts of :mod:`recallkit.result`."""
         return {
             "benchmark": self.benchmark,
             "title": self.title,
             "complete": self.complete,
-            "metrics": {key: clean(value) for key, value in self.metrics().items()},
+            "metrics": self.json_metrics(),
             "ks": list(self.protocol.ks),
             "effective_ks": list(self.recall.effective_ks),
             "query_split": self.protocol.query_split,
             "gallery_split": self.protocol.gallery_split,
             "query_in_reference": self.protocol.query_in_reference,
-            "num_queries": self.recall.num_queries,
-            "num_evaluated": self.recall.num_evaluated,
-            "num_excluded": self.recall.num_excluded,
-            "num_reference": self.recall.num_reference,
+            **self.recall.counts(),
             "citation": self.protocol.citation,
         }
 
-    def table(self) -> str:
+    def report(self) -> str:
         """A two-line text table: metric names, then values to 4 decimals.
 
         >>> from recallkit.datasets.base import BENCHMARK_INFO
-        >>> from recallkit.result import RecallResult
+        >>> from recallkit.result import MetricResult, RecallResult
         >>> import numpy as np
         >>> recall = RecallResult((1, 2), (1, 2), np.array([0, 1]), num_reference=2,
         ...                       embedding_dim=2)
         >>> result = BenchmarkResult("cub", "CUB-200-2011", BENCHMARK_INFO["cub"].protocol,
         ...                          recall, 0.75, 0.5, True)
-        >>> print(result.table())
+        >>> print(result.report())
         recall@1  recall@2  MAP@R   R-precision
         0.5000    1.0000    0.7500  0.5000
         """
-        metrics = self.metrics()
-        widths = [max(len(name), 6) for name in metrics]
-        head = "  ".join(f"{name:<{w}}" for name, w in zip(metrics, widths, strict=True))
-        cells = zip(metrics.values(), widths, strict=True)
+        widths = [max(len(name), 6) for name in self]
+        head = "  ".join(f"{name:<{w}}" for name, w in zip(self, widths, strict=True))
+        cells = zip(self.values(), widths, strict=True)
         values = "  ".join(f"{value:<{w}.4f}" for value, w in cells)
         return f"{head.rstrip()}\n{values.rstrip()}"
+
+    def table(self) -> str:
+        """The same text as :meth:`report`."""
+        return self.report()
 
 
 def _check_benchmark(benchmark: Any, func: str) -> Benchmark:

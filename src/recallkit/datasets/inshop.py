@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 
@@ -76,6 +77,31 @@ def load_inshop(
     info = BENCHMARK_INFO[_NAME]
     folder = _files.find_folder(root_path, _FILE, ["Eval"])
     path = _files.require_file(folder, _FILE, info.title, [root_path / "Eval", root_path])
+    rows = _read_rows(path)
+    names, items, statuses = rows.columns
+    _files.check_unique(names, "image_name", path, rows.line)
+    labels = _item_numbers(items, rows)
+    masks = _status_masks(statuses, rows)
+    _check_items(labels, items, masks, rows, allow_partial)
+    image_root = root_path / "Img" if (root_path / "Img").is_dir() else root_path
+    splits = {}
+    for name in _STATUSES:
+        index = np.flatnonzero(masks[name])
+        relative = tuple(names[i] for i in index.tolist())
+        splits[name] = Split(name, image_root, relative, labels[index])
+    return _files.finish(
+        _NAME,
+        root_path,
+        splits,
+        [path],
+        allow_partial=allow_partial,
+        skip_missing=skip_missing,
+        check_images=check_images,
+    )
+
+
+def _read_rows(path: Path) -> _files.Rows:
+    """The image rows of ``list_eval_partition.txt``, after its count line and header."""
     lines = _files.read_lines(path)
     if len(lines) < 2:
         raise DatasetError(
@@ -97,30 +123,46 @@ def load_inshop(
         raise DatasetError(
             f"{path}, line 1: the file declares {declared:,} images but lists {rows.size:,}."
         )
-    names, items, statuses = rows.columns
-    _files.check_unique(names, "image_name", path, rows.line)
+    return rows
 
+
+def _item_numbers(items: list[str], rows: _files.Rows) -> np.ndarray:
+    """The number of each ``id_<8 digits>`` item id (the label)."""
     item_numbers: dict[str, int] = {}
     for i, item in enumerate(items):
         if item not in item_numbers:
             match = _ITEM.fullmatch(item)
             if match is None or int(match.group(1)) == 0:
                 raise DatasetError(
-                    f"{path}, line {rows.line(i)}: the item_id must be id_ followed by 8 digits "
-                    f"(not all zero). Got {item!r}."
+                    f"{rows.path}, line {rows.line(i)}: the item_id must be id_ followed by 8 "
+                    f"digits (not all zero). Got {item!r}."
                 )
             item_numbers[item] = int(match.group(1))
-    labels = np.fromiter((item_numbers[item] for item in items), dtype=np.int64, count=rows.size)
+    return np.fromiter((item_numbers[item] for item in items), dtype=np.int64, count=rows.size)
 
+
+def _status_masks(statuses: list[str], rows: _files.Rows) -> dict[str, np.ndarray]:
+    """One row mask per evaluation status (train, query, gallery); another status raises."""
     status = np.array(statuses)
     known = np.isin(status, _STATUSES)
     if not known.all():
         i = int(np.flatnonzero(~known)[0])
         raise DatasetError(
-            f"{path}, line {rows.line(i)}: the evaluation_status must be one of "
+            f"{rows.path}, line {rows.line(i)}: the evaluation_status must be one of "
             f"{', '.join(_STATUSES)}. Got {statuses[i]!r}."
         )
-    masks = {name: status == name for name in _STATUSES}
+    return {name: status == name for name in _STATUSES}
+
+
+def _check_items(
+    labels: np.ndarray,
+    items: list[str],
+    masks: dict[str, np.ndarray],
+    rows: _files.Rows,
+    allow_partial: bool,
+) -> None:
+    """Train items are not test items; query and gallery share their items (unless partial)."""
+    path = rows.path
     test_items = labels[masks["query"] | masks["gallery"]]
     overlap = np.flatnonzero(masks["train"] & np.isin(labels, test_items))
     if overlap.size:
@@ -138,19 +180,3 @@ def load_inshop(
                 "gallery image, or the reverse; the In-Shop split has the same items in both. "
                 "Pass allow_partial=True to load a partial or modified copy."
             )
-
-    image_root = root_path / "Img" if (root_path / "Img").is_dir() else root_path
-    splits = {}
-    for name in _STATUSES:
-        index = np.flatnonzero(masks[name])
-        relative = tuple(names[i] for i in index.tolist())
-        splits[name] = Split(name, image_root, relative, labels[index])
-    return _files.finish(
-        _NAME,
-        root_path,
-        splits,
-        [path],
-        allow_partial=allow_partial,
-        skip_missing=skip_missing,
-        check_images=check_images,
-    )

@@ -1,4 +1,6 @@
-"""Shared pieces of the benchmark protocols: the result type, validation, JSON in and out.
+"""Shared pieces of the benchmark protocols: the result type, JSON in and out, per-query scores.
+
+Validation is :mod:`recallkit._checks`'s, as everywhere in the library.
 
 Nothing here ranks anything: every rank comes from :func:`recallkit.ground_truth_ranks` or
 :func:`recallkit.ground_truth_ranks_from_embeddings`.
@@ -8,33 +10,35 @@ from __future__ import annotations
 
 import json
 import math
-import numbers
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from recallkit import _checks
 from recallkit._atomic import atomic_write
+from recallkit.result import MetricResult, format_table
 
 PathLike = str | os.PathLike[str]
-METRICS = ("cosine", "dot", "euclidean")
 
 
-class ProtocolResult(Mapping[str, float]):
+class ProtocolResult(MetricResult):
     """A benchmark's metrics: a read-only mapping ``name -> value`` (fractions in [0, 1]).
 
     ``per_query`` holds the arrays behind the means (0-indexed ranks, per-query AP...),
     ``parts`` the per-category or per-task results of a benchmark that averages several, and
     ``convention`` names the definition followed (paper or official script). Values named in
-    ``plain`` (mean and median ranks) are not fractions and print as they are.
+    ``plain`` (mean and median ranks) are not fractions and print as they are. ``num_queries``
+    counts every query given (:mod:`recallkit.result`'s glossary; a protocol's queries all have
+    a target, so all are evaluated).
 
     >>> r = ProtocolResult("toy", {"recall@1": 0.5}, convention="hard target", num_queries=2)
     >>> dict(r), r.num_queries
     ({'recall@1': 0.5}, 2)
-    >>> print(r.table())
+    >>> print(r.report())
     toy (2 queries; hard target)
     metric    value
     recall@1  50.00
@@ -51,10 +55,10 @@ class ProtocolResult(Mapping[str, float]):
         parts: Mapping[str, ProtocolResult] | None = None,
         plain: Sequence[str] = (),
     ) -> None:
+        super().__init__(metrics)
         self.benchmark = benchmark
         self.convention = convention
         self.num_queries = int(num_queries)
-        self._values = {str(k): float(v) for k, v in metrics.items()}
         arrays = {}
         for key, value in (per_query or {}).items():
             array = np.array(value)
@@ -64,18 +68,8 @@ class ProtocolResult(Mapping[str, float]):
         self.parts: Mapping[str, ProtocolResult] = dict(parts or {})
         self.plain = frozenset(plain)
 
-    def __getitem__(self, key: str) -> float:
-        return self._values[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._values)
-
-    def __len__(self) -> int:
-        return len(self._values)
-
     def __repr__(self) -> str:
-        body = ", ".join(f"{k!r}: {v:.4f}" for k, v in self._values.items())
-        return f"ProtocolResult({self.benchmark!r}, {{{body}}})"
+        return f"ProtocolResult({self.benchmark!r}, {{{self._repr_values()}}})"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: benchmark, convention, counts, metrics and the parts' metrics."""
@@ -83,13 +77,13 @@ class ProtocolResult(Mapping[str, float]):
             "benchmark": self.benchmark,
             "convention": self.convention,
             "num_queries": self.num_queries,
-            "metrics": {k: _json_float(v) for k, v in self._values.items()},
+            "metrics": self.json_metrics(),
         }
         if self.parts:
             out["parts"] = {name: part.to_dict() for name, part in self.parts.items()}
         return out
 
-    def table(self) -> str:
+    def report(self) -> str:
         """A plain-text table in percent (2 decimals), one row per part when there are parts."""
         title = f"{self.benchmark} ({self.num_queries} queries; {self.convention})"
         if not self.parts:
@@ -109,98 +103,14 @@ class ProtocolResult(Mapping[str, float]):
             text += "\n" + format_table(["average", "value"], overall)
         return text
 
+    def table(self) -> str:
+        """The same text as :meth:`report`."""
+        return self.report()
+
     def _format(self, key: str, value: float) -> str:
         if math.isnan(value):
             return "-"
         return f"{value:.2f}" if key in self.plain else f"{100 * value:.2f}"
-
-
-def _json_float(value: float) -> float | None:
-    return None if math.isnan(value) else value
-
-
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns separated by two spaces.
-
-    >>> print(format_table(["a", "bb"], [["xyz", "1"]]))
-    a    bb
-    xyz  1
-    """
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    lines = [
-        "  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)) for r in [header, *rows]
-    ]
-    return "\n".join(line.rstrip() for line in lines)
-
-
-def fail(func: str, name: str, requirement: str, got: Any) -> ValueError:
-    """The library's standard error for parameter ``name`` of ``func``."""
-    return ValueError(f"The '{name}' parameter of {func} must be {requirement}. Got {got}.")
-
-
-def check_ks(ks: Any, func: str, name: str = "ks") -> tuple[int, ...]:
-    """``ks`` as a non-empty tuple of distinct positive ints."""
-    if isinstance(ks, numbers.Integral) and not isinstance(ks, bool):
-        ks = (ks,)
-    if isinstance(ks, str) or not isinstance(ks, Sequence | np.ndarray) or len(ks) == 0:
-        raise fail(func, name, "a non-empty sequence of positive integers", repr(ks))
-    out = []
-    for k in ks:
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k <= 0:
-            raise fail(func, name, "positive integers", repr(k))
-        out.append(int(k))
-    if len(set(out)) != len(out):
-        raise fail(func, name, "distinct", out)
-    return tuple(out)
-
-
-def check_choice(value: Any, choices: Sequence[str], func: str, name: str) -> str:
-    """``value`` if it is one of ``choices``."""
-    if value not in choices:
-        raise fail(func, name, f"one of {tuple(choices)}", repr(value))
-    return value
-
-
-def check_metric(metric: Any, func: str) -> str:
-    return check_choice(metric, METRICS, func, "metric")
-
-
-def as_scores(scores: Any, func: str, name: str = "scores") -> np.ndarray:
-    """A 2-D float array of similarities (higher is better); NaN is rejected.
-
-    Float16/bfloat16 are upcast to float32 (exactly); float64 stays float64.
-    """
-    if isinstance(scores, torch.Tensor):
-        tensor = scores.detach().cpu()
-        if tensor.dtype in (torch.float16, torch.bfloat16):
-            tensor = tensor.to(torch.float32)
-        scores = tensor.numpy()
-    if not isinstance(scores, np.ndarray):
-        raise fail(func, name, "a torch.Tensor or numpy.ndarray", type(scores).__name__)
-    if scores.ndim != 2 or scores.shape[0] == 0 or scores.shape[1] == 0:
-        raise fail(func, name, "a non-empty 2-D array", f"shape {scores.shape}")
-    if scores.dtype.kind not in "fiu":
-        raise fail(func, name, "real-valued", scores.dtype)
-    if scores.dtype != np.float64:
-        scores = scores.astype(np.float32)
-    if np.isnan(scores).any():
-        row = int(np.nonzero(np.isnan(scores).any(axis=1))[0][0])
-        raise fail(func, name, "free of NaN", f"NaN in row {row}")
-    return scores
-
-
-def check_rows(x: Any, expected: int, func: str, name: str, what: str) -> None:
-    """Raise unless ``x`` has ``expected`` rows (one per ``what``)."""
-    rows = int(x.shape[0]) if hasattr(x, "shape") and len(x.shape) else len(x)
-    if rows != expected:
-        raise fail(func, name, f"one row per {what} ({expected} rows)", f"{rows} rows")
-
-
-def check_columns(x: Any, expected: int, func: str, name: str, what: str) -> None:
-    """Raise unless ``x`` has ``expected`` columns (one per ``what``)."""
-    cols = int(x.shape[1])
-    if cols != expected:
-        raise fail(func, name, f"one column per {what} ({expected} columns)", f"{cols} columns")
 
 
 def pad_lists(lists: Sequence[Sequence[int]], fill: int = -1) -> np.ndarray:
@@ -214,6 +124,19 @@ def pad_lists(lists: Sequence[Sequence[int]], fill: int = -1) -> np.ndarray:
     for row, values in enumerate(lists):
         out[row, : len(values)] = values
     return out
+
+
+def check_ranking(ranking: Sequence[Any], limit: int, func: str, unit: str, where: str) -> None:
+    """Raise unless a submitted ranking has at most ``limit`` entries and no entry twice.
+
+    ``unit`` names the entries (``"ids per query"``), ``where`` the query (``"query 3"``).
+    """
+    if len(ranking) > limit:
+        got = f"{len(ranking)} for {where}"
+        raise _checks.fail(func, "rankings", f"at most {limit} {unit}", got)
+    if len(set(ranking)) != len(ranking):
+        noun = unit.split()[0]
+        raise _checks.fail(func, "rankings", f"free of repeated {noun}", f"a repeat for {where}")
 
 
 def load_json(path: PathLike, what: str) -> Any:
@@ -258,22 +181,6 @@ def index_of(names: Sequence[Any], what: str) -> dict[Any, int]:
     return table
 
 
-def as_embeddings(x: Any, func: str, name: str, ndim: int = 2) -> torch.Tensor:
-    """``x`` as a floating torch tensor of ``ndim`` dimensions, finite, float32 at least."""
-    if isinstance(x, np.ndarray):
-        x = torch.from_numpy(np.ascontiguousarray(x))
-    if not isinstance(x, torch.Tensor):
-        raise fail(func, name, "a torch.Tensor or numpy.ndarray", type(x).__name__)
-    x = x.detach()
-    if x.ndim != ndim or 0 in x.shape:
-        raise fail(func, name, f"a non-empty {ndim}-D array", f"shape {tuple(x.shape)}")
-    if x.dtype != torch.float64:
-        x = x.to(torch.float32)
-    if not bool(torch.isfinite(x).all()):
-        raise fail(func, name, "finite (no NaN or infinity)", "a non-finite value")
-    return x
-
-
 def _similarity(q: torch.Tensor, c: torch.Tensor, metric: str) -> torch.Tensor:
     """Scores of ``q`` (b, d) against its own candidates ``c`` (b, g, d): higher is better."""
     if metric == "euclidean":
@@ -284,8 +191,17 @@ def _similarity(q: torch.Tensor, c: torch.Tensor, metric: str) -> torch.Tensor:
 def _normalised(x: torch.Tensor, func: str, name: str) -> torch.Tensor:
     norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
     if bool((norms == 0).any()):
-        raise fail(func, name, "non-zero vectors under metric='cosine'", "a zero vector")
+        raise _checks.fail(func, name, "non-zero vectors under metric='cosine'", "a zero vector")
     return x / norms
+
+
+def _vectors(x: Any, func: str, name: str, ndim: int) -> torch.Tensor:
+    """``x`` validated (:func:`recallkit._checks.as_embeddings`), finite, float32 at least."""
+    tensor = _checks.as_embeddings(x, name, func, ndim=ndim)
+    if tensor.dtype != torch.float64:
+        tensor = tensor.to(torch.float32)
+    _checks.check_finite_rows(tensor.reshape(len(tensor), -1), 0, name, func)
+    return tensor
 
 
 def candidate_scores(
@@ -305,12 +221,14 @@ def candidate_scores(
     definitions: cosine (inner product of L2-normalised vectors), dot, or negative squared
     Euclidean distance (the same order as the core's ``2 q·r - |r|²`` along a row).
     """
-    q = as_embeddings(query, func, query_name, 2)
-    c = as_embeddings(candidates, func, candidates_name, 3)
+    q = _vectors(query, func, query_name, 2)
+    c = _vectors(candidates, func, candidates_name, 3)
     if c.shape[0] != q.shape[0]:
-        raise fail(func, candidates_name, f"one row per query ({q.shape[0]})", c.shape[0])
+        raise _checks.fail(func, candidates_name, f"one row per query ({q.shape[0]})", c.shape[0])
     if c.shape[2] != q.shape[1]:
-        raise fail(func, candidates_name, f"of the query's dimension {q.shape[1]}", c.shape[2])
+        raise _checks.fail(
+            func, candidates_name, f"of the query's dimension {q.shape[1]}", c.shape[2]
+        )
     dtype = torch.float64 if torch.float64 in (q.dtype, c.dtype) else torch.float32
     dev = torch.device(device) if device is not None else q.device
     out = np.empty(tuple(c.shape[:2]), dtype=np.float64 if dtype == torch.float64 else np.float32)

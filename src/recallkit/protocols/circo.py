@@ -9,8 +9,8 @@ Official evaluation (``miccunifi/CIRCO`` ``src/evaluation.py``, also the test se
       AP@K = (1 / min(K, R)) * sum_{i <= K, item i relevant} precision@i
 
   with R the query's number of ground truths (``gt_img_ids``). ``divisor="r"`` divides by R
-  instead, as the SQUARE paper's scoring recipe (the user's seed 004) writes it; the two differ
-  only for queries with more than K ground truths, where dividing by R caps AP@K below 1.
+  instead, as the scoring recipe of SQUARE (Wu et al. 2025, arXiv:2509.26330) writes it; the two
+  differ only for queries with more than K ground truths, where dividing by R caps AP@K below 1.
 * ``recall@K``: a hit when the primary target (``target_img_id``, the image the caption was
   written for) is in the top K.
 * ``mAP@10[<aspect>]``, the evaluation's per-aspect "semantic mAP@10": for each semantic
@@ -37,14 +37,16 @@ from typing import Any
 
 import numpy as np
 
-from recallkit import (
-    average_precision_at_k,
+from recallkit import _checks
+from recallkit.neighbors import nearest_neighbors, nearest_neighbors_from_scores
+from recallkit.protocols import _common
+from recallkit.protocols._common import PathLike, ProtocolResult
+from recallkit.ranking import average_precision_at_k
+from recallkit.ranks import (
     ground_truth_ranks,
     ground_truth_ranks_from_embeddings,
     recall_from_ranks,
 )
-from recallkit.protocols import _common, _topk
-from recallkit.protocols._common import PathLike, ProtocolResult
 
 __all__ = [
     "CIRCO_SEMANTIC_ASPECTS",
@@ -193,7 +195,7 @@ class _Targets:
 def _positions(image_ids: Any, func: str) -> dict[int, int]:
     ids = np.asarray(image_ids)
     if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
-        raise _common.fail(
+        raise _checks.fail(
             func,
             "image_ids",
             "a non-empty 1-D integer array (one id per image)",
@@ -202,14 +204,14 @@ def _positions(image_ids: Any, func: str) -> dict[int, int]:
     try:
         return _common.index_of(ids.astype(np.int64).tolist(), "image_ids")
     except ValueError as error:
-        raise _common.fail(func, "image_ids", "distinct", str(error)) from None
+        raise _checks.fail(func, "image_ids", "distinct", str(error)) from None
 
 
 def _targets(data: CIRCOSplit, position: dict[int, int], func: str, need_targets: bool) -> _Targets:
     if not isinstance(data, CIRCOSplit):
-        raise _common.fail(func, "data", "a CIRCOSplit (see read_circo)", type(data).__name__)
+        raise _checks.fail(func, "data", "a CIRCOSplit (see read_circo)", type(data).__name__)
     if need_targets and not data.has_targets:
-        raise _common.fail(
+        raise _checks.fail(
             func,
             "data",
             f"a split with ground truths (split {data.split!r} has none)",
@@ -296,8 +298,8 @@ def _aspects(data: CIRCOSplit) -> list[str]:
 
 
 def _check_options(func: str, ks: Any, divisor: str) -> tuple[int, ...]:
-    _common.check_choice(divisor, tuple(DIVISORS), func, "divisor")
-    return _common.check_ks(ks, func)
+    _checks.check_choice(divisor, tuple(DIVISORS), func, "divisor")
+    return _checks.check_ks(ks, func)
 
 
 def _note(exclude_reference: bool) -> str:
@@ -337,11 +339,11 @@ def circo_metrics(
     """
     func = "circo_metrics"
     ks = _check_options(func, ks, divisor)
-    _common.check_metric(metric, func)
+    _checks.check_metric(metric, func)
     position = _positions(image_ids, func)
     t = _targets(data, position, func, need_targets=True)
-    _common.check_rows(query, len(data.queries), func, "query", "query of 'data'")
-    _common.check_rows(images, len(position), func, "images", "id of 'image_ids'")
+    _checks.check_rows(query, len(data.queries), func, "query", "query of 'data'")
+    _checks.check_rows(images, len(position), func, "images", "id of 'image_ids'")
     if exclude_reference:
         _check_reference_not_gt(data, t)
     ranks = ground_truth_ranks_from_embeddings(
@@ -373,9 +375,9 @@ def circo_metrics_from_scores(
     ks = _check_options(func, ks, divisor)
     position = _positions(image_ids, func)
     t = _targets(data, position, func, need_targets=True)
-    matrix = _common.as_scores(scores, func)
-    _common.check_rows(matrix, len(data.queries), func, "scores", "query of 'data'")
-    _common.check_columns(matrix, len(position), func, "scores", "id of 'image_ids'")
+    matrix = _checks.as_scores(scores, func)
+    _checks.check_rows(matrix, len(data.queries), func, "scores", "query of 'data'")
+    _checks.check_columns(matrix, len(position), func, "scores", "id of 'image_ids'")
     if exclude_reference:
         _check_reference_not_gt(data, t)
     ranks = np.asarray(
@@ -408,13 +410,13 @@ def circo_metrics_from_predictions(
     func = "circo_metrics_from_predictions"
     ks = _check_options(func, ks, divisor)
     if not isinstance(data, CIRCOSplit):
-        raise _common.fail(func, "data", "a CIRCOSplit (see read_circo)", type(data).__name__)
+        raise _checks.fail(func, "data", "a CIRCOSplit (see read_circo)", type(data).__name__)
     if not data.has_targets:
-        raise _common.fail(
+        raise _checks.fail(
             func, "data", "a split with ground truths", f"split {data.split!r} without gt_img_ids"
         )
     if not isinstance(predictions, Mapping):
-        raise _common.fail(
+        raise _checks.fail(
             func,
             "predictions",
             "a mapping query id -> ranked image ids",
@@ -426,14 +428,14 @@ def circo_metrics_from_predictions(
             query_id = int(key)
             ids = [int(i) for i in ranking]
         except (TypeError, ValueError):
-            raise _common.fail(
+            raise _checks.fail(
                 func,
                 "predictions",
                 "integer query ids and image ids",
                 f"{key!r}: {ranking!r}"[:200],
             ) from None
         if len(set(ids)) != len(ids):
-            raise _common.fail(
+            raise _checks.fail(
                 func,
                 "predictions",
                 "rankings without repeated image ids",
@@ -444,7 +446,7 @@ def circo_metrics_from_predictions(
     missing = [i for i in wanted if i not in lists]
     extra = sorted(set(lists) - set(wanted))
     if missing or extra:
-        raise _common.fail(
+        raise _checks.fail(
             func,
             "predictions",
             "one ranking per query of 'data'",
@@ -483,13 +485,13 @@ def circo_rankings(
     {0: [10, 30]}
     """
     func = "circo_rankings"
-    _common.check_metric(metric, func)
-    k = _check_k(k, func)
+    _checks.check_metric(metric, func)
+    k = _checks.check_positive_int(k, func, "k")
     position = _positions(image_ids, func)
     t = _targets(data, position, func, need_targets=False)
-    _common.check_rows(query, len(data.queries), func, "query", "query of 'data'")
-    _common.check_rows(images, len(position), func, "images", "id of 'image_ids'")
-    top = _topk.top_k(
+    _checks.check_rows(query, len(data.queries), func, "query", "query of 'data'")
+    _checks.check_rows(images, len(position), func, "images", "id of 'image_ids'")
+    top, _ = nearest_neighbors(
         query,
         images,
         k,
@@ -498,7 +500,7 @@ def circo_rankings(
         chunk_size=chunk_size,
         device=device,
     )
-    return _as_ids(data, top, image_ids)
+    return _as_ids(data, top.cpu().numpy(), image_ids)
 
 
 def circo_rankings_from_scores(
@@ -511,27 +513,21 @@ def circo_rankings_from_scores(
 ) -> dict[int, list[int]]:
     """:func:`circo_rankings` from a ``(queries, images)`` similarity matrix."""
     func = "circo_rankings_from_scores"
-    k = _check_k(k, func)
+    k = _checks.check_positive_int(k, func, "k")
     position = _positions(image_ids, func)
     t = _targets(data, position, func, need_targets=False)
-    matrix = _common.as_scores(scores, func)
-    _common.check_rows(matrix, len(data.queries), func, "scores", "query of 'data'")
-    _common.check_columns(matrix, len(position), func, "scores", "id of 'image_ids'")
-    top = _topk.top_k_from_scores(
-        matrix, k, exclude=t.reference if exclude_reference else None, func=func
+    matrix = _checks.as_scores(scores, func)
+    _checks.check_rows(matrix, len(data.queries), func, "scores", "query of 'data'")
+    _checks.check_columns(matrix, len(position), func, "scores", "id of 'image_ids'")
+    top, _ = nearest_neighbors_from_scores(
+        matrix, k, exclude=t.reference if exclude_reference else None
     )
-    return _as_ids(data, top, image_ids)
+    return _as_ids(data, top.numpy(), image_ids)
 
 
 def _as_ids(data: CIRCOSplit, top: np.ndarray, image_ids: Any) -> dict[int, list[int]]:
     ids = np.asarray(image_ids, dtype=np.int64)
     return {q.id: ids[row[row >= 0]].tolist() for q, row in zip(data.queries, top, strict=True)}
-
-
-def _check_k(k: Any, func: str) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise _common.fail(func, "k", "a positive integer", repr(k))
-    return k
 
 
 def write_circo_submission(path: PathLike, rankings: Mapping[int, Sequence[int]]) -> Path:
@@ -549,16 +545,6 @@ def write_circo_submission(path: PathLike, rankings: Mapping[int, Sequence[int]]
     payload: dict[str, list[int]] = {}
     for query_id, ids in rankings.items():
         ids = [int(i) for i in ids]
-        if len(ids) > SUBMISSION_SIZE:
-            raise _common.fail(
-                func,
-                "rankings",
-                f"at most {SUBMISSION_SIZE} ids per query",
-                f"{len(ids)} for query {query_id}",
-            )
-        if len(set(ids)) != len(ids):
-            raise _common.fail(
-                func, "rankings", "free of repeated ids", f"a repeat for query {query_id}"
-            )
+        _common.check_ranking(ids, SUBMISSION_SIZE, func, "ids per query", f"query {query_id}")
         payload[str(int(query_id))] = ids
     return _common.write_json(path, payload)

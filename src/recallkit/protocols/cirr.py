@@ -27,9 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from recallkit import ground_truth_ranks, ground_truth_ranks_from_embeddings, recall_from_ranks
-from recallkit.protocols import _common, _topk
+from recallkit import _checks
+from recallkit.neighbors import nearest_neighbors, nearest_neighbors_from_scores
+from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, ProtocolResult
+from recallkit.ranks import (
+    ground_truth_ranks,
+    ground_truth_ranks_from_embeddings,
+    recall_from_ranks,
+)
 
 __all__ = [
     "CIRRQuery",
@@ -169,9 +175,9 @@ class _Indices:
 
 def _indices(data: CIRRSplit, func: str, need_targets: bool) -> _Indices:
     if not isinstance(data, CIRRSplit):
-        raise _common.fail(func, "data", "a CIRRSplit (see read_cirr)", type(data).__name__)
+        raise _checks.fail(func, "data", "a CIRRSplit (see read_cirr)", type(data).__name__)
     if need_targets and not data.has_targets:
-        raise _common.fail(
+        raise _checks.fail(
             func,
             "data",
             f"a split with targets (split {data.split!r} has none; use cirr_rankings)",
@@ -292,8 +298,8 @@ def _score(
 def _check_options(
     func: str, ks: Any, subset_ks: Any, target: str
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    _common.check_choice(target, tuple(CONVENTIONS), func, "target")
-    return _common.check_ks(ks, func), _common.check_ks(subset_ks, func, "subset_ks")
+    _checks.check_choice(target, tuple(CONVENTIONS), func, "target")
+    return _checks.check_ks(ks, func), _checks.check_ks(subset_ks, func, "subset_ks")
 
 
 def cirr_recall(
@@ -328,10 +334,10 @@ def cirr_recall(
     """
     func = "cirr_recall"
     ks, subset_ks = _check_options(func, ks, subset_ks, target)
-    _common.check_metric(metric, func)
+    _checks.check_metric(metric, func)
     idx = _indices(data, func, need_targets=True)
-    _common.check_rows(query, len(data.queries), func, "query", "query of 'data'")
-    _common.check_rows(images, len(data.image_names), func, "images", "image of 'data'")
+    _checks.check_rows(query, len(data.queries), func, "query", "query of 'data'")
+    _checks.check_rows(images, len(data.image_names), func, "images", "image of 'data'")
     ranks = ground_truth_ranks_from_embeddings(
         query,
         images,
@@ -365,9 +371,9 @@ def cirr_recall_from_scores(
     func = "cirr_recall_from_scores"
     ks, subset_ks = _check_options(func, ks, subset_ks, target)
     idx = _indices(data, func, need_targets=True)
-    matrix = _common.as_scores(scores, func)
-    _common.check_rows(matrix, len(data.queries), func, "scores", "query of 'data'")
-    _common.check_columns(matrix, len(data.image_names), func, "scores", "image of 'data'")
+    matrix = _checks.as_scores(scores, func)
+    _checks.check_rows(matrix, len(data.queries), func, "scores", "query of 'data'")
+    _checks.check_columns(matrix, len(data.image_names), func, "scores", "image of 'data'")
     ranks = ground_truth_ranks(matrix, idx.candidates, exclude=idx.reference, reduce="none")
     return _score(data, idx, np.asarray(ranks), ks, subset_ks, target)
 
@@ -418,17 +424,17 @@ def cirr_rankings(
     ({5: ['d', 'c']}, {5: ['c', 'b']})
     """
     func = "cirr_rankings"
-    _common.check_metric(metric, func)
-    k = _check_k(k, func)
+    _checks.check_metric(metric, func)
+    k = _checks.check_positive_int(k, func, "k")
     idx = _indices(data, func, need_targets=False)
-    _common.check_rows(query, len(data.queries), func, "query", "query of 'data'")
-    _common.check_rows(images, len(data.image_names), func, "images", "image of 'data'")
+    _checks.check_rows(query, len(data.queries), func, "query", "query of 'data'")
+    _checks.check_rows(images, len(data.image_names), func, "images", "image of 'data'")
     options = {"metric": metric, "chunk_size": chunk_size, "device": device}
-    top = _topk.top_k(query, images, k, exclude=idx.reference, **options)
+    top, _ = nearest_neighbors(query, images, k, exclude=idx.reference, **options)
     member_ranks = ground_truth_ranks_from_embeddings(
         query, images, idx.candidates, exclude=idx.reference, reduce="none", **options
     )
-    return _rankings(data, idx, top, np.asarray(member_ranks))
+    return _rankings(data, idx, top.cpu().numpy(), np.asarray(member_ranks))
 
 
 def cirr_rankings_from_scores(
@@ -436,20 +442,14 @@ def cirr_rankings_from_scores(
 ) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
     """:func:`cirr_rankings` from a ``(queries, images)`` similarity matrix."""
     func = "cirr_rankings_from_scores"
-    k = _check_k(k, func)
+    k = _checks.check_positive_int(k, func, "k")
     idx = _indices(data, func, need_targets=False)
-    matrix = _common.as_scores(scores, func)
-    _common.check_rows(matrix, len(data.queries), func, "scores", "query of 'data'")
-    _common.check_columns(matrix, len(data.image_names), func, "scores", "image of 'data'")
-    top = _topk.top_k_from_scores(matrix, k, exclude=idx.reference, func=func)
+    matrix = _checks.as_scores(scores, func)
+    _checks.check_rows(matrix, len(data.queries), func, "scores", "query of 'data'")
+    _checks.check_columns(matrix, len(data.image_names), func, "scores", "image of 'data'")
+    top, _ = nearest_neighbors_from_scores(matrix, k, exclude=idx.reference)
     member_ranks = ground_truth_ranks(matrix, idx.candidates, exclude=idx.reference, reduce="none")
-    return _rankings(data, idx, top, np.asarray(member_ranks))
-
-
-def _check_k(k: Any, func: str) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k <= 0:
-        raise _common.fail(func, "k", "a positive integer", repr(k))
-    return k
+    return _rankings(data, idx, top.numpy(), np.asarray(member_ranks))
 
 
 def write_cirr_submission(
@@ -471,21 +471,12 @@ def write_cirr_submission(
     {'version': 'rc2', 'metric': 'recall', '12063': ['test1-233-3-img1', 'test1-969-1-img0']}
     """
     func = "write_cirr_submission"
-    _common.check_choice(metric, tuple(SUBMISSION_SIZES), func, "metric")
+    _checks.check_choice(metric, tuple(SUBMISSION_SIZES), func, "metric")
     limit = SUBMISSION_SIZES[metric]
     payload: dict[str, Any] = {"version": version, "metric": metric}
     for pairid, names in rankings.items():
         names = [str(n) for n in names]
-        if len(names) > limit:
-            raise _common.fail(
-                func,
-                "rankings",
-                f"at most {limit} names per query for {metric!r}",
-                f"{len(names)} for pairid {pairid}",
-            )
-        if len(set(names)) != len(names):
-            raise _common.fail(
-                func, "rankings", "free of repeated names", f"a repeat for pairid {pairid}"
-            )
+        where = f"pairid {pairid}"
+        _common.check_ranking(names, limit, func, f"names per query for {metric!r}", where)
         payload[str(int(pairid))] = names
     return _common.write_json(path, payload)

@@ -27,9 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from recallkit import ground_truth_ranks, ground_truth_ranks_from_embeddings, recall_from_ranks
+from recallkit import _checks
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, ProtocolResult
+from recallkit.ranks import (
+    ground_truth_ranks,
+    ground_truth_ranks_from_embeddings,
+    recall_from_ranks,
+)
 
 __all__ = [
     "FASHIONIQ_CATEGORIES",
@@ -66,7 +71,7 @@ class FashionIQCategory:
 
 def _check_category(category: Any, func: str, name: str = "categories") -> str:
     if category not in FASHIONIQ_CATEGORIES:
-        raise _common.fail(
+        raise _checks.fail(
             func, name, f"FashionIQ categories among {FASHIONIQ_CATEGORIES}", repr(category)
         )
     return category
@@ -139,7 +144,7 @@ def _category_indices(part: FashionIQCategory) -> tuple[np.ndarray, np.ndarray]:
 
 def _check_data(data: Any, func: str) -> Mapping[str, FashionIQCategory]:
     if not isinstance(data, Mapping) or not data:
-        raise _common.fail(
+        raise _checks.fail(
             func,
             "data",
             "a mapping category -> FashionIQCategory (see read_fashioniq)",
@@ -148,17 +153,17 @@ def _check_data(data: Any, func: str) -> Mapping[str, FashionIQCategory]:
     for category, part in data.items():
         _check_category(category, func, "data")
         if not isinstance(part, FashionIQCategory):
-            raise _common.fail(func, "data", "FashionIQCategory values", type(part).__name__)
+            raise _checks.fail(func, "data", "FashionIQCategory values", type(part).__name__)
     return data
 
 
 def _check_inputs(inputs: Any, data: Mapping[str, FashionIQCategory], func: str, name: str) -> None:
     if not isinstance(inputs, Mapping):
-        raise _common.fail(func, name, "a mapping category -> array", type(inputs).__name__)
+        raise _checks.fail(func, name, "a mapping category -> array", type(inputs).__name__)
     for category in inputs:
         _check_category(category, func, name)
     if set(inputs) != set(data):
-        raise _common.fail(
+        raise _checks.fail(
             func, name, f"one entry per category of 'data' {sorted(data)}", sorted(inputs)
         )
 
@@ -226,8 +231,8 @@ def fashioniq_recall(
     ({'recall@1': 0.0, 'recall@2': 1.0}, {})
     """
     func = "fashioniq_recall"
-    ks = _common.check_ks(ks, func)
-    _common.check_metric(metric, func)
+    ks = _checks.check_ks(ks, func)
+    _checks.check_metric(metric, func)
     data = _check_data(data, func)
     _check_inputs(queries, data, func, "queries")
     _check_inputs(galleries, data, func, "galleries")
@@ -237,10 +242,10 @@ def fashioniq_recall(
             continue
         part = data[category]
         target, reference = _category_indices(part)
-        _common.check_rows(
+        _checks.check_rows(
             queries[category], len(part.queries), func, "queries", f"{category} query"
         )
-        _common.check_rows(
+        _checks.check_rows(
             galleries[category], len(part.image_names), func, "galleries", f"{category} image"
         )
         if exclude_reference:
@@ -267,7 +272,7 @@ def fashioniq_recall_from_scores(
 ) -> ProtocolResult:
     """:func:`fashioniq_recall` from one ``(queries, images)`` similarity matrix per category."""
     func = "fashioniq_recall_from_scores"
-    ks = _common.check_ks(ks, func)
+    ks = _checks.check_ks(ks, func)
     data = _check_data(data, func)
     _check_inputs(scores, data, func, "scores")
     parts: dict[str, ProtocolResult] = {}
@@ -276,9 +281,9 @@ def fashioniq_recall_from_scores(
             continue
         part = data[category]
         target, reference = _category_indices(part)
-        matrix = _common.as_scores(scores[category], func)
-        _common.check_rows(matrix, len(part.queries), func, "scores", f"{category} query")
-        _common.check_columns(matrix, len(part.image_names), func, "scores", f"{category} image")
+        matrix = _checks.as_scores(scores[category], func)
+        _checks.check_rows(matrix, len(part.queries), func, "scores", f"{category} query")
+        _checks.check_columns(matrix, len(part.image_names), func, "scores", f"{category} image")
         if exclude_reference:
             _clash(part, target, reference)
         ranks = ground_truth_ranks(matrix, target, exclude=reference if exclude_reference else None)

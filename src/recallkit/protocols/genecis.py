@@ -46,9 +46,10 @@ from typing import Any
 
 import numpy as np
 
-from recallkit import ground_truth_ranks, recall_from_ranks
+from recallkit import _checks
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, ProtocolResult
+from recallkit.ranks import ground_truth_ranks, recall_from_ranks
 
 __all__ = [
     "GENECIS_TASKS",
@@ -133,7 +134,7 @@ def read_genecis(path: PathLike, task: str | None = None) -> GeneCISTask:
     func = "read_genecis"
     path = Path(path)
     task = path.stem if task is None else task
-    _common.check_choice(task, GENECIS_TASKS, func, "task")
+    _checks.check_choice(task, GENECIS_TASKS, func, "task")
     entries = _common.load_json(path, f"GeneCIS {task}")
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"{path}: expected a non-empty JSON list of samples")
@@ -166,12 +167,12 @@ def _check_sizes(gallery_sizes: Any, n: int, width: int, func: str) -> np.ndarra
         return np.full(n, width, dtype=np.int64)
     sizes = np.asarray(gallery_sizes)
     if sizes.shape != (n,) or sizes.dtype.kind not in "iu":
-        raise _common.fail(
+        raise _checks.fail(
             func, "gallery_sizes", f"{n} integers (one per sample)", f"shape {sizes.shape}"
         )
     bad = np.nonzero((sizes < 1) | (sizes > width))[0]
     if bad.size:
-        raise _common.fail(
+        raise _checks.fail(
             func,
             "gallery_sizes",
             f"in [1, {width}] (the scores' columns)",
@@ -188,13 +189,13 @@ def _check_target(target_index: Any, sizes: np.ndarray, func: str) -> np.ndarray
     if target.ndim == 0:
         target = np.full(n, int(target))
     if target.shape != (n,) or target.dtype.kind not in "iu":
-        raise _common.fail(
+        raise _checks.fail(
             func, "target_index", f"{n} integers (one per sample)", f"shape {target.shape}"
         )
     bad = np.nonzero((target < 0) | (target >= sizes))[0]
     if bad.size:
         i = int(bad[0])
-        raise _common.fail(
+        raise _checks.fail(
             func,
             "target_index",
             "a column inside each sample's gallery",
@@ -258,12 +259,12 @@ def genecis_recall(
     [0, 0, 2]
     """
     func = "genecis_recall"
-    ks = _common.check_ks(ks, func)
-    _common.check_choice(ties, tuple(TIES), func, "ties")
+    ks = _checks.check_ks(ks, func)
+    _checks.check_choice(ties, tuple(TIES), func, "ties")
     matrix = _scores_with_padding(scores, gallery_sizes, func)
     n, width = matrix.shape
     if width < 1:
-        raise _common.fail(func, "scores", "at least one column (the target)", width)
+        raise _checks.fail(func, "scores", "at least one column (the target)", width)
     sizes = _check_sizes(gallery_sizes, n, width, func)
     target = _check_target(target_index, sizes, func)
     if width == 1:
@@ -284,14 +285,14 @@ def genecis_recall(
 def _scores_with_padding(scores: Any, gallery_sizes: Any, func: str) -> np.ndarray:
     """The score matrix, NaN allowed only past each sample's gallery size (then zeroed)."""
     if gallery_sizes is None:
-        return _common.as_scores(scores, func)
+        return _checks.as_scores(scores, func)
     raw = scores.detach().cpu().float().numpy() if hasattr(scores, "detach") else np.asarray(scores)
     if raw.ndim != 2 or raw.shape[0] == 0:
-        raise _common.fail(func, "scores", "a non-empty 2-D array", f"shape {raw.shape}")
+        raise _checks.fail(func, "scores", "a non-empty 2-D array", f"shape {raw.shape}")
     sizes = _check_sizes(gallery_sizes, raw.shape[0], raw.shape[1], func)
     valid = np.arange(raw.shape[1])[None, :] < sizes[:, None]
     filled = np.where(valid, raw, 0).astype(raw.dtype if raw.dtype == np.float64 else np.float32)
-    return _common.as_scores(filled, func)
+    return _checks.as_scores(filled, func)
 
 
 def genecis_recall_from_embeddings(
@@ -317,8 +318,8 @@ def genecis_recall_from_embeddings(
     [1]
     """
     func = "genecis_recall_from_embeddings"
-    _common.check_metric(metric, func)
-    _common.check_choice(ties, tuple(TIES), func, "ties")
+    _checks.check_metric(metric, func)
+    _checks.check_choice(ties, tuple(TIES), func, "ties")
     scores = _common.candidate_scores(query, candidates, metric=metric, func=func, device=device)
     return genecis_recall(
         scores,
@@ -341,17 +342,17 @@ def genecis_summary(results: Mapping[str, ProtocolResult]) -> ProtocolResult:
     """
     func = "genecis_summary"
     if not isinstance(results, Mapping) or not results:
-        raise _common.fail(
+        raise _checks.fail(
             func, "results", "a non-empty mapping task -> result", type(results).__name__
         )
     for task, result in results.items():
-        _common.check_choice(task, GENECIS_TASKS, func, "results")
+        _checks.check_choice(task, GENECIS_TASKS, func, "results")
         if "recall@1" not in result:
-            raise _common.fail(func, "results", "results holding recall@1", f"none for {task!r}")
+            raise _checks.fail(func, "results", "results holding recall@1", f"none for {task!r}")
     parts = {t: results[t] for t in GENECIS_TASKS if t in results}
     conventions = {r.convention for r in parts.values()}
     if len(conventions) > 1:
-        raise _common.fail(
+        raise _checks.fail(
             func, "results", "results under one tie rule", f"conventions {sorted(conventions)}"
         )
     metrics = {}

@@ -9,7 +9,8 @@ Convention (VSE++, Faghri et al. 2018; ALBEF/BLIP and open_clip's retrieval eval
 * mean and median rank are reported 1-indexed, as VSE++ does: ``mean_rank = mean(r) + 1`` and
   ``median_rank = floor(median(r)) + 1``.
 * ties: an equal score ranks the lower index first (images for text→image, captions for
-  image→text); this is the rule of the user's seed 001 and of :func:`recallkit.ground_truth_ranks`.
+  image→text): the 0-indexed, lower-index-first rank convention of
+  :func:`recallkit.ground_truth_ranks`.
 
 The ranks come from the core (:func:`recallkit.ground_truth_ranks_from_embeddings`, chunked, no
 full similarity matrix; :func:`recallkit.ground_truth_ranks` for a given matrix).
@@ -26,9 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from recallkit import ground_truth_ranks, ground_truth_ranks_from_embeddings, recall_from_ranks
+from recallkit import _checks
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, ProtocolResult
+from recallkit.ranks import (
+    ground_truth_ranks,
+    ground_truth_ranks_from_embeddings,
+    recall_from_ranks,
+)
 
 __all__ = [
     "KARPATHY_COUNTS",
@@ -104,13 +110,13 @@ def read_karpathy_split(
     (('a.jpg',), ('a cat', 'a pet'), [0, 0])
     """
     func = "read_karpathy_split"
-    _common.check_choice(split, _SPLITS, func, "split")
+    _checks.check_choice(split, _SPLITS, func, "split")
     if captions_per_image is not None and (
         isinstance(captions_per_image, bool)
         or not isinstance(captions_per_image, numbers.Integral)
         or captions_per_image <= 0
     ):
-        raise _common.fail(
+        raise _checks.fail(
             func, "captions_per_image", "a positive integer or None", captions_per_image
         )
     data = _common.load_json(path, "Karpathy split")
@@ -161,7 +167,7 @@ def _check_caption_image(caption_image: Any, num_images: int, func: str) -> np.n
     """``caption_image`` as int64, every caption pointing at an existing image."""
     array = np.asarray(caption_image)
     if array.ndim != 1 or array.size == 0 or array.dtype.kind not in "iu":
-        raise _common.fail(
+        raise _checks.fail(
             func,
             "caption_image",
             "a non-empty 1-D integer array (one image row per caption)",
@@ -170,7 +176,7 @@ def _check_caption_image(caption_image: Any, num_images: int, func: str) -> np.n
     array = array.astype(np.int64)
     bad = np.nonzero((array < 0) | (array >= num_images))[0]
     if bad.size:
-        raise _common.fail(
+        raise _checks.fail(
             func,
             "caption_image",
             f"image rows in [0, {num_images})",
@@ -184,7 +190,7 @@ def _captions_of_images(caption_image: np.ndarray, num_images: int, func: str) -
     counts = np.bincount(caption_image, minlength=num_images)
     empty = np.nonzero(counts == 0)[0]
     if empty.size:
-        raise _common.fail(
+        raise _checks.fail(
             func,
             "caption_image",
             "covering every image (image→text needs a caption per image)",
@@ -246,11 +252,11 @@ def image_text_recall(
     (0.6666666666666666, 1.0, [0, 1, 0])
     """
     func = "image_text_recall"
-    ks = _common.check_ks(ks, func)
-    _common.check_metric(metric, func)
+    ks = _checks.check_ks(ks, func)
+    _checks.check_metric(metric, func)
     num_images = _num_rows(images, func, "images")
     caption_image = _check_caption_image(caption_image, num_images, func)
-    _common.check_rows(texts, len(caption_image), func, "texts", "caption of 'caption_image'")
+    _checks.check_rows(texts, len(caption_image), func, "texts", "caption of 'caption_image'")
     per_image = _captions_of_images(caption_image, num_images, func)
     common = {"metric": metric, "chunk_size": chunk_size, "device": device}
     t2i = ground_truth_ranks_from_embeddings(texts, images, caption_image, **common)
@@ -276,10 +282,10 @@ def image_text_recall_from_scores(
     Caption 1 scores 0.5 with both images: image 0, the lower index, ranks first.
     """
     func = "image_text_recall_from_scores"
-    ks = _common.check_ks(ks, func)
-    scores = _common.as_scores(scores, func)
+    ks = _checks.check_ks(ks, func)
+    scores = _checks.as_scores(scores, func)
     caption_image = _check_caption_image(caption_image, scores.shape[0], func)
-    _common.check_columns(scores, len(caption_image), func, "scores", "caption")
+    _checks.check_columns(scores, len(caption_image), func, "scores", "caption")
     per_image = _captions_of_images(caption_image, scores.shape[0], func)
     t2i = ground_truth_ranks(np.ascontiguousarray(scores.T), caption_image)
     i2t = ground_truth_ranks(scores, per_image, reduce="min")
@@ -289,5 +295,5 @@ def image_text_recall_from_scores(
 def _num_rows(x: Any, func: str, name: str) -> int:
     shape = getattr(x, "shape", None)
     if shape is None or len(shape) != 2 or shape[0] == 0:
-        raise _common.fail(func, name, "a non-empty 2-D array", f"shape {shape}")
+        raise _checks.fail(func, name, "a non-empty 2-D array", f"shape {shape}")
     return int(shape[0])
