@@ -141,6 +141,7 @@ def evaluate_sharded(
     ranking_metrics: bool = True,
     chunk_size: int | None = None,
     device: Any = None,
+    precision: str = "float32",
     group: Any = None,
 ) -> ShardedResult:
     """Exact recall@K (and MAP@R, R-precision) of a split sharded across processes.
@@ -202,8 +203,19 @@ def evaluate_sharded(
     fdtype = _engine.filter_dtype(
         _engine.work_dtype(q.rows.dtype), _engine.work_dtype(r.rows.dtype)
     )
+    if precision not in _engine.PRECISIONS:
+        raise _checks.fail(
+            func, "precision", f"one of {tuple(_engine.PRECISIONS)}", repr(precision)
+        )
     block = _engine.make_block(
-        r.rows[r_rows], 0, func, metric, dev, fdtype, global_index=r.index[r_rows].to(dev)
+        r.rows[r_rows],
+        0,
+        func,
+        metric,
+        dev,
+        fdtype,
+        global_index=r.index[r_rows].to(dev),
+        precision=precision,
     )
     space = _engine.Space(
         _engine.prepare_rows(q.rows[:0], "embeddings", func, metric, dev),
@@ -213,6 +225,7 @@ def evaluate_sharded(
         dev,
         lambda: iter(()),
         single=block,
+        precision=precision,
         filter_dtype=fdtype,
     )
     ref_labels = r.labels[r_rows].numpy()

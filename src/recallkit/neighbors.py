@@ -21,6 +21,7 @@ def nearest_neighbors(
     metric: str = "cosine",
     chunk_size: int | None = None,
     device: Any = None,
+    precision: str = "float32",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The exact ``k`` best reference items of each query, best first: ``(indices, scores)``.
 
@@ -31,7 +32,8 @@ def nearest_neighbors(
     candidates per query (an index or a list per query, ``-1`` for none). ``k`` above the number
     of reference rows is clamped to it (the lists have ``min(k, m)`` slots); slots beyond a query's
     available candidates hold index ``-1`` and score ``-inf``. Scores are the exact float64 scores
-    (:mod:`recallkit._engine`).
+    (:mod:`recallkit._engine`). ``precision`` (``"float32"``, ``"float16"``, ``"bfloat16"``) is the
+    GEMM filter's type on CUDA, as in :func:`recallkit.recall_at_k`: the results are identical.
 
     >>> import numpy as np
     >>> x = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
@@ -42,7 +44,7 @@ def nearest_neighbors(
     func = "nearest_neighbors"
     k = _checks.check_positive_int(k, func, "k")
     chunk_size = _checks.check_chunk_size(chunk_size, func)
-    space = _engine.prepare(query, reference, metric, device, func)
+    space = _engine.prepare(query, reference, metric, device, func, precision=precision)
     n, m = space.num_query, space.num_reference
     parts = []
     if query_in_reference:

@@ -56,7 +56,8 @@ class ExactKNN:
     empty ``(n, 0)`` lists, as PML asks when every label is unique.
 
     ``exclude_ids=(query_ids, reference_ids)`` also removes every reference item whose id equals
-    the query's.
+    the query's. ``chunk_size``, ``device`` and ``precision`` are those of
+    :func:`recallkit.nearest_neighbors`.
 
     >>> import torch
     >>> x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
@@ -66,12 +67,17 @@ class ExactKNN:
     """
 
     def __init__(
-        self, metric: str = "euclidean", chunk_size: int | None = None, device: Any = None
+        self,
+        metric: str = "euclidean",
+        chunk_size: int | None = None,
+        device: Any = None,
+        precision: str = "float32",
     ) -> None:
         func = "ExactKNN"
         self.metric = _checks.check_metric(metric, func)
         self.chunk_size = _checks.check_chunk_size(chunk_size, func)
         self.device = device
+        self.precision = precision
 
     def __call__(
         self,
@@ -111,6 +117,7 @@ class ExactKNN:
             metric=self.metric,
             chunk_size=self.chunk_size,
             device=self.device,
+            precision=self.precision,
         )
         if self.metric == "euclidean":
             q = query.to(device=scores.device, dtype=scores.dtype)
@@ -291,7 +298,6 @@ class RecallCalculator(AccuracyCalculator):
                 "with the constructor's include=)",
                 repr(tuple(unknown)),
             )
-
 
     def _recall_at(self, k: int, **kwargs: Any) -> float:
         if "result" not in self._recall_cache:

@@ -182,11 +182,12 @@ def ground_truth_ranks_from_embeddings(
     metric: str = "cosine",
     chunk_size: int | None = None,
     device: Any = None,
+    precision: str = "float32",
 ) -> np.ndarray:
     """:func:`ground_truth_ranks` from embeddings, chunked: the full matrix is never built.
 
-    Scores are those of :func:`recallkit.recall_at_k` (``metric`` cosine, dot or euclidean, in
-    float32 at least), with the same tie rule.
+    Scores are the exact scores of :func:`recallkit.recall_at_k` (``metric`` cosine, dot or
+    euclidean; ``precision`` the GEMM filter's type on CUDA), with the same tie rule.
 
     >>> import numpy as np
     >>> images = np.eye(3)
@@ -197,7 +198,7 @@ def ground_truth_ranks_from_embeddings(
     func = "ground_truth_ranks_from_embeddings"
     _checks.check_choice(reduce, REDUCTIONS, func, "reduce")
     chunk_size = _checks.check_chunk_size(chunk_size, func)
-    space = _engine.prepare(query, reference, metric, device, func)
+    space = _engine.prepare(query, reference, metric, device, func, precision=precision)
     targets, single = _targets(ground_truth, space.num_query, space.num_reference, func)
     exclusions = _exclusion(exclude, targets, space.num_reference, func)
     if reduce == "min" or single:

@@ -55,8 +55,7 @@ def test_torch_kernels_equal_numba_bit_for_bit(metric, dtype):
     rows = torch.arange(len(x)).repeat_interleave(len(x))
     cols = torch.arange(len(x)).repeat(len(x))
     exact = {
-        b: _kernels.exact_scores(t, aux, t, aux, rows, cols, metric, b)
-        for b in ("numba", "torch")
+        b: _kernels.exact_scores(t, aux, t, aux, rows, cols, metric, b) for b in ("numba", "torch")
     }
     assert torch.equal(exact["numba"], exact["torch"])
     expected = brute.fixed_order_scores64(x, x, metric).reshape(-1)
@@ -69,7 +68,13 @@ def test_ranks_equal_the_definition_on_both_back_ends(backend, metric):
     expected, s, excluded = _brute_first_hits(x, labels, metric)
     for chunk_size in (7, None):
         result = recall_at_k(
-            x, x, labels, labels, (1, 5), query_in_reference=True, metric=metric,
+            x,
+            x,
+            labels,
+            labels,
+            (1, 5),
+            query_in_reference=True,
+            metric=metric,
             chunk_size=chunk_size,
         )
         np.testing.assert_array_equal(result.first_hit_ranks, expected)
@@ -233,3 +238,23 @@ def test_coarse_labels_streamed_use_the_gemm_filter(tmp_path, backend):
     expected = brute.first_hit_ranks(s, q_labels, r_labels, [set()] * 50)
     streamed = recall_at_k(q, open_embeddings(path), q_labels, r_labels, (1,))
     np.testing.assert_array_equal(streamed.first_hit_ranks, expected)
+
+
+def test_precision_is_accepted_everywhere_and_changes_nothing_on_the_cpu():
+    from recallkit import ground_truth_ranks_from_embeddings
+    from recallkit.pml import ExactKNN
+
+    x, _ = _near_ties(5, n=60)
+    a = nearest_neighbors(x, x, 5, precision="bfloat16")
+    b = nearest_neighbors(x, x, 5)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    gt = np.arange(60)
+    assert (
+        ground_truth_ranks_from_embeddings(x, x, gt, precision="float16").tolist()
+        == ground_truth_ranks_from_embeddings(x, x, gt).tolist()
+    )
+    assert torch.equal(
+        ExactKNN(precision="bfloat16")(x, 3, x, True)[1], ExactKNN()(x, 3, x, True)[1]
+    )
+    with pytest.raises(ValueError, match="'precision' parameter of nearest_neighbors"):
+        nearest_neighbors(x, x, 5, precision="int8")
