@@ -69,8 +69,13 @@ def main(args: argparse.Namespace) -> int:
     )
     print(format_comparison(comparison))
     if args.json is not None:
-        with atomic_write(args.json, "w") as handle:
-            json.dump(comparison_record(comparison), handle, indent=1)
-            handle.write("\n")
+        text = json.dumps(comparison_record(comparison), indent=1) + "\n"
+        try:
+            with atomic_write(args.json, "w") as handle:
+                handle.write(text)
+        except OSError as error:
+            raise UsageError(
+                f"Cannot write the comparison file '{args.json}': {error.strerror or error}."
+            ) from None
         print(f"comparison file: {args.json}", file=sys.stderr)
     return 0

@@ -82,12 +82,12 @@ def load_inshop(
             f"{path}: expected a count line and the header {' '.join(_HEADER)!r}; the file has "
             f"{len(lines)} line(s)."
         )
-    try:
-        declared = int(lines[0].strip())
-    except ValueError:
+    if not _files.is_decimal(lines[0].strip()) or lines[0].strip().startswith(("-", "+")):
         raise DatasetError(
-            f"{path}, line 1: expected the number of images. Got {lines[0].strip()!r}."
-        ) from None
+            f"{path}, line 1: expected the number of images (ASCII digits). "
+            f"Got {lines[0].strip()!r}."
+        )
+    declared = int(lines[0].strip())
     if lines[1].split() != _HEADER:
         raise DatasetError(
             f"{path}, line 2: expected the header {' '.join(_HEADER)!r}. Got {lines[1].strip()!r}."
@@ -98,6 +98,7 @@ def load_inshop(
             f"{path}, line 1: the file declares {declared:,} images but lists {rows.size:,}."
         )
     names, items, statuses = rows.columns
+    _files.check_relative_paths(names, "image_name", path, rows.line)
     _files.check_unique(names, "image_name", path, rows.line)
 
     item_numbers: dict[str, int] = {}

@@ -459,11 +459,17 @@ def failure_grid(
     (:func:`~recallkit.runner.grid.worst_queries`); neighbours come from :func:`top_k`. The
     file is a PNG or a self-contained HTML page, by its extension.
     """
-    from recallkit.runner.grid import draw_grid, grid_rows, worst_queries
+    from recallkit.runner.grid import draw_grid
+
+    return draw_grid(_grid_rows(run, k, queries), out, title=title)
+
+
+def _grid_rows(run: Run, k: int, queries: int) -> list[Any]:
+    from recallkit.runner.grid import grid_rows, worst_queries
 
     rows = worst_queries(run.result, queries)
     neighbours = top_k(run, rows, k)
-    assembled = grid_rows(
+    return grid_rows(
         run.query.items,
         run.query.labels,
         run.gallery.items,
@@ -472,7 +478,15 @@ def failure_grid(
         neighbours,
         run.result.first_hit_ranks,
     )
-    return draw_grid(assembled, out, title=title)
+
+
+def render_failure_grid(
+    run: Run, suffix: str, *, k: int = 8, queries: int = 8, title: str | None = None
+) -> bytes:
+    """The bytes of the :func:`failure_grid` file with extension ``suffix``, not written."""
+    from recallkit.runner.grid import render_grid
+
+    return render_grid(_grid_rows(run, k, queries), suffix, title=title)
 
 
 # --- the run file (--json) -----------------------------------------------------------------
@@ -506,13 +520,19 @@ def run_record(
 ) -> dict[str, Any]:
     """The run as a JSON-ready dict (the ``--json`` file): values, counts, setup, per-query ranks.
 
-    ``queries`` holds, row for row, each query's identity, label and first-hit rank (0-indexed,
-    ``-1`` for an excluded query): what ``recallkit compare`` pairs two runs on.
+    ``queries`` holds, row for row, each query's identity, label, image path (absolute;
+    ``null`` for an in-memory image) and first-hit rank (0-indexed, ``-1`` for an excluded
+    query): what ``recallkit compare`` pairs two runs on (identity and path together, since a
+    manifest's ids may repeat).
     """
     result = run.result
     q_ids = run.query.ids
     if q_ids is None:
         q_ids = tuple(str(i) for i in range(len(run.query)))
+    q_paths = [
+        os.path.abspath(item) if isinstance(item, str | os.PathLike) else None
+        for item in run.query.items
+    ]
     return {
         "format": RUN_FORMAT,
         "recallkit_version": _version(),
@@ -548,6 +568,7 @@ def run_record(
         "queries": {
             "ids": [str(i) for i in q_ids],
             "labels": [_json_label(v) for v in run.query.labels],
+            "paths": q_paths,
             "first_hit_rank": result.first_hit_ranks.tolist(),
         },
     }
