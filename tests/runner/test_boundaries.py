@@ -109,6 +109,16 @@ def test_untagged_runs_are_named_by_their_position(tmp_path):
 # ------------------------------------------------------------------ symlinked outputs
 
 
+def test_history_through_a_dangling_link_creates_its_target(tmp_path):
+    (tmp_path / "link.jsonl").symlink_to("real.jsonl")
+    assert append_history(tmp_path / "link.jsonl", {"tag": "a", "recall": {}}) == 1
+    assert append_history(tmp_path / "link.jsonl", {"tag": "b", "recall": {}}) == 2
+    assert (tmp_path / "link.jsonl").is_symlink()
+    assert (tmp_path / "real.jsonl").read_text() == (
+        '{"tag": "a", "recall": {}}\n{"tag": "b", "recall": {}}\n'
+    )
+
+
 def test_history_and_run_file_through_symlinks_keep_link_and_mode(
     cli, hand_case, encoder_module, tmp_path
 ):
@@ -365,6 +375,26 @@ def test_unusable_cache_dir_warns_and_goes_on(cli, hand_case, encoder_module, tm
     assert not_a_folder.read_text() == "a file, not a folder"
 
 
+def test_read_only_cache_dir_warns_and_goes_on(
+    cli, hand_case, encoder_module, tmp_path, monkeypatch
+):
+    def read_only(target):
+        raise OSError(errno.EROFS, "Read-only file system", str(target))
+
+    monkeypatch.setattr(_atomic, "_open_temporary", read_only)
+    cache = tmp_path / "cache"
+    res = _evaluate(cli, hand_case, encoder_module[0], cache)
+    assert res.rc == 0, res.err
+    warnings = [line for line in res.err.splitlines() if "warning:" in line]
+    assert warnings == [
+        f"recallkit evaluate: warning: the embedding cache '{cache}' cannot be written "
+        f"(Read-only file system); the {side} embeddings were not stored and the run goes on "
+        "without the cache"
+        for side in ("gallery", "query")
+    ]
+    assert "recall@1: 0.3333" in res.out
+
+
 def test_full_disk_while_caching_leaves_no_half_entry(
     cli, hand_case, encoder_module, tmp_path, monkeypatch
 ):
@@ -589,3 +619,25 @@ def test_cli_reports_any_system_error_in_one_line(cli, tmp_path, monkeypatch):
     monkeypatch.setattr(compare_command, "load_run", fail)
     res = cli("compare", tmp_path / "a.json", tmp_path / "b.json")
     _one_error_line(res, f"Permission denied: '{tmp_path / 'a.json'}'.")
+
+
+# ------------------------------------------------------------------ embedding files
+
+
+def test_big_endian_and_extended_precision_embedding_files(cli, tmp_path, make_image, read_json):
+    for name in ("a/1", "a/2", "b/1", "b/2"):
+        make_image(tmp_path / "imgs" / f"{name}.png", (1, 2, 3))
+    # Each image's nearest other image is its class partner: a/1-a/2 cos 0.994, b/1-b/2 too.
+    values = np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]])
+    np.save(tmp_path / "be.npy", values.astype(">f4"))
+    res = cli(
+        "evaluate", "--images", tmp_path / "imgs", "--embeddings", tmp_path / "be.npy",
+        "--ks", "1", "--json", tmp_path / "r.json",
+    )  # fmt: skip
+    assert res.rc == 0, res.err
+    assert read_json(tmp_path / "r.json")["queries"]["first_hit_rank"] == [0, 0, 0, 0]
+    extended = np.dtype(np.longdouble)
+    if extended.itemsize > 8:  # where long double is wider than float64 (x86-64 Linux)
+        np.save(tmp_path / "ld.npy", values.astype(extended))
+        res = cli("evaluate", "--images", tmp_path / "imgs", "--embeddings", tmp_path / "ld.npy")
+        _one_error_line(res, f"holds {extended} (extended precision)", "as float32 or float64")

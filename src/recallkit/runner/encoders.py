@@ -508,7 +508,8 @@ def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -
     """Read precomputed embeddings: ``.npy``, ``.pt``/``.pth`` or ``.safetensors``.
 
     A ``.pt``/``.safetensors`` file holds one tensor, or a dict with an ``"embeddings"`` entry
-    (or a single entry). The result is a finite 2-D floating array, one row per image.
+    (or a single entry). The result is a finite 2-D floating array in native byte order, one
+    row per image (a big-endian ``.npy`` is converted; extended precision is refused).
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "e.npy"
@@ -558,6 +559,13 @@ def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -
             f"The {what} file '{path}' must hold a 2-D numeric array (one row per image). "
             f"Got shape {array.shape}, dtype {array.dtype}."
         )
+    if array.dtype.kind == "f" and array.dtype.itemsize > 8:
+        raise UsageError(
+            f"The {what} file '{path}' holds {array.dtype} (extended precision), which torch "
+            "cannot compute with; save the embeddings as float32 or float64."
+        )
+    if not array.dtype.isnative:  # a big-endian file: the same values in native byte order
+        array = array.astype(array.dtype.newbyteorder("="))
     if array.dtype.kind != "f":
         array = array.astype(np.float32)
     if not np.isfinite(array).all():

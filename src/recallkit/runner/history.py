@@ -119,11 +119,12 @@ def _open_locked(path: Path) -> tuple[int, bool]:
     flags = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
     while True:
         created = False
+        target = _atomic.resolve_target(path)  # O_EXCL would not follow a dangling link
         try:
-            fd = os.open(path, flags)
+            fd = os.open(target, flags)
         except FileNotFoundError:
             try:
-                fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666)
+                fd = os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o666)
                 created = True
             except FileExistsError:
                 continue
@@ -131,7 +132,7 @@ def _open_locked(path: Path) -> tuple[int, bool]:
             _lock(fd)
             here = os.fstat(fd)
             try:
-                there = os.stat(path)
+                there = os.stat(target)
             except FileNotFoundError:
                 there = None
         except BaseException:
@@ -194,7 +195,7 @@ def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> i
         with contextlib.suppress(OSError):
             os.ftruncate(fd, size)
             if created and size == 0:
-                os.unlink(path)
+                os.unlink(_atomic.resolve_target(path))
         os.close(fd)
         raise
     os.close(fd)
