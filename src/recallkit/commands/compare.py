@@ -29,7 +29,9 @@ def register(subparsers: Any) -> None:
         description=(
             "Print the recall@K of two runs (recallkit evaluate --json) side by side, their "
             "difference a - b per K and its paired bootstrap confidence interval over the "
-            "queries (fixed seed); the difference is significant when the interval excludes 0."
+            "queries (fixed seed); the difference is significant when the interval excludes 0. "
+            "Queries are paired by id and image path, so manifest ids shared by several images "
+            "pair image by image; both runs must hold the same queries."
         ),
         epilog="example:\n  recallkit compare finetuned.json baseline.json",
         formatter_class=argparse.RawDescriptionHelpFormatter,

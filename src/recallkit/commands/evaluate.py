@@ -47,9 +47,15 @@ examples:
   # a benchmark's own protocol
   recallkit evaluate --benchmark cub --root ~/data/CUB_200_2011 --embeddings cub.npy
 
-PATH is a folder of class subfolders (PATH/<label>/<image>) or a CSV/TSV manifest with
-columns path,label[,id]. Self-matches (same resolved path, or same manifest id) are
-excluded. The report goes to stdout; progress and notes go to stderr.
+PATH is a folder of class subfolders (PATH/<label>/<image>; symbolic links are followed and
+each real file counted once) or a CSV/TSV manifest with columns path,label[,id], one row per
+line. Self-matches (same resolved path, or same manifest id) are excluded. The report goes to
+stdout; progress and notes go to stderr.
+
+Outputs (--show-out, --json, --history) are written at the end, all of them or, on a failure
+such as a full disk, none: a one-line error and exit status 2. A symbolic link given as an
+output keeps pointing at its target, which is written with its mode kept. The cache is
+optional: a --cache-dir that cannot be written gives a warning and the run goes on.
 """
 
 

@@ -260,8 +260,8 @@ def encode_all(
 ) -> np.ndarray:
     """Encode every image once, in batches, and return the ``(n, dim)`` float32 embeddings.
 
-    The seed's ``encode_all``: ``encoder_fn(images[i:i + batch_size])`` for each batch, the
-    outputs concatenated. Paths are read with :func:`load_image` first (RGB, fully decoded);
+    ``encoder_fn(images[i:i + batch_size])`` is called for each batch and the outputs are
+    concatenated. Paths are read with :func:`load_image` first (RGB, fully decoded);
     an unreadable image raises :class:`BadImagesError` listing all of them.
 
     >>> encode_all([np.array([3.0, 4.0])] * 3, lambda b: np.stack(b), batch_size=2,

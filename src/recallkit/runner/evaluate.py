@@ -253,7 +253,7 @@ def evaluate(
     encoder_id: str | None = None,
     progress: bool | None = None,
 ) -> RecallResult:
-    """Recall@K of ``encoder_fn`` on query and gallery images: the seed's ``evaluate``.
+    """Recall@K of ``encoder_fn`` on query and gallery images.
 
     Each image set is encoded once with ``encoder_fn`` (a batch, a list of RGB PIL images for
     paths, to a ``(batch, dim)`` array or tensor), or taken from ``query_embeddings`` /
@@ -264,11 +264,15 @@ def evaluate(
     Self-matches are excluded by identity: a query never retrieves a gallery image with its own
     id, which is its resolved path when the images are paths (so overlapping query and gallery
     lists work), or ``query_ids``/``gallery_ids`` when given. Queries whose label no remaining
-    gallery image has are excluded and counted (``num_excluded``), as the seed's rules say.
+    gallery image has are excluded and counted (``num_excluded``).
 
     With ``cache_dir``, each set's embeddings are stored there as ``.npy`` and reused while the
     files (sizes, modification times), the encoder (``encoder_id`` or its qualified name, and a
-    digest of the torch weights it holds and of its source file) are unchanged. Unreadable
+    digest of the torch weights it holds and of its source file) are unchanged. An
+    ``encoder_fn`` that holds no torch module is so keyed by its name and source file alone:
+    when its output depends on anything else (weights it loads itself, environment variables,
+    other files), give an ``encoder_id`` that changes with it; a cache hit without one says
+    so. A cache folder that cannot be written gives a warning and the run goes on. Unreadable
     images raise :class:`~recallkit.runner.encode.BadImagesError` listing them, or are left out
     with ``skip_bad=True``.
 
