@@ -2,7 +2,8 @@
 
 Each module in ``recallkit/commands/`` exposes ``register(subparsers)``, which adds its
 sub-command and sets ``func`` (``args -> int`` exit status) as the parser default. User errors are
-raised as :class:`recallkit.errors.UsageError` and printed as one line, never as a traceback.
+raised as :class:`recallkit.errors.UsageError` and printed as one line, never as a traceback,
+with exit status 2; so is an ``OSError`` from the system (a full disk, a read-only folder).
 """
 
 from __future__ import annotations
@@ -44,6 +45,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         print(f"recallkit {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # a full disk, a read-only folder: the system's reason, one line
+        print(f"recallkit {args.command}: error: {os_error_text(error)}", file=sys.stderr)
+        return 2
+
+
+def os_error_text(error: OSError) -> str:
+    """One line for an ``OSError``: the system's reason and the file it concerns.
+
+    >>> import errno
+    >>> os_error_text(OSError(errno.ENOSPC, "No space left on device", "out.json"))
+    "No space left on device: 'out.json'."
+    """
+    reason = error.strerror or str(error) or type(error).__name__
+    if error.filename is not None:
+        return f"{reason}: {str(error.filename)!r}."
+    return f"{reason}."
 
 
 if __name__ == "__main__":

@@ -85,7 +85,13 @@ def test_json_schema(cli, hand_case, encoder_module, tmp_path, read_json):
     assert record["num_excluded"] == 0
     assert record["cache"] == {"gallery": "miss", "query": "miss"}
     assert record["encoder"]["encoder"].startswith("callable:")
-    assert set(record["queries"]) == {"ids", "labels", "first_hit_rank"}
+    assert set(record["queries"]) == {"ids", "labels", "paths", "first_hit_rank"}
+    query, _ = hand_case
+    assert record["queries"]["paths"] == [
+        os.path.abspath(query / "cat" / "q1.png"),
+        os.path.abspath(query / "cat" / "q2.png"),
+        os.path.abspath(query / "dog" / "q3.png"),
+    ]
     assert record["skipped_images"] == []
     assert record["sources"]["options"]["ks"] == ["1", "2"]
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from recallkit.errors import UsageError
 from recallkit.runner.compare import compare_records, paired_bootstrap
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -139,10 +140,17 @@ def test_compare_pairs_by_identity(tmp_path):
         (3, 2 / 3, 2 / 3, 0, 0),
     ]
     assert c.num_queries == 3
-    # Repeated ids (a manifest's id column) pair by order of appearance.
+    # Repeated ids (a manifest's id column) pair by image path: b lists the two in reverse.
     a = _run_file(tmp_path / "a.json", [0, 5], ids=["p", "p"])
-    b = _run_file(tmp_path / "b.json", [0, 0], ids=["p", "p"])
-    assert compare_records(a, b, ks=[1]).rows[0].diff == -0.5
+    b = _run_file(tmp_path / "b.json", [5, 0], ids=["p", "p"])
+    a["queries"]["paths"] = ["/d/1.png", "/d/2.png"]
+    b["queries"]["paths"] = ["/d/2.png", "/d/1.png"]
+    row = compare_records(a, b, ks=[1]).rows[0]
+    assert (row.diff, row.a_only, row.b_only) == (0.0, 0, 0)
+    # Without paths, repeated ids cannot be paired: an error, not a guess by order.
+    del a["queries"]["paths"]
+    with pytest.raises(UsageError, match=r"a has 2 queries with id 'p', so they cannot be paired"):
+        compare_records(a, b, ks=[1])
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,9 @@ def register(subparsers: Any) -> None:
         description=(
             "Print the recall@K of two runs (recallkit evaluate --json) side by side, their "
             "difference a - b per K and its paired bootstrap confidence interval over the "
-            "queries (fixed seed); the difference is significant when the interval excludes 0."
+            "queries (fixed seed); the difference is significant when the interval excludes 0. "
+            "Queries are paired by id and image path, so manifest ids shared by several images "
+            "pair image by image; both runs must hold the same queries."
         ),
         epilog="example:\n  recallkit compare finetuned.json baseline.json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -69,8 +71,13 @@ def main(args: argparse.Namespace) -> int:
     )
     print(format_comparison(comparison))
     if args.json is not None:
-        with atomic_write(args.json, "w") as handle:
-            json.dump(comparison_record(comparison), handle, indent=1)
-            handle.write("\n")
+        text = json.dumps(comparison_record(comparison), indent=1) + "\n"
+        try:
+            with atomic_write(args.json, "w") as handle:
+                handle.write(text)
+        except OSError as error:
+            raise UsageError(
+                f"Cannot write the comparison file '{args.json}': {error.strerror or error}."
+            ) from None
         print(f"comparison file: {args.json}", file=sys.stderr)
     return 0

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from recallkit._atomic import atomic_write
+from recallkit._atomic import Staged, stage
 from recallkit.errors import UsageError
 from recallkit.runner._args import jsonable, parse_ks, positive_int, warnings_as_lines
 from recallkit.runner.cache import default_cache_dir
@@ -24,9 +24,9 @@ from recallkit.runner.encoders import (
 )
 from recallkit.runner.evaluate import (
     dumps_record,
-    failure_grid,
     format_worst_classes,
     num_query_classes,
+    render_failure_grid,
     run_evaluation,
     run_record,
     worst_classes,
@@ -47,9 +47,15 @@ examples:
   # a benchmark's own protocol
   recallkit evaluate --benchmark cub --root ~/data/CUB_200_2011 --embeddings cub.npy
 
-PATH is a folder of class subfolders (PATH/<label>/<image>) or a CSV/TSV manifest with
-columns path,label[,id]. Self-matches (same resolved path, or same manifest id) are
-excluded. The report goes to stdout; progress and notes go to stderr.
+PATH is a folder of class subfolders (PATH/<label>/<image>; symbolic links are followed and
+each real file counted once) or a CSV/TSV manifest with columns path,label[,id], one row per
+line. Self-matches (same resolved path, or same manifest id) are excluded. The report goes to
+stdout; progress and notes go to stderr.
+
+Outputs (--show-out, --json, --history) are written at the end, all of them or, on a failure
+such as a full disk, none: a one-line error and exit status 2. A symbolic link given as an
+output keeps pointing at its target, which is written with its mode kept. The cache is
+optional: a --cache-dir that cannot be written gives a warning and the run goes on.
 """
 
 
@@ -110,6 +116,14 @@ def register(subparsers: Any) -> None:
         help="package.module:callable returning a torch model, a (model, transform) pair or an "
         "encoder function (list of PIL images -> (n, d) array)",
     )
+    enc.add_argument(
+        "--encoder-id",
+        metavar="NAME",
+        help="a name for the encoder's version, part of the embedding cache key: give one that "
+        "changes whenever the output changes in a way the cache cannot see (an encoder "
+        "function holding no torch module is otherwise keyed by its source code alone, so "
+        "weights it loads itself or environment variables it reads go unnoticed)",
+    )
 
     pre = p.add_argument_group("preprocessing (torch models without their own transform)")
     pre.add_argument("--resize", type=int, default=256, metavar="N", help="shorter side (0: off)")
@@ -148,14 +162,19 @@ def register(subparsers: Any) -> None:
     run.add_argument(
         "--cache-dir",
         metavar="DIR",
-        help=f"embedding cache (default $RECALLKIT_CACHE or {default_cache_dir()})",
+        help=f"embedding cache (default $RECALLKIT_CACHE or {default_cache_dir()}); one that "
+        "cannot be written gives a warning and the run goes on without it",
     )
     run.add_argument("--no-cache", action="store_true", help="encode without the cache")
     run.add_argument("--quiet", action="store_true", help="no progress or cache messages")
 
     out = p.add_argument_group("output")
     out.add_argument("--json", metavar="FILE", help="write the run (with per-query ranks)")
-    out.add_argument("--history", metavar="FILE", help="append one JSON line to this file")
+    out.add_argument(
+        "--history",
+        metavar="FILE",
+        help="append one JSON line to this file (locked: concurrent runs each add theirs)",
+    )
     out.add_argument("--tag", help="the run's name in the history and JSON (e.g. epoch-3)")
     out.add_argument(
         "--worst", type=int, default=5, metavar="N", help="worst classes to list (0: none)"
@@ -227,6 +246,8 @@ def _encoder(
         )
     if args.weights is not None and args.model is None:
         raise UsageError("--weights goes with --model.")
+    if args.encoder_id is not None and kinds[0]:
+        raise UsageError("--encoder-id goes with --model or --callable (it names an encoder).")
     if kinds[0]:
         same = query.items == gallery.items
         if args.embeddings is not None:
@@ -278,10 +299,15 @@ def _encoder(
             device=device,
             dtype=args.dtype,
             head=args.head,
+            encoder_id=args.encoder_id,
         )
     else:
         encoder = callable_encoder(
-            args.callable, preprocessing=preprocessing, device=device, dtype=args.dtype
+            args.callable,
+            preprocessing=preprocessing,
+            device=device,
+            dtype=args.dtype,
+            encoder_id=args.encoder_id,
         )
     return encoder, None, None
 
@@ -356,19 +382,60 @@ def main(args: argparse.Namespace) -> int:
             "with their label and are excluded (counted in num_excluded of the JSON).",
             file=sys.stderr,
         )
-    if args.show_out is not None:
-        with warnings_as_lines("evaluate"):
-            grid = failure_grid(
-                run, args.show_out, k=args.show_topk or 8, queries=args.show_queries
-            )
-        print(f"failure grid: {grid}", file=sys.stderr)
     options = {k: jsonable(v) for k, v in vars(args).items() if k != "func"}
     record = run_record(run, tag=args.tag, worst=worst, sources={"options": options})
-    if args.json is not None:
-        with atomic_write(args.json, "w") as handle:
-            handle.write(dumps_record(record))
-        print(f"run file: {args.json}", file=sys.stderr)
-    if args.history is not None:
-        count = append_history(args.history, record)
-        print(f"history: {args.history} ({count} runs)", file=sys.stderr)
+    _write_outputs(args, run, record)
     return 0
+
+
+def _cannot_write(what: str, path: str, error: OSError) -> UsageError:
+    reason = error.strerror or str(error)
+    return UsageError(f"Cannot write the {what} '{path}': {reason}. Nothing was written.")
+
+
+def _write_outputs(args: argparse.Namespace, run: Any, record: dict[str, Any]) -> None:
+    """Write the grid, the run file and the history line: all of them, or none.
+
+    The grid and the run file are first written in full to temporary files; then the history
+    line is appended (under its lock; cut back if it fails); only then are the temporary
+    files renamed into place. A failure on the way (a full disk) leaves no output.
+    """
+    pending: list[Staged] = []
+    done: list[str] = []
+    try:
+        if args.show_out is not None:
+            with warnings_as_lines("evaluate"):
+                data = render_failure_grid(
+                    run,
+                    Path(args.show_out).suffix,
+                    k=args.show_topk or 8,
+                    queries=args.show_queries,
+                )
+            try:
+                pending.append(stage(args.show_out, lambda h: h.write(data), "wb"))
+            except OSError as error:
+                raise _cannot_write("failure grid", args.show_out, error) from None
+            done.append(f"failure grid: {args.show_out}")
+        if args.json is not None:
+            text = dumps_record(record)
+            try:
+                pending.append(stage(args.json, lambda h: h.write(text), "w"))
+            except OSError as error:
+                raise _cannot_write("run file", args.json, error) from None
+            done.append(f"run file: {args.json}")
+        if args.history is not None:
+            try:
+                count = append_history(args.history, record)
+            except OSError as error:
+                raise _cannot_write("history file", args.history, error) from None
+            done.append(f"history: {args.history} ({count} runs)")
+        for item in pending:
+            try:
+                item.commit()
+            except OSError as error:
+                raise _cannot_write("output", str(item.target), error) from None
+    finally:
+        for item in pending:
+            item.discard()
+    for line in done:
+        print(line, file=sys.stderr)

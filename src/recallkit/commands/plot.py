@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from recallkit.errors import UsageError
 from recallkit.runner._args import parse_ks
 from recallkit.runner.plot import plot_history
 
@@ -31,6 +32,11 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``recallkit plot``; return the exit status."""
-    out = plot_history(args.history, args.out, ks=parse_ks(args.ks), title=args.title)
+    try:
+        out = plot_history(args.history, args.out, ks=parse_ks(args.ks), title=args.title)
+    except OSError as error:
+        raise UsageError(
+            f"Cannot write the plot '{args.out}': {error.strerror or error}."
+        ) from None
     print(f"plot: {out}", file=sys.stderr)
     return 0

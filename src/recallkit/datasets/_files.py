@@ -1,11 +1,16 @@
 """Private helpers shared by the benchmark parsers: finding files, splitting lines, checking counts.
 
-Every error names the file, and the line where one line is at fault.
+Every error names the file, and the line where one line is at fault. Numbers are read
+strictly: ASCII decimal digits only (``1_0``, Arabic-Indic or full-width digits are not
+numbers, though Python's ``int`` would take them), and image paths must be relative paths
+that stay inside the dataset folder, without NUL characters.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -136,18 +141,37 @@ class Rows:
         check_unique(self.columns[column], name, self.path, self.line)
 
 
+_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_INTS = re.compile(r"(?:[+-]?[0-9]+\n)*[+-]?[0-9]+", re.ASCII)
+_FLOAT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?", re.ASCII)
+_FLOATS = re.compile(
+    r"(?:[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?\n)*"
+    r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?",
+    re.ASCII,
+)
+
+
+def is_decimal(value: str) -> bool:
+    """Whether ``value`` is an optionally signed run of ASCII digits.
+
+    >>> is_decimal("-12"), is_decimal("1_0"), is_decimal("\u0661\u0660"), is_decimal(" 1")
+    (True, False, False, False)
+    """
+    return _INT.fullmatch(value) is not None
+
+
 def parse_ints(values: Sequence[str], name: str, path: Path, line) -> np.ndarray:
-    """Decimal strings to int64; the first bad one is an error naming its line."""
-    try:
-        return np.array(values, dtype=np.int64).reshape(len(values))
-    except (ValueError, OverflowError):
-        pass
+    """Decimal strings (ASCII digits) to int64; the first bad one is an error naming its line."""
+    if not values:
+        return np.zeros(0, dtype=np.int64)
+    if _INTS.fullmatch("\n".join(values)) is not None:
+        try:
+            return np.array(values, dtype=np.int64).reshape(len(values))
+        except (ValueError, OverflowError):
+            pass
     parsed: list[int] = []
     for i, value in enumerate(values):
-        try:
-            number = int(value)
-        except ValueError:
-            number = None
+        number = int(value) if is_decimal(value) else None
         if number is None or not -(2**63) <= number < 2**63:
             raise DatasetError(
                 f"{path}, line {line(i)}: the {name} must be an integer. Got {value!r}."
@@ -311,21 +335,23 @@ def finish(
 
 
 def parse_floats(values: Sequence[str], name: str, path: Path, line) -> np.ndarray:
-    """Decimal strings to float64; the first bad one is an error naming its line."""
-    try:
-        out = np.array(values, dtype=np.float64).reshape(len(values))
-    except ValueError:
-        out = None
+    """Decimal strings (ASCII) to float64; the first bad one is an error naming its line."""
+    if not values:
+        return np.zeros(0, dtype=np.float64)
+    out = None
+    if _FLOATS.fullmatch("\n".join(values)) is not None:
+        try:
+            out = np.array(values, dtype=np.float64).reshape(len(values))
+        except ValueError:
+            out = None
     if out is not None and np.isfinite(out).all():
         return out
     for i, value in enumerate(values):
-        try:
-            number = float(value)
-        except ValueError:
-            number = float("nan")
+        number = float(value) if _FLOAT.fullmatch(value) is not None else float("nan")
         if not np.isfinite(number):
             raise DatasetError(
-                f"{path}, line {line(i)}: the {name} must be a finite number. Got {value!r}."
+                f"{path}, line {line(i)}: the {name} must be a finite decimal number. "
+                f"Got {value!r}."
             )
     raise DatasetError(f"{path}: the {name} column could not be read.")  # pragma: no cover
 
@@ -362,3 +388,32 @@ def match_ids(
             f"{path}."
         )
     return order[where]
+
+
+def check_relative_paths(values: Sequence[str], name: str, path: Path | str, line) -> None:
+    """Each image path must be relative, stay inside the dataset folder and hold no NUL.
+
+    ``line(i)`` names row ``i`` in messages (a line number, or any text ``where(i)`` gives
+    when ``path`` is empty). A path such as ``a/../b`` that stays inside is accepted.
+    """
+    joined = "\n".join(values)
+    if (
+        "\x00" not in joined
+        and ".." not in joined
+        and not joined.startswith("/")
+        and ("\n/" not in joined and "\\" not in joined)
+    ):
+        return
+    for i, value in enumerate(values):
+        problem = None
+        if "\x00" in value:
+            problem = "holds a NUL character"
+        elif value.startswith("/") or value.startswith("\\") or re.match(r"[A-Za-z]:[/\\]", value):
+            problem = "is absolute; image paths must be relative to the dataset folder"
+        else:
+            normal = posixpath.normpath(value.replace("\\", "/"))
+            if normal == ".." or normal.startswith("../"):
+                problem = "leaves the dataset folder ('..'); image paths must stay inside it"
+        if problem is not None:
+            where = f"{path}, line {line(i)}" if path else str(line(i))
+            raise DatasetError(f"{where}: the {name} {value!r} {problem}.")

@@ -129,7 +129,9 @@ def _read_annotations(
 
 
 def _check_entries(relative: list[str], classes: np.ndarray, entry: list[str]) -> None:
-    """Raise on a class outside 1–196 or an image listed twice, naming the entry."""
+    """Raise on a path leaving the dataset folder, a class outside 1–196 or an image listed
+    twice, naming the entry."""
+    _files.check_relative_paths(relative, "image path", "", entry.__getitem__)
     bad = np.flatnonzero((classes < 1) | (classes > 196))
     if bad.size:
         i = int(bad[0])
@@ -224,10 +226,13 @@ def _read_struct(path: Path, variable: str, fields: tuple[str, ...]) -> dict[str
 
 
 def _ints(values: np.ndarray, field: str, path: Path) -> np.ndarray:
-    try:
-        out = np.array(values.tolist(), dtype=np.float64).reshape(len(values))
-    except (ValueError, TypeError):
-        out = None
+    listed = values.tolist()
+    out = None
+    if not any(isinstance(value, str | bytes) for value in listed):  # "1_0" is not a number
+        try:
+            out = np.array(listed, dtype=np.float64).reshape(len(values))
+        except (ValueError, TypeError):
+            out = None
     if out is not None and np.isfinite(out).all() and (out == np.round(out)).all():
         return out.astype(np.int64)
     for i, value in enumerate(values.tolist()):
@@ -240,7 +245,7 @@ def _ints(values: np.ndarray, field: str, path: Path) -> np.ndarray:
 
 
 def _is_integral(value: object) -> bool:
-    if np.ndim(value) != 0:
+    if np.ndim(value) != 0 or isinstance(value, str | bytes):
         return False
     try:
         number = float(value)  # type: ignore[arg-type]

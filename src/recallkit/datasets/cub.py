@@ -109,6 +109,7 @@ def _read_images(images_file: Path) -> tuple[_files.Rows, np.ndarray, list[str]]
     ids = images.ints(0, "image id")
     _files.check_unique(ids.tolist(), "image id", images_file, images.line)
     relative = images.columns[1]
+    _files.check_relative_paths(relative, "image path", images_file, images.line)
     _files.check_unique(relative, "image path", images_file, images.line)
     for i, rel in enumerate(relative):
         if os.path.basename(rel).startswith("._"):

@@ -152,6 +152,7 @@ def _read_paths(path):
                     f"{path}, line {line(i)}: expected one path "
                     f"train_val2018/<supercategory>/<category_id>/<file>. Got {rel!r}."
                 )
+    _files.check_relative_paths(relative, "path", path, line)
     _files.check_unique(relative, "path", path, line)
     return relative, joined, line
 

@@ -79,6 +79,7 @@ def load_inshop(
     path = _files.require_file(folder, _FILE, info.title, [root_path / "Eval", root_path])
     rows = _read_rows(path)
     names, items, statuses = rows.columns
+    _files.check_relative_paths(names, "image_name", path, rows.line)
     _files.check_unique(names, "image_name", path, rows.line)
     labels = _item_numbers(items, rows)
     masks = _status_masks(statuses, rows)
@@ -108,12 +109,12 @@ def _read_rows(path: Path) -> _files.Rows:
             f"{path}: expected a count line and the header {' '.join(_HEADER)!r}; the file has "
             f"{len(lines)} line(s)."
         )
-    try:
-        declared = int(lines[0].strip())
-    except ValueError:
+    if not _files.is_decimal(lines[0].strip()) or lines[0].strip().startswith(("-", "+")):
         raise DatasetError(
-            f"{path}, line 1: expected the number of images. Got {lines[0].strip()!r}."
-        ) from None
+            f"{path}, line 1: expected the number of images (ASCII digits). "
+            f"Got {lines[0].strip()!r}."
+        )
+    declared = int(lines[0].strip())
     if lines[1].split() != _HEADER:
         raise DatasetError(
             f"{path}, line 2: expected the header {' '.join(_HEADER)!r}. Got {lines[1].strip()!r}."

@@ -82,6 +82,7 @@ def load_sop(
         rows = _files.Rows(path, lines[1:], 4, " ".join(_HEADER), 2)
         ids = rows.ints(0, "image_id")
         _files.check_unique(ids.tolist(), "image_id", path, rows.line)
+        _files.check_relative_paths(rows.columns[3], "path", path, rows.line)
         _files.check_unique(rows.columns[3], "path", path, rows.line)
         classes = rows.ints(1, "class_id")
         low, high = info.label_ranges[split_name]

@@ -1,6 +1,6 @@
 """The recall@K runner: folders of images to a reproducible, comparable, visual recall@K report.
 
-``evaluate`` and ``encode_all`` are the seed's Python API; ``recallkit evaluate``, ``plot``,
+``evaluate`` and ``encode_all`` are the Python API; ``recallkit evaluate``, ``plot``,
 ``compare`` and ``demo`` are the command line over the same functions. The metric itself is
 :func:`recallkit.recall_at_k`.
 """

@@ -4,24 +4,39 @@ An entry is a ``.npy`` array named by a SHA-256 key over everything that changes
 the file list with each file's size and modification time (nanoseconds), the encoder identity
 and weights digest, the preprocessing, the compute dtype and the device type. Touching an image,
 replacing the weights or changing the crop gives a new key, so a stale entry is never read.
-Entries are written atomically (temporary file, then rename): an interrupted run leaves the old
-state or no entry, never a readable half file. A small ``.json`` beside each entry records what
-the key was made of and which images were unreadable (their rows are NaN).
+A small ``.json`` beside each entry records what the key was made of and which images were
+unreadable (their rows are NaN); an entry is the pair, and is read only when both files are
+there and agree (a ``.json`` without its ``.npy``, or the reverse, is a miss).
+
+Entries are written atomically: both files are first written in full to temporary files, then
+renamed, the ``.json`` first and the ``.npy`` that completes the entry last; a failure on the
+way (a full disk) removes what was written. An interrupted run (``kill -9``) leaves at most
+``.*.tmp`` files, which are never read and are removed by a later write once a day old.
+
+The cache is optional: a cache folder that cannot be read or written (read-only, not a folder,
+a full disk) gives a warning and the run goes on without it.
+
+What the key cannot see: an encoder function that holds no torch module is keyed by its name
+and the digest of its source file only. When its output also depends on weights it loads
+itself, environment variables or other files, give it an ``encoder_id`` (``--encoder-id``)
+that changes with them; a cache hit on such an encoder says so.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import hashlib
 import json
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from recallkit._atomic import atomic_write
+from recallkit._atomic import remove_stale_temporaries, stage
 from recallkit.runner.encode import BadImage, BadImagesError, Encoding, encode_images
 from recallkit.runner.encoders import Encoder
 
@@ -82,31 +97,40 @@ class EmbeddingCache:
         return self.directory / f"{key}.json"
 
     def load(self, key: str, rows: int) -> Encoding | None:
-        """The cached encoding for ``key`` if a complete entry of ``rows`` rows exists."""
+        """The cached encoding for ``key`` if a complete entry of ``rows`` rows exists.
+
+        Complete means: the ``.json`` names this key and row count, and the ``.npy`` is a
+        ``(rows, dim)`` array. Anything else (a missing or unreadable half) is a miss.
+        """
         path = self.array_path(key)
-        if not path.is_file():
-            return None
         try:
+            if not path.is_file():
+                return None
+            meta = json.loads(self.meta_path(key).read_text(encoding="utf-8"))
             embeddings = np.load(path, allow_pickle=False)
         except (OSError, ValueError):
+            return None
+        if not isinstance(meta, dict) or meta.get("key") != key or meta.get("rows") != rows:
             return None
         if embeddings.ndim != 2 or embeddings.shape[0] != rows:
             return None
         kept = ~np.isnan(embeddings).all(axis=1)
-        bad: list[BadImage] = []
-        if not kept.all():
-            try:
-                meta = json.loads(self.meta_path(key).read_text())
-                bad = [BadImage(p, r) for p, r in meta.get("bad", [])]
-            except (OSError, ValueError):
-                bad = []
-            if len(bad) != int((~kept).sum()):
-                return None
+        try:
+            bad = [BadImage(str(p), str(r)) for p, r in meta.get("bad", [])]
+        except (TypeError, ValueError):
+            return None
+        if len(bad) != int((~kept).sum()):
+            return None
         return Encoding(embeddings, kept, tuple(bad), 0.0)
 
     def store(self, key: str, encoding: Encoding, meta: dict[str, Any]) -> Path:
-        """Write the entry atomically: the ``.json`` first, then the ``.npy`` that completes it."""
+        """Write the entry: both files to temporaries, then the ``.json``, then the ``.npy``.
+
+        On an ``OSError`` (a full disk, a read-only folder) nothing of the entry is left and
+        the error is raised.
+        """
         self.directory.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.directory)
         record = {
             **meta,
             "key": key,
@@ -115,12 +139,26 @@ class EmbeddingCache:
             "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "bad": [[b.path, b.reason] for b in encoding.bad],
         }
-        with atomic_write(self.meta_path(key), "w") as handle:
-            json.dump(record, handle, indent=1)
-        path = self.array_path(key)
-        with atomic_write(path, "wb") as handle:
-            np.save(handle, encoding.embeddings, allow_pickle=False)
-        return path
+        meta_path, array_path = self.meta_path(key), self.array_path(key)
+        pending = [stage(meta_path, lambda handle: json.dump(record, handle, indent=1), "w")]
+        try:
+            pending.append(
+                stage(
+                    array_path,
+                    lambda handle: np.save(handle, encoding.embeddings, allow_pickle=False),
+                    "wb",
+                )
+            )
+            for item in pending:
+                item.commit()
+        except BaseException:
+            for item in pending:
+                item.discard()
+            if not array_path.is_file():
+                with contextlib.suppress(OSError):
+                    meta_path.unlink()
+            raise
+        return array_path
 
 
 def encode_cached(
@@ -137,10 +175,12 @@ def encode_cached(
 ) -> tuple[Encoding, str]:
     """Encode ``paths`` with ``encoder``, through the cache in ``cache_dir`` when given.
 
-    Returns the encoding and the cache status: ``"hit"``, ``"miss"`` (encoded and stored) or
-    ``"off"`` (no cache directory, or the items are not all files). A hit is reported through
-    ``log``. A cached entry with unreadable images raises :class:`BadImagesError` again unless
-    ``skip_bad`` is true.
+    Returns the encoding and the cache status: ``"hit"``, ``"miss"`` (encoded and stored),
+    ``"not stored"`` (encoded; the cache could not be written, with a warning) or ``"off"`` (no
+    cache directory, or the items are not all files). A hit is reported through ``log``, with
+    a note when the encoder is keyed by its name and source code alone (see the module
+    docstring). A cached entry with unreadable images raises :class:`BadImagesError` again
+    unless ``skip_bad`` is true.
     """
     say = log or (lambda _message: None)
     label = f"{what} embeddings" if what else "embeddings"
@@ -162,7 +202,18 @@ def encode_cached(
     key = cache_key(paths, encoder)
     hit = cache.load(key, len(paths))
     if hit is not None:
-        say(f"{label}: cache hit, {len(paths)} images not re-encoded ({cache.array_path(key)})")
+        note = ""
+        if encoder.keyed_by in ("source", "name"):
+            what_key = "name and source code" if encoder.keyed_by == "source" else "name"
+            note = (
+                f"; the encoder holds no torch weights, so the entry is keyed by its {what_key} "
+                "alone: if its output depends on anything else (weights it loads, environment "
+                "variables, files), pass --encoder-id (encoder_id=) to tell runs apart"
+            )
+        say(
+            f"{label}: cache hit, {len(paths)} images not re-encoded "
+            f"({cache.array_path(key)}){note}"
+        )
         if hit.bad and not skip_bad:
             raise BadImagesError(hit.bad, what=what)
         return hit, "hit"
@@ -176,6 +227,16 @@ def encode_cached(
         what=what,
     )
     meta = {"format": CACHE_FORMAT, **encoder.key_fields(), "what": what}
-    stored = cache.store(key, encoding, meta)
+    try:
+        stored = cache.store(key, encoding, meta)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        warnings.warn(
+            f"the embedding cache '{cache.directory}' cannot be written ({reason}); the "
+            f"{label} were not stored and the run goes on without the cache",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return encoding, "not stored"
     say(f"{label}: cache miss, encoded {len(paths)} images and saved them to {stored}")
     return encoding, "miss"

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,39 +132,66 @@ def load_run(path: str | os.PathLike[str]) -> dict[str, Any]:
     return record
 
 
-def _occurrence_keys(ids: np.ndarray) -> np.ndarray:
-    """``id`` + NUL + how many times it appeared before: unique keys even for repeated ids."""
-    n = len(ids)
-    order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    starts = np.ones(n, dtype=bool)
-    starts[1:] = sorted_ids[1:] != sorted_ids[:-1]
-    group_start = np.maximum.accumulate(np.where(starts, np.arange(n), 0))
-    occurrence = np.empty(n, dtype=np.int64)
-    occurrence[order] = np.arange(n) - group_start
-    return np.char.add(np.char.add(ids, "\x00"), occurrence.astype(str))
+def _query_keys(record: Mapping[str, Any], name: str) -> list[tuple[str, str | None]]:
+    """Each query's pairing key: ``(id, path)``, or ``(id, None)`` when the run has no paths.
+
+    A manifest's ``id`` column may repeat (several photos of one product); the image path
+    then tells the queries apart. A key that still repeats cannot be paired and is an error.
+    """
+    queries = record["queries"]
+    ids = [str(i) for i in queries["ids"]]
+    paths = queries.get("paths")
+    if not isinstance(paths, list) or len(paths) != len(ids):
+        paths = [None] * len(ids)
+    keys = [(i, None if p is None else str(p)) for i, p in zip(ids, paths, strict=True)]
+    if len(set(keys)) != len(keys):
+        counts = Counter(keys)
+        repeated = next(k for k in keys if counts[k] > 1)
+        count = counts[repeated]
+        where = "" if repeated[1] is None else f" and path {repeated[1]!r}"
+        hint = (
+            "its queries need distinct ids, or paths (run files written by recallkit "
+            "evaluate --json have them)"
+            if repeated[1] is None
+            else "the same image is listed more than once with the same id"
+        )
+        raise UsageError(
+            f"{name} has {count} queries with id {repeated[0]!r}{where}, so they cannot be "
+            f"paired with the other run's queries: {hint}."
+        )
+    return keys
+
+
+def _describe(key: tuple[str, str | None]) -> str:
+    ident, path = key
+    if path is None or path == ident:
+        return repr(ident)
+    return f"{ident!r} ({path})"
 
 
 def _pair(a: Mapping[str, Any], b: Mapping[str, Any], names: tuple[str, str]) -> np.ndarray:
-    """Positions in ``b`` of ``a``'s queries, or a UsageError when the query sets differ."""
-    ids_a = np.asarray([str(i) for i in a["queries"]["ids"]])
-    ids_b = np.asarray([str(i) for i in b["queries"]["ids"]])
-    if ids_a.shape == ids_b.shape and np.array_equal(ids_a, ids_b):
-        return np.arange(len(ids_a))
-    keys_a, keys_b = _occurrence_keys(ids_a), _occurrence_keys(ids_b)
-    order_a, order_b = np.argsort(keys_a), np.argsort(keys_b)
-    if len(keys_a) != len(keys_b) or not np.array_equal(keys_a[order_a], keys_b[order_b]):
-        only_a = np.setdiff1d(keys_a, keys_b)
-        only_b = np.setdiff1d(keys_b, keys_a)
-        example = only_a[0] if len(only_a) else only_b[0]
+    """Positions in ``b`` of ``a``'s queries, or a UsageError when the query sets differ.
+
+    Queries are paired by id and, when both runs record them, by image path too.
+    """
+    keys_a, keys_b = _query_keys(a, names[0]), _query_keys(b, names[1])
+    if any(k[1] is None for k in keys_a) or any(k[1] is None for k in keys_b):
+        keys_a = _query_keys({"queries": {"ids": a["queries"]["ids"]}}, names[0])
+        keys_b = _query_keys({"queries": {"ids": b["queries"]["ids"]}}, names[1])
+    if keys_a == keys_b:
+        return np.arange(len(keys_a))
+    position_b = {key: i for i, key in enumerate(keys_b)}
+    only_a = [k for k in keys_a if k not in position_b]
+    set_a = set(keys_a)
+    only_b = [k for k in keys_b if k not in set_a]
+    if only_a or only_b:
+        example = only_a[0] if only_a else only_b[0]
         raise UsageError(
             f"{names[0]} and {names[1]} did not evaluate the same queries: {len(only_a)} only "
-            f"in {names[0]}, {len(only_b)} only in {names[1]} (e.g. "
-            f"{example.split(chr(0))[0]!r}); compare runs on the same dataset."
+            f"in {names[0]}, {len(only_b)} only in {names[1]} (e.g. {_describe(example)}); "
+            "compare runs on the same dataset."
         )
-    position_b = np.empty(len(keys_a), dtype=np.int64)
-    position_b[order_a] = order_b
-    return position_b
+    return np.fromiter((position_b[k] for k in keys_a), dtype=np.int64, count=len(keys_a))
 
 
 def compare_records(
@@ -179,7 +207,10 @@ def compare_records(
     """Compare two run records (dicts from :func:`load_run`) query by query.
 
     ``ks`` defaults to the Ks both runs report, in the order of ``a``. Queries are paired by
-    identity; both runs must have the same queries, with the same labels, excluded alike.
+    identity: their id together with their image path (``queries.paths`` of the run files),
+    so queries that share a manifest id are paired by image; without paths in either run the
+    ids alone must be unique. Both runs must have the same queries, with the same labels,
+    excluded alike.
 
     >>> a = {"ks": [1], "queries": {"ids": ["q1", "q2"], "first_hit_rank": [0, 0]}}
     >>> b = {"ks": [1], "queries": {"ids": ["q2", "q1"], "first_hit_rank": [3, 0]}}

@@ -7,8 +7,10 @@ and converted to RGB before they reach it; in-memory images are passed as they a
 
 from __future__ import annotations
 
+import errno
 import math
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -61,7 +63,9 @@ def load_image(path: str | os.PathLike[str]) -> Image.Image:
     """Open ``path``, decode it completely and return it as an RGB image.
 
     Raises ``OSError`` (Pillow's ``UnidentifiedImageError`` is one) for a missing, unreadable,
-    truncated or non-image file.
+    truncated or non-image file, and for anything that is not a regular file (a FIFO, socket or
+    device named like an image is refused without being read, never waited on). An image
+    over Pillow's decompression-bomb limit raises ``PIL.Image.DecompressionBombError``.
 
     >>> import tempfile, pathlib
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "x.png"
@@ -69,7 +73,18 @@ def load_image(path: str | os.PathLike[str]) -> Image.Image:
     >>> load_image(path).mode, load_image(path).size
     ('RGB', (3, 2))
     """
-    with Image.open(path) as image:
+    # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        handle = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with handle, Image.open(handle) as image:
         image.load()
         return image.convert("RGB")
 
@@ -78,6 +93,8 @@ def _reason(error: BaseException) -> str:
     text = str(error).strip() or type(error).__name__
     if isinstance(error, FileNotFoundError):
         return "no such file"
+    if isinstance(error, OSError) and error.strerror == "not a regular file":
+        return "not a regular file"
     return text.splitlines()[0]
 
 
@@ -243,8 +260,8 @@ def encode_all(
 ) -> np.ndarray:
     """Encode every image once, in batches, and return the ``(n, dim)`` float32 embeddings.
 
-    The seed's ``encode_all``: ``encoder_fn(images[i:i + batch_size])`` for each batch, the
-    outputs concatenated. Paths are read with :func:`load_image` first (RGB, fully decoded);
+    ``encoder_fn(images[i:i + batch_size])`` is called for each batch and the outputs are
+    concatenated. Paths are read with :func:`load_image` first (RGB, fully decoded);
     an unreadable image raises :class:`BadImagesError` listing all of them.
 
     >>> encode_all([np.array([3.0, 4.0])] * 3, lambda b: np.stack(b), batch_size=2,

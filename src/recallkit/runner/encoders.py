@@ -71,7 +71,14 @@ class Preprocessing:
 
 @dataclass(frozen=True)
 class Encoder:
-    """An ``encoder_fn`` with the identity of its output (what the embedding cache is keyed by)."""
+    """An ``encoder_fn`` with the identity of its output (what the embedding cache is keyed by).
+
+    ``keyed_by`` says what ``identity`` and ``digest`` can see of the output: ``"weights"``
+    (a weights file or the state of the torch modules it holds), ``"encoder_id"`` (a name the
+    user gave), ``"source"`` (only the name and source file of a function) or ``"name"``
+    (only the name). With ``"source"`` or ``"name"`` a function whose output depends on
+    anything else (weights it loads itself, environment variables) needs an ``encoder_id``.
+    """
 
     fn: Callable[[list[Any]], Any]
     identity: str
@@ -80,6 +87,7 @@ class Encoder:
     dtype: str = "float32"
     device: str = "cpu"
     info: dict[str, Any] = field(default_factory=dict)
+    keyed_by: str = "weights"
 
     def __call__(self, batch: list[Any]) -> Any:
         return self.fn(batch)
@@ -96,7 +104,7 @@ class Encoder:
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready description, for reports and run files."""
-        return {**self.key_fields(), **self.info}
+        return {**self.key_fields(), "keyed_by": self.keyed_by, **self.info}
 
 
 def resolve_device(device: str | None) -> str:
@@ -180,15 +188,30 @@ def function_digest(fn: Any) -> str | None:
 
     It covers the state of every torch module the function holds (itself, the object of a bound
     method, its closure, its attributes) and the source file of its module. Weights the function
-    loads by itself are not seen: name them in ``encoder_id``.
+    loads by itself, environment variables and other files it reads are not seen: name them in
+    ``encoder_id``.
     """
+    return _function_key(fn)[0]
+
+
+def _function_key(fn: Any) -> tuple[str | None, str]:
+    """``(digest, keyed_by)`` of an encoder function (see :class:`Encoder`)."""
     parts = [state_digest(m) for m in _modules_behind(fn)]
+    keyed_by = "weights" if parts else "source"
     source = _source_digest(fn)
     if source:
         parts.append(source)
     if not parts:
-        return None
-    return hashlib.sha256("|".join(parts).encode()).hexdigest()
+        return None, "name"
+    return hashlib.sha256("|".join(parts).encode()).hexdigest(), keyed_by
+
+
+def _with_id(identity: str, encoder_id: str | None) -> str:
+    if encoder_id is None:
+        return identity
+    if not isinstance(encoder_id, str) or not encoder_id.strip():
+        raise UsageError(f"--encoder-id takes a non-empty name. Got {encoder_id!r}.")
+    return f"{identity}|encoder-id={encoder_id}"
 
 
 def function_encoder(fn: Callable[[list[Any]], Any], encoder_id: str | None = None) -> Encoder:
@@ -204,7 +227,10 @@ def function_encoder(fn: Callable[[list[Any]], Any], encoder_id: str | None = No
     name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
     module = getattr(fn, "__module__", None) or type(fn).__module__
     identity = encoder_id or f"function:{module}:{name}"
-    return Encoder(fn, identity, function_digest(fn), None, "float32", "cpu")
+    digest, keyed_by = _function_key(fn)
+    if encoder_id:
+        keyed_by = "encoder_id"
+    return Encoder(fn, identity, digest, None, "float32", "cpu", keyed_by=keyed_by)
 
 
 def _forward(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
@@ -232,7 +258,10 @@ def module_encoder(
     dtype: str = "float32",
     info: dict[str, Any] | None = None,
 ) -> Encoder:
-    """An :class:`Encoder` running ``model`` in eval mode on ``transform``-ed images."""
+    """An :class:`Encoder` running ``model`` in eval mode on ``transform``-ed images.
+
+    Its cache key sees the weights through ``digest`` (``keyed_by="weights"``).
+    """
     torch_dtype = DTYPES[dtype]
     model = model.eval().to(device=device, dtype=torch_dtype)
 
@@ -299,6 +328,7 @@ def torchvision_encoder(
     device: str = "cpu",
     dtype: str = "float32",
     head: str = "drop",
+    encoder_id: str | None = None,
 ) -> Encoder:
     """A torchvision model by name (``torchvision.models.get_model``) with a local state dict.
 
@@ -306,7 +336,7 @@ def torchvision_encoder(
     ``heads``, ``head``) by the identity, so the embedding is the penultimate feature; the
     weights file may then omit that layer. ``head="keep"`` embeds with the model's output.
     The cache key holds the model name, the weights file's SHA-256, the head choice, the
-    preprocessing, dtype and device.
+    preprocessing, dtype and device, and ``encoder_id`` when given.
     """
     import torchvision
 
@@ -350,7 +380,7 @@ def torchvision_encoder(
     return module_encoder(
         model,
         preprocessing.transform(),
-        identity=f"torchvision:{name}:head={head}",
+        identity=_with_id(f"torchvision:{name}:head={head}", encoder_id),
         digest=file_digest(weights),
         preprocessing=preprocessing.to_dict(),
         device=device,
@@ -405,6 +435,7 @@ def callable_encoder(
     preprocessing: Preprocessing | None = None,
     device: str = "cpu",
     dtype: str = "float32",
+    encoder_id: str | None = None,
 ) -> Encoder:
     """An encoder from ``package.module:callable``.
 
@@ -413,8 +444,12 @@ def callable_encoder(
     transform)`` whose transform maps one PIL image to a tensor (its own preprocessing); or an
     encoder function mapping a list of RGB PIL images to a ``(batch, dim)`` array (its own
     preprocessing, device and dtype). The cache key holds the spec and a digest of the module
-    weights (and of the function's source file).
+    weights (and of the function's source file), and ``encoder_id`` when given: an encoder
+    function that holds no torch module is otherwise keyed by its spec and source file alone,
+    so one whose output depends on anything else (weights it loads, environment variables)
+    needs an ``encoder_id`` that changes with it (``--encoder-id``).
     """
+    _with_id("", encoder_id)  # check it before importing anything
     target = import_callable(spec)
     made: Any = target
     if not isinstance(target, nn.Module):
@@ -427,7 +462,7 @@ def callable_encoder(
                 f"Calling {spec}() raised {type(error).__name__}: {error} "
                 "(the callable must take no arguments and return a model or an encoder function)"
             ) from None
-    identity = f"callable:{spec}"
+    identity = _with_id(f"callable:{spec}", encoder_id)
     info = {"callable": spec}
     if isinstance(made, nn.Module):
         preprocessing = preprocessing or Preprocessing()
@@ -459,8 +494,10 @@ def callable_encoder(
             info=info,
         )
     if callable(made):
-        digest = function_digest(made)
-        return Encoder(made, identity, digest, {"own": True}, "float32", "cpu", info)
+        digest, keyed_by = _function_key(made)
+        if encoder_id is not None:
+            keyed_by = "encoder_id"
+        return Encoder(made, identity, digest, {"own": True}, "float32", "cpu", info, keyed_by)
     raise UsageError(
         f"{spec}() returned a {type(made).__name__}; expected a torch module, a (module, "
         "transform) pair or an encoder function."
@@ -471,7 +508,8 @@ def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -
     """Read precomputed embeddings: ``.npy``, ``.pt``/``.pth`` or ``.safetensors``.
 
     A ``.pt``/``.safetensors`` file holds one tensor, or a dict with an ``"embeddings"`` entry
-    (or a single entry). The result is a finite 2-D floating array, one row per image.
+    (or a single entry). The result is a finite 2-D floating array in native byte order, one
+    row per image (a big-endian ``.npy`` is converted; extended precision is refused).
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "e.npy"
@@ -521,6 +559,13 @@ def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -
             f"The {what} file '{path}' must hold a 2-D numeric array (one row per image). "
             f"Got shape {array.shape}, dtype {array.dtype}."
         )
+    if array.dtype.kind == "f" and array.dtype.itemsize > 8:
+        raise UsageError(
+            f"The {what} file '{path}' holds {array.dtype} (extended precision), which torch "
+            "cannot compute with; save the embeddings as float32 or float64."
+        )
+    if not array.dtype.isnative:  # a big-endian file: the same values in native byte order
+        array = array.astype(array.dtype.newbyteorder("="))
     if array.dtype.kind != "f":
         array = array.astype(np.float32)
     if not np.isfinite(array).all():

@@ -253,7 +253,7 @@ def evaluate(
     encoder_id: str | None = None,
     progress: bool | None = None,
 ) -> RecallResult:
-    """Recall@K of ``encoder_fn`` on query and gallery images: the seed's ``evaluate``.
+    """Recall@K of ``encoder_fn`` on query and gallery images.
 
     Each image set is encoded once with ``encoder_fn`` (a batch, a list of RGB PIL images for
     paths, to a ``(batch, dim)`` array or tensor), or taken from ``query_embeddings`` /
@@ -264,11 +264,15 @@ def evaluate(
     Self-matches are excluded by identity: a query never retrieves a gallery image with its own
     id, which is its resolved path when the images are paths (so overlapping query and gallery
     lists work), or ``query_ids``/``gallery_ids`` when given. Queries whose label no remaining
-    gallery image has are excluded and counted (``num_excluded``), as the seed's rules say.
+    gallery image has are excluded and counted (``num_excluded``).
 
     With ``cache_dir``, each set's embeddings are stored there as ``.npy`` and reused while the
     files (sizes, modification times), the encoder (``encoder_id`` or its qualified name, and a
-    digest of the torch weights it holds and of its source file) are unchanged. Unreadable
+    digest of the torch weights it holds and of its source file) are unchanged. An
+    ``encoder_fn`` that holds no torch module is so keyed by its name and source file alone:
+    when its output depends on anything else (weights it loads itself, environment variables,
+    other files), give an ``encoder_id`` that changes with it; a cache hit without one says
+    so. A cache folder that cannot be written gives a warning and the run goes on. Unreadable
     images raise :class:`~recallkit.runner.encode.BadImagesError` listing them, or are left out
     with ``skip_bad=True``.
 
@@ -459,11 +463,17 @@ def failure_grid(
     (:func:`~recallkit.runner.grid.worst_queries`); neighbours come from :func:`top_k`. The
     file is a PNG or a self-contained HTML page, by its extension.
     """
-    from recallkit.runner.grid import draw_grid, grid_rows, worst_queries
+    from recallkit.runner.grid import draw_grid
+
+    return draw_grid(_grid_rows(run, k, queries), out, title=title)
+
+
+def _grid_rows(run: Run, k: int, queries: int) -> list[Any]:
+    from recallkit.runner.grid import grid_rows, worst_queries
 
     rows = worst_queries(run.result, queries)
     neighbours = top_k(run, rows, k)
-    assembled = grid_rows(
+    return grid_rows(
         run.query.items,
         run.query.labels,
         run.gallery.items,
@@ -472,7 +482,15 @@ def failure_grid(
         neighbours,
         run.result.first_hit_ranks,
     )
-    return draw_grid(assembled, out, title=title)
+
+
+def render_failure_grid(
+    run: Run, suffix: str, *, k: int = 8, queries: int = 8, title: str | None = None
+) -> bytes:
+    """The bytes of the :func:`failure_grid` file with extension ``suffix``, not written."""
+    from recallkit.runner.grid import render_grid
+
+    return render_grid(_grid_rows(run, k, queries), suffix, title=title)
 
 
 # --- the run file (--json) -----------------------------------------------------------------
@@ -506,13 +524,19 @@ def run_record(
 ) -> dict[str, Any]:
     """The run as a JSON-ready dict (the ``--json`` file): values, counts, setup, per-query ranks.
 
-    ``queries`` holds, row for row, each query's identity, label and first-hit rank (0-indexed,
-    ``-1`` for an excluded query): what ``recallkit compare`` pairs two runs on.
+    ``queries`` holds, row for row, each query's identity, label, image path (absolute;
+    ``null`` for an in-memory image) and first-hit rank (0-indexed, ``-1`` for an excluded
+    query): what ``recallkit compare`` pairs two runs on (identity and path together, since a
+    manifest's ids may repeat).
     """
     result = run.result
     q_ids = run.query.ids
     if q_ids is None:
         q_ids = tuple(str(i) for i in range(len(run.query)))
+    q_paths = [
+        os.path.abspath(item) if isinstance(item, str | os.PathLike) else None
+        for item in run.query.items
+    ]
     return {
         "format": RUN_FORMAT,
         "recallkit_version": _version(),
@@ -548,6 +572,7 @@ def run_record(
         "queries": {
             "ids": [str(i) for i in q_ids],
             "labels": [_json_label(v) for v in run.query.labels],
+            "paths": q_paths,
             "first_hit_rank": result.first_hit_ranks.tolist(),
         },
     }

@@ -3,7 +3,9 @@
 One row per query: the query image, then its K nearest gallery images best first (the core's
 exact k-NN, self-matches excluded, ties to the lower gallery index), each framed green when it
 shares the query's label and red when it does not. Written as PNG (matplotlib) or as a
-self-contained HTML page (thumbnails embedded), chosen by the file's extension.
+self-contained HTML page (thumbnails embedded), chosen by the file's extension. An image that
+cannot be shown (unreadable, not a regular file, or larger than Pillow's decompression-bomb
+limit, ``PIL.Image.MAX_IMAGE_PIXELS``) is drawn as a grey placeholder.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def _thumbnail(item: Any, size: int = _THUMB) -> Image.Image:
     if isinstance(item, str | os.PathLike):
         try:
             image = load_image(item)
-        except OSError:
+        except (OSError, ValueError, Image.DecompressionBombError):
             image = Image.new("RGB", (size, size), (128, 128, 128))
     elif isinstance(item, Image.Image):
         image = item.convert("RGB")
@@ -98,24 +100,32 @@ def _short(value: Any, width: int = 14) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def render_grid(rows: Sequence[GridRow], suffix: str, *, title: str | None = None) -> bytes:
+    """The grid as the bytes of a ``.png`` (matplotlib) or ``.html``/``.htm`` file."""
+    suffix = suffix.lower()
+    if suffix not in (".png", ".html", ".htm"):
+        raise UsageError(f"The grid file must end in .png or .html. Got {suffix!r}.")
+    if not rows:
+        raise UsageError("There is no evaluated query to draw.")
+    if suffix == ".png":
+        return _draw_png(rows, title)
+    return _draw_html(rows, title).encode("utf-8")
+
+
 def draw_grid(
     rows: Sequence[GridRow], out: str | os.PathLike[str], *, title: str | None = None
 ) -> Path:
     """Write the grid to ``out``: ``.png`` (matplotlib) or ``.html``/``.htm``; atomically."""
     out = Path(out)
-    suffix = out.suffix.lower()
-    if suffix not in (".png", ".html", ".htm"):
+    if out.suffix.lower() not in (".png", ".html", ".htm"):
         raise UsageError(f"The grid file '{out}' must end in .png or .html.")
-    if not rows:
-        raise UsageError("There is no evaluated query to draw.")
-    if suffix == ".png":
-        _draw_png(rows, out, title)
-    else:
-        _draw_html(rows, out, title)
+    data = render_grid(rows, out.suffix, title=title)
+    with atomic_write(out, "wb") as handle:
+        handle.write(data)
     return out
 
 
-def _draw_png(rows: Sequence[GridRow], out: Path, title: str | None) -> None:
+def _draw_png(rows: Sequence[GridRow], title: str | None) -> bytes:
     from matplotlib.figure import Figure
 
     k = max(len(r.neighbours) for r in rows)
@@ -147,8 +157,9 @@ def _draw_png(rows: Sequence[GridRow], out: Path, title: str | None) -> None:
         title or "worst queries (blue) and their nearest gallery images: green correct, red wrong",
         fontsize=8,
     )
-    with atomic_write(out, "wb") as handle:
-        fig.savefig(handle, format="png")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
 
 
 def _data_uri(item: Any) -> str:
@@ -157,7 +168,7 @@ def _data_uri(item: Any) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def _draw_html(rows: Sequence[GridRow], out: Path, title: str | None) -> None:
+def _draw_html(rows: Sequence[GridRow], title: str | None) -> str:
     heading = html.escape(title or "recallkit: worst queries and their top-K gallery images")
     parts = [
         "<!doctype html>",
@@ -193,8 +204,7 @@ def _draw_html(rows: Sequence[GridRow], out: Path, title: str | None) -> None:
             )
         parts.append("<tr>" + "".join(cells) + "</tr>")
     parts += ["</table></body></html>", ""]
-    with atomic_write(out, "w") as handle:
-        handle.write("\n".join(parts))
+    return "\n".join(parts)
 
 
 def grid_rows(

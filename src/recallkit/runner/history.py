@@ -1,20 +1,34 @@
 """Run history: one JSON line per evaluation (``--history runs.jsonl --tag epoch-3``).
 
 Each line is a run record (see :func:`recallkit.runner.evaluate.run_record`) without the
-per-query and per-class detail: the tag, the recall values, the counts and the setup. The file
-is rewritten atomically on each append, so a reader never sees half a line.
+per-query and per-class detail: the tag, the recall values, the counts and the setup.
+
+A run is appended as one line while the file is locked (``flock``), so runs that finish at the
+same time on one history file each add their line and each learns its own position ("(N
+runs)"); nothing is lost or counted twice. The file is appended to in place: a history given
+as a symbolic link stays a link (its target grows), and the file keeps its owner and mode.
+When the line cannot be written whole (a full disk), the file is cut back to its previous
+length. On a file system without ``flock`` the line is still appended in one ``O_APPEND``
+write, but concurrent runs may then report the same count.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from recallkit._atomic import atomic_write
+from recallkit import _atomic
 from recallkit.errors import UsageError
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX
+    fcntl = None  # type: ignore[assignment]
 
 _DETAIL = ("queries", "worst_classes", "skipped_images", "sources")
 
@@ -31,20 +45,9 @@ def history_record(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_history(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The records of a history file, in order; each must have a ``tag`` and a ``recall`` dict.
-
-    >>> import tempfile, pathlib
-    >>> p = pathlib.Path(tempfile.mkdtemp()) / "runs.jsonl"
-    >>> _ = p.write_text('{"tag": "a", "recall": {"recall@1": 0.25}}\\n')
-    >>> read_history(p)[0]["recall"]
-    {'recall@1': 0.25}
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"The history file '{path}' does not exist.")
+def _parse(text: str, path: Path) -> list[dict[str, Any]]:
     records = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -66,10 +69,100 @@ def read_history(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return records
 
 
+def _decode(data: bytes, path: Path) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(
+            f"The history file '{path}' is not UTF-8 text (byte {error.start} cannot be decoded)."
+        ) from None
+
+
+def read_history(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a history file, in order; each must have a ``tag`` and a ``recall`` dict.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "runs.jsonl"
+    >>> _ = p.write_text('{"tag": "a", "recall": {"recall@1": 0.25}}\\n')
+    >>> read_history(p)[0]["recall"]
+    {'recall@1': 0.25}
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"The history file '{path}' does not exist.")
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise UsageError(
+            f"The history file '{path}' cannot be read: {error.strerror or error}."
+        ) from None
+    return _parse(_decode(data, path), path)
+
+
+def _lock(fd: int) -> None:
+    if fcntl is None:  # pragma: no cover - not on POSIX
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as error:  # a file system without locks: the single O_APPEND write remains
+        if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
+
+
+def _open_locked(path: Path) -> tuple[int, bool]:
+    """Open ``path`` for appending, locked; create it if needed. Returns ``(fd, created)``.
+
+    After the lock is taken the descriptor is checked to still be the file at ``path``: a
+    writer that removed or replaced it meanwhile would otherwise leave this one appending to
+    a file nobody reads.
+    """
+    flags = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        created = False
+        target = _atomic.resolve_target(path)  # O_EXCL would not follow a dangling link
+        try:
+            fd = os.open(target, flags)
+        except FileNotFoundError:
+            try:
+                fd = os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o666)
+                created = True
+            except FileExistsError:
+                continue
+        try:
+            _lock(fd)
+            here = os.fstat(fd)
+            try:
+                there = os.stat(target)
+            except FileNotFoundError:
+                there = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if there is not None and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
+            return fd, created
+        os.close(fd)
+
+
+def _read_fd(fd: int, size: int) -> bytes:
+    chunks = []
+    offset = 0
+    while offset < size:
+        chunk = os.pread(fd, min(size - offset, 1 << 20), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
 def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> int:
     """Append ``record`` (compacted) as one line; return the number of records now in the file.
 
-    The existing lines are checked first; the whole file is then rewritten atomically.
+    Under an exclusive lock the existing lines are checked (a damaged file is not appended
+    to), the line is appended and synced, and the records are counted, so concurrent runs get
+    distinct counts. A record without a tag is named ``run-N`` after its position. On a
+    failed write (``OSError``, e.g. a full disk) the file is cut back to its previous length
+    (and removed if this call created it) before the error is raised.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "runs.jsonl"
@@ -81,13 +174,29 @@ def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> i
     ['epoch-1', 'run-2']
     """
     path = Path(path)
-    old = read_history(path) if path.exists() else []
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    if text and not text.endswith("\n"):
-        text += "\n"
+    if path.is_dir():
+        raise UsageError(f"The history file '{path}' is a folder.")
+    path.parent.mkdir(parents=True, exist_ok=True)
     compact = history_record(record)
-    if compact.get("tag") is None:
-        compact["tag"] = f"run-{len(old) + 1}"
-    with atomic_write(path, "w") as handle:
-        handle.write(text + json.dumps(compact) + "\n")
+    fd, created = _open_locked(path)
+    size = 0
+    try:
+        size = os.fstat(fd).st_size
+        text = _decode(_read_fd(fd, size), path)
+        old = _parse(text, path)
+        if compact.get("tag") is None:
+            compact["tag"] = f"run-{len(old) + 1}"
+        line = json.dumps(compact) + "\n"
+        if text and not text.endswith("\n"):
+            line = "\n" + line
+        _atomic.write_all(fd, line.encode("utf-8"))
+        _atomic.sync(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+            if created and size == 0:
+                os.unlink(_atomic.resolve_target(path))
+        os.close(fd)
+        raise
+    os.close(fd)
     return len(old) + 1

@@ -80,6 +80,46 @@ def path_identity(path: str | os.PathLike[str]) -> str:
     return os.path.realpath(os.fspath(path))
 
 
+def _walk_class(class_dir: Path) -> list[tuple[Path, tuple[Any, ...], bool]]:
+    """The image files under ``class_dir``: ``(path, (st_dev, st_ino), reached through a link)``.
+
+    Symbolic links to folders are followed, but each real folder is entered once (its
+    ``(st_dev, st_ino)`` is remembered), so a link loop such as ``ln -s . cat/self`` ends.
+    """
+    found: list[tuple[Path, tuple[Any, ...], bool]] = []
+    visited: set[tuple[int, int]] = set()
+    linked: list[str] = []  # folders reached through a symlink, as path prefixes
+
+    def through_link(path: str) -> bool:
+        return any(path == p or path.startswith(p + os.sep) for p in linked)
+
+    for dirpath, dirnames, filenames in os.walk(class_dir, followlinks=True):
+        try:
+            st = os.stat(dirpath)
+        except OSError:
+            dirnames[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in visited:
+            dirnames[:] = []
+            continue
+        visited.add((st.st_dev, st.st_ino))
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        subfolders = [os.path.join(dirpath, d) for d in dirnames]
+        linked += [p for p in subfolders if os.path.islink(p)]
+        via_link = through_link(dirpath)
+        for name in filenames:
+            if name.startswith(".") or Path(name).suffix.lower() not in IMAGE_EXTENSIONS:
+                continue
+            path = os.path.join(dirpath, name)
+            try:
+                fst = os.stat(path)
+            except OSError:  # a dangling link: listed, and reported as unreadable when read
+                found.append((Path(path), ("unreadable", path), via_link))
+                continue
+            found.append((Path(path), (fst.st_dev, fst.st_ino), via_link or os.path.islink(path)))
+    return found
+
+
 def from_folder(root: str | os.PathLike[str], *, what: str = "image folder") -> ImageSet:
     """Read a class-per-subfolder image folder: ``root/<label>/**/<image>``.
 
@@ -87,10 +127,17 @@ def from_folder(root: str | os.PathLike[str], *, what: str = "image folder") -> 
     (:data:`IMAGE_EXTENSIONS`), found recursively, sorted by class then path; hidden files and
     files directly in ``root`` are ignored. Identities are the resolved paths.
 
+    Symbolic links are followed, and each real file is counted once: a link loop (``ln -s .
+    cat/self``) or a second link to the same file adds nothing. A file reached both directly
+    under one class and through a link from another belongs to the class that holds it
+    directly; otherwise to the first class (in sorted order) and the first path that reaches
+    it.
+
     >>> import tempfile
     >>> root = Path(tempfile.mkdtemp())
     >>> for name in ("cat/1.png", "cat/2.png", "dog/1.jpg", "notes.txt"):
     ...     (root / name).parent.mkdir(exist_ok=True); (root / name).touch()
+    >>> (root / "cat" / "self").symlink_to(".")
     >>> s = from_folder(root)
     >>> [p.name for p in s.paths], s.labels
     (['1.png', '2.png', '1.jpg'], ('cat', 'cat', 'dog'))
@@ -98,20 +145,23 @@ def from_folder(root: str | os.PathLike[str], *, what: str = "image folder") -> 
     root = Path(root)
     if not root.is_dir():
         raise UsageError(f"The {what} '{root}' is not a directory.")
+    classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    per_class = [sorted(_walk_class(c), key=lambda entry: entry[0]) for c in classes]
+    # Each real file once: the first direct occurrence wins, else the first one.
+    owner: dict[tuple[Any, ...], tuple[int, int]] = {}
+    for c, entries in enumerate(per_class):
+        for j, (_, key, via_link) in enumerate(entries):
+            if key not in owner:
+                owner[key] = (c, j)
+            elif not via_link and per_class[owner[key][0]][owner[key][1]][2]:
+                owner[key] = (c, j)
     paths: list[Path] = []
     labels: list[str] = []
-    classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
-    for class_dir in classes:
-        found = []
-        for dirpath, dirnames, filenames in os.walk(class_dir, followlinks=True):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            for name in filenames:
-                if name.startswith(".") or Path(name).suffix.lower() not in IMAGE_EXTENSIONS:
-                    continue
-                found.append(Path(dirpath) / name)
-        found.sort()
-        paths += found
-        labels += [class_dir.name] * len(found)
+    for c, entries in enumerate(per_class):
+        for j, (path, key, _) in enumerate(entries):
+            if owner[key] == (c, j):
+                paths.append(path)
+                labels.append(classes[c].name)
     if not paths:
         raise UsageError(
             f"The {what} '{root}' holds no images in class subfolders "
@@ -142,8 +192,10 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
 
     The delimiter is a tab for ``.tsv``, a comma for ``.csv``, else a tab if the first line has
     one. A first row ``path,label[,id]`` is a header (then the columns may come in any order and
-    other columns are ignored). Blank lines and lines starting with ``#`` are skipped. Relative
-    paths are relative to the manifest's folder. The ``id`` column, when present, is the
+    other columns are ignored). Blank lines and lines starting with ``#`` are skipped. Each
+    line is one row: a quoted field cannot span lines, and an unterminated quote is an error
+    naming the line. Relative paths are relative to the manifest's folder; a path that is not
+    a regular file (a folder, a FIFO) is an error. The ``id`` column, when present, is the
     identity used for self-match exclusion (rows with equal ids never retrieve each other);
     otherwise the resolved path is. Every row with a missing file or label is listed in the
     error, with its line number.
@@ -172,7 +224,18 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
     if not numbered:
         raise UsageError(f"The {what} '{path}' has no rows (expected path,label[,id]).")
     delimiter = _delimiter(path, numbered[0][1])
-    rows = list(csv.reader([line for _, line in numbered], delimiter=delimiter))
+    rows = []
+    for line_no, line in numbered:
+        if "\x00" in line:
+            raise UsageError(f"The {what} '{path}' line {line_no} holds a NUL character.")
+        try:
+            rows.append(next(csv.reader([line], delimiter=delimiter, strict=True)))
+        except csv.Error as error:
+            raise UsageError(
+                f"The {what} '{path}' line {line_no} cannot be read as "
+                f"{'TSV' if delimiter == chr(9) else 'CSV'}: {error} (an unterminated quote? "
+                "a quoted field cannot span lines)."
+            ) from None
     columns = {"path": 0, "label": 1, "id": 2}
     width: int | None = None
     first = [cell.strip().lower() for cell in rows[0]]
@@ -208,7 +271,10 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
             continue
         full = Path(file) if Path(file).is_absolute() else base / file
         if not full.is_file():
-            missing.append(f"line {line_no}: {file}")
+            if full.exists():
+                malformed.append(f"line {line_no} ({file}) is not a regular file")
+            else:
+                missing.append(f"line {line_no}: {file}")
             continue
         items.append(full)
         labels.append(label)
