@@ -244,11 +244,11 @@ def test_precision_is_accepted_everywhere_and_changes_nothing_on_the_cpu():
     from recallkit import ground_truth_ranks_from_embeddings
     from recallkit.pml import ExactKNN
 
-    x, _ = _near_ties(5, n=60)
+    x, _ = _near_ties(5, n=200)
     a = nearest_neighbors(x, x, 5, precision="bfloat16")
     b = nearest_neighbors(x, x, 5)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-    gt = np.arange(60)
+    gt = np.arange(200)
     assert (
         ground_truth_ranks_from_embeddings(x, x, gt, precision="float16").tolist()
         == ground_truth_ranks_from_embeddings(x, x, gt).tolist()

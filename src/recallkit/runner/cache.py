@@ -13,8 +13,10 @@ renamed, the ``.json`` first and the ``.npy`` that completes the entry last; a f
 way (a full disk) removes what was written. An interrupted run (``kill -9``) leaves at most
 ``.*.tmp`` files, which are never read and are removed by a later write once a day old.
 
-The cache is optional: a cache folder that cannot be read or written (read-only, not a folder,
-a full disk) gives a warning and the run goes on without it.
+The cache is optional: a cache folder that cannot be read or written (read-only, not a folder)
+gives a warning and the run goes on without it. A full disk is an error (``OSError`` with
+``ENOSPC``; one line and exit status 2 on the command line): the files that follow would not fit
+either, and the half-written entry is removed.
 
 What the key cannot see: an encoder function that holds no torch module is keyed by its name
 and the digest of its source file only. When its output also depends on weights it loads
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import hashlib
 import json
 import os
@@ -230,6 +233,8 @@ def encode_cached(
     try:
         stored = cache.store(key, encoding, meta)
     except OSError as error:
+        if error.errno == errno.ENOSPC:
+            raise
         reason = error.strerror or str(error)
         warnings.warn(
             f"the embedding cache '{cache.directory}' cannot be written ({reason}); the "
