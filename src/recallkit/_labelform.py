@@ -8,6 +8,7 @@ query's id). Nothing is inferred from equal vectors or equal labels.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ class LabelProblem:
     positives: _engine.LabelPositives
     exclusions: _engine.Pairs | None
     query_in_reference: bool
+    chunk_size: int | None
 
     @property
     def query_codes(self) -> np.ndarray:
@@ -40,6 +42,23 @@ class LabelProblem:
         return self.positives.num_relevant(self.exclusions)
 
 
+# The keyword options every label-form metric takes, with the meaning ``build`` gives them.
+OPTIONS = (
+    "query_in_reference",
+    "query_ids",
+    "reference_ids",
+    "metric",
+    "chunk_size",
+    "device",
+    "precision",
+)
+
+
+def options(arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """The label-form options among a metric's arguments (pass its ``locals()``)."""
+    return {name: arguments[name] for name in OPTIONS}
+
+
 def build(
     func: str,
     query: Any,
@@ -51,10 +70,12 @@ def build(
     query_ids: Any = None,
     reference_ids: Any = None,
     metric: str = "cosine",
+    chunk_size: int | None = None,
     device: Any = None,
     precision: str = "float32",
 ) -> LabelProblem:
     """Validate the label-form arguments of ``func`` and build its problem."""
+    chunk_size = _checks.check_chunk_size(chunk_size, func)
     space = _engine.prepare(query, reference, metric, device, func, precision=precision)
     n, m = space.num_query, space.num_reference
     _checks.check_length(query_labels, n, "query_labels", func, "query")
@@ -90,4 +111,4 @@ def build(
         exclusions.append(_engine.Pairs.by_code(q_ids, r_ids))
     positives = _engine.LabelPositives(q_codes, r_codes)
     merged = _engine.Pairs.union(exclusions, n, m) if exclusions else None
-    return LabelProblem(space, positives, merged, query_in_reference)
+    return LabelProblem(space, positives, merged, query_in_reference, chunk_size)

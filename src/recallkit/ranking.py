@@ -136,7 +136,6 @@ def average_precision_at_k(
 def _per_query(
     problem: _labelform.LabelProblem,
     ks: np.ndarray,
-    chunk_size: int | None,
     statistic: Callable[[np.ndarray, int, int], np.ndarray],
 ) -> np.ndarray:
     """``statistic(relevant, start, stop)`` of each chunk of exact top-``ks[i]`` lists.
@@ -147,7 +146,7 @@ def _per_query(
     out = np.zeros(problem.space.num_query, dtype=np.float64)
     codes = problem.reference_codes
     for start, stop, index, _ in _engine.ranked_lists(
-        problem.space, ks, problem.exclusions, chunk_size
+        problem.space, ks, problem.exclusions, problem.chunk_size
     ):
         idx = index.cpu().numpy()
         hit = (idx >= 0) & (codes[np.maximum(idx, 0)] == problem.query_codes[start:stop, None])
@@ -166,22 +165,14 @@ def _at_r(
     func: str,
     statistic: Callable[[np.ndarray], np.ndarray],
     problem: _labelform.LabelProblem,
-    chunk_size: int | None,
 ) -> float:
     """Mean over evaluated queries of ``statistic(top-R relevance) / R``."""
     r = problem.num_relevant
     evaluated = r > 0
     if not evaluated.any():
         raise _checks.fail(func, "query_labels", "shared with the reference", "only lone queries")
-    values = _per_query(problem, r, chunk_size, lambda hit, start, stop: statistic(hit))
+    values = _per_query(problem, r, lambda hit, start, stop: statistic(hit))
     return float((values[evaluated] / r[evaluated]).mean())
-
-
-def _problem(func: str, chunk_size: int | None, *args: Any, **options: Any) -> tuple[
-    _labelform.LabelProblem, int | None
-]:
-    chunk_size = _checks.check_chunk_size(chunk_size, func)
-    return _labelform.build(func, *args, **options), chunk_size
 
 
 def r_precision(
@@ -210,21 +201,10 @@ def r_precision(
     0.5
     """
     func = "r_precision"
-    problem, chunk_size = _problem(
-        func,
-        chunk_size,
-        query,
-        reference,
-        query_labels,
-        reference_labels,
-        query_in_reference=query_in_reference,
-        query_ids=query_ids,
-        reference_ids=reference_ids,
-        metric=metric,
-        device=device,
-        precision=precision,
+    problem = _labelform.build(
+        func, query, reference, query_labels, reference_labels, **_labelform.options(locals())
     )
-    return _at_r(func, lambda hit: hit.sum(axis=1), problem, chunk_size)
+    return _at_r(func, lambda hit: hit.sum(axis=1), problem)
 
 
 def map_at_r(
@@ -253,21 +233,10 @@ def map_at_r(
     0.5
     """
     func = "map_at_r"
-    problem, chunk_size = _problem(
-        func,
-        chunk_size,
-        query,
-        reference,
-        query_labels,
-        reference_labels,
-        query_in_reference=query_in_reference,
-        query_ids=query_ids,
-        reference_ids=reference_ids,
-        metric=metric,
-        device=device,
-        precision=precision,
+    problem = _labelform.build(
+        func, query, reference, query_labels, reference_labels, **_labelform.options(locals())
     )
-    return _at_r(func, _precision_sum, problem, chunk_size)
+    return _at_r(func, _precision_sum, problem)
 
 
 def map_at_k(
@@ -299,19 +268,8 @@ def map_at_k(
     func = "map_at_k"
     k = _checks.check_positive_int(k, func, "k")
     _checks.check_choice(divisor, DIVISORS, func, "divisor")
-    problem, chunk_size = _problem(
-        func,
-        chunk_size,
-        query,
-        reference,
-        query_labels,
-        reference_labels,
-        query_in_reference=query_in_reference,
-        query_ids=query_ids,
-        reference_ids=reference_ids,
-        metric=metric,
-        device=device,
-        precision=precision,
+    problem = _labelform.build(
+        func, query, reference, query_labels, reference_labels, **_labelform.options(locals())
     )
     r = problem.num_relevant
     evaluated = r > 0
@@ -321,7 +279,6 @@ def map_at_k(
     ap = _per_query(
         problem,
         ks,
-        chunk_size,
         lambda hit, start, stop: _ap_from_relevance(hit, r[start:stop], k, divisor),
     )
     return float(ap[evaluated].mean())

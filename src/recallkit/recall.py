@@ -79,22 +79,11 @@ def recall_at_k(
     """
     func = "recall_at_k"
     ks = _checks.check_ks(ks, func)
-    chunk_size = _checks.check_chunk_size(chunk_size, func)
     problem = _labelform.build(
-        func,
-        query,
-        reference,
-        query_labels,
-        reference_labels,
-        query_in_reference=query_in_reference,
-        query_ids=query_ids,
-        reference_ids=reference_ids,
-        metric=metric,
-        device=device,
-        precision=precision,
+        func, query, reference, query_labels, reference_labels, **_labelform.options(locals())
     )
     ranks = _engine.first_hit_ranks(
-        problem.space, problem.positives, problem.exclusions, chunk_size
+        problem.space, problem.positives, problem.exclusions, problem.chunk_size
     )
     return _result(ks, ranks, problem, query_ids)
 
