@@ -201,3 +201,21 @@ def test_load_embeddings_formats_and_errors(tmp_path):
     (tmp_path / "bad.npy").write_bytes(b"nope")
     with pytest.raises(RunnerError, match="cannot be read"):
         load_embeddings(tmp_path / "bad.npy")
+
+
+def test_pixels_encoder_rows():
+    from PIL import Image
+
+    from recallkit.runner.encoders import pixels
+
+    images = [Image.new("RGB", (5, 3), (255, 0, 0)), Image.new("L", (4, 4), 51)]
+    out = pixels(images)
+    expected = np.stack(
+        [
+            np.concatenate([np.tile([1.0, 0.0, 0.0], 256), [1.0]]),
+            np.concatenate([np.full(768, 0.2), [1.0]]),
+        ]
+    ).astype(np.float32)
+    assert out.dtype == np.float32 and out.shape == (2, 769)
+    np.testing.assert_array_equal(out, expected)
+    assert pixels([]).shape == (0, 769)

@@ -429,6 +429,42 @@ def import_callable(spec: str) -> Any:
     return target
 
 
+def _required_arguments(fn: Any) -> int | None:
+    """How many arguments ``fn`` needs (positional, without a default); ``None`` if unknown."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature
+        return None
+    return sum(
+        p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        for p in parameters
+    )
+
+
+def pixels(images: list[Any]) -> np.ndarray:
+    """A weight-free encoder function for smoke tests: each image's pixels, downsampled.
+
+    Each image is converted to RGB and resized to 16x16 (bilinear); its row is the 768 pixel
+    values scaled to [0, 1], then a constant 1 (so that a black image has a non-zero row, as
+    cosine similarity needs): ``(n, 769)`` float32. ``--callable
+    recallkit.runner.encoders:pixels`` runs the whole path without a model or weights.
+
+    >>> from PIL import Image
+    >>> pixels([Image.new("RGB", (4, 4), (255, 0, 0))])[0, :4].tolist()
+    [1.0, 0.0, 0.0, 1.0]
+    """
+    from PIL import Image
+
+    rows = [
+        np.asarray(image.convert("RGB").resize((16, 16), Image.Resampling.BILINEAR))
+        for image in images
+    ]
+    if not rows:
+        return np.zeros((0, 16 * 16 * 3 + 1), dtype=np.float32)
+    values = np.stack(rows).reshape(len(rows), -1).astype(np.float32) / 255.0
+    return np.hstack([values, np.ones((len(rows), 1), dtype=np.float32)])
+
+
 def callable_encoder(
     spec: str,
     *,
@@ -439,10 +475,12 @@ def callable_encoder(
 ) -> Encoder:
     """An encoder from ``package.module:callable``.
 
-    The target is a torch module, or a factory called with no arguments that returns one of:
-    a torch module (fed with ``preprocessing``, ImageNet defaults); a pair ``(module,
-    transform)`` whose transform maps one PIL image to a tensor (its own preprocessing); or an
-    encoder function mapping a list of RGB PIL images to a ``(batch, dim)`` array (its own
+    The target is a torch module; an encoder function itself (a callable with one required
+    argument, the batch of images; ``recallkit.runner.encoders:pixels`` is one, weight-free, for
+    smoke tests); or a factory called with no arguments that returns one of: a torch module
+    (fed with ``preprocessing``, ImageNet defaults); a pair ``(module, transform)`` whose
+    transform maps one PIL image to a tensor (its own preprocessing); or an encoder function
+    mapping a list of RGB PIL images to a ``(batch, dim)`` array (its own
     preprocessing, device and dtype). The cache key holds the spec and a digest of the module
     weights (and of the function's source file), and ``encoder_id`` when given: an encoder
     function that holds no torch module is otherwise keyed by its spec and source file alone,
@@ -455,13 +493,17 @@ def callable_encoder(
     if not isinstance(target, nn.Module):
         if not callable(target):
             raise RunnerError(f"{spec!r} is a {type(target).__name__}, not a callable.")
-        try:
-            made = target()
-        except Exception as error:
-            raise RunnerError(
-                f"Calling {spec}() raised {type(error).__name__}: {error} "
-                "(the callable must take no arguments and return a model or an encoder function)"
-            ) from None
+        if _required_arguments(target) == 1:  # an encoder function: batch -> (n, d)
+            made = target
+        else:
+            try:
+                made = target()
+            except Exception as error:
+                raise RunnerError(
+                    f"Calling {spec}() raised {type(error).__name__}: {error} (the callable must "
+                    "be an encoder function of one argument, the batch of images, or take no "
+                    "arguments and return a model or an encoder function)"
+                ) from None
     identity = _with_id(f"callable:{spec}", encoder_id)
     info = {"callable": spec}
     if isinstance(made, nn.Module):

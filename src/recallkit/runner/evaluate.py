@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import os
 import sys
 import time
@@ -34,7 +33,7 @@ from recallkit.runner.encode import BadImage
 from recallkit.runner.encoders import Encoder, function_encoder
 from recallkit.runner.sources import ImageSet, path_identity
 
-RUN_FORMAT = "recallkit.evaluation/1"
+RUN_FORMAT = "recallkit.evaluation/2"
 
 
 @dataclass
@@ -515,10 +514,6 @@ def _json_label(value: Any) -> Any:
     return value if isinstance(value, str | int | float | bool) or value is None else str(value)
 
 
-def _nan_to_none(value: float) -> float | None:
-    return None if math.isnan(value) else value
-
-
 def run_record(
     run: Run,
     *,
@@ -549,9 +544,9 @@ def run_record(
         "metric": run.metric,
         "ks": list(result.ks),
         "effective_ks": list(result.effective_ks),
-        "recall": {k: _nan_to_none(v) for k, v in result.items()},
-        "num_queries": result.num_evaluated,
-        "num_queries_given": result.num_queries,
+        "recall": result.json_metrics(),
+        "num_queries": result.num_queries,
+        "num_evaluated": result.num_evaluated,
         "num_excluded": result.num_excluded,
         "num_gallery": result.num_reference,
         "embedding_dim": result.embedding_dim,
