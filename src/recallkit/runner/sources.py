@@ -297,10 +297,16 @@ def from_path(path: str | os.PathLike[str], *, what: str) -> ImageSet:
     >>> try:
     ...     from_path("/nonexistent/q.csv", what="query manifest")
     ... except RunnerError as error:
-    ...     print(error)
-    The query manifest '/nonexistent/q.csv' does not exist or is not a file.
+    ...     print(error)  # doctest: +ELLIPSIS
+    The query images '/nonexistent/q.csv' do not exist: there is no folder or manifest at ...
     """
     path = Path(path)
+    if not path.exists():
+        images = what.replace("manifest", "images")
+        raise RunnerError(
+            f"The {images} '{path}' do not exist: there is no folder or manifest at that path "
+            "(give a folder of class subfolders or a CSV/TSV manifest)."
+        )
     if path.is_dir():
         return from_folder(path, what=what.replace("manifest", "folder"))
     return from_manifest(path, what=what)
