@@ -135,7 +135,7 @@ def test_label_only_in_query(cli, hand_case, encoder_module, tmp_path, make_imag
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--images", "{tmp}/nowhere"], "does not exist"),
+        (["--images", "{tmp}/nowhere"], "do not exist: there is no folder or manifest at that"),
         (["--images", "{tmp}/empty"], "holds no images in class subfolders"),
         (["--images", "{tmp}/imgs", "--query", "{tmp}/imgs"], "Give the images one way"),
         (["--query", "{tmp}/imgs"], "--gallery is missing"),

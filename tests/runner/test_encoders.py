@@ -10,7 +10,7 @@ import pytest
 import torch
 import torchvision
 
-from recallkit.errors import UsageError
+from recallkit.runner._errors import RunnerError
 from recallkit.runner.encoders import (
     Preprocessing,
     callable_encoder,
@@ -83,19 +83,19 @@ def test_backbone_only_weights_load_with_head_drop(tmp_path, weights):
 
     out = enc([Image.new("RGB", (40, 40), (9, 9, 9))])
     assert out.shape == (1, 1024)
-    with pytest.raises(UsageError, match="do not fit"):
+    with pytest.raises(RunnerError, match="do not fit"):
         torchvision_encoder(MODEL, tmp_path / "b.pt", head="keep")
 
 
 def test_model_errors(tmp_path, weights):
-    with pytest.raises(UsageError, match=r"no model named 'resnet-50'\. Did you mean"):
+    with pytest.raises(RunnerError, match=r"no model named 'resnet-50'\. Did you mean"):
         torchvision_encoder("resnet-50", weights)
-    with pytest.raises(UsageError, match="does not exist"):
+    with pytest.raises(RunnerError, match="does not exist"):
         torchvision_encoder(MODEL, tmp_path / "missing.pth")
     (tmp_path / "junk.pth").write_bytes(b"junk")
-    with pytest.raises(UsageError, match="cannot be read"):
+    with pytest.raises(RunnerError, match="cannot be read"):
         torchvision_encoder(MODEL, tmp_path / "junk.pth")
-    with pytest.raises(UsageError, match="do not fit resnet18"):
+    with pytest.raises(RunnerError, match="do not fit resnet18"):
         torchvision_encoder("resnet18", weights)
 
 
@@ -160,7 +160,7 @@ def test_callable_variants(model_module):
     a = callable_encoder(f"{model_module}:INSTANCE", preprocessing=pre)
     b = callable_encoder(f"{model_module}:model", preprocessing=pre)
     assert a.digest == b.digest
-    with pytest.raises(UsageError, match="returned a int"):
+    with pytest.raises(RunnerError, match="returned a int"):
         callable_encoder(f"{model_module}:returns_number")
 
 
@@ -187,17 +187,35 @@ def test_load_embeddings_formats_and_errors(tmp_path):
     for name in ("e.npy", "e.pt", "e.safetensors"):
         np.testing.assert_array_equal(load_embeddings(tmp_path / name), x)
     np.save(tmp_path / "v.npy", np.zeros(3))
-    with pytest.raises(UsageError, match="2-D numeric array"):
+    with pytest.raises(RunnerError, match="2-D numeric array"):
         load_embeddings(tmp_path / "v.npy")
     np.save(tmp_path / "n.npy", np.array([[0.0, 1.0], [np.nan, 0.0]]))
-    with pytest.raises(UsageError, match="NaN or infinite value in row 1"):
+    with pytest.raises(RunnerError, match="NaN or infinite value in row 1"):
         load_embeddings(tmp_path / "n.npy")
     torch.save({"a": torch.zeros(2, 2), "b": torch.zeros(2, 2)}, tmp_path / "two.pt")
-    with pytest.raises(UsageError, match="holds 2 tensors"):
+    with pytest.raises(RunnerError, match="holds 2 tensors"):
         load_embeddings(tmp_path / "two.pt")
     (tmp_path / "e.txt").write_text("1 2")
-    with pytest.raises(UsageError, match="must end in"):
+    with pytest.raises(RunnerError, match="must end in"):
         load_embeddings(tmp_path / "e.txt")
     (tmp_path / "bad.npy").write_bytes(b"nope")
-    with pytest.raises(UsageError, match="cannot be read"):
+    with pytest.raises(RunnerError, match="cannot be read"):
         load_embeddings(tmp_path / "bad.npy")
+
+
+def test_pixels_encoder_rows():
+    from PIL import Image
+
+    from recallkit.runner.encoders import pixels
+
+    images = [Image.new("RGB", (5, 3), (255, 0, 0)), Image.new("L", (4, 4), 51)]
+    out = pixels(images)
+    expected = np.stack(
+        [
+            np.concatenate([np.tile([1.0, 0.0, 0.0], 256), [1.0]]),
+            np.concatenate([np.full(768, 0.2), [1.0]]),
+        ]
+    ).astype(np.float32)
+    assert out.dtype == np.float32 and out.shape == (2, 769)
+    np.testing.assert_array_equal(out, expected)
+    assert pixels([]).shape == (0, 769)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -71,10 +72,10 @@ def test_json_schema(cli, hand_case, encoder_module, tmp_path, read_json):
     res = _evaluate(cli, hand_case, encoder_module, tmp_path, "--json", tmp_path / "run.json")
     assert res.rc == 0, res.err
     record = read_json(tmp_path / "run.json")
-    assert record["format"] == "recallkit.evaluation/1"
+    assert record["format"] == "recallkit.evaluation/2"
     expected_keys = {
         "format", "recallkit_version", "created", "tag", "metric", "ks", "effective_ks",
-        "recall", "num_queries", "num_queries_given", "num_excluded", "num_gallery",
+        "recall", "num_queries", "num_evaluated", "num_excluded", "num_gallery",
         "embedding_dim", "query_source", "gallery_source", "sources", "encoder", "cache",
         "seconds", "skipped_images", "worst_classes", "queries",
     }  # fmt: skip
@@ -290,5 +291,55 @@ def test_allow_missing_labels_excludes_and_counts(
     # Query folders in order: bird/q4, cat/q1, cat/q2, dog/q3. The bird query is excluded and
     # counted; the others rank as in the hand case.
     assert record["queries"]["first_hit_rank"] == [-1, *HAND_RANKS]
-    assert (record["num_queries"], record["num_excluded"]) == (3, 1)
+    # The counts of the glossary in recallkit.result: all 4 queries given, 3 evaluated, 1 excluded.
+    counts = (record["num_queries"], record["num_evaluated"], record["num_excluded"])
+    assert counts == (4, 3, 1)
     assert record["recall"]["recall@1"] == 1 / 3
+
+
+def test_callable_may_be_the_encoder_function_itself(cli, hand_case, encoder_module, tmp_path):
+    """A one-argument callable is the encoder (it used to be called with no arguments)."""
+    query, gallery = hand_case
+    name, _ = encoder_module
+    out = {}
+    for target in ("mean_rgb", "mean_rgb_fn"):
+        res = cli(
+            "evaluate", "--query", query, "--gallery", gallery, "--callable", f"{name}:{target}",
+            "--ks", "1", "2", "--no-cache", "--json", tmp_path / f"{target}.json",
+        )  # fmt: skip
+        assert res.rc == 0, res.err
+        out[target] = json.loads((tmp_path / f"{target}.json").read_text())
+    assert out["mean_rgb_fn"]["queries"]["first_hit_rank"] == HAND_RANKS
+    assert out["mean_rgb_fn"]["recall"] == out["mean_rgb"]["recall"]
+
+
+def test_the_weight_free_pixels_encoder(cli, hand_case, tmp_path):
+    """``recallkit.runner.encoders:pixels`` on solid colours: rank by a brute force by hand.
+
+    A solid image's row is its RGB / 255 repeated over 16x16 pixels, then 1.
+    """
+    query, gallery = hand_case
+    res = cli(
+        "evaluate", "--query", query, "--gallery", gallery, "--ks", "1", "--no-cache",
+        "--callable", "recallkit.runner.encoders:pixels", "--json", tmp_path / "r.json",
+    )  # fmt: skip
+    assert res.rc == 0, res.err
+    record = json.loads((tmp_path / "r.json").read_text())
+
+    def row(rgb):
+        return np.concatenate([np.tile(np.array(rgb) / 255.0, 256), [1.0]])
+
+    g = np.stack([row(c) for c in [(255, 0, 0), (0, 255, 0), (200, 50, 0), (0, 0, 255)]])
+    q = np.stack([row(c) for c in [(250, 10, 0), (0, 0, 250), (10, 250, 0)]])
+    g_labels, q_labels = ["cat", "cat", "dog", "dog"], ["cat", "cat", "dog"]
+    cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (
+        g / np.linalg.norm(g, axis=1, keepdims=True)
+    ).T
+    ranks = []
+    for i in range(3):
+        order = sorted(range(4), key=lambda j: (-cos[i, j], j))
+        ranks.append(next(r for r, j in enumerate(order) if g_labels[j] == q_labels[i]))
+    # By hand: q1 (red) finds cat/a first; q2 (blue) finds dog/b, then dog/a (the smaller norm
+    # wins at equal dot 1), then cat/a; q3 (green) finds cat/b, then dog/a.
+    assert ranks == [0, 2, 1]
+    assert record["queries"]["first_hit_rank"] == ranks

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from recallkit.errors import UsageError
+from recallkit.runner._errors import RunnerError
 from recallkit.runner.compare import compare_records, paired_bootstrap
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -149,7 +149,7 @@ def test_compare_pairs_by_identity(tmp_path):
     assert (row.diff, row.a_only, row.b_only) == (0.0, 0, 0)
     # Without paths, repeated ids cannot be paired: an error, not a guess by order.
     del a["queries"]["paths"]
-    with pytest.raises(UsageError, match=r"a has 2 queries with id 'p', so they cannot be paired"):
+    with pytest.raises(RunnerError, match=r"a has 2 queries with id 'p', so they cannot be paired"):
         compare_records(a, b, ks=[1])
 
 

@@ -68,7 +68,12 @@ def _register_cirr(subparsers: Any) -> None:
     )
     parser.add_argument("--root", required=True, help="CIRR folder (captions/, image_splits/)")
     parser.add_argument("--split", default="val", help="val (default), test1 or train")
-    parser.add_argument("--version", default="rc2")
+    parser.add_argument(
+        "--version",
+        default="rc2",
+        help="annotation version: reads captions/cap.VERSION.SPLIT.json and "
+        "image_splits/split.VERSION.SPLIT.json (default rc2)",
+    )
     _embeddings_or_scores(parser, "query", "image")
     parser.add_argument(
         "--target",
@@ -76,7 +81,14 @@ def _register_cirr(subparsers: Any) -> None:
         default="hard",
         help="hard: target_hard (default, CLIP4Cir/SEARLE); soft: CIRPLANT's target_soft",
     )
-    parser.add_argument("--subset-ks", type=int, nargs="+", default=[1, 2, 3], metavar="K")
+    parser.add_argument(
+        "--subset-ks",
+        type=int,
+        nargs="+",
+        default=[1, 2, 3],
+        metavar="K",
+        help="K values of recall_subset@K, within each query's image subset (default 1 2 3)",
+    )
     parser.add_argument(
         "--submission-dir",
         metavar="DIR",
@@ -152,7 +164,12 @@ def _register_circo(subparsers: Any) -> None:
     parser.add_argument(
         "--annotations", required=True, help="CIRCO folder or annotations/<split>.json"
     )
-    parser.add_argument("--split", default="val", choices=("val", "test"))
+    parser.add_argument(
+        "--split",
+        default="val",
+        choices=("val", "test"),
+        help="val (default; scored) or test (submission file only)",
+    )
     _embeddings_or_scores(parser, "query", "image id")
     parser.add_argument(
         "--image-ids",
@@ -344,13 +361,23 @@ def _register_genecis(subparsers: Any) -> None:
         formatter_class=RAW,
     )
     parser.add_argument("--root", required=True, help="folder holding <task>.json")
-    parser.add_argument("--task", nargs=2, action="append", default=[], metavar=("TASK", "SCORES"))
+    parser.add_argument(
+        "--task",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("TASK", "SCORES"),
+        help=f"a task ({', '.join(genecis.GENECIS_TASKS)}) and its (samples, 1 + gallery) "
+        "score file, target in column 0; repeat per task",
+    )
     parser.add_argument(
         "--task-embeddings",
         nargs=3,
         action="append",
         default=[],
         metavar=("TASK", "QUERIES", "CANDIDATES"),
+        help="a task, its (samples, d) query embeddings and its (samples, 1 + gallery, d) "
+        "candidate embeddings, target first; repeat per task",
     )
     parser.add_argument(
         "--ties",

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from recallkit._atomic import atomic_write
+from recallkit.commands._args import parse_ks, positive_int
 from recallkit.errors import UsageError
-from recallkit.runner._args import parse_ks, positive_int
 from recallkit.runner.compare import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from recallkit.runner._args import positive_int
+from recallkit.commands._args import positive_int
 
 
 def register(subparsers: Any) -> None:
@@ -23,7 +23,13 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", default="recallkit-demo", metavar="DIR", help="output folder")
-    p.add_argument("--epochs", type=positive_int("--epochs"), default=5, metavar="N")
+    p.add_argument(
+        "--epochs",
+        type=positive_int("--epochs"),
+        default=5,
+        metavar="N",
+        help="training epochs, one run each in the history (default 5)",
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument(
         "--fast", action="store_true", help="one epoch on 40 images per class (for tests)"

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from recallkit._atomic import Staged, stage
+from recallkit.commands._args import jsonable, parse_ks, positive_int, warnings_as_lines
 from recallkit.errors import UsageError
-from recallkit.runner._args import jsonable, parse_ks, positive_int, warnings_as_lines
 from recallkit.runner.cache import default_cache_dir
 from recallkit.runner.encoders import (
     DTYPES,
@@ -186,7 +186,14 @@ def register(subparsers: Any) -> None:
         help="gallery images per query in the failure grid (default 8)",
     )
     out.add_argument("--show-out", metavar="FILE", help="failure grid, .png or .html")
-    out.add_argument("--show-queries", type=positive_int("--show-queries"), default=8, metavar="N")
+    out.add_argument(
+        "--show-queries",
+        type=positive_int("--show-queries"),
+        default=8,
+        metavar="N",
+        help="queries in the failure grid: those whose first correct neighbour ranks lowest "
+        "(default 8)",
+    )
     p.set_defaults(func=main)
 
 

@@ -39,7 +39,12 @@ def register(subparsers: Any) -> None:
         metavar="FILE",
         help="instead of --karpathy: each caption's image row (.npy or .json list)",
     )
-    parser.add_argument("--split", default="test", choices=("test", "val", "train", "restval"))
+    parser.add_argument(
+        "--split",
+        default="test",
+        choices=("test", "val", "train", "restval"),
+        help="the Karpathy split to score (default test)",
+    )
     parser.add_argument(
         "--captions-per-image",
         type=int,

@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from recallkit.commands._args import parse_ks
 from recallkit.errors import UsageError
-from recallkit.runner._args import parse_ks
 from recallkit.runner.plot import plot_history
 
 

@@ -17,8 +17,6 @@ from types import MappingProxyType
 
 import numpy as np
 
-from recallkit.errors import UsageError
-
 __all__ = [
     "BENCHMARK_INFO",
     "Benchmark",
@@ -30,7 +28,7 @@ __all__ = [
 ]
 
 
-class DatasetError(UsageError):
+class DatasetError(ValueError):
     """A benchmark's annotation files are malformed or differ from its documented counts.
 
     The message names the file (and the line, where one line is at fault).

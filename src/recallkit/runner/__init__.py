@@ -5,6 +5,7 @@
 :func:`recallkit.recall_at_k`.
 """
 
+from recallkit.runner._errors import RunnerError
 from recallkit.runner.cache import EmbeddingCache, cache_key, default_cache_dir, encode_cached
 from recallkit.runner.compare import (
     Comparison,
@@ -53,6 +54,7 @@ __all__ = [
     "ImageSet",
     "Preprocessing",
     "Run",
+    "RunnerError",
     "append_history",
     "cache_key",
     "callable_encoder",

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from recallkit.errors import UsageError
 from recallkit.ranks import recall_from_ranks
+from recallkit.runner._errors import RunnerError
 
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_SEED = 0
@@ -113,11 +113,11 @@ def load_run(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a run file written by ``recallkit evaluate --json`` and check its per-query part."""
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"The run file '{path}' does not exist.")
+        raise RunnerError(f"The run file '{path}' does not exist.")
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise UsageError(f"The run file '{path}' is not JSON: {error}.") from None
+        raise RunnerError(f"The run file '{path}' is not JSON: {error}.") from None
     queries = record.get("queries") if isinstance(record, dict) else None
     if (
         not isinstance(queries, dict)
@@ -125,7 +125,7 @@ def load_run(path: str | os.PathLike[str]) -> dict[str, Any]:
         or not isinstance(queries.get("first_hit_rank"), list)
         or len(queries["ids"]) != len(queries["first_hit_rank"])
     ):
-        raise UsageError(
+        raise RunnerError(
             f"The run file '{path}' has no per-query ranks ('queries' with 'ids' and "
             "'first_hit_rank'); write it with recallkit evaluate --json."
         )
@@ -155,7 +155,7 @@ def _query_keys(record: Mapping[str, Any], name: str) -> list[tuple[str, str | N
             if repeated[1] is None
             else "the same image is listed more than once with the same id"
         )
-        raise UsageError(
+        raise RunnerError(
             f"{name} has {count} queries with id {repeated[0]!r}{where}, so they cannot be "
             f"paired with the other run's queries: {hint}."
         )
@@ -170,7 +170,7 @@ def _describe(key: tuple[str, str | None]) -> str:
 
 
 def _pair(a: Mapping[str, Any], b: Mapping[str, Any], names: tuple[str, str]) -> np.ndarray:
-    """Positions in ``b`` of ``a``'s queries, or a UsageError when the query sets differ.
+    """Positions in ``b`` of ``a``'s queries, or a RunnerError when the query sets differ.
 
     Queries are paired by id and, when both runs record them, by image path too.
     """
@@ -186,7 +186,7 @@ def _pair(a: Mapping[str, Any], b: Mapping[str, Any], names: tuple[str, str]) ->
     only_b = [k for k in keys_b if k not in set_a]
     if only_a or only_b:
         example = only_a[0] if only_a else only_b[0]
-        raise UsageError(
+        raise RunnerError(
             f"{names[0]} and {names[1]} did not evaluate the same queries: {len(only_a)} only "
             f"in {names[0]}, {len(only_b)} only in {names[1]} (e.g. {_describe(example)}); "
             "compare runs on the same dataset."
@@ -227,7 +227,7 @@ def compare_records(
         keys_b = np.asarray([json.dumps(v) for v in labels_b])
         mismatch = np.flatnonzero(keys_a != keys_b[at_b])
         if len(mismatch):
-            raise UsageError(
+            raise RunnerError(
                 f"{names[0]} and {names[1]} give different labels to {len(mismatch)} queries "
                 f"(e.g. {a['queries']['ids'][int(mismatch[0])]!r}); compare runs on the same "
                 "dataset."
@@ -235,18 +235,18 @@ def compare_records(
     evaluated_a, evaluated_b = ranks_a >= 0, ranks_b >= 0
     if not np.array_equal(evaluated_a, evaluated_b):
         i = int(np.flatnonzero(evaluated_a != evaluated_b)[0])
-        raise UsageError(
+        raise RunnerError(
             f"{names[0]} and {names[1]} exclude different queries (e.g. "
             f"{a['queries']['ids'][i]!r}: no gallery image with its label in one run only); "
             "compare runs on the same gallery."
         )
     if not evaluated_a.any():
-        raise UsageError(f"{names[0]} and {names[1]} have no evaluated query to compare.")
+        raise RunnerError(f"{names[0]} and {names[1]} have no evaluated query to compare.")
     if ks is None:
         ks_b = set(b.get("ks", []))
         ks = [int(k) for k in a.get("ks", []) if k in ks_b]
         if not ks:
-            raise UsageError(
+            raise RunnerError(
                 f"{names[0]} and {names[1]} report no common K; choose some with --ks."
             )
     ranks_a, ranks_b = ranks_a[evaluated_a], ranks_b[evaluated_a]

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from recallkit.errors import UsageError
+from recallkit.runner._errors import RunnerError
 
 EncoderFn = Callable[[list[Any]], Any]
 _MAX_LISTED = 5
@@ -36,7 +36,7 @@ class BadImage:
     reason: str
 
 
-class BadImagesError(UsageError):
+class BadImagesError(RunnerError):
     """Some images could not be read; ``bad`` lists every one of them.
 
     >>> print(BadImagesError([BadImage("a.png", "truncated")], what="gallery"))
@@ -247,7 +247,7 @@ def encode_images(
     if bad and not skip_bad:
         raise BadImagesError(bad, what=what)
     if embeddings is None:  # skip_bad=True and not one image could be read
-        raise UsageError(f"None of the {n} {what + ' ' if what else ''}images could be read.")
+        raise RunnerError(f"None of the {n} {what + ' ' if what else ''}images could be read.")
     return Encoding(embeddings, kept, tuple(bad), seconds)
 
 

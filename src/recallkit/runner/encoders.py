@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from recallkit.errors import UsageError
+from recallkit.runner._errors import RunnerError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -118,9 +118,9 @@ def resolve_device(device: str | None) -> str:
     try:
         parsed = torch.device(device)
     except (RuntimeError, TypeError):
-        raise UsageError(f"Unknown device {device!r} (use cpu, cuda, cuda:N or auto).") from None
+        raise RunnerError(f"Unknown device {device!r} (use cpu, cuda, cuda:N or auto).") from None
     if parsed.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"Device {device!r} was asked for but CUDA is not available.")
+        raise RunnerError(f"Device {device!r} was asked for but CUDA is not available.")
     return str(parsed)
 
 
@@ -210,7 +210,7 @@ def _with_id(identity: str, encoder_id: str | None) -> str:
     if encoder_id is None:
         return identity
     if not isinstance(encoder_id, str) or not encoder_id.strip():
-        raise UsageError(f"--encoder-id takes a non-empty name. Got {encoder_id!r}.")
+        raise RunnerError(f"--encoder-id takes a non-empty name. Got {encoder_id!r}.")
     return f"{identity}|encoder-id={encoder_id}"
 
 
@@ -240,7 +240,7 @@ def _forward(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
     if hasattr(out, "logits") and not isinstance(out, torch.Tensor):
         out = out.logits
     if not isinstance(out, torch.Tensor):
-        raise UsageError(
+        raise RunnerError(
             f"The model returned {type(out).__name__}, not a tensor; wrap it in a function "
             "that returns the embedding tensor."
         )
@@ -272,7 +272,7 @@ def module_encoder(
                 out = _forward(model, batch.to(device=device, dtype=torch_dtype))
         except RuntimeError as error:  # a shape or dtype the model does not take
             first = str(error).strip().splitlines()[0] if str(error).strip() else "RuntimeError"
-            raise UsageError(
+            raise RunnerError(
                 f"The model {identity} failed on a batch of shape {tuple(batch.shape)} "
                 f"({dtype} on {device}): {first}"
             ) from None
@@ -283,7 +283,7 @@ def module_encoder(
 
 def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
-        raise UsageError(f"The weights file '{path}' does not exist.")
+        raise RunnerError(f"The weights file '{path}' does not exist.")
     try:
         if path.suffix.lower() == ".safetensors":
             from safetensors.torch import load_file
@@ -293,14 +293,14 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
             state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
         message = f"The weights file '{path}' cannot be read: {error}".rstrip(".")
-        raise UsageError(message + ".") from None
+        raise RunnerError(message + ".") from None
     for wrapper in ("state_dict", "model", "model_state_dict"):
         if isinstance(state, dict) and isinstance(state.get(wrapper), dict):
             state = state[wrapper]
     if isinstance(state, nn.Module):
         state = state.state_dict()
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise UsageError(f"The weights file '{path}' does not hold a state dict of tensors.")
+        raise RunnerError(f"The weights file '{path}' does not hold a state dict of tensors.")
     if state and all(k.startswith("module.") for k in state):
         state = {k[len("module.") :]: v for k, v in state.items()}
     return state
@@ -341,18 +341,18 @@ def torchvision_encoder(
     import torchvision
 
     if head not in ("drop", "keep"):
-        raise UsageError(f"--head must be 'drop' or 'keep'. Got {head!r}.")
+        raise RunnerError(f"--head must be 'drop' or 'keep'. Got {head!r}.")
     available = torchvision.models.list_models()
     if name not in available:
         close = difflib.get_close_matches(name, available, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
-        raise UsageError(f"torchvision has no model named {name!r}.{hint}")
+        raise RunnerError(f"torchvision has no model named {name!r}.{hint}")
     weights = Path(weights)
     state = _read_state_dict(weights)
     model = torchvision.models.get_model(name, weights=None)
     found = _find_head(model)
     if head == "drop" and found is None:
-        raise UsageError(
+        raise RunnerError(
             f"Cannot find the classification layer of {name} to drop; use --head keep."
         )
     try:
@@ -360,7 +360,7 @@ def torchvision_encoder(
     except RuntimeError as error:
         first = str(error).strip().splitlines()
         detail = " ".join(line.strip() for line in first[:3])
-        raise UsageError(f"The weights in '{weights}' do not fit {name}: {detail}") from None
+        raise RunnerError(f"The weights in '{weights}' do not fit {name}: {detail}") from None
     prefix = found[2] if (found is not None and head == "drop") else None
     missing = [k for k in missing if not (prefix and k.startswith(prefix))]
     if missing or unexpected:
@@ -369,7 +369,7 @@ def torchvision_encoder(
             parts.append(f"{len(missing)} missing key(s), e.g. {', '.join(missing[:3])}")
         if unexpected:
             parts.append(f"{len(unexpected)} unexpected key(s), e.g. {', '.join(unexpected[:3])}")
-        raise UsageError(f"The weights in '{weights}' do not fit {name}: {'; '.join(parts)}.")
+        raise RunnerError(f"The weights in '{weights}' do not fit {name}: {'; '.join(parts)}.")
     if head == "drop" and found is not None:
         parent, where, _ = found
         if isinstance(where, int):
@@ -411,22 +411,58 @@ def import_callable(spec: str) -> Any:
     """
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr or ":" in attr:
-        raise UsageError(f"--callable must look like package.module:callable. Got {spec!r}.")
+        raise RunnerError(f"--callable must look like package.module:callable. Got {spec!r}.")
     with _cwd_on_path():
         try:
             module = importlib.import_module(module_name)
         except ImportError as error:
-            raise UsageError(f"Cannot import {module_name!r} (from {spec!r}): {error}.") from None
+            raise RunnerError(f"Cannot import {module_name!r} (from {spec!r}): {error}.") from None
         except Exception as error:
-            raise UsageError(
+            raise RunnerError(
                 f"Importing {module_name!r} (from {spec!r}) raised {type(error).__name__}: {error}"
             ) from None
     target: Any = module
     for part in attr.split("."):
         if not hasattr(target, part):
-            raise UsageError(f"Module {module_name!r} has no attribute {attr!r} (from {spec!r}).")
+            raise RunnerError(f"Module {module_name!r} has no attribute {attr!r} (from {spec!r}).")
         target = getattr(target, part)
     return target
+
+
+def _required_arguments(fn: Any) -> int | None:
+    """How many arguments ``fn`` needs (positional, without a default); ``None`` if unknown."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature
+        return None
+    return sum(
+        p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        for p in parameters
+    )
+
+
+def pixels(images: list[Any]) -> np.ndarray:
+    """A weight-free encoder function for smoke tests: each image's pixels, downsampled.
+
+    Each image is converted to RGB and resized to 16x16 (bilinear); its row is the 768 pixel
+    values scaled to [0, 1], then a constant 1 (so that a black image has a non-zero row, as
+    cosine similarity needs): ``(n, 769)`` float32. ``--callable
+    recallkit.runner.encoders:pixels`` runs the whole path without a model or weights.
+
+    >>> from PIL import Image
+    >>> pixels([Image.new("RGB", (4, 4), (255, 0, 0))])[0, :4].tolist()
+    [1.0, 0.0, 0.0, 1.0]
+    """
+    from PIL import Image
+
+    rows = [
+        np.asarray(image.convert("RGB").resize((16, 16), Image.Resampling.BILINEAR))
+        for image in images
+    ]
+    if not rows:
+        return np.zeros((0, 16 * 16 * 3 + 1), dtype=np.float32)
+    values = np.stack(rows).reshape(len(rows), -1).astype(np.float32) / 255.0
+    return np.hstack([values, np.ones((len(rows), 1), dtype=np.float32)])
 
 
 def callable_encoder(
@@ -439,10 +475,12 @@ def callable_encoder(
 ) -> Encoder:
     """An encoder from ``package.module:callable``.
 
-    The target is a torch module, or a factory called with no arguments that returns one of:
-    a torch module (fed with ``preprocessing``, ImageNet defaults); a pair ``(module,
-    transform)`` whose transform maps one PIL image to a tensor (its own preprocessing); or an
-    encoder function mapping a list of RGB PIL images to a ``(batch, dim)`` array (its own
+    The target is a torch module; an encoder function itself (a callable with one required
+    argument, the batch of images; ``recallkit.runner.encoders:pixels`` is one, weight-free, for
+    smoke tests); or a factory called with no arguments that returns one of: a torch module
+    (fed with ``preprocessing``, ImageNet defaults); a pair ``(module, transform)`` whose
+    transform maps one PIL image to a tensor (its own preprocessing); or an encoder function
+    mapping a list of RGB PIL images to a ``(batch, dim)`` array (its own
     preprocessing, device and dtype). The cache key holds the spec and a digest of the module
     weights (and of the function's source file), and ``encoder_id`` when given: an encoder
     function that holds no torch module is otherwise keyed by its spec and source file alone,
@@ -454,14 +492,18 @@ def callable_encoder(
     made: Any = target
     if not isinstance(target, nn.Module):
         if not callable(target):
-            raise UsageError(f"{spec!r} is a {type(target).__name__}, not a callable.")
-        try:
-            made = target()
-        except Exception as error:
-            raise UsageError(
-                f"Calling {spec}() raised {type(error).__name__}: {error} "
-                "(the callable must take no arguments and return a model or an encoder function)"
-            ) from None
+            raise RunnerError(f"{spec!r} is a {type(target).__name__}, not a callable.")
+        if _required_arguments(target) == 1:  # an encoder function: batch -> (n, d)
+            made = target
+        else:
+            try:
+                made = target()
+            except Exception as error:
+                raise RunnerError(
+                    f"Calling {spec}() raised {type(error).__name__}: {error} (the callable must "
+                    "be an encoder function of one argument, the batch of images, or take no "
+                    "arguments and return a model or an encoder function)"
+                ) from None
     identity = _with_id(f"callable:{spec}", encoder_id)
     info = {"callable": spec}
     if isinstance(made, nn.Module):
@@ -498,7 +540,7 @@ def callable_encoder(
         if encoder_id is not None:
             keyed_by = "encoder_id"
         return Encoder(made, identity, digest, {"own": True}, "float32", "cpu", info, keyed_by)
-    raise UsageError(
+    raise RunnerError(
         f"{spec}() returned a {type(made).__name__}; expected a torch module, a (module, "
         "transform) pair or an encoder function."
     )
@@ -519,7 +561,7 @@ def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -
     """
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"The {what} file '{path}' does not exist.")
+        raise RunnerError(f"The {what} file '{path}' does not exist.")
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":
@@ -531,20 +573,20 @@ def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -
 
             data = load_file(str(path))
         else:
-            raise UsageError(
+            raise RunnerError(
                 f"The {what} file '{path}' must end in .npy, .pt, .pth or .safetensors."
             )
-    except UsageError:
+    except RunnerError:
         raise
     except Exception as error:
-        raise UsageError(f"The {what} file '{path}' cannot be read: {error}") from None
+        raise RunnerError(f"The {what} file '{path}' cannot be read: {error}") from None
     if isinstance(data, dict):
         if "embeddings" in data:
             data = data["embeddings"]
         elif len(data) == 1:
             data = next(iter(data.values()))
         else:
-            raise UsageError(
+            raise RunnerError(
                 f"The {what} file '{path}' holds {len(data)} tensors "
                 f"({', '.join(map(str, list(data)[:5]))}); name the embeddings 'embeddings'."
             )
@@ -555,12 +597,12 @@ def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -
         data = data.numpy()
     array = np.asarray(data)
     if array.ndim != 2 or array.dtype.kind not in "fiu":
-        raise UsageError(
+        raise RunnerError(
             f"The {what} file '{path}' must hold a 2-D numeric array (one row per image). "
             f"Got shape {array.shape}, dtype {array.dtype}."
         )
     if array.dtype.kind == "f" and array.dtype.itemsize > 8:
-        raise UsageError(
+        raise RunnerError(
             f"The {what} file '{path}' holds {array.dtype} (extended precision), which torch "
             "cannot compute with; save the embeddings as float32 or float64."
         )
@@ -570,5 +612,5 @@ def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -
         array = array.astype(np.float32)
     if not np.isfinite(array).all():
         row = int(np.nonzero(~np.isfinite(array).all(axis=1))[0][0])
-        raise UsageError(f"The {what} file '{path}' has a NaN or infinite value in row {row}.")
+        raise RunnerError(f"The {what} file '{path}' has a NaN or infinite value in row {row}.")
     return array

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import os
 import sys
 import time
@@ -25,15 +24,16 @@ import torch
 
 from recallkit import _checks
 from recallkit._labels import dense_codes
-from recallkit.errors import UsageError
+from recallkit.neighbors import nearest_neighbors
 from recallkit.recall import recall_at_k
 from recallkit.result import RecallResult
+from recallkit.runner._errors import RunnerError
 from recallkit.runner.cache import encode_cached
 from recallkit.runner.encode import BadImage
 from recallkit.runner.encoders import Encoder, function_encoder
 from recallkit.runner.sources import ImageSet, path_identity
 
-RUN_FORMAT = "recallkit.evaluation/1"
+RUN_FORMAT = "recallkit.evaluation/2"
 
 
 @dataclass
@@ -80,11 +80,11 @@ def _check_embeddings(array: Any, rows: int, name: str, what: str) -> np.ndarray
         array = array.detach().to("cpu").float().numpy()
     array = np.asarray(array)
     if array.ndim != 2:
-        raise UsageError(
+        raise RunnerError(
             f"The {name} must be a 2-D array, one row per {what} image. Got shape {array.shape}."
         )
     if array.shape[0] != rows:
-        raise UsageError(
+        raise RunnerError(
             f"The {name} have {array.shape[0]} rows but the {what} set has {rows} images; "
             "they must be row-aligned (row i is image i)."
         )
@@ -181,7 +181,7 @@ def run_evaluation(
     (q_set, q_emb), (g_set, g_emb) = final["query"], final["gallery"]
     if len(q_set) == 0 or len(g_set) == 0:
         side = "query" if len(q_set) == 0 else "gallery"
-        raise UsageError(f"No {side} image is left to evaluate.")
+        raise RunnerError(f"No {side} image is left to evaluate.")
     ids: dict[str, Any] = {}
     if q_set.ids is not None and g_set.ids is not None:
         ids = {"query_ids": list(q_set.ids), "reference_ids": list(g_set.ids)}
@@ -321,20 +321,23 @@ def top_k(run: Run, query_rows: Sequence[int] | np.ndarray, k: int) -> np.ndarra
     Uses the core's exact k-NN with the run's metric, excluding each query's own identity;
     ties go to the lower gallery index, as in recall@K.
     """
-    from recallkit.pml import ExactKNN
-
     rows = np.asarray(query_rows, dtype=np.int64)
     if len(rows) == 0:
         return np.zeros((0, k), dtype=np.int64)
-    query = torch.from_numpy(np.ascontiguousarray(run.query_embeddings[rows]))
-    reference = torch.from_numpy(np.ascontiguousarray(run.gallery_embeddings))
-    k = min(k, len(run.gallery))
-    knn = ExactKNN(metric=run.metric)
-    kwargs: dict[str, Any] = {}
+    exclude = None
     if run.ids is not None:
         q_ids, g_ids = run.ids
-        kwargs["exclude_ids"] = ([q_ids[int(i)] for i in rows], list(g_ids))
-    _, indices = knn(query, k, reference, False, **kwargs)
+        positions: dict[Any, list[int]] = {}
+        for j, gallery_id in enumerate(g_ids):
+            positions.setdefault(gallery_id, []).append(j)
+        exclude = [positions.get(q_ids[int(i)], -1) for i in rows]
+    indices, _ = nearest_neighbors(
+        run.query_embeddings[rows],
+        run.gallery_embeddings,
+        min(k, len(run.gallery)),
+        exclude=exclude,
+        metric=run.metric,
+    )
     return np.asarray(indices.cpu().numpy(), dtype=np.int64)
 
 
@@ -511,10 +514,6 @@ def _json_label(value: Any) -> Any:
     return value if isinstance(value, str | int | float | bool) or value is None else str(value)
 
 
-def _nan_to_none(value: float) -> float | None:
-    return None if math.isnan(value) else value
-
-
 def run_record(
     run: Run,
     *,
@@ -545,9 +544,9 @@ def run_record(
         "metric": run.metric,
         "ks": list(result.ks),
         "effective_ks": list(result.effective_ks),
-        "recall": {k: _nan_to_none(v) for k, v in result.items()},
-        "num_queries": result.num_evaluated,
-        "num_queries_given": result.num_queries,
+        "recall": result.json_metrics(),
+        "num_queries": result.num_queries,
+        "num_evaluated": result.num_evaluated,
         "num_excluded": result.num_excluded,
         "num_gallery": result.num_reference,
         "embedding_dim": result.embedding_dim,

@@ -23,8 +23,8 @@ import numpy as np
 from PIL import Image
 
 from recallkit._atomic import atomic_write
-from recallkit.errors import UsageError
 from recallkit.result import RecallResult
+from recallkit.runner._errors import RunnerError
 from recallkit.runner.encode import load_image
 
 CORRECT = "#1a9641"
@@ -104,9 +104,9 @@ def render_grid(rows: Sequence[GridRow], suffix: str, *, title: str | None = Non
     """The grid as the bytes of a ``.png`` (matplotlib) or ``.html``/``.htm`` file."""
     suffix = suffix.lower()
     if suffix not in (".png", ".html", ".htm"):
-        raise UsageError(f"The grid file must end in .png or .html. Got {suffix!r}.")
+        raise RunnerError(f"The grid file must end in .png or .html. Got {suffix!r}.")
     if not rows:
-        raise UsageError("There is no evaluated query to draw.")
+        raise RunnerError("There is no evaluated query to draw.")
     if suffix == ".png":
         return _draw_png(rows, title)
     return _draw_html(rows, title).encode("utf-8")
@@ -118,7 +118,7 @@ def draw_grid(
     """Write the grid to ``out``: ``.png`` (matplotlib) or ``.html``/``.htm``; atomically."""
     out = Path(out)
     if out.suffix.lower() not in (".png", ".html", ".htm"):
-        raise UsageError(f"The grid file '{out}' must end in .png or .html.")
+        raise RunnerError(f"The grid file '{out}' must end in .png or .html.")
     data = render_grid(rows, out.suffix, title=title)
     with atomic_write(out, "wb") as handle:
         handle.write(data)

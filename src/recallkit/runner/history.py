@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from recallkit import _atomic
-from recallkit.errors import UsageError
+from recallkit.runner._errors import RunnerError
 
 try:
     import fcntl
@@ -53,7 +53,7 @@ def _parse(text: str, path: Path) -> list[dict[str, Any]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise UsageError(
+            raise RunnerError(
                 f"The history file '{path}' line {number} is not JSON: {error}."
             ) from None
         if (
@@ -61,7 +61,7 @@ def _parse(text: str, path: Path) -> list[dict[str, Any]]:
             or "tag" not in record
             or not isinstance(record.get("recall"), dict)
         ):
-            raise UsageError(
+            raise RunnerError(
                 f"The history file '{path}' line {number} is not a run record "
                 "(it needs 'tag' and 'recall')."
             )
@@ -73,7 +73,7 @@ def _decode(data: bytes, path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise UsageError(
+        raise RunnerError(
             f"The history file '{path}' is not UTF-8 text (byte {error.start} cannot be decoded)."
         ) from None
 
@@ -89,11 +89,11 @@ def read_history(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"The history file '{path}' does not exist.")
+        raise RunnerError(f"The history file '{path}' does not exist.")
     try:
         data = path.read_bytes()
     except OSError as error:
-        raise UsageError(
+        raise RunnerError(
             f"The history file '{path}' cannot be read: {error.strerror or error}."
         ) from None
     return _parse(_decode(data, path), path)
@@ -175,7 +175,7 @@ def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> i
     """
     path = Path(path)
     if path.is_dir():
-        raise UsageError(f"The history file '{path}' is a folder.")
+        raise RunnerError(f"The history file '{path}' is a folder.")
     path.parent.mkdir(parents=True, exist_ok=True)
     compact = history_record(record)
     fd, created = _open_locked(path)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from recallkit._atomic import atomic_write
-from recallkit.errors import UsageError
+from recallkit.runner._errors import RunnerError
 from recallkit.runner.history import read_history
 
 _FORMATS = (".png", ".svg", ".pdf")
@@ -46,7 +46,7 @@ def plot_history(
 
     out = Path(out)
     if out.suffix.lower() not in _FORMATS:
-        raise UsageError(f"The plot file '{out}' must end in {', '.join(_FORMATS)}.")
+        raise RunnerError(f"The plot file '{out}' must end in {', '.join(_FORMATS)}.")
     if isinstance(history, str | os.PathLike):
         source = str(history)
         records = read_history(history)
@@ -54,13 +54,13 @@ def plot_history(
         source = "runs"
         records = list(history)
     if not records:
-        raise UsageError(f"The history {source} has no runs to plot.")
+        raise RunnerError(f"The history {source} has no runs to plot.")
     keys = _recall_keys(records)
     if ks is not None:
         wanted = [f"recall@{int(k)}" for k in ks]
         missing = [k for k in wanted if k not in keys]
         if missing:
-            raise UsageError(
+            raise RunnerError(
                 f"The history {source} has no {', '.join(missing)}; it has {', '.join(keys)}."
             )
         keys = wanted

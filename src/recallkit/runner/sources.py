@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recallkit.errors import UsageError
+from recallkit.runner._errors import RunnerError
 
 #: File name endings read as images (lower case), as torchvision's ``ImageFolder`` does.
 IMAGE_EXTENSIONS = frozenset(
@@ -144,7 +144,7 @@ def from_folder(root: str | os.PathLike[str], *, what: str = "image folder") -> 
     """
     root = Path(root)
     if not root.is_dir():
-        raise UsageError(f"The {what} '{root}' is not a directory.")
+        raise RunnerError(f"The {what} '{root}' is not a directory.")
     classes = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
     per_class = [sorted(_walk_class(c), key=lambda entry: entry[0]) for c in classes]
     # Each real file once: the first direct occurrence wins, else the first one.
@@ -163,7 +163,7 @@ def from_folder(root: str | os.PathLike[str], *, what: str = "image folder") -> 
                 paths.append(path)
                 labels.append(classes[c].name)
     if not paths:
-        raise UsageError(
+        raise RunnerError(
             f"The {what} '{root}' holds no images in class subfolders "
             f"(expected {root}/<label>/<image>, with extensions "
             f"{', '.join(sorted(IMAGE_EXTENSIONS))})."
@@ -210,11 +210,11 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
     """
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"The {what} '{path}' does not exist or is not a file.")
+        raise RunnerError(f"The {what} '{path}' does not exist or is not a file.")
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as error:
-        raise UsageError(f"The {what} '{path}' cannot be read: {error}.") from None
+        raise RunnerError(f"The {what} '{path}' cannot be read: {error}.") from None
     lines = text.splitlines()
     numbered = [
         (i + 1, line)
@@ -222,16 +222,16 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
         if line.strip() and not line.lstrip().startswith("#")
     ]
     if not numbered:
-        raise UsageError(f"The {what} '{path}' has no rows (expected path,label[,id]).")
+        raise RunnerError(f"The {what} '{path}' has no rows (expected path,label[,id]).")
     delimiter = _delimiter(path, numbered[0][1])
     rows = []
     for line_no, line in numbered:
         if "\x00" in line:
-            raise UsageError(f"The {what} '{path}' line {line_no} holds a NUL character.")
+            raise RunnerError(f"The {what} '{path}' line {line_no} holds a NUL character.")
         try:
             rows.append(next(csv.reader([line], delimiter=delimiter, strict=True)))
         except csv.Error as error:
-            raise UsageError(
+            raise RunnerError(
                 f"The {what} '{path}' line {line_no} cannot be read as "
                 f"{'TSV' if delimiter == chr(9) else 'CSV'}: {error} (an unterminated quote? "
                 "a quoted field cannot span lines)."
@@ -243,7 +243,7 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
         columns = {name: first.index(name) for name in ("path", "label", "id") if name in first}
         numbered, rows = numbered[1:], rows[1:]
         if not rows:
-            raise UsageError(f"The {what} '{path}' has a header but no rows.")
+            raise RunnerError(f"The {what} '{path}' has a header but no rows.")
     else:
         width = 3
     base = path.parent
@@ -280,11 +280,11 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
         labels.append(label)
         ids.append(ident or path_identity(full))
     if malformed:
-        raise UsageError(
+        raise RunnerError(
             f"The {what} '{path}' has {len(malformed)} bad row(s): {_listing(malformed)}."
         )
     if missing:
-        raise UsageError(
+        raise RunnerError(
             f"The {what} '{path}' lists {len(missing)} file(s) that do not exist "
             f"(relative paths are read from {base}): {_listing(missing)}."
         )
@@ -296,11 +296,17 @@ def from_path(path: str | os.PathLike[str], *, what: str) -> ImageSet:
 
     >>> try:
     ...     from_path("/nonexistent/q.csv", what="query manifest")
-    ... except UsageError as error:
-    ...     print(error)
-    The query manifest '/nonexistent/q.csv' does not exist or is not a file.
+    ... except RunnerError as error:
+    ...     print(error)  # doctest: +ELLIPSIS
+    The query images '/nonexistent/q.csv' do not exist: there is no folder or manifest at ...
     """
     path = Path(path)
+    if not path.exists():
+        images = what.replace("manifest", "images")
+        raise RunnerError(
+            f"The {images} '{path}' do not exist: there is no folder or manifest at that path "
+            "(give a folder of class subfolders or a CSV/TSV manifest)."
+        )
     if path.is_dir():
         return from_folder(path, what=what.replace("manifest", "folder"))
     return from_manifest(path, what=what)
@@ -325,12 +331,12 @@ def from_benchmark(name: str, root: str | os.PathLike[str]) -> BenchmarkSets:
     try:
         from recallkit.datasets import load_benchmark
     except ImportError as error:  # pragma: no cover - depends on the installation
-        raise UsageError(f"Benchmarks are not available in this installation: {error}.") from None
+        raise RunnerError(f"Benchmarks are not available in this installation: {error}.") from None
     try:
         benchmark = load_benchmark(name, root)
         query_split, gallery_split, query_in_reference = benchmark.evaluation_splits()
     except (OSError, KeyError) as error:
-        raise UsageError(f"Cannot load benchmark {name!r} from '{root}': {error}.") from None
+        raise RunnerError(f"Cannot load benchmark {name!r} from '{root}': {error}.") from None
 
     def as_set(split: Any, what: str) -> ImageSet:
         paths = tuple(Path(p) for p in split.paths)

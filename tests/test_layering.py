@@ -1,0 +1,122 @@
+"""The metrics library never imports the application (command line, argparse, runner).
+
+The library is every module of ``recallkit`` except ``cli``, ``__main__``, ``errors`` and the
+``commands`` and ``runner`` packages. ``import recallkit`` and every library module load no
+application module, and neither Pillow nor matplotlib.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import recallkit
+
+PACKAGE = Path(recallkit.__file__).parent
+APP = ("recallkit.cli", "recallkit.__main__", "recallkit.errors", "recallkit.commands",
+       "recallkit.runner")  # fmt: skip
+FORBIDDEN = (*APP, "PIL", "matplotlib")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_app(name: str) -> bool:
+    return any(name == app or name.startswith(app + ".") for app in APP)
+
+
+LIBRARY = sorted(
+    name for name in map(_module_name, PACKAGE.rglob("*.py")) if not _is_app(name)
+)
+
+
+def test_the_library_is_what_remains():
+    assert "recallkit.recall" in LIBRARY and "recallkit.protocols.cirr" in LIBRARY
+    assert "recallkit.datasets.base" in LIBRARY and "recallkit.io" in LIBRARY
+    assert not [name for name in LIBRARY if "runner" in name or "commands" in name]
+
+
+def _imported(path: Path) -> list[str]:
+    """Every module named by an import statement of ``path``, at any depth of the code."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            if node.module == "recallkit":  # ``from recallkit import runner``
+                names += [f"recallkit.{a.name}" for a in node.names]
+            else:
+                names.append(node.module)
+    return names
+
+
+def test_no_library_module_names_the_app_layer():
+    """Not even inside a function (Pillow may be, to read an image when asked to)."""
+    offenders = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = _module_name(path)
+        if name != "recallkit" and not _is_app(name):
+            bad = [m for m in _imported(path) if _is_app(m)]
+            if bad:
+                offenders[name] = bad
+    assert offenders == {}
+
+
+def test_the_check_sees_an_app_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "def f():\n    from recallkit.errors import UsageError\n"
+        "import numpy\nfrom recallkit import runner\n"
+    )
+    assert sorted(_imported(bad)) == ["numpy", "recallkit.errors", "recallkit.runner"]
+
+
+def test_importing_the_library_loads_no_app_images_or_plots():
+    """One interpreter imports ``recallkit`` and then each library module in turn.
+
+    After each import, the forbidden modules must still be absent: the first module that
+    loads one (itself or through its imports) is the one reported.
+    """
+    script = (
+        "import importlib, json, sys\n"
+        f"forbidden = {FORBIDDEN!r}\n"
+        "def loaded():\n"
+        "    return sorted(m for m in sys.modules if m.split('.')[0] in forbidden\n"
+        "                  or any(m == f or m.startswith(f + '.') for f in forbidden))\n"
+        "found = {}\n"
+        f"for name in {['recallkit', *LIBRARY]!r}:\n"
+        "    importlib.import_module(name)\n"
+        "    if loaded():\n"
+        "        found[name] = loaded()\n"
+        "        break\n"
+        "print(json.dumps(found))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {}
+
+
+def test_the_root_loads_names_on_first_use():
+    script = (
+        "import sys, recallkit\n"
+        "before = 'torch' in sys.modules or 'recallkit.recall' in sys.modules\n"
+        "f = recallkit.recall_at_k\n"
+        "from recallkit import map_at_r\n"
+        "print(before, f.__module__, map_at_r.__module__, 'recallkit.runner' in sys.modules,\n"
+        "      recallkit.ranks.__name__, hasattr(recallkit, 'nope'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == [
+        "False", "recallkit.recall", "recallkit.ranking", "False", "recallkit.ranks", "False"
+    ]  # fmt: skip
