@@ -302,6 +302,7 @@ class Space:
     block_rows: int = 0
     precision: str = "float32"
     filter_dtype: torch.dtype = torch.float32
+    query_is_reference: bool = False
     extra: dict = field(default_factory=dict)
 
     @property
@@ -387,7 +388,9 @@ def prepare(
             q_rows = r_rows  # leave-one-out on one tensor: prepare it once
         else:
             q_rows = prepare_rows(q, "query", func, metric, dev)
-        common = dict(precision=precision, filter_dtype=fdtype)
+        common = dict(
+            precision=precision, filter_dtype=fdtype, query_is_reference=query is reference
+        )
         if m * 4 * 256 <= DEFAULT_MEMORY_BUDGET or dev.type == "cuda":
             return Space(q_rows, metric, m, d, dev, lambda: iter(()), single=block, **common)
         # A reference too wide for chunks of 256 query rows within the budget is scored in
@@ -807,9 +810,14 @@ Positives = LabelPositives | Pairs
 
 
 def _scored(
-    space: Space, chunk: Rows, block: Block, excluded: ChunkPairs
+    space: Space, chunk: Rows, block: Block, excluded: ChunkPairs, start: int, stop: int
 ) -> tuple[torch.Tensor, QueryFilter]:
-    qf = query_filter(space.metric, chunk, block, block.gemm.dtype)
+    if space.metric == "cosine" and space.query_is_reference and block is space.single:
+        # Leave-one-out on one tensor: the chunk's normalised rows are the block's own.
+        ones = torch.ones(stop - start, dtype=torch.float64, device=block.gemm.device)
+        qf = QueryFilter(block.gemm[start:stop], 1.0, ones, block.low is not None)
+    else:
+        qf = query_filter(space.metric, chunk, block, block.gemm.dtype)
     return _masked(block_scores(space, qf, block), excluded, block), qf
 
 
@@ -855,7 +863,7 @@ def threshold_ranks(
             b, w = _best_exact(space, chunk, _without(pairs, excluded), block, backend)
             _merge_best(best[:, 0], where[:, 0], b, w)
             continue
-        scores, qf = _scored(space, chunk, block, excluded)
+        scores, qf = _scored(space, chunk, block, excluded, start, stop)
         if positives is not None:
             eps = error_bound(space, qf, block)
             if listed is None:
@@ -879,7 +887,7 @@ def threshold_ranks(
     # Step 2: count the candidates that rank above each threshold item, across blocks.
     total = torch.zeros(best.shape, dtype=torch.int64)
     for i, block in enumerate(space.blocks()):
-        scores, qf = cached[i] if single else _scored(space, chunk, block, excluded)
+        scores, qf = cached[i] if single else _scored(space, chunk, block, excluded, start, stop)
         eps = error_bound(space, qf, block)
         centre = best * (qf.scale * block.scale)
         lo, hi = _bounds(centre, eps[:, None], scores.dtype)
@@ -990,7 +998,7 @@ def ranked_chunk(
     index = torch.full((rows, kmax), -1, dtype=torch.int64)
     value = torch.full((rows, kmax), -torch.inf, dtype=torch.float64)
     for block in space.blocks():
-        scores, qf = _scored(space, chunk, block, excluded)
+        scores, qf = _scored(space, chunk, block, excluded, start, stop)
         eps = error_bound(space, qf, block)
         kb = ks.clamp(max=block.rows)
         kth = _kernels.kth_largest(scores, kb, block.rows, backend).to(torch.float64)
