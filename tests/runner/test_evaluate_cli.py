@@ -343,3 +343,33 @@ def test_the_weight_free_pixels_encoder(cli, hand_case, tmp_path):
     # wins at equal dot 1), then cat/a; q3 (green) finds cat/b, then dog/a.
     assert ranks == [0, 2, 1]
     assert record["queries"]["first_hit_rank"] == ranks
+
+
+def test_quiet_prints_nothing_but_errors(
+    cli, hand_case, encoder_module, tmp_path, read_json, make_image
+):
+    run_file = tmp_path / "run.json"
+    extra = ("--json", run_file, "--history", tmp_path / "runs.jsonl", "--quiet")
+    res = _evaluate(cli, hand_case, encoder_module, tmp_path, *extra)
+    assert (res.rc, res.out, res.err) == (0, "", "")
+    assert read_json(run_file)["recall"] == {"recall@1": 1 / 3, "recall@2": 1.0}
+    # A note that would go to stderr (a query whose label the gallery lacks) is dropped too.
+    query, _ = hand_case
+    cats = tmp_path / "cats"
+    make_image(cats / "cat" / "a.png", (255, 0, 0))
+    res = cli(
+        "evaluate", "--query", query, "--gallery", cats, "--callable",
+        f"{encoder_module[0]}:mean_rgb", "--cache-dir", tmp_path / "cache",
+        "--allow-missing-labels", "--quiet",
+    )  # fmt: skip
+    assert (res.rc, res.out, res.err) == (0, "", "")
+    res = cli("plot", tmp_path / "runs.jsonl", "-o", tmp_path / "p.png", "--quiet")
+    assert (res.rc, res.out, res.err) == (0, "", "")
+    assert (tmp_path / "p.png").is_file()
+    res = cli("compare", run_file, run_file, "--quiet")
+    assert (res.rc, res.out, res.err) == (0, "", "")
+    # An error still prints its one line and exits 2.
+    res = _evaluate(cli, hand_case, encoder_module, tmp_path, "--worst", "-1", "--quiet")
+    assert res.rc == 2 and res.out == ""
+    expected = "--worst takes a number of classes, 0 or more. Got -1."
+    assert res.err == f"recallkit evaluate: error: {expected}\n"

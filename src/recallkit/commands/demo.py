@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from recallkit.commands._args import positive_int
+from recallkit.commands._args import add_quiet, positive_int
 
 
 def register(subparsers: Any) -> None:
@@ -40,6 +40,7 @@ def register(subparsers: Any) -> None:
         help="write the digits under DIR/digits (and each epoch's embeddings as DIR/epoch-N.npy) "
         "instead of a temporary folder",
     )
+    add_quiet(p)
     p.set_defaults(func=main)
 
 
