@@ -45,6 +45,24 @@ def test_history_lines_and_plot(cli, hand_case, encoder_module, tmp_path):
     assert (tmp_path / "recall.svg").read_text().lstrip().startswith("<?xml")
 
 
+def test_reusing_a_history_tag_warns(cli, hand_case, encoder_module, tmp_path):
+    history = tmp_path / "runs.jsonl"
+    extra = ("--history", history, "--tag", "epoch-1")
+    res = _evaluate(cli, hand_case, encoder_module, tmp_path, *extra)
+    assert res.rc == 0 and "warning" not in res.err, res.err
+    res = _evaluate(cli, hand_case, encoder_module, tmp_path, *extra)
+    assert res.rc == 0, res.err
+    warning = (
+        f"recallkit evaluate: warning: The tag 'epoch-1' is already in the history file "
+        f"'{history}' (run 1); run 2 is added under the same tag."
+    )
+    assert [line for line in res.err.splitlines() if "warning" in line] == [warning]
+    assert [json.loads(line)["tag"] for line in history.read_text().splitlines()] == [
+        "epoch-1",
+        "epoch-1",
+    ]
+
+
 def test_history_and_plot_errors(cli, tmp_path, hand_case, encoder_module):
     history = tmp_path / "runs.jsonl"
     history.write_text('{"tag": "a", "recall": {"recall@1": 0.5}}\nnot json\n')

@@ -438,7 +438,8 @@ def _write_outputs(args: argparse.Namespace, run: Any, record: dict[str, Any]) -
             done.append(f"run file: {args.json}")
         if args.history is not None:
             try:
-                count = append_history(args.history, record)
+                with warnings_as_lines("evaluate"):
+                    count = append_history(args.history, record)
             except OSError as error:
                 raise _cannot_write("history file", args.history, error) from None
             done.append(f"history: {args.history} ({count} runs)")

@@ -18,6 +18,7 @@ import contextlib
 import errno
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -160,7 +161,9 @@ def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> i
 
     Under an exclusive lock the existing lines are checked (a damaged file is not appended
     to), the line is appended and synced, and the records are counted, so concurrent runs get
-    distinct counts. A record without a tag is named ``run-N`` after its position. On a
+    distinct counts. A record without a tag is named ``run-N`` after its position; a tag that
+the file already holds gives a ``UserWarning`` naming the tag and the file (both runs are
+kept, and ``recallkit plot`` shows both under that tag). On a
     failed write (``OSError``, e.g. a full disk) the file is cut back to its previous length
     (and removed if this call created it) before the error is raised.
 
@@ -186,6 +189,7 @@ def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> i
         old = _parse(text, path)
         if compact.get("tag") is None:
             compact["tag"] = f"run-{len(old) + 1}"
+        reused = [n for n, r in enumerate(old, start=1) if r.get("tag") == compact["tag"]]
         line = json.dumps(compact) + "\n"
         if text and not text.endswith("\n"):
             line = "\n" + line
@@ -199,4 +203,13 @@ def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> i
         os.close(fd)
         raise
     os.close(fd)
+    if reused:
+        runs = "run" if len(reused) == 1 else "runs"
+        warnings.warn(
+            f"The tag {compact['tag']!r} is already in the history file '{path}' "
+            f"({runs} {', '.join(map(str, reused))}); run {len(old) + 1} is added under the "
+            "same tag.",
+            UserWarning,
+            stacklevel=2,
+        )
     return len(old) + 1
