@@ -202,3 +202,56 @@ def test_compare_file_errors(cli, tmp_path):
     _run_file(tmp_path / "a.json", [0])
     res = cli("compare", tmp_path / "a.json", tmp_path / "a.json", "--confidence", "1.5")
     assert res.rc == 2 and "--confidence must be between 0 and 1" in res.err
+
+
+def test_plot_and_compare_say_which_file_kind_they_expect(cli, tmp_path):
+    history = tmp_path / "runs.jsonl"
+    history.write_text(
+        '{"tag": "a", "recall": {"recall@1": 0.5}}\n{"tag": "b", "recall": {"recall@1": 0.75}}\n'
+    )
+    one_line = tmp_path / "one.jsonl"
+    one_line.write_text('{"tag": "a", "recall": {"recall@1": 0.5}}\n')
+    run = tmp_path / "run.json"
+    _run_file(run, [0, 1])
+    indented = tmp_path / "indented.json"
+    indented.write_text(json.dumps(json.loads(run.read_text()), indent=1))
+    comparison = tmp_path / "cmp.json"
+    assert cli("compare", run, run, "--json", comparison).rc == 0
+    csv = tmp_path / "x.csv"
+    csv.write_text("tag,recall\na,0.5\n")
+
+    for path in (history, one_line):
+        res = cli("compare", run, path)
+        assert res.rc == 2 and res.err == (
+            f"recallkit compare: error: '{path}' is a history file (recallkit evaluate "
+            "--history); pass a run file (recallkit evaluate --json).\n"
+        )
+    res = cli("compare", comparison, run)
+    assert res.rc == 2 and res.err == (
+        f"recallkit compare: error: '{comparison}' is a comparison file (recallkit compare "
+        "--json); pass a run file (recallkit evaluate --json).\n"
+    )
+    res = cli("compare", csv, run)
+    assert res.rc == 2 and res.err.startswith(
+        f"recallkit compare: error: The run file '{csv}' is not JSON: "
+    )
+    assert res.err.endswith("; a run file is written by recallkit evaluate --json.\n")
+
+    for path in (run, indented):
+        res = cli("plot", path, "-o", tmp_path / "p.png")
+        assert res.rc == 2 and res.err == (
+            f"recallkit plot: error: '{path}' is a run file (recallkit evaluate --json); "
+            "pass a history file (recallkit evaluate --history).\n"
+        )
+    res = cli("plot", comparison, "-o", tmp_path / "p.png")
+    assert res.rc == 2 and "is a comparison file (recallkit compare --json); pass a history" in (
+        res.err
+    )
+    res = cli("plot", csv, "-o", tmp_path / "p.png")
+    assert res.rc == 2 and res.err.startswith(
+        f"recallkit plot: error: The history file '{csv}' line 1 is not JSON: "
+    )
+    assert res.err.endswith(
+        "; a history file has one run record per line (recallkit evaluate --history).\n"
+    )
+    assert not (tmp_path / "p.png").exists()

@@ -46,6 +46,66 @@ def history_record(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+HISTORY_HINT = "a history file has one run record per line (recallkit evaluate --history)"
+RUN_HINT = "a run file is written by recallkit evaluate --json"
+
+
+def _is_history_line(record: Any) -> bool:
+    return (
+        isinstance(record, dict)
+        and "tag" in record
+        and isinstance(record.get("recall"), dict)
+        and "queries" not in record
+    )
+
+
+def file_kind(text: str) -> str | None:
+    """``"run"``, ``"history"`` or ``"comparison"``: the kind of recallkit file ``text`` is.
+
+    A run file (``evaluate --json``) is one JSON object with per-query ``queries``; a history
+    file (``evaluate --history``) one run record per line, without them; a comparison file
+    (``compare --json``) one object with ``a``, ``b`` and ``ks``. ``None`` for anything else.
+
+    >>> file_kind('{"tag": "a", "recall": {}}\\n{"tag": "b", "recall": {}}\\n')
+    'history'
+    >>> file_kind('{\\n "tag": "a",\\n "recall": {},\\n "queries": {"ids": []}\\n}\\n')
+    'run'
+    >>> file_kind("tag,recall") is None
+    True
+    """
+    try:
+        whole = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        whole = None
+    if isinstance(whole, dict):
+        if isinstance(whole.get("queries"), dict):
+            return "run"
+        if {"a", "b", "ks"} <= whole.keys():
+            return "comparison"
+    lines = [line for line in text.splitlines() if line.strip()]
+    try:
+        if lines and all(_is_history_line(json.loads(line)) for line in lines):
+            return "history"
+    except (json.JSONDecodeError, RecursionError):
+        pass
+    return None
+
+
+def _not_a_history(path: Path, text: str, problem: str) -> RunnerError:
+    kind = file_kind(text)
+    if kind == "run":
+        return RunnerError(
+            f"'{path}' is a run file (recallkit evaluate --json); pass a history file "
+            "(recallkit evaluate --history)."
+        )
+    if kind == "comparison":
+        return RunnerError(
+            f"'{path}' is a comparison file (recallkit compare --json); pass a history file "
+            "(recallkit evaluate --history)."
+        )
+    return RunnerError(f"The history file '{path}' {problem}; {HISTORY_HINT}.")
+
+
 def _parse(text: str, path: Path) -> list[dict[str, Any]]:
     records = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -54,17 +114,10 @@ def _parse(text: str, path: Path) -> list[dict[str, Any]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise RunnerError(
-                f"The history file '{path}' line {number} is not JSON: {error}."
-            ) from None
-        if (
-            not isinstance(record, dict)
-            or "tag" not in record
-            or not isinstance(record.get("recall"), dict)
-        ):
-            raise RunnerError(
-                f"The history file '{path}' line {number} is not a run record "
-                "(it needs 'tag' and 'recall')."
+            raise _not_a_history(path, text, f"line {number} is not JSON: {error}") from None
+        if not _is_history_line(record):
+            raise _not_a_history(
+                path, text, f"line {number} is not a run record (it needs 'tag' and 'recall')"
             )
         records.append(record)
     return records
