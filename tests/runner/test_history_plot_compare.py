@@ -255,3 +255,26 @@ def test_plot_and_compare_say_which_file_kind_they_expect(cli, tmp_path):
         "; a history file has one run record per line (recallkit evaluate --history).\n"
     )
     assert not (tmp_path / "p.png").exists()
+
+
+def test_recall_plot_y_axis_fits_the_data():
+    from recallkit.runner.plot import history_figure
+
+    runs = [
+        {"tag": "e1", "recall": {"recall@1": 0.73, "recall@5": 0.90}},
+        {"tag": "e2", "recall": {"recall@1": 0.80, "recall@5": 0.95}},
+        {"tag": "e3", "recall": {"recall@1": None, "recall@5": 0.93}},
+    ]
+    # Both lines: 0.73 .. 0.95, range 0.22, margin 0.022 either side.
+    (ax,) = history_figure(runs, ["recall@1", "recall@5"], "t").axes
+    assert ax.get_ylim() == pytest.approx((0.708, 0.972), abs=1e-12)
+    # recall@1 alone: 0.73 .. 0.80, range 0.07, margin at least 0.02.
+    (ax,) = history_figure(runs, ["recall@1"], "t").axes
+    assert ax.get_ylim() == pytest.approx((0.71, 0.82), abs=1e-12)
+    # Margins never leave [0, 1].
+    ends = [{"tag": "a", "recall": {"recall@1": 0.01}}, {"tag": "b", "recall": {"recall@1": 1.0}}]
+    (ax,) = history_figure(ends, ["recall@1"], "t").axes
+    assert ax.get_ylim() == (0.0, 1.0)
+    # Nothing to plot: the full 0-1 range.
+    (ax,) = history_figure([{"tag": "a", "recall": {"recall@1": None}}], ["recall@1"], "t").axes
+    assert ax.get_ylim() == (0.0, 1.0)
