@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from html import unescape
 
 import numpy as np
 import pytest
@@ -373,3 +375,34 @@ def test_quiet_prints_nothing_but_errors(
     assert res.rc == 2 and res.out == ""
     expected = "--worst takes a number of classes, 0 or more. Got -1."
     assert res.err == f"recallkit evaluate: error: {expected}\n"
+
+
+def test_failure_grids_share_the_legend_and_the_run_files_rank_base(
+    cli, hand_case, encoder_module, tmp_path, read_json
+):
+    from recallkit.runner.grid import LEGEND, GridRow, Neighbour, _png_figure
+
+    html = tmp_path / "grid.html"
+    extra = ("--show-topk", 2, "--show-out", html, "--json", tmp_path / "run.json")
+    res = _evaluate(cli, hand_case, encoder_module, tmp_path, *extra)
+    assert res.rc == 0, res.err
+    assert read_json(tmp_path / "run.json")["queries"]["first_hit_rank"] == HAND_RANKS
+    page = html.read_text()
+    legend = page.split("<p>")[1].split("</p>")[0]
+    assert unescape(re.sub(r"<[^>]+>", "", legend)) == LEGEND
+    assert "Ranks are 0-indexed, as first_hit_rank in the run file" in LEGEND
+    rows = page.split("<tr>")[1:]
+    # Worst first: q2 and q3 (first_hit_rank 1), then q1 (0); neighbours numbered from rank 0.
+    assert ["first hit: rank 1" in rows[0], "first hit: rank 1" in rows[1]] == [True, True]
+    assert "first hit: rank 0" in rows[2]
+    assert [row.count("<br>rank 0: ") + row.count("<br>rank 1: ") for row in rows] == [2, 2, 2]
+
+    row = GridRow(
+        np.zeros((4, 4, 3), np.uint8), "cat", 78,
+        (Neighbour(np.zeros((4, 4, 3), np.uint8), "dog", False, 3),), 5,
+    )  # fmt: skip
+    fig = _png_figure([row, GridRow(row.image, "dog", -1, (), 6)], None)
+    query_axes = [ax for ax in fig.axes if ax.get_ylabel()]
+    assert [ax.get_ylabel() for ax in query_axes] == ["first hit\nrank 78", "first hit\nno hit"]
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["q: cat", "0: dog"]
+    assert " ".join(fig.get_supxlabel().split()) == LEGEND
