@@ -17,7 +17,8 @@ def register(subparsers: Any) -> None:
             "Write scikit-learn's 1,797 handwritten digits as an image folder, train a small "
             "CNN with pytorch-metric-learning's MultiSimilarityLoss on digits 0-4 and evaluate "
             "digits 5-9 against themselves (leave-one-out) after every epoch: prints each "
-            "report and writes runs.jsonl, epoch-N.json, recall.png and grid.png."
+            "report and writes runs.jsonl, epoch-N.json, recall.png and grid.png into the "
+            "--out folder (with --keep-images also digits/ and epoch-N.npy)."
         ),
         epilog="example:\n  recallkit demo --out recallkit-demo --epochs 5",
         formatter_class=argparse.RawDescriptionHelpFormatter,
