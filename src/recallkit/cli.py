@@ -5,15 +5,19 @@ sub-commands and sets ``func`` (``args -> int`` exit status) as the parser defau
 a ``ValueError`` (the commands' :class:`recallkit.errors.UsageError`, the runner's
 :class:`recallkit.runner.RunnerError`, the library's own) and is printed as one line, never as a
 traceback, with exit status 2; so is an ``OSError`` from the system (a full disk, a read-only
-folder).
+folder). A command run with ``--quiet`` prints nothing but that error line: its report,
+progress, notes and warnings are dropped.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 
 # (command, module of recallkit.commands that registers it, one-line help), in the order of
 # ``recallkit --help``: the image runner first, the benchmark protocols after. The help line is
@@ -79,13 +83,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     args = build_parser(command).parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with _silenced(getattr(args, "quiet", False)):
+            return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError) as error:  # UsageError, RunnerError, library errors
         print(f"recallkit {args.command}: error: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # a full disk, a read-only folder: the system's reason, one line
         print(f"recallkit {args.command}: error: {os_error_text(error)}", file=sys.stderr)
         return 2
+
+
+@contextlib.contextmanager
+def _silenced(quiet: bool) -> Iterator[None]:
+    """With ``quiet``, drop what is printed inside (stdout, stderr and Python warnings).
+
+    An error raised inside leaves the block before ``main`` prints it, so it still shows.
+    """
+    if not quiet:
+        yield
+        return
+    with (
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore")
+        yield
 
 
 def os_error_text(error: OSError) -> str:

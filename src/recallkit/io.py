@@ -12,6 +12,11 @@ the file and its dtype. A ``.npy`` file shorter than its header says (an interru
 download) is refused when it is opened, and a read that returns fewer bytes than asked (the file
 shrank afterwards) raises instead of returning uninitialised rows; a damaged ``.safetensors``
 file raises a ``ValueError`` naming the file.
+
+:func:`read_array` is the one whole-file reader of ``.npy``, ``.pt``/``.pth`` and
+``.safetensors`` arrays of any shape (a file holding several named tensors included); the
+command line's embedding, score and index files are read through it, each command adding its
+own rules on shape and values.
 """
 
 from __future__ import annotations
@@ -189,6 +194,109 @@ def open_embeddings(path: str | os.PathLike[str], key: str | None = None) -> Emb
     return EmbeddingFile(path, key)
 
 
+ARRAY_SUFFIXES = (".npy", ".pt", ".pth", ".safetensors")
+
+
+def _load_pt(path: Path) -> Any:
+    """The object of a ``.pt``/``.pth`` file (tensors, dicts and lists only: no pickled code)."""
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _names(data: dict[Any, Any]) -> str:
+    names = [str(k) for k in data]
+    return ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+
+
+def read_array(
+    path: str | os.PathLike[str],
+    key: str | None = None,
+    *,
+    what: str = "array",
+    ndim: int | tuple[int, ...] | None = None,
+    default_key: str | None = None,
+    several_hint: str = "name the one to read",
+) -> np.ndarray:
+    """Read a whole numeric array from a ``.npy``, ``.pt``/``.pth`` or ``.safetensors`` file.
+
+    A file holding several named tensors (a ``.safetensors`` file, a dict in a ``.pt``) gives
+    the one named ``key``; without ``key``, the one named ``default_key`` if there is one, or
+    its only tensor. The values must be real numbers (floats or integers, at most 64 bits);
+    bfloat16 is read as float32 and a big-endian ``.npy`` in the native byte order, and other
+    dtypes are kept. ``ndim`` (one or several) checks the number of dimensions. Every problem
+    is a ``ValueError`` that names the file as "the ``what`` file"; ``several_hint`` ends the
+    message for a file holding several tensors and no ``key``.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "ranks.npy"
+    >>> np.save(p, np.array([3, 1, 2]))
+    >>> read_array(p, what="ranks", ndim=1).tolist()
+    [3, 1, 2]
+    >>> read_array(p, what="ranks", ndim=2)
+    Traceback (most recent call last):
+    ...
+    ValueError: The ranks file '...ranks.npy' must hold a 2-D array. Got shape (3,).
+    """
+    path = Path(path)
+    name = f"The {what} file '{path}'"
+    if not path.is_file():
+        raise ValueError(f"{name} does not exist.")
+    suffix = path.suffix.lower()
+    if suffix not in ARRAY_SUFFIXES:
+        raise ValueError(f"{name} must end in {', '.join(ARRAY_SUFFIXES)}.")
+    try:
+        if suffix == ".npy":
+            data: Any = np.load(path, allow_pickle=False)
+        elif suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            data = load_file(str(path))
+        else:
+            data = _load_pt(path)
+    except Exception as error:  # numpy, torch and safetensors raise many types
+        raise ValueError(f"{name} cannot be read: {error}") from None
+    if isinstance(data, dict):
+        if key is not None:
+            if key not in data:
+                raise ValueError(f"{name} has no tensor {key!r} (it has {_names(data)}).")
+            data = data[key]
+        elif default_key is not None and default_key in data:
+            data = data[default_key]
+        elif len(data) == 1:
+            data = next(iter(data.values()))
+        else:
+            raise ValueError(
+                f"{name} holds {len(data)} tensors ({_names(data)}); {several_hint}."
+            )
+    elif key is not None:
+        raise ValueError(f"{name} holds one array, not several named ones; drop '#{key}'.")
+    if isinstance(data, torch.Tensor):
+        data = data.detach().cpu()
+        if data.dtype == torch.bfloat16:
+            data = data.float()
+        data = data.numpy()
+    try:
+        array = np.asarray(data)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"{name} does not hold an array: {error}") from None
+    if array.dtype.kind == "f" and array.dtype.itemsize > 8:
+        raise ValueError(
+            f"{name} holds {array.dtype} (extended precision), which torch cannot compute "
+            "with; save it as float32 or float64."
+        )
+    if array.dtype.hasobject or array.dtype.kind not in "fiu" or array.dtype.itemsize > 8:
+        raise ValueError(
+            f"{name} must hold real numbers (floats or integers of at most 64 bits). "
+            f"Got dtype {array.dtype}."
+        )
+    wanted = (ndim,) if isinstance(ndim, int) else ndim
+    if wanted is not None and array.ndim not in wanted:
+        dims = " or ".join(f"{d}-D" for d in wanted)
+        raise ValueError(f"{name} must hold a {dims} array. Got shape {array.shape}.")
+    if not array.dtype.isnative:  # a big-endian file: the same values in native byte order
+        array = array.astype(array.dtype.newbyteorder("="))
+    return array
+
+
 def load_embeddings(path: str | os.PathLike[str], key: str | None = None) -> torch.Tensor:
     """Load a whole ``.npy``, ``.pt`` or ``.safetensors`` embedding file as a tensor.
 
@@ -200,7 +308,7 @@ def load_embeddings(path: str | os.PathLike[str], key: str | None = None) -> tor
     suffix = path.suffix.lower()
     if suffix == ".pt":
         try:
-            value: Any = torch.load(path, map_location="cpu", weights_only=True)
+            value: Any = _load_pt(path)
         except Exception as error:  # torch raises many types for a damaged file
             raise fail(
                 "load_embeddings", "path", "a readable .pt file", f"{path}: {error}"

@@ -280,7 +280,7 @@ def test_cirr_user_errors(tmp_path, capsys, cirr_root):
             "--images",
             tmp_path / "img.safetensors",
         ],
-        "holds several tensors",
+        "img.safetensors' holds 2 tensors (embeddings, other); name one as '",
     )
     _assert_usage_error(
         capsys,

@@ -37,3 +37,36 @@ def test_demo_fast(cli, tmp_path):
     res = cli("compare", out / "epoch-1.json", out / "epoch-0.json")
     assert res.rc == 0, res.err
     assert "200 paired queries" in res.out
+
+
+def _written(out_text):
+    """The folder and the names of the demo's last line: ``wrote in DIR: a, b, c (N s)``."""
+    last = out_text.strip().splitlines()[-1]
+    assert last.startswith("wrote in ") and last.endswith(" s)"), last
+    folder, names = last[len("wrote in ") :].rsplit(" (", 1)[0].split(": ", 1)
+    return folder, names.split(", ")
+
+
+def test_demo_writes_where_it_says(cli, tmp_path):
+    out = tmp_path / "elsewhere" / "demo"
+    res = cli("demo", "--fast", "--out", out)
+    assert res.rc == 0, res.err
+    first = res.out.splitlines()[0]
+    assert first.startswith(
+        "digits written to a temporary folder (removed at the end; --keep-images keeps them "
+        f"in {out / 'digits'}): "
+    )
+    folder, names = _written(res.out)
+    assert folder == str(out)
+    expected = ["runs.jsonl", "epoch-0.json", "epoch-1.json", "recall.png", "grid.png"]
+    assert names == expected
+    assert sorted(p.name for p in out.iterdir()) == sorted(expected)
+
+    res = cli("demo", "--fast", "--out", out, "--keep-images")
+    assert res.rc == 0, res.err
+    assert res.out.splitlines()[0].startswith(f"digits written to {out / 'digits'}: ")
+    folder, names = _written(res.out)
+    assert folder == str(out)
+    assert names == [*expected, "epoch-0.npy", "epoch-1.npy", "digits/"]
+    listed = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir())
+    assert listed == sorted(names)

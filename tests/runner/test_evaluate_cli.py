@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from html import unescape
 
 import numpy as np
 import pytest
@@ -343,3 +345,64 @@ def test_the_weight_free_pixels_encoder(cli, hand_case, tmp_path):
     # wins at equal dot 1), then cat/a; q3 (green) finds cat/b, then dog/a.
     assert ranks == [0, 2, 1]
     assert record["queries"]["first_hit_rank"] == ranks
+
+
+def test_quiet_prints_nothing_but_errors(
+    cli, hand_case, encoder_module, tmp_path, read_json, make_image
+):
+    run_file = tmp_path / "run.json"
+    extra = ("--json", run_file, "--history", tmp_path / "runs.jsonl", "--quiet")
+    res = _evaluate(cli, hand_case, encoder_module, tmp_path, *extra)
+    assert (res.rc, res.out, res.err) == (0, "", "")
+    assert read_json(run_file)["recall"] == {"recall@1": 1 / 3, "recall@2": 1.0}
+    # A note that would go to stderr (a query whose label the gallery lacks) is dropped too.
+    query, _ = hand_case
+    cats = tmp_path / "cats"
+    make_image(cats / "cat" / "a.png", (255, 0, 0))
+    res = cli(
+        "evaluate", "--query", query, "--gallery", cats, "--callable",
+        f"{encoder_module[0]}:mean_rgb", "--cache-dir", tmp_path / "cache",
+        "--allow-missing-labels", "--quiet",
+    )  # fmt: skip
+    assert (res.rc, res.out, res.err) == (0, "", "")
+    res = cli("plot", tmp_path / "runs.jsonl", "-o", tmp_path / "p.png", "--quiet")
+    assert (res.rc, res.out, res.err) == (0, "", "")
+    assert (tmp_path / "p.png").is_file()
+    res = cli("compare", run_file, run_file, "--quiet")
+    assert (res.rc, res.out, res.err) == (0, "", "")
+    # An error still prints its one line and exits 2.
+    res = _evaluate(cli, hand_case, encoder_module, tmp_path, "--worst", "-1", "--quiet")
+    assert res.rc == 2 and res.out == ""
+    expected = "--worst takes a number of classes, 0 or more. Got -1."
+    assert res.err == f"recallkit evaluate: error: {expected}\n"
+
+
+def test_failure_grids_share_the_legend_and_the_run_files_rank_base(
+    cli, hand_case, encoder_module, tmp_path, read_json
+):
+    from recallkit.runner.grid import LEGEND, GridRow, Neighbour, _png_figure
+
+    html = tmp_path / "grid.html"
+    extra = ("--show-topk", 2, "--show-out", html, "--json", tmp_path / "run.json")
+    res = _evaluate(cli, hand_case, encoder_module, tmp_path, *extra)
+    assert res.rc == 0, res.err
+    assert read_json(tmp_path / "run.json")["queries"]["first_hit_rank"] == HAND_RANKS
+    page = html.read_text()
+    legend = page.split("<p>")[1].split("</p>")[0]
+    assert unescape(re.sub(r"<[^>]+>", "", legend)) == LEGEND
+    assert "Ranks are 0-indexed, as first_hit_rank in the run file" in LEGEND
+    rows = page.split("<tr>")[1:]
+    # Worst first: q2 and q3 (first_hit_rank 1), then q1 (0); neighbours numbered from rank 0.
+    assert ["first hit: rank 1" in rows[0], "first hit: rank 1" in rows[1]] == [True, True]
+    assert "first hit: rank 0" in rows[2]
+    assert [row.count("<br>rank 0: ") + row.count("<br>rank 1: ") for row in rows] == [2, 2, 2]
+
+    row = GridRow(
+        np.zeros((4, 4, 3), np.uint8), "cat", 78,
+        (Neighbour(np.zeros((4, 4, 3), np.uint8), "dog", False, 3),), 5,
+    )  # fmt: skip
+    fig = _png_figure([row, GridRow(row.image, "dog", -1, (), 6)], None)
+    query_axes = [ax for ax in fig.axes if ax.get_ylabel()]
+    assert [ax.get_ylabel() for ax in query_axes] == ["first hit\nrank 78", "first hit\nno hit"]
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["q: cat", "0: dog"]
+    assert " ".join(fig.get_supxlabel().split()) == LEGEND

@@ -45,6 +45,24 @@ def test_history_lines_and_plot(cli, hand_case, encoder_module, tmp_path):
     assert (tmp_path / "recall.svg").read_text().lstrip().startswith("<?xml")
 
 
+def test_reusing_a_history_tag_warns(cli, hand_case, encoder_module, tmp_path):
+    history = tmp_path / "runs.jsonl"
+    extra = ("--history", history, "--tag", "epoch-1")
+    res = _evaluate(cli, hand_case, encoder_module, tmp_path, *extra)
+    assert res.rc == 0 and "warning" not in res.err, res.err
+    res = _evaluate(cli, hand_case, encoder_module, tmp_path, *extra)
+    assert res.rc == 0, res.err
+    warning = (
+        f"recallkit evaluate: warning: The tag 'epoch-1' is already in the history file "
+        f"'{history}' (run 1); run 2 is added under the same tag."
+    )
+    assert [line for line in res.err.splitlines() if "warning" in line] == [warning]
+    assert [json.loads(line)["tag"] for line in history.read_text().splitlines()] == [
+        "epoch-1",
+        "epoch-1",
+    ]
+
+
 def test_history_and_plot_errors(cli, tmp_path, hand_case, encoder_module):
     history = tmp_path / "runs.jsonl"
     history.write_text('{"tag": "a", "recall": {"recall@1": 0.5}}\nnot json\n')
@@ -184,3 +202,79 @@ def test_compare_file_errors(cli, tmp_path):
     _run_file(tmp_path / "a.json", [0])
     res = cli("compare", tmp_path / "a.json", tmp_path / "a.json", "--confidence", "1.5")
     assert res.rc == 2 and "--confidence must be between 0 and 1" in res.err
+
+
+def test_plot_and_compare_say_which_file_kind_they_expect(cli, tmp_path):
+    history = tmp_path / "runs.jsonl"
+    history.write_text(
+        '{"tag": "a", "recall": {"recall@1": 0.5}}\n{"tag": "b", "recall": {"recall@1": 0.75}}\n'
+    )
+    one_line = tmp_path / "one.jsonl"
+    one_line.write_text('{"tag": "a", "recall": {"recall@1": 0.5}}\n')
+    run = tmp_path / "run.json"
+    _run_file(run, [0, 1])
+    indented = tmp_path / "indented.json"
+    indented.write_text(json.dumps(json.loads(run.read_text()), indent=1))
+    comparison = tmp_path / "cmp.json"
+    assert cli("compare", run, run, "--json", comparison).rc == 0
+    csv = tmp_path / "x.csv"
+    csv.write_text("tag,recall\na,0.5\n")
+
+    for path in (history, one_line):
+        res = cli("compare", run, path)
+        assert res.rc == 2 and res.err == (
+            f"recallkit compare: error: '{path}' is a history file (recallkit evaluate "
+            "--history); pass a run file (recallkit evaluate --json).\n"
+        )
+    res = cli("compare", comparison, run)
+    assert res.rc == 2 and res.err == (
+        f"recallkit compare: error: '{comparison}' is a comparison file (recallkit compare "
+        "--json); pass a run file (recallkit evaluate --json).\n"
+    )
+    res = cli("compare", csv, run)
+    assert res.rc == 2 and res.err.startswith(
+        f"recallkit compare: error: The run file '{csv}' is not JSON: "
+    )
+    assert res.err.endswith("; a run file is written by recallkit evaluate --json.\n")
+
+    for path in (run, indented):
+        res = cli("plot", path, "-o", tmp_path / "p.png")
+        assert res.rc == 2 and res.err == (
+            f"recallkit plot: error: '{path}' is a run file (recallkit evaluate --json); "
+            "pass a history file (recallkit evaluate --history).\n"
+        )
+    res = cli("plot", comparison, "-o", tmp_path / "p.png")
+    assert res.rc == 2 and "is a comparison file (recallkit compare --json); pass a history" in (
+        res.err
+    )
+    res = cli("plot", csv, "-o", tmp_path / "p.png")
+    assert res.rc == 2 and res.err.startswith(
+        f"recallkit plot: error: The history file '{csv}' line 1 is not JSON: "
+    )
+    assert res.err.endswith(
+        "; a history file has one run record per line (recallkit evaluate --history).\n"
+    )
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_recall_plot_y_axis_fits_the_data():
+    from recallkit.runner.plot import history_figure
+
+    runs = [
+        {"tag": "e1", "recall": {"recall@1": 0.73, "recall@5": 0.90}},
+        {"tag": "e2", "recall": {"recall@1": 0.80, "recall@5": 0.95}},
+        {"tag": "e3", "recall": {"recall@1": None, "recall@5": 0.93}},
+    ]
+    # Both lines: 0.73 .. 0.95, range 0.22, margin 0.022 either side.
+    (ax,) = history_figure(runs, ["recall@1", "recall@5"], "t").axes
+    assert ax.get_ylim() == pytest.approx((0.708, 0.972), abs=1e-12)
+    # recall@1 alone: 0.73 .. 0.80, range 0.07, margin at least 0.02.
+    (ax,) = history_figure(runs, ["recall@1"], "t").axes
+    assert ax.get_ylim() == pytest.approx((0.71, 0.82), abs=1e-12)
+    # Margins never leave [0, 1].
+    ends = [{"tag": "a", "recall": {"recall@1": 0.01}}, {"tag": "b", "recall": {"recall@1": 1.0}}]
+    (ax,) = history_figure(ends, ["recall@1"], "t").axes
+    assert ax.get_ylim() == (0.0, 1.0)
+    # Nothing to plot: the full 0-1 range.
+    (ax,) = history_figure([{"tag": "a", "recall": {"recall@1": None}}], ["recall@1"], "t").axes
+    assert ax.get_ylim() == (0.0, 1.0)

@@ -66,6 +66,15 @@ def positive_int(option: str) -> Callable[[str], int]:
     return parse
 
 
+def add_quiet(parser: argparse.ArgumentParser | Any) -> None:
+    """Add ``--quiet``: the command prints nothing but errors (see :func:`recallkit.cli.main`)."""
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print nothing but errors (no report, progress, notes or warnings)",
+    )
+
+
 def jsonable(value: Any) -> Any:
     """Command-line options as JSON values (paths and other objects as strings)."""
     if value is None or isinstance(value, bool | int | float | str):

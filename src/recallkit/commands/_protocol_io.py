@@ -13,14 +13,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-import torch
 
 from recallkit.errors import UsageError
+from recallkit.io import read_array
 from recallkit.protocols import ProtocolResult
 from recallkit.protocols._common import write_json
 
 T = TypeVar("T")
-ARRAY_SUFFIXES = (".npy", ".pt", ".pth", ".safetensors")
 
 
 def load_array(
@@ -38,64 +37,31 @@ def load_array(
     """
     path_text, _, key = spec.partition("#")
     path = Path(path_text)
-    if not path.is_file():
-        raise UsageError(f"the {what} file '{path}' does not exist")
-    suffix = path.suffix.lower()
-    if suffix not in ARRAY_SUFFIXES:
-        raise UsageError(f"the {what} file '{path}' must end in {', '.join(ARRAY_SUFFIXES)}")
     try:
-        if suffix == ".npy":
-            data: Any = np.load(path, allow_pickle=False)
-        elif suffix == ".safetensors":
-            from safetensors.numpy import load_file
-
-            data = load_file(str(path))
-        else:
-            data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:
-        raise UsageError(f"the {what} file '{path}' cannot be read: {error}") from None
-    if isinstance(data, dict):
-        if key:
-            if key not in data:
-                raise UsageError(f"the {what} file '{path}' has no tensor {key!r} ({_names(data)})")
-            data = data[key]
-        elif len(data) == 1:
-            data = next(iter(data.values()))
-        else:
-            raise UsageError(
-                f"the {what} file '{path}' holds several tensors ({_names(data)}); "
-                f"name one as '{path}#NAME'"
-            )
-    elif key:
-        raise UsageError(f"the {what} file '{path}' holds one array; drop '#{key}'")
-    if isinstance(data, torch.Tensor):
-        data = data.detach().cpu()
-        if data.dtype in (torch.bfloat16, torch.float16):
-            data = data.float()
-        data = data.numpy()
-    array = np.asarray(data)
-    if array.ndim not in ndims or array.dtype.kind not in "fiu" or 0 in array.shape:
-        wanted = " or ".join(f"{d}-D" for d in ndims)
+        array = read_array(
+            path,
+            key or None,
+            what=what,
+            ndim=ndims,
+            several_hint=f"name one as '{path}#NAME'",
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    if 0 in array.shape:
         raise UsageError(
-            f"the {what} file '{path}' must hold a non-empty {wanted} numeric array; "
-            f"got shape {array.shape}, dtype {array.dtype}"
+            f"The {what} file '{path}' must hold a non-empty array. Got shape {array.shape}."
         )
     if integer:
         if array.dtype.kind not in "iu":
-            raise UsageError(f"the {what} file '{path}' must hold integers; got {array.dtype}")
+            raise UsageError(f"The {what} file '{path}' must hold integers. Got {array.dtype}.")
         return array.astype(np.int64)
     if array.dtype.kind != "f" or array.dtype == np.float16:
         array = array.astype(np.float32)
     bad = np.isnan(array) if allow_nan else ~np.isfinite(array)
     if bad.any():
         row = int(np.nonzero(bad.reshape(len(array), -1).any(axis=1))[0][0])
-        raise UsageError(f"the {what} file '{path}' has a NaN or infinite value in row {row}")
+        raise UsageError(f"The {what} file '{path}' has a NaN or infinite value in row {row}.")
     return array
-
-
-def _names(data: dict) -> str:
-    names = [str(k) for k in data]
-    return ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
 
 
 def load_ids(spec: str, what: str = "image ids") -> np.ndarray:

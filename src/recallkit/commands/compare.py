@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from recallkit._atomic import atomic_write
-from recallkit.commands._args import parse_ks, positive_int
+from recallkit.commands._args import add_quiet, parse_ks, positive_int
 from recallkit.errors import UsageError
 from recallkit.runner.compare import (
     DEFAULT_RESAMPLES,
@@ -49,6 +49,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed (default 0)")
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+    add_quiet(p)
     p.set_defaults(func=main)
 
 

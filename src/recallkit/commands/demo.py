@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from recallkit.commands._args import positive_int
+from recallkit.commands._args import add_quiet, positive_int
 
 
 def register(subparsers: Any) -> None:
@@ -17,7 +17,8 @@ def register(subparsers: Any) -> None:
             "Write scikit-learn's 1,797 handwritten digits as an image folder, train a small "
             "CNN with pytorch-metric-learning's MultiSimilarityLoss on digits 0-4 and evaluate "
             "digits 5-9 against themselves (leave-one-out) after every epoch: prints each "
-            "report and writes runs.jsonl, epoch-N.json, recall.png and grid.png."
+            "report and writes runs.jsonl, epoch-N.json, recall.png and grid.png into the "
+            "--out folder (with --keep-images also digits/ and epoch-N.npy)."
         ),
         epilog="example:\n  recallkit demo --out recallkit-demo --epochs 5",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -40,6 +41,7 @@ def register(subparsers: Any) -> None:
         help="write the digits under DIR/digits (and each epoch's embeddings as DIR/epoch-N.npy) "
         "instead of a temporary folder",
     )
+    add_quiet(p)
     p.set_defaults(func=main)
 
 

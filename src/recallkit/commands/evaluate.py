@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from recallkit._atomic import Staged, stage
-from recallkit.commands._args import jsonable, parse_ks, positive_int, warnings_as_lines
+from recallkit.commands._args import (
+    add_quiet,
+    jsonable,
+    parse_ks,
+    positive_int,
+    warnings_as_lines,
+)
 from recallkit.errors import UsageError
 from recallkit.runner.cache import default_cache_dir
 from recallkit.runner.encoders import (
@@ -166,7 +172,7 @@ def register(subparsers: Any) -> None:
         "cannot be written gives a warning and the run goes on without it",
     )
     run.add_argument("--no-cache", action="store_true", help="encode without the cache")
-    run.add_argument("--quiet", action="store_true", help="no progress or cache messages")
+    add_quiet(run)
 
     out = p.add_argument_group("output")
     out.add_argument("--json", metavar="FILE", help="write the run (with per-query ranks)")
@@ -432,7 +438,8 @@ def _write_outputs(args: argparse.Namespace, run: Any, record: dict[str, Any]) -
             done.append(f"run file: {args.json}")
         if args.history is not None:
             try:
-                count = append_history(args.history, record)
+                with warnings_as_lines("evaluate"):
+                    count = append_history(args.history, record)
             except OSError as error:
                 raise _cannot_write("history file", args.history, error) from None
             done.append(f"history: {args.history} ({count} runs)")

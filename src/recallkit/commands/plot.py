@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from recallkit.commands._args import parse_ks
+from recallkit.commands._args import add_quiet, parse_ks
 from recallkit.errors import UsageError
 from recallkit.runner.plot import plot_history
 
@@ -27,6 +27,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("-o", "--out", required=True, metavar="FILE", help=".png, .svg or .pdf")
     p.add_argument("--ks", nargs="+", metavar="K", help="only these K (default: all)")
     p.add_argument("--title", help="the plot's title")
+    add_quiet(p)
     p.set_defaults(func=main)
 
 

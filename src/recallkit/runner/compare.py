@@ -26,6 +26,7 @@ import numpy as np
 
 from recallkit.ranks import recall_from_ranks
 from recallkit.runner._errors import RunnerError
+from recallkit.runner.history import RUN_HINT, file_kind
 
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_SEED = 0
@@ -115,9 +116,24 @@ def load_run(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not path.is_file():
         raise RunnerError(f"The run file '{path}' does not exist.")
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise RunnerError(f"The run file '{path}' is not JSON: {error}.") from None
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise RunnerError(f"The run file '{path}' cannot be read as text: {error}.") from None
+    kind = file_kind(text)
+    if kind == "history":
+        raise RunnerError(
+            f"'{path}' is a history file (recallkit evaluate --history); pass a run file "
+            "(recallkit evaluate --json)."
+        )
+    if kind == "comparison":
+        raise RunnerError(
+            f"'{path}' is a comparison file (recallkit compare --json); pass a run file "
+            "(recallkit evaluate --json)."
+        )
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise RunnerError(f"The run file '{path}' is not JSON: {error}; {RUN_HINT}.") from None
     queries = record.get("queries") if isinstance(record, dict) else None
     if (
         not isinstance(queries, dict)

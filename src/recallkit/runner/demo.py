@@ -180,8 +180,14 @@ def run_demo(
         write_digits(root, per_class=per_class)
         train = from_folder(root / "train", what="train folder")
         test = from_folder(root / "test", what="test folder")
+        where = (
+            str(root)
+            if keep_images
+            else "a temporary folder (removed at the end; --keep-images keeps them in "
+            f"{out / 'digits'})"
+        )
         echo(
-            f"digits written to {root}: {len(train)} train images (classes 0-4), "
+            f"digits written to {where}: {len(train)} train images (classes 0-4), "
             f"{len(test)} test images (classes 5-9)"
         )
         x_train = torch.stack([to_tensor(load_image(p)) for p in train.paths])
@@ -233,7 +239,11 @@ def run_demo(
             title=f"digits 5-9 after {epochs} epoch(s): worst queries and their top-{show_topk}",
         )
     seconds = time.perf_counter() - started
-    echo(f"\nwrote {history}, {out / 'epoch-*.json'}, {plot} and {grid} in {seconds:.1f} s")
+    tags = [f"epoch-{epoch}" for epoch in range(epochs + 1)]
+    written = [history.name, *(f"{tag}.json" for tag in tags), plot.name, grid.name]
+    if keep_images:
+        written += [*(f"{tag}.npy" for tag in tags), "digits/"]
+    echo(f"\nwrote in {out}: {', '.join(written)} ({seconds:.1f} s)")
     return DemoResult(out, runs, history, plot, grid, seconds)
 
 

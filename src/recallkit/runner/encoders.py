@@ -551,7 +551,8 @@ def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -
 
     A ``.pt``/``.safetensors`` file holds one tensor, or a dict with an ``"embeddings"`` entry
     (or a single entry). The result is a finite 2-D floating array in native byte order, one
-    row per image (a big-endian ``.npy`` is converted; extended precision is refused).
+    row per image (a big-endian ``.npy`` is converted; extended precision is refused). The
+    file is read by :func:`recallkit.io.read_array`.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "e.npy"
@@ -559,55 +560,23 @@ def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -
     >>> load_embeddings(p).shape
     (3, 3)
     """
-    path = Path(path)
-    if not path.is_file():
-        raise RunnerError(f"The {what} file '{path}' does not exist.")
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".npy":
-            data: Any = np.load(path, allow_pickle=False)
-        elif suffix in (".pt", ".pth"):
-            data = torch.load(path, map_location="cpu", weights_only=True)
-        elif suffix == ".safetensors":
-            from safetensors.numpy import load_file
+    from recallkit.io import read_array
 
-            data = load_file(str(path))
-        else:
-            raise RunnerError(
-                f"The {what} file '{path}' must end in .npy, .pt, .pth or .safetensors."
-            )
-    except RunnerError:
-        raise
-    except Exception as error:
-        raise RunnerError(f"The {what} file '{path}' cannot be read: {error}") from None
-    if isinstance(data, dict):
-        if "embeddings" in data:
-            data = data["embeddings"]
-        elif len(data) == 1:
-            data = next(iter(data.values()))
-        else:
-            raise RunnerError(
-                f"The {what} file '{path}' holds {len(data)} tensors "
-                f"({', '.join(map(str, list(data)[:5]))}); name the embeddings 'embeddings'."
-            )
-    if isinstance(data, torch.Tensor):
-        data = data.detach().to("cpu")
-        if data.dtype == torch.bfloat16:
-            data = data.float()
-        data = data.numpy()
-    array = np.asarray(data)
-    if array.ndim != 2 or array.dtype.kind not in "fiu":
+    path = Path(path)
+    try:
+        array = read_array(
+            path,
+            what=what,
+            default_key="embeddings",
+            several_hint="name the embeddings 'embeddings'",
+        )
+    except ValueError as error:
+        raise RunnerError(str(error)) from None
+    if array.ndim != 2:
         raise RunnerError(
             f"The {what} file '{path}' must hold a 2-D numeric array (one row per image). "
             f"Got shape {array.shape}, dtype {array.dtype}."
         )
-    if array.dtype.kind == "f" and array.dtype.itemsize > 8:
-        raise RunnerError(
-            f"The {what} file '{path}' holds {array.dtype} (extended precision), which torch "
-            "cannot compute with; save the embeddings as float32 or float64."
-        )
-    if not array.dtype.isnative:  # a big-endian file: the same values in native byte order
-        array = array.astype(array.dtype.newbyteorder("="))
     if array.dtype.kind != "f":
         array = array.astype(np.float32)
     if not np.isfinite(array).all():

@@ -6,6 +6,10 @@ shares the query's label and red when it does not. Written as PNG (matplotlib) o
 self-contained HTML page (thumbnails embedded), chosen by the file's extension. An image that
 cannot be shown (unreadable, not a regular file, or larger than Pillow's decompression-bomb
 limit, ``PIL.Image.MAX_IMAGE_PIXELS``) is drawn as a grey placeholder.
+
+Both formats carry the same legend and number the neighbours by 0-indexed rank, the base of
+``first_hit_rank`` in the run file: the nearest gallery image has rank 0, and recall@K counts
+a query whose first correct neighbour has rank below K.
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ import base64
 import html
 import io
 import os
+import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
@@ -27,10 +33,22 @@ from recallkit.result import RecallResult
 from recallkit.runner._errors import RunnerError
 from recallkit.runner.encode import load_image
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 CORRECT = "#1a9641"
 WRONG = "#d7191c"
 QUERY = "#2b83ba"
 _THUMB = 96
+LEGEND = (
+    "Query framed blue; gallery images framed green when they share the query's label, "
+    "red when not. Ranks are 0-indexed, as first_hit_rank in the run file: rank 0 is the "
+    "nearest, and recall@K counts a query whose first hit has rank < K."
+)
+
+
+def _first_hit(row: GridRow) -> str:
+    return "no hit" if row.first_hit_rank < 0 else f"rank {row.first_hit_rank}"
 
 
 @dataclass(frozen=True)
@@ -125,17 +143,18 @@ def draw_grid(
     return out
 
 
-def _draw_png(rows: Sequence[GridRow], title: str | None) -> bytes:
+def _png_figure(rows: Sequence[GridRow], title: str | None) -> Figure:
+    """The PNG grid as a matplotlib figure (the legend below the rows)."""
     from matplotlib.figure import Figure
 
     k = max(len(r.neighbours) for r in rows)
     cell = 1.15
-    fig = Figure(figsize=(cell * (k + 1), cell * len(rows) + 0.5), dpi=90, layout="constrained")
+    fig = Figure(figsize=(cell * (k + 1), cell * len(rows) + 0.8), dpi=90, layout="constrained")
     axes = np.atleast_2d(fig.subplots(len(rows), k + 1, squeeze=False))
     for i, row in enumerate(rows):
         cells = [(row.image, f"q: {_short(row.label)}", QUERY)]
         cells += [
-            (nb.image, f"{j + 1}: {_short(nb.label)}", CORRECT if nb.correct else WRONG)
+            (nb.image, f"{j}: {_short(nb.label)}", CORRECT if nb.correct else WRONG)
             for j, nb in enumerate(row.neighbours)
         ]
         for j in range(k + 1):
@@ -151,14 +170,15 @@ def _draw_png(rows: Sequence[GridRow], title: str | None) -> bytes:
                 spine.set_color(colour)
                 spine.set_linewidth(3)
             ax.set_title(text, fontsize=7, color=colour, pad=2)
-        rank = "none" if row.first_hit_rank < 0 else str(row.first_hit_rank + 1)
-        axes[i, 0].set_ylabel(f"first hit\n@{rank}", fontsize=7)
-    fig.suptitle(
-        title or "worst queries (blue) and their nearest gallery images: green correct, red wrong",
-        fontsize=8,
-    )
+        axes[i, 0].set_ylabel(f"first hit\n{_first_hit(row)}", fontsize=7)
+    fig.suptitle(title or "worst queries and their nearest gallery images", fontsize=8)
+    fig.supxlabel(textwrap.fill(LEGEND, width=max(60, 16 * (k + 1))), fontsize=6)
+    return fig
+
+
+def _draw_png(rows: Sequence[GridRow], title: str | None) -> bytes:
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
+    _png_figure(rows, title).savefig(buffer, format="png")
     return buffer.getvalue()
 
 
@@ -166,6 +186,14 @@ def _data_uri(item: Any) -> str:
     buffer = io.BytesIO()
     _thumbnail(item).save(buffer, format="PNG", optimize=True)
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _html_legend() -> str:
+    """:data:`LEGEND` with its colour words in their colours."""
+    text = html.escape(LEGEND)
+    for word, colour in (("blue", QUERY), ("green", CORRECT), ("red", WRONG)):
+        text = re.sub(rf"\b{word}\b", f"<b style='color:{colour}'>{word}</b>", text, count=1)
+    return text
 
 
 def _draw_html(rows: Sequence[GridRow], title: str | None) -> str:
@@ -181,25 +209,21 @@ def _draw_html(rows: Sequence[GridRow], title: str | None) -> str:
             f".no img{{border-color:{WRONG}}}</style></head><body>"
         ),
         f"<h3>{heading}</h3>",
-        (
-            f"<p>Query framed blue; gallery images framed <b style='color:{CORRECT}'>green</b> "
-            f"when they share the query's label, <b style='color:{WRONG}'>red</b> when not.</p>"
-        ),
+        f"<p>{_html_legend()}</p>",
         "<table>",
     ]
     for row in rows:
-        rank = "none" if row.first_hit_rank < 0 else str(row.first_hit_rank + 1)
         query_cell = (
             f'<td class="q"><img src="{_data_uri(row.image)}" '
             f'title="{html.escape(_name(row.image))}"><br>query #{row.index}<br>'
-            f"{html.escape(str(row.label))}<br>first hit @{rank}</td>"
+            f"{html.escape(str(row.label))}<br>first hit: {_first_hit(row)}</td>"
         )
         cells = [query_cell]
         for j, nb in enumerate(row.neighbours):
             cls = "ok" if nb.correct else "no"
             cells.append(
                 f'<td class="{cls}"><img src="{_data_uri(nb.image)}" '
-                f'title="{html.escape(_name(nb.image))}"><br>{j + 1}. '
+                f'title="{html.escape(_name(nb.image))}"><br>rank {j}: '
                 f"{html.escape(str(nb.label))}</td>"
             )
         parts.append("<tr>" + "".join(cells) + "</tr>")

@@ -18,6 +18,7 @@ import contextlib
 import errno
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,66 @@ def history_record(record: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+HISTORY_HINT = "a history file has one run record per line (recallkit evaluate --history)"
+RUN_HINT = "a run file is written by recallkit evaluate --json"
+
+
+def _is_history_line(record: Any) -> bool:
+    return (
+        isinstance(record, dict)
+        and "tag" in record
+        and isinstance(record.get("recall"), dict)
+        and "queries" not in record
+    )
+
+
+def file_kind(text: str) -> str | None:
+    """``"run"``, ``"history"`` or ``"comparison"``: the kind of recallkit file ``text`` is.
+
+    A run file (``evaluate --json``) is one JSON object with per-query ``queries``; a history
+    file (``evaluate --history``) one run record per line, without them; a comparison file
+    (``compare --json``) one object with ``a``, ``b`` and ``ks``. ``None`` for anything else.
+
+    >>> file_kind('{"tag": "a", "recall": {}}\\n{"tag": "b", "recall": {}}\\n')
+    'history'
+    >>> file_kind('{\\n "tag": "a",\\n "recall": {},\\n "queries": {"ids": []}\\n}\\n')
+    'run'
+    >>> file_kind("tag,recall") is None
+    True
+    """
+    try:
+        whole = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        whole = None
+    if isinstance(whole, dict):
+        if isinstance(whole.get("queries"), dict):
+            return "run"
+        if {"a", "b", "ks"} <= whole.keys():
+            return "comparison"
+    lines = [line for line in text.splitlines() if line.strip()]
+    try:
+        if lines and all(_is_history_line(json.loads(line)) for line in lines):
+            return "history"
+    except (json.JSONDecodeError, RecursionError):
+        pass
+    return None
+
+
+def _not_a_history(path: Path, text: str, problem: str) -> RunnerError:
+    kind = file_kind(text)
+    if kind == "run":
+        return RunnerError(
+            f"'{path}' is a run file (recallkit evaluate --json); pass a history file "
+            "(recallkit evaluate --history)."
+        )
+    if kind == "comparison":
+        return RunnerError(
+            f"'{path}' is a comparison file (recallkit compare --json); pass a history file "
+            "(recallkit evaluate --history)."
+        )
+    return RunnerError(f"The history file '{path}' {problem}; {HISTORY_HINT}.")
+
+
 def _parse(text: str, path: Path) -> list[dict[str, Any]]:
     records = []
     for number, line in enumerate(text.splitlines(), start=1):
@@ -53,17 +114,10 @@ def _parse(text: str, path: Path) -> list[dict[str, Any]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as error:
-            raise RunnerError(
-                f"The history file '{path}' line {number} is not JSON: {error}."
-            ) from None
-        if (
-            not isinstance(record, dict)
-            or "tag" not in record
-            or not isinstance(record.get("recall"), dict)
-        ):
-            raise RunnerError(
-                f"The history file '{path}' line {number} is not a run record "
-                "(it needs 'tag' and 'recall')."
+            raise _not_a_history(path, text, f"line {number} is not JSON: {error}") from None
+        if not _is_history_line(record):
+            raise _not_a_history(
+                path, text, f"line {number} is not a run record (it needs 'tag' and 'recall')"
             )
         records.append(record)
     return records
@@ -160,7 +214,9 @@ def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> i
 
     Under an exclusive lock the existing lines are checked (a damaged file is not appended
     to), the line is appended and synced, and the records are counted, so concurrent runs get
-    distinct counts. A record without a tag is named ``run-N`` after its position. On a
+    distinct counts. A record without a tag is named ``run-N`` after its position; a tag that
+the file already holds gives a ``UserWarning`` naming the tag and the file (both runs are
+kept, and ``recallkit plot`` shows both under that tag). On a
     failed write (``OSError``, e.g. a full disk) the file is cut back to its previous length
     (and removed if this call created it) before the error is raised.
 
@@ -186,6 +242,7 @@ def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> i
         old = _parse(text, path)
         if compact.get("tag") is None:
             compact["tag"] = f"run-{len(old) + 1}"
+        reused = [n for n, r in enumerate(old, start=1) if r.get("tag") == compact["tag"]]
         line = json.dumps(compact) + "\n"
         if text and not text.endswith("\n"):
             line = "\n" + line
@@ -199,4 +256,13 @@ def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> i
         os.close(fd)
         raise
     os.close(fd)
+    if reused:
+        runs = "run" if len(reused) == 1 else "runs"
+        warnings.warn(
+            f"The tag {compact['tag']!r} is already in the history file '{path}' "
+            f"({runs} {', '.join(map(str, reused))}); run {len(old) + 1} is added under the "
+            "same tag.",
+            UserWarning,
+            stacklevel=2,
+        )
     return len(old) + 1
