@@ -7,16 +7,7 @@ import pytest
 
 from recallkit.runner import encode_all
 from recallkit.runner.encode import BadImagesError
-
-
-def _assert_user_error(res, *fragments):
-    assert res.rc == 2, (res.out, res.err)
-    assert "Traceback" not in res.err
-    lines = [line for line in res.err.splitlines() if "error:" in line]
-    assert len(lines) == 1, res.err
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
+from tests.runner.checks import one_error_line as _assert_user_error
 
 
 def _callable(encoder_module):

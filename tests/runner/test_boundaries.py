@@ -23,20 +23,11 @@ import pytest
 
 from recallkit import _atomic
 from recallkit.runner import append_history, from_folder, load_image, read_history
+from tests.runner.checks import one_error_line as _one_error_line
 
 HAND_RANKS = [0, 1, 1]  # conftest.hand_case with the mean-RGB encoder (see test_evaluate_cli)
 # The hand case's gallery in folder order, mean RGB (conftest.hand_case).
 HAND_GALLERY = np.array([[255, 0, 0], [0, 255, 0], [200, 50, 0], [0, 0, 255]], np.float64)
-
-
-def _one_error_line(res, *fragments):
-    assert res.rc == 2, (res.out, res.err)
-    assert "Traceback" not in res.err
-    lines = [line for line in res.err.splitlines() if "error:" in line]
-    assert len(lines) == 1, res.err
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 def _evaluate(cli, hand_case, module, cache, *extra, factory="mean_rgb"):
