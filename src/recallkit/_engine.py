@@ -538,8 +538,7 @@ class Pairs:
         """Pairs ``(i, j)`` with equal codes (ids): each query's reference items of its code."""
         groups = _Groups(np.asarray(reference_codes, dtype=np.int64))
         lo, hi = groups.ranges(np.asarray(query_codes, dtype=np.int64))
-        rows, cols = groups.expand(lo, hi)
-        del rows
+        _, cols = groups.expand(lo, hi)
         indptr = np.concatenate([[0], np.cumsum(hi - lo)]).astype(np.int64)
         return cls(torch.from_numpy(indptr), torch.from_numpy(cols), len(lo))
 
