@@ -1,0 +1,36 @@
+"""The GPU benchmark runs from a plain source checkout (``PYTHONPATH=src``), here on the CPU."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_gpu_smoke_run_on_the_cpu():
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run(
+        [sys.executable, "benchmarks/bench_gpu.py", "--device", "cpu", "--scale", "tiny"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert any(line.startswith("== tiny: 3,000²") for line in lines)
+    rows = {line.split("  ")[0].strip() for line in lines}
+    for name in (
+        "GEMM floor float32",
+        "naive mm+topk(10)",
+        "recall_at_k float32",
+        "map_at_r float32",
+        "r_precision float32",
+        "nearest_neighbors k=100",
+    ):
+        assert name in rows, done.stdout
+    assert "skipped" not in done.stdout
