@@ -172,116 +172,164 @@ def evaluate_sharded(
             func, "group", "an initialised torch.distributed process group", "no process group"
         )
     _checks.check_metric(metric, func)
-    q = _Shard.of(embeddings, labels, indices, ids, "", func)
-    if reference is None:
-        r = q
-    else:
-        if reference_indices is None:
-            raise _checks.fail(func, "reference_indices", "given with 'reference'", None)
-        if ids is not None and reference_ids is None:
-            raise _checks.fail(func, "reference_ids", "given with 'ids'", None)
-        r = _Shard.of(
-            reference,
-            reference_labels,
-            reference_indices,
-            reference_ids if ids is not None else None,
-            "reference_",
-            func,
-        )
-        if r.rows.shape[1] != q.rows.shape[1]:
-            raise _checks.fail(
-                func, "reference", f"of dimension {q.rows.shape[1]}", r.rows.shape[1]
-            )
-    dev = _engine.resolve_device(device, q.rows)
-    comm_device = dev if dist.get_backend(group) == "nccl" else torch.device("cpu")
-    comm = _Comm(group, comm_device)
-    leave_one_out = reference is None
-
-    # The local reference block: first occurrences only, sorted by dataset index.
-    keep_r = _first_occurrences(comm, r.index)
-    r_rows = torch.nonzero(keep_r)[:, 0][torch.argsort(r.index[keep_r])]
-    fdtype = _engine.filter_dtype(
-        _engine.work_dtype(q.rows.dtype), _engine.work_dtype(r.rows.dtype)
-    )
     if precision not in _engine.PRECISIONS:
         raise _checks.fail(
             func, "precision", f"one of {tuple(_engine.PRECISIONS)}", repr(precision)
         )
-    block = _engine.make_block(
-        r.rows[r_rows],
-        0,
-        func,
-        metric,
-        dev,
-        fdtype,
-        global_index=r.index[r_rows].to(dev),
-        precision=precision,
+    q = _Shard.of(embeddings, labels, indices, ids, "", func)
+    r = (
+        q
+        if reference is None
+        else _reference_shard(
+            q, reference, reference_labels, reference_indices, ids, reference_ids, func
+        )
     )
-    space = _engine.Space(
-        _engine.prepare_rows(q.rows[:0], "embeddings", func, metric, dev),
-        metric,
-        int(r_rows.numel()),
-        q.rows.shape[1],
-        dev,
-        lambda: iter(()),
-        single=block,
-        precision=precision,
-        filter_dtype=fdtype,
-    )
-    ref_labels = r.labels[r_rows].numpy()
-    ref_ids = r.ids[r_rows].numpy() if r.ids is not None else None
-    total_reference = int(
-        comm.reduce("sum", torch.tensor([r_rows.numel()], device=comm.device)).item()
-    )
-    keep_q = _first_occurrences(comm, q.index) if not leave_one_out else keep_r
-    q_rows = torch.nonzero(keep_q)[:, 0]
-    local_q = _engine.prepare_rows(q.rows[q_rows], "embeddings", func, metric, dev).raw
-    meta = torch.stack(
-        [
-            q.labels[q_rows],
-            q.index[q_rows],
-            q.ids[q_rows] if q.ids is not None else torch.zeros(len(q_rows), dtype=torch.int64),
-        ]
-    )
-    sizes = [int(s) for s in comm.all_gather(torch.tensor([q_rows.numel()], device=comm.device))]
-    size = chunk_size or _engine.chunk_rows(space, None)
-
+    dev = _engine.resolve_device(device, q.rows)
+    comm = _Comm(group, dev if dist.get_backend(group) == "nccl" else torch.device("cpu"))
+    leave_one_out = reference is None
+    local = _Local.of(comm, q, r, leave_one_out, metric, dev, precision, func)
+    size = chunk_size or _engine.chunk_rows(local.space, None)
+    sizes = [
+        int(s) for s in comm.all_gather(torch.tensor([len(local.meta[0])], device=comm.device))
+    ]
     parts: list[tuple[torch.Tensor, ...]] = []
     for owner in range(comm.world):
         for start, stop in _engine.chunks(sizes[owner], size):
             mine = comm.rank == owner
             raw = comm.broadcast(
-                local_q[start:stop]
+                local.queries[start:stop]
                 if mine
-                else torch.empty((stop - start, q.rows.shape[1]), dtype=local_q.dtype),
+                else torch.empty((stop - start, q.rows.shape[1]), dtype=local.queries.dtype),
                 owner,
             ).to(dev)
-            c_meta = comm.broadcast(
-                meta[:, start:stop] if mine else torch.empty((3, stop - start), dtype=torch.int64),
+            meta = comm.broadcast(
+                local.meta[:, start:stop]
+                if mine
+                else torch.empty((3, stop - start), dtype=torch.int64),
                 owner,
             ).cpu()
             parts.append(
                 _chunk_statistics(
-                    comm,
-                    space,
-                    block,
-                    _engine.Rows.of(raw),
-                    c_meta.numpy(),
-                    ref_labels,
-                    ref_ids,
-                    leave_one_out,
-                    ranking_metrics,
+                    comm, local, _engine.Rows.of(raw), meta.numpy(), leave_one_out, ranking_metrics
                 )
             )
+    return _gathered_result(
+        parts,
+        ks,
+        local.total_reference - int(leave_one_out),
+        local.total_reference,
+        q.rows.shape[1],
+        ranking_metrics,
+        comm.bytes,
+    )
+
+
+def _reference_shard(
+    q: _Shard,
+    reference: Any,
+    labels: Any,
+    indices: Any,
+    ids: Any,
+    reference_ids: Any,
+    func: str,
+) -> _Shard:
+    if indices is None:
+        raise _checks.fail(func, "reference_indices", "given with 'reference'", None)
+    if ids is not None and reference_ids is None:
+        raise _checks.fail(func, "reference_ids", "given with 'ids'", None)
+    r = _Shard.of(
+        reference, labels, indices, reference_ids if ids is not None else None, "reference_", func
+    )
+    if r.rows.shape[1] != q.rows.shape[1]:
+        raise _checks.fail(func, "reference", f"of dimension {q.rows.shape[1]}", r.rows.shape[1])
+    return r
+
+
+@dataclass
+class _Local:
+    """This process's part: its reference block (first occurrences, sorted by dataset index)
+    with labels and ids, and its queries with their ``(label, index, id)`` rows."""
+
+    space: _engine.Space
+    block: _engine.Block
+    labels: np.ndarray
+    ids: np.ndarray | None
+    total_reference: int
+    queries: torch.Tensor
+    meta: torch.Tensor
+
+    @classmethod
+    def of(
+        cls,
+        comm: _Comm,
+        q: _Shard,
+        r: _Shard,
+        leave_one_out: bool,
+        metric: str,
+        dev: torch.device,
+        precision: str,
+        func: str,
+    ) -> _Local:
+        keep_r = _first_occurrences(comm, r.index)
+        r_rows = torch.nonzero(keep_r)[:, 0][torch.argsort(r.index[keep_r])]
+        fdtype = _engine.filter_dtype(
+            _engine.work_dtype(q.rows.dtype), _engine.work_dtype(r.rows.dtype)
+        )
+        block = _engine.make_block(
+            r.rows[r_rows],
+            0,
+            func,
+            metric,
+            dev,
+            fdtype,
+            global_index=r.index[r_rows].to(dev),
+            precision=precision,
+        )
+        space = _engine.Space(
+            _engine.prepare_rows(q.rows[:0], "embeddings", func, metric, dev),
+            metric,
+            int(r_rows.numel()),
+            q.rows.shape[1],
+            dev,
+            lambda: iter(()),
+            single=block,
+            precision=precision,
+            filter_dtype=fdtype,
+        )
+        total = int(comm.reduce("sum", torch.tensor([r_rows.numel()], device=comm.device)).item())
+        keep_q = keep_r if leave_one_out else _first_occurrences(comm, q.index)
+        q_rows = torch.nonzero(keep_q)[:, 0]
+        ids = q.ids[q_rows] if q.ids is not None else torch.zeros(len(q_rows), dtype=torch.int64)
+        return cls(
+            space,
+            block,
+            r.labels[r_rows].numpy(),
+            r.ids[r_rows].numpy() if r.ids is not None else None,
+            total,
+            _engine.prepare_rows(q.rows[q_rows], "embeddings", func, metric, dev).raw,
+            torch.stack([q.labels[q_rows], q.index[q_rows], ids]),
+        )
+
+
+def _gathered_result(
+    parts: list[tuple[torch.Tensor, ...]],
+    ks: tuple[int, ...],
+    candidates: int,
+    total_reference: int,
+    dim: int,
+    ranking_metrics: bool,
+    communicated: int,
+) -> ShardedResult:
+    """The whole split's result from every chunk's statistics, in dataset index order."""
     index = torch.cat([p[0] for p in parts])
     order = torch.argsort(index)
     first_hit, r_total = (torch.cat([p[i] for p in parts])[order].numpy() for i in (1, 2))
     recall = result_from_ranks(
         ks,
         first_hit,
-        candidates=total_reference - int(leave_one_out),
+        candidates=candidates,
         num_reference=total_reference,
-        embedding_dim=q.rows.shape[1],
+        embedding_dim=dim,
         query_ids=index[order].tolist(),
     )
     map_r = rprec = None
@@ -290,7 +338,7 @@ def evaluate_sharded(
         ap, hits = (torch.cat([p[i] for p in parts])[order].numpy() for i in (3, 4))
         map_r = float((ap[ok] / r_total[ok]).mean())
         rprec = float((hits[ok] / r_total[ok]).mean())
-    return ShardedResult(recall, map_r, rprec, comm.bytes)
+    return ShardedResult(recall, map_r, rprec, communicated)
 
 
 @dataclass
@@ -319,12 +367,9 @@ class _Shard:
 
 def _chunk_statistics(
     comm: _Comm,
-    space: _engine.Space,
-    block: _engine.Block,
+    local: _Local,
     chunk: _engine.Rows,
     meta: np.ndarray,
-    ref_labels: np.ndarray,
-    ref_ids: np.ndarray | None,
     leave_one_out: bool,
     ranking_metrics: bool,
 ) -> tuple[torch.Tensor, ...]:
@@ -332,6 +377,7 @@ def _chunk_statistics(
     ranking metrics) each query's MAP@R numerator and hits within its top R."""
     c_labels, c_index, c_ids = meta
     c = len(c_labels)
+    space, block, ref_labels, ref_ids = local.space, local.block, local.labels, local.ids
     positives = _engine.LabelPositives(c_labels, ref_labels)
     excluded = []
     if leave_one_out:
