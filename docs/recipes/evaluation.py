@@ -383,16 +383,7 @@ def parent_conditioned_accuracy(
             "pair when query_in_reference is False. Got an empty sequence."
         )
     _check_same_dim(query_emb, reference_splits, "references", func)
-    num_levels = (
-        query_labels.shape[1] if isinstance(query_labels, torch.Tensor) else len(query_labels[0])
-    )
-    for index, (_, labels) in enumerate(reference_splits):
-        width = labels.shape[1] if isinstance(labels, torch.Tensor) else len(labels[0])
-        if width != num_levels:
-            raise ValueError(
-                f"The 'references' parameter of {func} must hold labels with the query's "
-                f"{num_levels} levels. Got {width} in references[{index}]."
-            )
+    num_levels = _check_levels(query_labels, reference_splits, func)
     # One dense int64 code column per level, over the query's and all references' labels
     # (PML casts labels to float32, which would merge raw identifiers above 2**24).
     label_sets = [query_labels] + [labels for _, labels in reference_splits]
@@ -408,45 +399,84 @@ def parent_conditioned_accuracy(
     reference_emb, reference_labels = _compose(
         query_emb, query_codes, reference_splits, reference_codes, query_in_reference
     )
-    query_codes_cpu = query_codes.cpu()
-    reference_codes_cpu = reference_labels.cpu()
-    self_count = int(query_in_reference)
+    per_level = [
+        _level_accuracy(
+            calculator,
+            (query_emb, query_codes.cpu()),
+            (reference_emb, reference_labels.cpu()),
+            level,
+            query_in_reference,
+            func,
+        )
+        for level in range(num_levels - 1)
+    ]
+    return _by_level(calculator, per_level, func)
 
-    per_level: list[dict[str, float]] = []
-    metric_names: list[str] = []
-    for level in range(num_levels - 1):
-        group_values: dict[str, list[float]] = {}
-        query_parents = query_codes_cpu[:, level + 1]
-        reference_parents = reference_codes_cpu[:, level + 1]
-        for parent in torch.unique(query_parents).tolist():
-            query_mask = query_parents == parent
-            reference_mask = reference_parents == parent
-            group_query = query_codes_cpu[query_mask, level]
-            group_reference = reference_codes_cpu[reference_mask, level]
-            # Lone queries: no reference with their label in the group, once their own row is
-            # discounted. A group of lone queries only has nothing to evaluate.
-            counts = torch.bincount(group_reference, minlength=int(group_query.max()) + 1)
-            if not bool((counts[group_query] - self_count > 0).any()):
-                continue
-            result = calculator.get_accuracy(
-                query_emb[query_mask.to(query_emb.device)],
-                group_query.to(query_emb.device),
-                reference_emb[reference_mask.to(reference_emb.device)],
-                group_reference.to(reference_emb.device),
-                ref_includes_query=query_in_reference,
+
+def _check_levels(query_labels: Any, reference_splits: Sequence[tuple[Any, Any]], func: str) -> int:
+    """The number of label levels, the same in the query and every reference."""
+    num_levels = (
+        query_labels.shape[1] if isinstance(query_labels, torch.Tensor) else len(query_labels[0])
+    )
+    for index, (_, labels) in enumerate(reference_splits):
+        width = labels.shape[1] if isinstance(labels, torch.Tensor) else len(labels[0])
+        if width != num_levels:
+            raise ValueError(
+                f"The 'references' parameter of {func} must hold labels with the query's "
+                f"{num_levels} levels. Got {width} in references[{index}]."
             )
-            for name, value in result.items():
-                if not isinstance(value, (int, float)):
-                    raise ValueError(
-                        f"The 'calculator' parameter of {func} must return one number per "
-                        f"metric (return_per_class=False). Got {type(value).__name__} for "
-                        f"{name!r}."
-                    )
-                group_values.setdefault(name, []).append(float(value))
-                if name not in metric_names:
-                    metric_names.append(name)
-        per_level.append({name: _mean(values) for name, values in group_values.items()})
+    return num_levels
 
+
+def _level_accuracy(
+    calculator: AccuracyCalculatorLike,
+    query: tuple[torch.Tensor, torch.Tensor],
+    reference: tuple[torch.Tensor, torch.Tensor],
+    level: int,
+    query_in_reference: bool,
+    func: str,
+) -> dict[str, float]:
+    """One level's metrics: the unweighted mean over the parent groups (column ``level + 1``)
+    of the calculator's result on that group's queries against that group's references."""
+    query_emb, query_codes = query
+    reference_emb, reference_codes = reference
+    group_values: dict[str, list[float]] = {}
+    query_parents = query_codes[:, level + 1]
+    reference_parents = reference_codes[:, level + 1]
+    for parent in torch.unique(query_parents).tolist():
+        query_mask = query_parents == parent
+        reference_mask = reference_parents == parent
+        group_query = query_codes[query_mask, level]
+        group_reference = reference_codes[reference_mask, level]
+        # Lone queries: no reference with their label in the group, once their own row is
+        # discounted. A group of lone queries only has nothing to evaluate.
+        counts = torch.bincount(group_reference, minlength=int(group_query.max()) + 1)
+        if not bool((counts[group_query] - int(query_in_reference) > 0).any()):
+            continue
+        result = calculator.get_accuracy(
+            query_emb[query_mask.to(query_emb.device)],
+            group_query.to(query_emb.device),
+            reference_emb[reference_mask.to(reference_emb.device)],
+            group_reference.to(reference_emb.device),
+            ref_includes_query=query_in_reference,
+        )
+        for name, value in result.items():
+            if not isinstance(value, (int, float)):
+                raise ValueError(
+                    f"The 'calculator' parameter of {func} must return one number per "
+                    f"metric (return_per_class=False). Got {type(value).__name__} for "
+                    f"{name!r}."
+                )
+            group_values.setdefault(name, []).append(float(value))
+    return {name: _mean(values) for name, values in group_values.items()}
+
+
+def _by_level(
+    calculator: AccuracyCalculatorLike, per_level: list[dict[str, float]], func: str
+) -> dict[str, float]:
+    """``<metric>_level<l>`` for every level (NaN where nothing was evaluated) and, with more
+    than one level, ``AVERAGE_<metric>``."""
+    metric_names = list(dict.fromkeys(name for values in per_level for name in values))
     if not metric_names:
         get_curr_metrics = getattr(calculator, "get_curr_metrics", None)
         if get_curr_metrics is None:
