@@ -123,61 +123,22 @@ def run_evaluation(
     ks = _checks.check_ks(ks, func)
     _checks.check_metric(metric, func)
     say = _say(progress)
-    cache: dict[str, str] = {}
     seconds: dict[str, float] = {}
-    sides: dict[str, tuple[ImageSet, np.ndarray, np.ndarray]] = {}
-    given = {"gallery": gallery_embeddings, "query": query_embeddings}
-    sets = {"gallery": gallery, "query": query}
-    reasons: dict[str, str] = {}
-    for side in ("gallery", "query"):
-        images = sets[side]
-        if given[side] is not None:
-            array = _check_embeddings(given[side], len(images), f"{side} embeddings", side)
-            sides[side] = (images, array, np.ones(len(images), dtype=bool))
-            cache[side] = "precomputed"
-            continue
-        if side == "query" and given["gallery"] is None and _same_items(query, gallery):
-            _, array, kept = sides["gallery"]
-            sides[side] = (images, array, kept)
-            cache[side] = "same as gallery"
-            continue
-        if encoder is None:
-            raise ValueError(
-                f"The 'encoder_fn' parameter of {func} must be given when the {side} "
-                "embeddings are not."
-            )
-        start = time.perf_counter()
-        encoding, status = encode_cached(
-            list(images.items),
-            encoder,
+    sides, cache, reasons = _encode_sides(
+        {"gallery": gallery, "query": query},
+        {"gallery": gallery_embeddings, "query": query_embeddings},
+        encoder,
+        seconds,
+        dict(
             cache_dir=cache_dir,
             batch_size=batch_size,
             skip_bad=skip_bad,
             progress=progress,
-            desc=f"encoding {side}",
-            what=side,
             log=say,
-        )
-        seconds[f"encode_{side}"] = time.perf_counter() - start
-        cache[side] = status
-        for bad in encoding.bad:
-            reasons.setdefault(bad.path, bad.reason)
-        sides[side] = (images, encoding.embeddings, encoding.kept)
-    skipped: dict[str, BadImage] = {}
-    final: dict[str, tuple[ImageSet, np.ndarray]] = {}
-    for side in ("query", "gallery"):
-        images, array, kept = sides[side]
-        if not kept.all():
-            for i in np.flatnonzero(~kept):
-                item = images.items[int(i)]
-                path = os.fspath(item)
-                skipped.setdefault(path, BadImage(path, reasons.get(path, "unreadable")))
-            images, array = images.subset(kept.tolist()), array[kept]
-        final[side] = (images, array)
-    if skipped:
-        listed = "; ".join(f"{b.path} ({b.reason})" for b in list(skipped.values())[:5])
-        more = f"; and {len(skipped) - 5} more" if len(skipped) > 5 else ""
-        say(f"note: skipped {len(skipped)} unreadable image(s): {listed}{more}")
+        ),
+        func,
+    )
+    final, skipped = _without_skipped(sides, reasons, say)
     (q_set, q_emb), (g_set, g_emb) = final["query"], final["gallery"]
     if len(q_set) == 0 or len(g_set) == 0:
         side = "query" if len(q_set) == 0 else "gallery"
@@ -210,6 +171,73 @@ def run_evaluation(
         cache,
         seconds,
     )
+
+
+def _encode_sides(
+    sets: dict[str, ImageSet],
+    given: dict[str, Any],
+    encoder: Encoder | None,
+    seconds: dict[str, float],
+    options: dict[str, Any],
+    func: str,
+) -> tuple[dict[str, tuple[ImageSet, np.ndarray, np.ndarray]], dict[str, str], dict[str, str]]:
+    """Each side's embeddings: given, the gallery's again (same files), or encoded through the
+    cache. Returns ``(images, embeddings, kept mask)`` per side, the cache status per side and
+    the reason each unreadable image was skipped."""
+    sides: dict[str, tuple[ImageSet, np.ndarray, np.ndarray]] = {}
+    cache: dict[str, str] = {}
+    reasons: dict[str, str] = {}
+    for side in ("gallery", "query"):
+        images = sets[side]
+        if given[side] is not None:
+            array = _check_embeddings(given[side], len(images), f"{side} embeddings", side)
+            sides[side] = (images, array, np.ones(len(images), dtype=bool))
+            cache[side] = "precomputed"
+            continue
+        if side == "query" and given["gallery"] is None and _same_items(images, sets["gallery"]):
+            _, array, kept = sides["gallery"]
+            sides[side] = (images, array, kept)
+            cache[side] = "same as gallery"
+            continue
+        if encoder is None:
+            raise ValueError(
+                f"The 'encoder_fn' parameter of {func} must be given when the {side} "
+                "embeddings are not."
+            )
+        start = time.perf_counter()
+        encoding, status = encode_cached(
+            list(images.items), encoder, desc=f"encoding {side}", what=side, **options
+        )
+        seconds[f"encode_{side}"] = time.perf_counter() - start
+        cache[side] = status
+        for bad in encoding.bad:
+            reasons.setdefault(bad.path, bad.reason)
+        sides[side] = (images, encoding.embeddings, encoding.kept)
+    return sides, cache, reasons
+
+
+def _without_skipped(
+    sides: dict[str, tuple[ImageSet, np.ndarray, np.ndarray]],
+    reasons: dict[str, str],
+    say: Callable[[str], None],
+) -> tuple[dict[str, tuple[ImageSet, np.ndarray]], dict[str, BadImage]]:
+    """Each side without its unreadable images, and those images (said in one note)."""
+    skipped: dict[str, BadImage] = {}
+    final: dict[str, tuple[ImageSet, np.ndarray]] = {}
+    for side in ("query", "gallery"):
+        images, array, kept = sides[side]
+        if not kept.all():
+            for i in np.flatnonzero(~kept):
+                item = images.items[int(i)]
+                path = os.fspath(item)
+                skipped.setdefault(path, BadImage(path, reasons.get(path, "unreadable")))
+            images, array = images.subset(kept.tolist()), array[kept]
+        final[side] = (images, array)
+    if skipped:
+        listed = "; ".join(f"{b.path} ({b.reason})" for b in list(skipped.values())[:5])
+        more = f"; and {len(skipped) - 5} more" if len(skipped) > 5 else ""
+        say(f"note: skipped {len(skipped)} unreadable image(s): {listed}{more}")
+    return final, skipped
 
 
 def _image_set(
