@@ -42,7 +42,6 @@ from recallkit.runner.evaluate import (
 from recallkit.runner.sources import from_folder
 
 TRAIN_CLASSES = (0, 1, 2, 3, 4)
-TEST_CLASSES = (5, 6, 7, 8, 9)
 
 
 def write_digits(root: str | os.PathLike[str], *, per_class: int | None = None) -> Path:

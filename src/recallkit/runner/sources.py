@@ -318,7 +318,6 @@ class BenchmarkSets:
 
     query: ImageSet
     gallery: ImageSet
-    query_in_reference: bool
     ks: tuple[int, ...]
 
 
@@ -334,7 +333,7 @@ def from_benchmark(name: str, root: str | os.PathLike[str]) -> BenchmarkSets:
         raise RunnerError(f"Benchmarks are not available in this installation: {error}.") from None
     try:
         benchmark = load_benchmark(name, root)
-        query_split, gallery_split, query_in_reference = benchmark.evaluation_splits()
+        query_split, gallery_split, _ = benchmark.evaluation_splits()
     except (OSError, KeyError) as error:
         raise RunnerError(f"Cannot load benchmark {name!r} from '{root}': {error}.") from None
 
@@ -347,4 +346,4 @@ def from_benchmark(name: str, root: str | os.PathLike[str]) -> BenchmarkSets:
     query = as_set(query_split, "query split")
     gallery = as_set(gallery_split, "gallery split")
     ks = tuple(int(k) for k in benchmark.protocol.ks)
-    return BenchmarkSets(query, gallery, bool(query_in_reference), ks)
+    return BenchmarkSets(query, gallery, ks)
