@@ -26,7 +26,7 @@ import numpy as np
 
 from recallkit.ranks import recall_from_ranks
 from recallkit.runner._errors import RunnerError
-from recallkit.runner.history import RUN_HINT, file_kind
+from recallkit.runner.history import RUN_HINT, wrong_kind
 
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_SEED = 0
@@ -119,17 +119,9 @@ def load_run(path: str | os.PathLike[str]) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise RunnerError(f"The run file '{path}' cannot be read as text: {error}.") from None
-    kind = file_kind(text)
-    if kind == "history":
-        raise RunnerError(
-            f"'{path}' is a history file (recallkit evaluate --history); pass a run file "
-            "(recallkit evaluate --json)."
-        )
-    if kind == "comparison":
-        raise RunnerError(
-            f"'{path}' is a comparison file (recallkit compare --json); pass a run file "
-            "(recallkit evaluate --json)."
-        )
+    wrong = wrong_kind(path, text, "run")
+    if wrong is not None:
+        raise wrong
     try:
         record = json.loads(text)
     except json.JSONDecodeError as error:

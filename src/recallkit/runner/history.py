@@ -91,19 +91,29 @@ def file_kind(text: str) -> str | None:
     return None
 
 
-def _not_a_history(path: Path, text: str, problem: str) -> RunnerError:
+# Each kind of recallkit file with the option that writes it.
+_WRITTEN_BY = {
+    "run": "recallkit evaluate --json",
+    "history": "recallkit evaluate --history",
+    "comparison": "recallkit compare --json",
+}
+
+
+def wrong_kind(path: Path, text: str, expected: str) -> RunnerError | None:
+    """The error for a recallkit file of another kind than ``expected`` (``None`` otherwise)."""
     kind = file_kind(text)
-    if kind == "run":
-        return RunnerError(
-            f"'{path}' is a run file (recallkit evaluate --json); pass a history file "
-            "(recallkit evaluate --history)."
-        )
-    if kind == "comparison":
-        return RunnerError(
-            f"'{path}' is a comparison file (recallkit compare --json); pass a history file "
-            "(recallkit evaluate --history)."
-        )
-    return RunnerError(f"The history file '{path}' {problem}; {HISTORY_HINT}.")
+    if kind is None or kind == expected:
+        return None
+    return RunnerError(
+        f"'{path}' is a {kind} file ({_WRITTEN_BY[kind]}); pass a {expected} file "
+        f"({_WRITTEN_BY[expected]})."
+    )
+
+
+def _not_a_history(path: Path, text: str, problem: str) -> RunnerError:
+    return wrong_kind(path, text, "history") or RunnerError(
+        f"The history file '{path}' {problem}; {HISTORY_HINT}."
+    )
 
 
 def _parse(text: str, path: Path) -> list[dict[str, Any]]:
