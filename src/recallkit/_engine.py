@@ -855,9 +855,8 @@ def threshold_ranks(
         where = torch.where(targets >= 0, targets, torch.full_like(targets, SENTINEL))
     # Step 1: each slot's threshold item, its exact score and global index, across blocks.
     for block in space.blocks():
-        exact_only = positives is not None and not single
-        if exact_only and _exact_is_cheaper(positives, block, start, stop):
-            # Streamed blocks with few positives: score them exactly, with no GEMM pass.
+        if positives is not None and _exact_is_cheaper(positives, block, start, stop):
+            # Few positives (fine labels): score them all exactly, with no pass over the scores.
             pairs = listed if listed is not None else positives.pairs(block, start, stop)
             b, w = _best_exact(space, chunk, _without(pairs, excluded), block, backend)
             _merge_best(best[:, 0], where[:, 0], b, w)
@@ -886,7 +885,7 @@ def threshold_ranks(
     # Step 2: count the candidates that rank above each threshold item, across blocks.
     total = torch.zeros(best.shape, dtype=torch.int64)
     for i, block in enumerate(space.blocks()):
-        scores, qf = cached[i] if single else _scored(space, chunk, block, excluded, start, stop)
+        scores, qf = cached[i] if cached else _scored(space, chunk, block, excluded, start, stop)
         eps = error_bound(space, qf, block)
         centre = best * (qf.scale * block.scale)
         lo, hi = _bounds(centre, eps[:, None], scores.dtype)
