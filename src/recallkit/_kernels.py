@@ -462,3 +462,123 @@ def topk(scores: torch.Tensor, ks: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     index[wr[keep], slot[keep]] = wj[keep]
     value[wr[keep], slot[keep]] = values[keep]
     return index, value
+
+
+# Tile kernels. On the CPU the filter scores of a chunk are produced tile by tile (a GEMM into a
+# buffer that stays in the core's cache) and each tile is consumed at once by one of these
+# kernels, so the chunk's score matrix is never written to memory. They run in the engine's
+# worker threads (``nogil``), each on its own rows; state carried across a row's tiles lives in
+# per-row arrays.
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def mask_tile(tile, row0, col0, ptr, cols, cursor):  # pragma: no cover - compiled
+    """Set excluded pairs to ``-inf``: row ``row0 + i`` excludes ``cols[ptr[.]:ptr[.+1]]``
+    (ascending); ``cursor`` remembers each row's progress across its column tiles."""
+    rows, width = tile.shape
+    col1 = col0 + width
+    for i in range(rows):
+        r = row0 + i
+        p = cursor[r]
+        end = ptr[r + 1]
+        while p < end and cols[p] < col1:
+            if cols[p] >= col0:
+                tile[i, cols[p] - col0] = -np.inf
+            p += 1
+        cursor[r] = p
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def window_tile(tile, row0, col0, lo, hi, lowest, cap, above, count, index):  # pragma: no cover
+    """:func:`window` over one tile, accumulated into the rows' ``above``/``count``/``index``."""
+    rows, width = tile.shape
+    slots = lo.shape[1]
+    for i in range(rows):
+        r = row0 + i
+        row = tile[i]
+        low = lowest[r]
+        for j in range(width):
+            s = row[j]
+            if s >= low:  # rare for most rows: one predictable compare per item
+                for t in range(slots):
+                    if s >= lo[r, t]:
+                        if s > hi[r, t]:
+                            above[r, t] += 1
+                        else:
+                            n = count[r, t]
+                            if n < cap:
+                                index[r, t, n] = col0 + j
+                            count[r, t] = n + 1
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def top_tile(
+    tile, row0, col0, ks, slack, heap, size, buf_col, buf_score, fill, over
+):  # pragma: no cover
+    """Running top-``ks[r]`` filter scores of each row (a min-heap) and the items that may
+    still belong to the exact top-k: every item within ``slack[r]`` of the running k-th score
+    (which only rises, so nothing later needed is dropped). A full buffer is compacted; a row
+    whose buffer stays full is marked in ``over`` and recomputed by the caller."""
+    rows, width = tile.shape
+    cap = buf_col.shape[1]
+    for i in range(rows):
+        r = row0 + i
+        k = ks[r]
+        if k <= 0 or over[r]:
+            continue
+        row = tile[i]
+        h = heap[r]
+        n = size[r]
+        root = h[0] if n == k else -np.inf
+        floor = np.float64(root) - slack[r]
+        for j in range(width):
+            s = row[j]
+            if s == -np.inf:
+                continue
+            if s > root or n < k:
+                if n < k:  # fill, keeping the heap property
+                    p = n
+                    h[p] = s
+                    n += 1
+                    while p > 0:
+                        parent = (p - 1) // 2
+                        if h[parent] > h[p]:
+                            h[parent], h[p] = h[p], h[parent]
+                            p = parent
+                        else:
+                            break
+                else:
+                    h[0] = s
+                    p = 0
+                    while True:
+                        left = 2 * p + 1
+                        if left >= k:
+                            break
+                        small = left
+                        if left + 1 < k and h[left + 1] < h[left]:
+                            small = left + 1
+                        if h[small] < h[p]:
+                            h[p], h[small] = h[small], h[p]
+                            p = small
+                        else:
+                            break
+                if n == k:
+                    root = h[0]
+                    floor = np.float64(root) - slack[r]
+            if np.float64(s) >= floor:
+                f = fill[r]
+                if f == cap:
+                    kept = 0
+                    for a in range(cap):
+                        if buf_score[r, a] >= floor:
+                            buf_col[r, kept] = buf_col[r, a]
+                            buf_score[r, kept] = buf_score[r, a]
+                            kept += 1
+                    f = kept
+                    if f > cap // 2:
+                        over[r] = True
+                        break
+                buf_col[r, f] = col0 + j
+                buf_score[r, f] = s
+                fill[r] = f + 1
+        size[r] = n

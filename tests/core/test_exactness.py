@@ -14,6 +14,7 @@ import torch
 from recallkit import (
     _engine,
     _kernels,
+    ground_truth_ranks_from_embeddings,
     map_at_r,
     nearest_neighbors,
     r_precision,
@@ -105,13 +106,27 @@ def _perturbed_filter(monkeypatch, seed: int = 0) -> None:
         noise = torch.from_numpy(rng.uniform(-0.5, 0.5, tuple(scores.shape))).to(scores.dtype)
         return (scores + noise * eps).contiguous()
 
+    def tile_scores(space, qf, block, row0, col0, out):
+        rows, cols = out.shape
+        sub = _engine.QueryFilter(
+            qf.rows[row0 : row0 + rows], qf.scale, qf.norms[row0 : row0 + rows], qf.use_low
+        )
+        part = _engine.Block(**{**vars(block), "gemm": block.gemm[col0 : col0 + cols]})
+        out[:] = block_scores(space, sub, part).numpy()
+
     monkeypatch.setattr(_engine, "_reference_filter", reference_filter)
     monkeypatch.setattr(_engine, "block_scores", block_scores)
+    monkeypatch.setattr(_engine, "tile_scores", tile_scores)
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
-def test_filter_rounding_and_normalisation_order_change_nothing(monkeypatch, backend, metric):
-    x, labels = _near_ties(3)
+@pytest.mark.parametrize("classes", [5, 75])
+def test_filter_rounding_and_normalisation_order_change_nothing(
+    monkeypatch, backend, metric, classes
+):
+    # 5 classes: positives found through the filter; 75 (4 rows each): scored exactly first.
+    x, _ = _near_ties(3)
+    labels = np.random.default_rng(3).integers(0, classes, len(x))
     before = recall_at_k(x, x, labels, labels, (1, 5), query_in_reference=True, metric=metric)
     nn_before = nearest_neighbors(x, x, 8, query_in_reference=True, metric=metric)
     map_before = map_at_r(x, x, labels, labels, query_in_reference=True, metric=metric)
@@ -258,3 +273,52 @@ def test_precision_is_accepted_everywhere_and_changes_nothing_on_the_cpu():
     )
     with pytest.raises(ValueError, match="'precision' parameter of nearest_neighbors"):
         nearest_neighbors(x, x, 5, precision="int8")
+
+
+def _duplicate_heavy(seed: int = 5, n: int = 300, d: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    """150 identical rows and 20 one ulp away (windows far wider than the kernels' capacity),
+    fine labels (60 classes)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    x[10:160] = x[10]
+    x[200:220] = np.nextafter(x[10], np.float32(np.inf))
+    return x, rng.integers(0, 60, n)
+
+
+@pytest.mark.parametrize("tile", [(7, 5), (512, 512)])
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_tiles_overflow_and_exclusions_across_tiles_equal_the_definition(
+    monkeypatch, tile, metric
+):
+    # Tiles of 7 x 5 split every row and every exclusion list; 150 identical rows overflow the
+    # window (32) and the top-k buffer (2 k + 64) of the queries that meet them.
+    monkeypatch.setattr(_engine, "TILE_ROWS", tile[0])
+    monkeypatch.setattr(_engine, "TILE_COLS", tile[1])
+    x, labels = _duplicate_heavy()
+    ids = np.arange(len(x)) // 3  # each query excludes its own id group (3 rows)
+    s = brute.fixed_order_scores64(x, x, metric)
+    excluded = brute.excluded_sets(len(x), len(x), query_ids=ids, reference_ids=ids)
+    options = dict(query_ids=ids, reference_ids=ids, metric=metric, chunk_size=40)
+    result = recall_at_k(x, x, labels, labels, (1, 10), **options)
+    np.testing.assert_array_equal(
+        result.first_hit_ranks, brute.first_hit_ranks(s, labels, labels, excluded)
+    )
+    per_query = brute.top_r_metrics(s, labels, labels, excluded)
+    expected_map = np.mean([ap for r, _, ap in per_query if r > 0])
+    assert map_at_r(x, x, labels, labels, **options) == pytest.approx(expected_map, abs=1e-15)
+    assert r_precision(x, x, labels, labels, **options) == pytest.approx(
+        np.mean([p for r, p, _ in per_query if r > 0]), abs=1e-15
+    )
+    groups = [[j for j in range(len(x)) if ids[j] == ids[i]] for i in range(len(x))]
+    idx, val = nearest_neighbors(x, x, 5, exclude=groups, metric=metric, chunk_size=40)
+    for i in range(len(x)):
+        order = brute.ranked(s[i], excluded[i])[:5]
+        assert idx[i].tolist() == order
+        np.testing.assert_array_equal(val[i].numpy(), s[i, order])
+    targets = [[j for j in range(len(x)) if labels[j] == labels[i]][:5] for i in range(len(x))]
+    ranks = ground_truth_ranks_from_embeddings(
+        x, x, targets, reduce="none", metric=metric, chunk_size=40
+    )
+    for i in range(len(x)):
+        order = brute.ranked(s[i], set())
+        assert ranks[i, : len(targets[i])].tolist() == [order.index(j) for j in targets[i]]
