@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from threadpoolctl import ThreadpoolController
 
-from recallkit import _checks, _kernels
+from recallkit import _checks, _kernels, _tiles
 
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
 MIN_CHUNK_ROWS = 64
@@ -500,192 +500,6 @@ def _pool(workers: int) -> ThreadPoolExecutor:
     return _POOLS[workers]
 
 
-# Filter tiles on the CPU: about 1 MiB of float32 scores, within a core's L2 cache on current
-# x86 servers, so each tile is consumed while it is still in cache.
-TILE_ROWS = 512
-TILE_COLS = 512
-
-
-def _excluded_csr(excluded: ChunkPairs, block: Block, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """The chunk's excluded pairs in ``block`` as CSR over chunk rows, local columns ascending."""
-    r, local, _ = excluded.in_block(block)
-    r, local = r.cpu().numpy(), local.cpu().numpy()
-    order = np.lexsort((local, r))
-    ptr = np.zeros(rows + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum(np.bincount(r, minlength=rows))
-    return ptr, np.ascontiguousarray(local[order], dtype=np.int64)
-
-
-def tiled_scores(
-    space: Space,
-    qf: QueryFilter,
-    block: Block,
-    excluded: ChunkPairs,
-    visit: Callable[[np.ndarray, int, int], None],
-) -> None:
-    """Filter scores of a query chunk against ``block`` on the CPU, tile by tile.
-
-    Each worker thread owns a slice of the chunk's rows; for each ``TILE_ROWS × TILE_COLS``
-    tile it runs a single-threaded BLAS GEMM into its own buffer, sets the excluded pairs to
-    ``-inf`` and calls ``visit(tile, first row, first column)`` (a ``nogil`` kernel that updates
-    per-row state). The chunk's score matrix is never written to memory.
-    """
-    rows, cols = qf.rows.shape[0], block.rows
-    ptr, excluded_cols = _excluded_csr(excluded, block, rows)
-    cursor = ptr[:-1].copy()
-
-    def work(lo: int, hi: int) -> None:
-        buffer = np.empty(TILE_ROWS * TILE_COLS, dtype=qf.rows.numpy().dtype)
-        for r0 in range(lo, hi, TILE_ROWS):
-            r1 = min(r0 + TILE_ROWS, hi)
-            for c0 in range(0, cols, TILE_COLS):
-                c1 = min(c0 + TILE_COLS, cols)
-                tile = buffer[: (r1 - r0) * (c1 - c0)].reshape(r1 - r0, c1 - c0)
-                tile_scores(space, qf, block, r0, c0, tile)
-                _kernels.mask_tile(tile, r0, c0, ptr, excluded_cols, cursor)
-                visit(tile, r0, c0)
-
-    workers = max(1, min(torch.get_num_threads(), rows))
-    bounds = np.linspace(0, rows, workers + 1).astype(int)
-    with _blas_controller().limit(limits=1, user_api="blas"):
-        jobs = [
-            _pool(workers).submit(work, lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo
-        ]
-        for job in jobs:
-            job.result()
-
-
-def tile_scores(
-    space: Space, qf: QueryFilter, block: Block, row0: int, col0: int, out: np.ndarray
-) -> None:
-    """Filter scores of chunk rows ``row0:`` against block rows ``col0:`` into the tile ``out``
-    (single-threaded BLAS; its rounding does not matter, the module docstring says why)."""
-    rows, cols = out.shape
-    a = qf.rows.numpy()[row0 : row0 + rows]
-    np.matmul(a, block.gemm.numpy()[col0 : col0 + cols].T, out=out)
-
-
-def _row_scores(
-    space: Space, qf: QueryFilter, block: Block, excluded: ChunkPairs, rows: np.ndarray
-) -> torch.Tensor:
-    """Filter scores of some chunk rows against ``block`` (excluded pairs ``-inf``), for the
-    rare rows whose tiled pass overflowed."""
-    picked = torch.from_numpy(rows)
-    sub = QueryFilter(qf.rows[picked], qf.scale, qf.norms[picked], qf.use_low)
-    scores = block_scores(space, sub, block).clone()
-    r, local, _ = excluded.in_block(block)
-    position = np.full(qf.rows.shape[0], -1, dtype=np.int64)
-    position[rows] = np.arange(len(rows))
-    picked = torch.from_numpy(position)[r.cpu()]
-    keep = picked >= 0
-    scores[picked[keep], local.cpu()[keep]] = -torch.inf
-    return scores
-
-
-def tiled_window(
-    space: Space,
-    qf: QueryFilter,
-    block: Block,
-    excluded: ChunkPairs,
-    lo: torch.Tensor,
-    hi: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`recallkit._kernels.window` of the chunk's filter scores against ``block``,
-    computed tile by tile (:func:`tiled_scores`); same returns."""
-    dtype = qf.rows.numpy().dtype
-    lo_np = np.ascontiguousarray(lo.numpy().astype(dtype))
-    hi_np = np.ascontiguousarray(hi.numpy().astype(dtype))
-    c, g = lo_np.shape
-    cap = _kernels.WINDOW_CAP
-    above = np.zeros((c, g), dtype=np.int64)
-    count = np.zeros((c, g), dtype=np.int64)
-    index = np.empty((c, g, cap), dtype=np.int64)
-    lowest = lo_np.min(axis=1) if g else np.full(c, np.inf, dtype=dtype)
-
-    def visit(tile: np.ndarray, r0: int, c0: int) -> None:
-        _kernels.window_tile(tile, r0, c0, lo_np, hi_np, lowest, cap, above, count, index)
-
-    tiled_scores(space, qf, block, excluded, visit)
-    r, t, n = np.nonzero(np.arange(cap)[None, None, :] < np.minimum(count, cap)[:, :, None])
-    keep = count[r, t] <= cap
-    rows, slots, columns = [r[keep]], [t[keep]], [index[r, t, n][keep]]
-    over = np.argwhere(count > cap)
-    if len(over):  # many near-equal scores: recount those windows from the row's scores
-        redo = np.unique(over[:, 0])
-        scores = _row_scores(space, qf, block, excluded, redo)
-        where = np.searchsorted(redo, over[:, 0])
-        for (i, s), row in zip(over, where, strict=True):
-            values = scores[row]
-            above[i, s] = int((values > hi[i, s]).sum())
-            found = torch.nonzero((values >= lo[i, s]) & (values <= hi[i, s]))[:, 0].numpy()
-            rows.append(np.full(len(found), i))
-            slots.append(np.full(len(found), s))
-            columns.append(found)
-    return (
-        torch.from_numpy(above),
-        *(torch.from_numpy(np.concatenate(x).astype(np.int64)) for x in (rows, slots, columns)),
-    )
-
-
-def tiled_top(
-    space: Space,
-    qf: QueryFilter,
-    block: Block,
-    excluded: ChunkPairs,
-    ks: torch.Tensor,
-    eps: torch.Tensor,
-    backend: str | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Candidates for each row's exact top-``ks[i]`` in ``block``: every item whose filter
-    score is at least the row's k-th largest filter score minus ``2 eps``, as flat
-    ``(rows, local columns)`` (rows ascending, columns ascending within a row), computed in one
-    tiled pass (:func:`recallkit._kernels.top_tile`)."""
-    dtype = qf.rows.numpy().dtype
-    c = qf.rows.shape[0]
-    k = ks.clamp(min=0, max=block.rows).numpy().astype(np.int64)
-    kmax = int(k.max(initial=0))
-    eps64 = eps.numpy().astype(np.float64)
-    heap = np.empty((c, max(kmax, 1)), dtype=dtype)
-    size = np.zeros(c, dtype=np.int64)
-    cap = 2 * kmax + 2 * _kernels.WINDOW_CAP
-    buf_col = np.empty((c, cap), dtype=np.int64)
-    buf_score = np.empty((c, cap), dtype=dtype)
-    fill = np.zeros(c, dtype=np.int64)
-    over = np.zeros(c, dtype=np.bool_)
-    slack = 3.0 * eps64  # looser than the final 2 eps: rounding cannot drop a candidate
-
-    def visit(tile: np.ndarray, r0: int, c0: int) -> None:
-        _kernels.top_tile(tile, r0, c0, k, slack, heap, size, buf_col, buf_score, fill, over)
-
-    tiled_scores(space, qf, block, excluded, visit)
-    full = (size == k) & (k > 0)
-    kth = np.where(full, heap[:, 0].astype(np.float64), -np.inf)
-    lo = _top_floor(torch.from_numpy(kth), eps, qf.rows.dtype, torch.from_numpy(k))
-    lo_np = lo[:, 0].numpy().astype(dtype)
-    slot = np.arange(cap)[None, :]
-    keep = (slot < fill[:, None]) & (buf_score >= lo_np[:, None]) & ~over[:, None]
-    rows, cols = [np.nonzero(keep)[0]], [buf_col[keep]]
-    redo = np.flatnonzero(over)
-    if len(redo):  # many near-equal scores: those rows in two passes over their scores
-        scores = _row_scores(space, qf, block, excluded, redo)
-        kb = torch.from_numpy(k[redo])
-        row_kth = _kernels.kth_largest(scores, kb, block.rows, backend).to(torch.float64)
-        row_lo = _top_floor(row_kth, eps[redo], scores.dtype, kb)
-        _, wr, _, wj = _kernels.window(
-            scores,
-            row_lo,
-            torch.full_like(row_lo, torch.inf),
-            block.rows,
-            backend,
-            cap=int(kb.max()) + _kernels.WINDOW_CAP,
-        )
-        rows.append(redo[wr.numpy()])
-        cols.append(wj.numpy())
-    rows_all, cols_all = np.concatenate(rows), np.concatenate(cols)
-    order = np.argsort(rows_all, kind="stable")
-    return torch.from_numpy(rows_all[order]), torch.from_numpy(cols_all[order])
-
-
 def _top_floor(
     kth: torch.Tensor, eps: torch.Tensor, dtype: torch.dtype, ks: torch.Tensor
 ) -> torch.Tensor:
@@ -1006,11 +820,19 @@ def _no_reduce(op: str, x: torch.Tensor) -> torch.Tensor:
 Positives = LabelPositives | Pairs
 
 
+def _own_rows(space: Space, block: Block) -> bool:
+    """Leave-one-out on one tensor (cosine or dot): the query's GEMM rows are the block's own."""
+    return space.query_is_reference and block is space.single and space.metric != "euclidean"
+
+
 def _filter(space: Space, chunk: Rows, block: Block, start: int, stop: int) -> QueryFilter:
-    if space.metric == "cosine" and space.query_is_reference and block is space.single:
-        # Leave-one-out on one tensor: the chunk's normalised rows are the block's own.
-        ones = torch.ones(stop - start, dtype=torch.float64, device=block.gemm.device)
-        return QueryFilter(block.gemm[start:stop], 1.0, ones, block.low is not None)
+    if _own_rows(space, block):
+        rows = block.gemm[start:stop]
+        if space.metric == "cosine":
+            norms = torch.ones(stop - start, dtype=torch.float64, device=rows.device)
+        else:
+            norms = torch.linalg.vector_norm(rows.to(torch.float64), dim=1)
+        return QueryFilter(rows, block.scale, norms, block.low is not None)
     return query_filter(space.metric, chunk, block, block.gemm.dtype)
 
 
@@ -1021,9 +843,21 @@ def _scored(
     return _masked(block_scores(space, qf, block), excluded, block), qf
 
 
-def _tiles(qf: QueryFilter, backend: str | None) -> bool:
-    """Whether the filter runs tile by tile (:func:`tiled_scores`): the CPU's numba back end."""
+def _tiled(qf: QueryFilter, backend: str | None) -> bool:
+    """Whether the filter runs tile by tile (:mod:`recallkit._tiles`): the CPU's numba back end."""
     return qf.rows.device.type == "cpu" and _kernels._use_numba(qf.rows, backend)
+
+
+def _one_chunk(space: Space, chunk_size: int | None, state_bytes: int) -> bool:
+    """Whether all queries run as one chunk: a leave-one-out problem on one tensor on the CPU's
+    tile pass (symmetric: each off-diagonal tile serves both of its sides), when the per-row
+    state of the pass (``state_bytes`` per query and worker) fits the memory budget."""
+    if chunk_size is not None or space.single is None or not _own_rows(space, space.single):
+        return False
+    if not (space.device.type == "cpu" and _kernels._use_numba(space.query.raw, None)):
+        return False
+    workers = torch.get_num_threads()
+    return space.num_query * state_bytes * workers <= DEFAULT_MEMORY_BUDGET
 
 
 def threshold_ranks(
@@ -1095,8 +929,9 @@ def threshold_ranks(
         eps = error_bound(space, qf, block)
         centre = best * (qf.scale * block.scale)
         lo, hi = _bounds(centre, eps[:, None], qf.rows.dtype)
-        if not cached and _tiles(qf, backend):
-            above, wr, wt, wj = tiled_window(space, qf, block, excluded, lo, hi)
+        if not cached and _tiled(qf, backend):
+            symmetric = _tiles.is_symmetric(space, qf, block, excluded)
+            above, wr, wt, wj = _tiles.window(space, qf, block, excluded, lo, hi, symmetric)
         else:
             scores = (
                 cached[i][0] if cached else _masked(block_scores(space, qf, block), excluded, block)
@@ -1133,6 +968,10 @@ def first_hit_ranks(
     score and a lower index: counted, never sorted.
     """
     size = chunk_rows(space, chunk_size)
+    state = 8 * (2 + _kernels.WINDOW_CAP)  # the tile pass's window state per query
+    n = space.num_query
+    if _one_chunk(space, chunk_size, state) and _exact_is_cheaper(positives, space.single, 0, n):
+        size = max(n, 1)
     out = np.empty(space.num_query, dtype=np.int64)
     for start, stop in chunks(space.num_query, size):
         ranks = threshold_ranks(
@@ -1210,8 +1049,9 @@ def ranked_chunk(
         qf = _filter(space, chunk, block, start, stop)
         eps = error_bound(space, qf, block)
         kb = ks.clamp(max=block.rows)
-        if _tiles(qf, backend):
-            wr, wj = tiled_top(space, qf, block, excluded, kb, eps, backend)
+        if _tiled(qf, backend):
+            symmetric = _tiles.is_symmetric(space, qf, block, excluded)
+            wr, wj = _tiles.top(space, qf, block, excluded, kb, eps, symmetric, backend)
         else:
             scores = _masked(block_scores(space, qf, block), excluded, block)
             kth = _kernels.kth_largest(scores, kb, block.rows, backend).to(torch.float64)
@@ -1253,6 +1093,9 @@ def ranked_lists(
     """
     kmax = int(ks.max(initial=0))
     size = chunk_rows(space, chunk_size, per_row_bytes=kmax * 40)
+    state = 4 * kmax + 12 * (2 * kmax + 2 * _kernels.WINDOW_CAP) + 32  # the tile pass's top-k
+    if _one_chunk(space, chunk_size, state + kmax * 40):
+        size = max(space.num_query, 1)
     all_ks = torch.from_numpy(ks.astype(np.int64))
     for start, stop in chunks(space.num_query, size):
         index, value = ranked_chunk(

@@ -464,121 +464,187 @@ def topk(scores: torch.Tensor, ks: torch.Tensor) -> tuple[torch.Tensor, torch.Te
     return index, value
 
 
-# Tile kernels. On the CPU the filter scores of a chunk are produced tile by tile (a GEMM into a
-# buffer that stays in the core's cache) and each tile is consumed at once by one of these
-# kernels, so the chunk's score matrix is never written to memory. They run in the engine's
-# worker threads (``nogil``), each on its own rows; state carried across a row's tiles lives in
-# per-row arrays.
+# Tile kernels (:mod:`recallkit._tiles`). On the CPU the filter scores are produced tile by tile,
+# a GEMM into a buffer that stays in cache, and each tile is consumed at once by these kernels:
+# the score matrix is never written to memory. Each worker thread keeps its own per-row state.
+# A ``*_rows`` kernel reads tile row ``i`` as problem row ``row0 + i`` over columns ``col0 + j``;
+# a ``*_cols`` kernel reads the transposed tile (a symmetric problem: the tile's column ``j`` is
+# problem row ``col0 + j``, its items the columns ``row0 + i``). Branch-free counts come first, so
+# that the compiler vectorises them; the rare items near a threshold are then handled one by one.
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def mask_tile(tile, row0, col0, ptr, cols, cursor):  # pragma: no cover - compiled
+def mask_tile(tile, row0, col0, ptr, cols):  # pragma: no cover - compiled
     """Set excluded pairs to ``-inf``: row ``row0 + i`` excludes ``cols[ptr[.]:ptr[.+1]]``
-    (ascending); ``cursor`` remembers each row's progress across its column tiles."""
+    (ascending)."""
     rows, width = tile.shape
     col1 = col0 + width
     for i in range(rows):
-        r = row0 + i
-        p = cursor[r]
-        end = ptr[r + 1]
-        while p < end and cols[p] < col1:
-            if cols[p] >= col0:
-                tile[i, cols[p] - col0] = -np.inf
+        lo = ptr[row0 + i]
+        hi = ptr[row0 + i + 1]
+        if lo == hi:
+            continue
+        p = lo + np.searchsorted(cols[lo:hi], col0)
+        while p < hi and cols[p] < col1:
+            tile[i, cols[p] - col0] = -np.inf
             p += 1
-        cursor[r] = p
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def window_tile(tile, row0, col0, lo, hi, lowest, cap, above, count, index):  # pragma: no cover
-    """:func:`window` over one tile, accumulated into the rows' ``above``/``count``/``index``."""
+def window_rows(tile, row0, col0, lo, hi, cap, above, count, index):  # pragma: no cover
+    """:func:`window` over one tile, accumulated into ``above``/``count``/``index`` (``(n, g)``,
+    ``(n, g)``, ``(n, g, cap)``)."""
     rows, width = tile.shape
     slots = lo.shape[1]
     for i in range(rows):
         r = row0 + i
         row = tile[i]
-        low = lowest[r]
-        for j in range(width):
-            s = row[j]
-            if s >= low:  # rare for most rows: one predictable compare per item
-                for t in range(slots):
-                    if s >= lo[r, t]:
-                        if s > hi[r, t]:
-                            above[r, t] += 1
-                        else:
-                            n = count[r, t]
-                            if n < cap:
-                                index[r, t, n] = col0 + j
-                            count[r, t] = n + 1
+        for t in range(slots):
+            low = lo[r, t]
+            high = hi[r, t]
+            at_least = 0
+            over = 0
+            for j in range(width):
+                at_least += row[j] >= low
+                over += row[j] > high
+            above[r, t] += over
+            if at_least > over:
+                n = count[r, t]
+                for j in range(width):
+                    s = row[j]
+                    if s >= low and s <= high:
+                        if n < cap:
+                            index[r, t, n] = col0 + j
+                        n += 1
+                count[r, t] = n
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def top_tile(
-    tile, row0, col0, ks, slack, heap, size, buf_col, buf_score, fill, over
-):  # pragma: no cover
-    """Running top-``ks[r]`` filter scores of each row (a min-heap) and the items that may
-    still belong to the exact top-k: every item within ``slack[r]`` of the running k-th score
-    (which only rises, so nothing later needed is dropped). A full buffer is compacted; a row
-    whose buffer stays full is marked in ``over`` and recomputed by the caller."""
+def window_cols(tile, row0, col0, lo, hi, cap, above, count, index):  # pragma: no cover
+    """:func:`window_rows` of the transposed tile, one slot (``lo``/``hi``/``above``/``count``
+    of shape ``(n,)``, ``index`` ``(n, cap)``)."""
     rows, width = tile.shape
-    cap = buf_col.shape[1]
+    low = lo[col0 : col0 + width]
+    high = hi[col0 : col0 + width]
+    acc = above[col0 : col0 + width]
+    for i in range(rows):
+        row = tile[i]
+        at_least = 0
+        over = 0
+        for j in range(width):
+            a = row[j] > high[j]
+            acc[j] += a
+            over += a
+            at_least += row[j] >= low[j]
+        if at_least > over:
+            for j in range(width):
+                s = row[j]
+                if s >= low[j] and s <= high[j]:
+                    r = col0 + j
+                    n = count[r]
+                    if n < cap:
+                        index[r, n] = row0 + i
+                    count[r] = n + 1
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _offer(
+    r, s, col, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
+):  # pragma: no cover
+    """Offer item ``col`` with filter score ``s`` to row ``r``'s running top-k: a min-heap of
+    the ``ks[r]`` best scores and a buffer of every item within ``slack[r]`` of its root (the
+    root only rises, so nothing dropped could be needed later). A full buffer is compacted; one
+    that stays over half full marks the row in ``over`` (the caller recomputes it)."""
+    k = ks[r]
+    h = heap[r]
+    n = size[r]
+    if n < k:
+        p = n
+        h[p] = s
+        while p > 0:
+            parent = (p - 1) // 2
+            if h[parent] > h[p]:
+                h[parent], h[p] = h[p], h[parent]
+                p = parent
+            else:
+                break
+        size[r] = n + 1
+        if n + 1 == k:
+            floor[r] = np.float64(h[0]) - slack[r]
+    elif s > h[0]:
+        h[0] = s
+        p = 0
+        while True:
+            left = 2 * p + 1
+            if left >= k:
+                break
+            small = left
+            if left + 1 < k and h[left + 1] < h[left]:
+                small = left + 1
+            if h[small] < h[p]:
+                h[p], h[small] = h[small], h[p]
+                p = small
+            else:
+                break
+        floor[r] = np.float64(h[0]) - slack[r]
+    if np.float64(s) >= floor[r]:
+        cap = buf_col.shape[1]
+        f = fill[r]
+        if f == cap:
+            kept = 0
+            for a in range(cap):
+                if np.float64(buf_score[r, a]) >= floor[r]:
+                    buf_col[r, kept] = buf_col[r, a]
+                    buf_score[r, kept] = buf_score[r, a]
+                    kept += 1
+            f = kept
+            if f > cap // 2:
+                over[r] = True
+                return
+        buf_col[r, f] = col
+        buf_score[r, f] = s
+        fill[r] = f + 1
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def top_rows(
+    tile, row0, col0, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
+):  # pragma: no cover
+    """Running top-k candidates (:func:`_offer`) of the tile's rows."""
+    rows, width = tile.shape
     for i in range(rows):
         r = row0 + i
-        k = ks[r]
-        if k <= 0 or over[r]:
+        if ks[r] <= 0 or over[r]:
             continue
         row = tile[i]
-        h = heap[r]
-        n = size[r]
-        root = h[0] if n == k else -np.inf
-        floor = np.float64(root) - slack[r]
+        start = floor[r]
+        hits = 0
+        for j in range(width):
+            hits += row[j] >= start
+        if hits == 0:
+            continue
         for j in range(width):
             s = row[j]
-            if s == -np.inf:
-                continue
-            if s > root or n < k:
-                if n < k:  # fill, keeping the heap property
-                    p = n
-                    h[p] = s
-                    n += 1
-                    while p > 0:
-                        parent = (p - 1) // 2
-                        if h[parent] > h[p]:
-                            h[parent], h[p] = h[p], h[parent]
-                            p = parent
-                        else:
-                            break
-                else:
-                    h[0] = s
-                    p = 0
-                    while True:
-                        left = 2 * p + 1
-                        if left >= k:
-                            break
-                        small = left
-                        if left + 1 < k and h[left + 1] < h[left]:
-                            small = left + 1
-                        if h[small] < h[p]:
-                            h[p], h[small] = h[small], h[p]
-                            p = small
-                        else:
-                            break
-                if n == k:
-                    root = h[0]
-                    floor = np.float64(root) - slack[r]
-            if np.float64(s) >= floor:
-                f = fill[r]
-                if f == cap:
-                    kept = 0
-                    for a in range(cap):
-                        if buf_score[r, a] >= floor:
-                            buf_col[r, kept] = buf_col[r, a]
-                            buf_score[r, kept] = buf_score[r, a]
-                            kept += 1
-                    f = kept
-                    if f > cap // 2:
-                        over[r] = True
-                        break
-                buf_col[r, f] = col0 + j
-                buf_score[r, f] = s
-                fill[r] = f + 1
-        size[r] = n
+            if s > -np.inf and np.float64(s) >= floor[r] and not over[r]:
+                _offer(r, s, col0 + j, ks, slack, heap, size, floor, buf_col, buf_score, fill, over)
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def top_cols(
+    tile, row0, col0, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
+):  # pragma: no cover
+    """:func:`top_rows` of the transposed tile."""
+    rows, width = tile.shape
+    start = floor[col0 : col0 + width].copy()
+    for i in range(rows):
+        row = tile[i]
+        hits = 0
+        for j in range(width):
+            hits += row[j] >= start[j]
+        if hits == 0:
+            continue
+        for j in range(width):
+            s = row[j]
+            r = col0 + j
+            if s > -np.inf and np.float64(s) >= floor[r] and not over[r]:
+                _offer(r, s, row0 + i, ks, slack, heap, size, floor, buf_col, buf_score, fill, over)

@@ -14,6 +14,7 @@ import torch
 from recallkit import (
     _engine,
     _kernels,
+    _tiles,
     ground_truth_ranks_from_embeddings,
     map_at_r,
     nearest_neighbors,
@@ -116,7 +117,7 @@ def _perturbed_filter(monkeypatch, seed: int = 0) -> None:
 
     monkeypatch.setattr(_engine, "_reference_filter", reference_filter)
     monkeypatch.setattr(_engine, "block_scores", block_scores)
-    monkeypatch.setattr(_engine, "tile_scores", tile_scores)
+    monkeypatch.setattr(_tiles, "tile_scores", tile_scores)
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
@@ -285,20 +286,22 @@ def _duplicate_heavy(seed: int = 5, n: int = 300, d: int = 12) -> tuple[np.ndarr
     return x, rng.integers(0, 60, n)
 
 
-@pytest.mark.parametrize("tile", [(7, 5), (512, 512)])
-@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+@pytest.mark.parametrize("tile", [7, 1024])
+@pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
+@pytest.mark.parametrize("chunk_size", [40, None])
 def test_tiles_overflow_and_exclusions_across_tiles_equal_the_definition(
-    monkeypatch, tile, metric
+    monkeypatch, tile, metric, chunk_size
 ):
     # Tiles of 7 x 5 split every row and every exclusion list; 150 identical rows overflow the
     # window (32) and the top-k buffer (2 k + 64) of the queries that meet them.
-    monkeypatch.setattr(_engine, "TILE_ROWS", tile[0])
-    monkeypatch.setattr(_engine, "TILE_COLS", tile[1])
+    monkeypatch.setattr(_tiles, "TILE", tile)
     x, labels = _duplicate_heavy()
     ids = np.arange(len(x)) // 3  # each query excludes its own id group (3 rows)
     s = brute.fixed_order_scores64(x, x, metric)
     excluded = brute.excluded_sets(len(x), len(x), query_ids=ids, reference_ids=ids)
-    options = dict(query_ids=ids, reference_ids=ids, metric=metric, chunk_size=40)
+    # chunk_size=None: one chunk, and a symmetric problem for cosine and dot (both sides of
+    # each off-diagonal tile are read from one GEMM).
+    options = dict(query_ids=ids, reference_ids=ids, metric=metric, chunk_size=chunk_size)
     result = recall_at_k(x, x, labels, labels, (1, 10), **options)
     np.testing.assert_array_equal(
         result.first_hit_ranks, brute.first_hit_ranks(s, labels, labels, excluded)
@@ -310,14 +313,14 @@ def test_tiles_overflow_and_exclusions_across_tiles_equal_the_definition(
         np.mean([p for r, p, _ in per_query if r > 0]), abs=1e-15
     )
     groups = [[j for j in range(len(x)) if ids[j] == ids[i]] for i in range(len(x))]
-    idx, val = nearest_neighbors(x, x, 5, exclude=groups, metric=metric, chunk_size=40)
+    idx, val = nearest_neighbors(x, x, 5, exclude=groups, metric=metric, chunk_size=chunk_size)
     for i in range(len(x)):
         order = brute.ranked(s[i], excluded[i])[:5]
         assert idx[i].tolist() == order
         np.testing.assert_array_equal(val[i].numpy(), s[i, order])
     targets = [[j for j in range(len(x)) if labels[j] == labels[i]][:5] for i in range(len(x))]
     ranks = ground_truth_ranks_from_embeddings(
-        x, x, targets, reduce="none", metric=metric, chunk_size=40
+        x, x, targets, reduce="none", metric=metric, chunk_size=chunk_size
     )
     for i in range(len(x)):
         order = brute.ranked(s[i], set())

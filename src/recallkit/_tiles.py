@@ -1,0 +1,284 @@
+"""The engine's CPU pass: filter scores produced tile by tile and consumed while in cache.
+
+A chunk's filter scores against a block are computed as ``TILE × TILE`` tiles, each a
+single-threaded BLAS GEMM into a worker's own buffer (4 MiB of float32: within the L2 or the
+nearby L3 of current x86 servers), with the excluded pairs set to ``-inf``; a kernel of
+:mod:`recallkit._kernels` consumes the tile at once (window counts and collection, or running
+top-k candidates). The score matrix is never written to memory, which is what a GEMM of small
+inner dimension (d = 128) spends most of its time on.
+
+Symmetric problems (leave-one-out on one tensor, cosine or dot, exclusions symmetric) compute
+each off-diagonal tile once and read it twice, as rows and transposed: half the GEMM. The
+filter's error bound does not depend on which side a rounding came from, so the results are
+the same (module docstring of :mod:`recallkit._engine`).
+
+Worker threads take tiles from a shared list and keep their own per-row state, merged at the
+end: counts add, window items concatenate, running top-k lists keep the k best of all.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from recallkit import _engine, _kernels
+
+TILE = 1024
+
+
+def _excluded_csr(
+    excluded: _engine.ChunkPairs, block: _engine.Block, rows: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The chunk's excluded pairs in ``block`` as CSR over chunk rows, local columns ascending."""
+    r, local, _ = excluded.in_block(block)
+    r, local = r.cpu().numpy(), local.cpu().numpy()
+    order = np.lexsort((local, r))
+    ptr = np.zeros(rows + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum(np.bincount(r, minlength=rows))
+    return ptr, np.ascontiguousarray(local[order], dtype=np.int64)
+
+
+def is_symmetric(
+    space: _engine.Space, qf: _engine.QueryFilter, block: _engine.Block, excluded: Any
+) -> bool:
+    """Whether the chunk is the whole block's own rows with symmetric exclusions."""
+    if block is not space.single or qf.rows.shape[0] != block.rows:
+        return False
+    gemm = block.gemm
+    if qf.rows.data_ptr() != gemm.data_ptr() or qf.rows.shape != gemm.shape:
+        return False
+    rows, local, _ = excluded.in_block(block)
+    key = np.sort(rows.cpu().numpy() * block.rows + local.cpu().numpy())
+    mirrored = np.sort(local.cpu().numpy() * block.rows + rows.cpu().numpy())
+    return bool(np.array_equal(key, mirrored))
+
+
+def tile_scores(
+    space: _engine.Space,
+    qf: _engine.QueryFilter,
+    block: _engine.Block,
+    row0: int,
+    col0: int,
+    out: np.ndarray,
+) -> None:
+    """Filter scores of chunk rows ``row0:`` against block rows ``col0:`` into the tile ``out``
+    (single-threaded BLAS; its rounding does not matter)."""
+    rows, cols = out.shape
+    a = qf.rows.numpy()[row0 : row0 + rows]
+    np.matmul(a, block.gemm.numpy()[col0 : col0 + cols].T, out=out)
+
+
+def run(
+    space: _engine.Space,
+    qf: _engine.QueryFilter,
+    block: _engine.Block,
+    excluded: _engine.ChunkPairs,
+    symmetric: bool,
+    state: Callable[[], Any],
+    visit_rows: Callable[[Any, np.ndarray, int, int], None],
+    visit_cols: Callable[[Any, np.ndarray, int, int], None] | None = None,
+) -> list[Any]:
+    """Compute the chunk's filter scores against ``block`` tile by tile; return the workers'
+    states (``state()`` each), updated by ``visit_rows`` (and ``visit_cols`` on the transposed
+    off-diagonal tiles of a symmetric problem)."""
+    rows, cols = qf.rows.shape[0], block.rows
+    tasks = [
+        (r0, c0)
+        for r0 in range(0, rows, TILE)
+        for c0 in range(0, cols, TILE)
+        if not symmetric or c0 >= r0
+    ]
+    ptr, excluded_cols = _excluded_csr(excluded, block, rows)
+    dtype = qf.rows.numpy().dtype
+    lock = threading.Lock()
+    queue = iter(tasks)
+
+    def work() -> Any:
+        mine = state()
+        buffer = np.empty(TILE * TILE, dtype=dtype)
+        while True:
+            with lock:
+                task = next(queue, None)
+            if task is None:
+                return mine
+            r0, c0 = task
+            shape = (min(TILE, rows - r0), min(TILE, cols - c0))
+            tile = buffer[: shape[0] * shape[1]].reshape(shape)
+            tile_scores(space, qf, block, r0, c0, tile)
+            _kernels.mask_tile(tile, r0, c0, ptr, excluded_cols)
+            visit_rows(mine, tile, r0, c0)
+            if symmetric and c0 != r0:
+                visit_cols(mine, tile, r0, c0)
+
+    workers = max(1, min(torch.get_num_threads(), len(tasks)))
+    with _engine._blas_controller().limit(limits=1, user_api="blas"):
+        jobs = [_engine._pool(workers).submit(work) for _ in range(workers)]
+        return [job.result() for job in jobs]
+
+
+def _row_scores(
+    space: _engine.Space,
+    qf: _engine.QueryFilter,
+    block: _engine.Block,
+    excluded: _engine.ChunkPairs,
+    rows: np.ndarray,
+) -> torch.Tensor:
+    """Filter scores of some chunk rows against ``block`` (excluded pairs ``-inf``), for the
+    rare rows whose tiled pass overflowed."""
+    picked = torch.from_numpy(rows)
+    sub = _engine.QueryFilter(qf.rows[picked], qf.scale, qf.norms[picked], qf.use_low)
+    scores = _engine.block_scores(space, sub, block).clone()
+    r, local, _ = excluded.in_block(block)
+    position = np.full(qf.rows.shape[0], -1, dtype=np.int64)
+    position[rows] = np.arange(len(rows))
+    where = torch.from_numpy(position)[r.cpu()]
+    keep = where >= 0
+    scores[where[keep], local.cpu()[keep]] = -torch.inf
+    return scores
+
+
+def window(
+    space: _engine.Space,
+    qf: _engine.QueryFilter,
+    block: _engine.Block,
+    excluded: _engine.ChunkPairs,
+    lo: torch.Tensor,
+    hi: torch.Tensor,
+    symmetric: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`recallkit._kernels.window` of the chunk's filter scores against ``block``, from
+    one tiled pass; the same returns (window items in no particular order)."""
+    dtype = qf.rows.numpy().dtype
+    lo_np = np.ascontiguousarray(lo.numpy().astype(dtype))
+    hi_np = np.ascontiguousarray(hi.numpy().astype(dtype))
+    c, g = lo_np.shape
+    cap = _kernels.WINDOW_CAP
+
+    def state() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return (
+            np.zeros((c, g), dtype=np.int64),
+            np.zeros((c, g), dtype=np.int64),
+            np.empty((c, g, cap), dtype=np.int64),
+        )
+
+    def visit_rows(st: Any, tile: np.ndarray, r0: int, c0: int) -> None:
+        _kernels.window_rows(tile, r0, c0, lo_np, hi_np, cap, *st)
+
+    def visit_cols(st: Any, tile: np.ndarray, r0: int, c0: int) -> None:
+        above, count, index = st
+        _kernels.window_cols(
+            tile, r0, c0, lo_np[:, 0], hi_np[:, 0], cap, above[:, 0], count[:, 0], index[:, 0]
+        )
+
+    states = run(space, qf, block, excluded, symmetric and g == 1, state, visit_rows, visit_cols)
+    above = sum(st[0] for st in states)
+    over = np.zeros((c, g), dtype=bool)
+    for _, count, _ in states:
+        over |= count > cap
+    rows, slots, columns = [], [], []
+    for _, count, index in states:
+        r, t, n = np.nonzero(np.arange(cap)[None, None, :] < np.minimum(count, cap)[:, :, None])
+        keep = ~over[r, t]
+        rows.append(r[keep])
+        slots.append(t[keep])
+        columns.append(index[r, t, n][keep])
+    redo = np.argwhere(over)
+    if len(redo):  # many near-equal scores: recount those windows from the row's scores
+        unique = np.unique(redo[:, 0])
+        scores = _row_scores(space, qf, block, excluded, unique)
+        for (i, t), row in zip(redo, np.searchsorted(unique, redo[:, 0]), strict=True):
+            values = scores[row]
+            above[i, t] = int((values > hi[i, t]).sum())
+            found = torch.nonzero((values >= lo[i, t]) & (values <= hi[i, t]))[:, 0].numpy()
+            rows.append(np.full(len(found), i))
+            slots.append(np.full(len(found), t))
+            columns.append(found)
+    return (
+        torch.from_numpy(above),
+        *(torch.from_numpy(np.concatenate(x).astype(np.int64)) for x in (rows, slots, columns)),
+    )
+
+
+def top(
+    space: _engine.Space,
+    qf: _engine.QueryFilter,
+    block: _engine.Block,
+    excluded: _engine.ChunkPairs,
+    ks: torch.Tensor,
+    eps: torch.Tensor,
+    symmetric: bool,
+    backend: str | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Candidates for each row's exact top-``ks[i]`` in ``block``: every item whose filter
+    score is at least the row's k-th largest filter score minus ``2 eps`` (and possibly a few
+    more), as flat ``(rows, local columns)`` sorted by row then column, from one tiled pass."""
+    dtype = qf.rows.numpy().dtype
+    c = qf.rows.shape[0]
+    k = ks.clamp(min=0, max=block.rows).numpy().astype(np.int64)
+    kmax = int(k.max(initial=0))
+    eps64 = eps.numpy().astype(np.float64)
+    cap = 2 * kmax + 2 * _kernels.WINDOW_CAP
+    slack = 3.0 * eps64  # looser than the final 2 eps: rounding cannot drop a candidate
+
+    def state() -> tuple[np.ndarray, ...]:
+        return (
+            np.empty((c, max(kmax, 1)), dtype=dtype),  # heap
+            np.zeros(c, dtype=np.int64),  # size
+            np.where(k > 0, -np.inf, np.inf),  # floor
+            np.empty((c, cap), dtype=np.int64),  # buffer: columns
+            np.empty((c, cap), dtype=dtype),  # buffer: scores
+            np.zeros(c, dtype=np.int64),  # fill
+            np.zeros(c, dtype=np.bool_),  # over
+        )
+
+    def visit_rows(st: Any, tile: np.ndarray, r0: int, c0: int) -> None:
+        _kernels.top_rows(tile, r0, c0, k, slack, *st)
+
+    def visit_cols(st: Any, tile: np.ndarray, r0: int, c0: int) -> None:
+        _kernels.top_cols(tile, r0, c0, k, slack, *st)
+
+    states = run(space, qf, block, excluded, symmetric, state, visit_rows, visit_cols)
+    # The k-th best filter score of each row: the k-th largest of the workers' top-k lists.
+    heaps = np.concatenate(
+        [
+            np.where(np.arange(max(kmax, 1))[None, :] < st[1][:, None], st[0], -np.inf)
+            for st in states
+        ],
+        axis=1,
+    ).astype(np.float64)
+    heaps = -np.sort(-heaps, axis=1)
+    kth = np.where(k > 0, heaps[np.arange(c), np.maximum(k - 1, 0)], -np.inf)
+    lo = _engine._top_floor(torch.from_numpy(kth), eps, qf.rows.dtype, torch.from_numpy(k))
+    lo_np = lo[:, 0].numpy().astype(dtype)
+    over = np.zeros(c, dtype=bool)
+    for st in states:
+        over |= st[6]
+    rows, cols = [], []
+    for _, _, _, buf_col, buf_score, fill, _ in states:
+        keep = (np.arange(cap)[None, :] < fill[:, None]) & (buf_score >= lo_np[:, None])
+        keep &= ~over[:, None]
+        rows.append(np.nonzero(keep)[0])
+        cols.append(buf_col[keep])
+    redo = np.flatnonzero(over)
+    if len(redo):  # many near-equal scores: those rows in two passes over their scores
+        scores = _row_scores(space, qf, block, excluded, redo)
+        kb = torch.from_numpy(k[redo])
+        row_kth = _kernels.kth_largest(scores, kb, block.rows, backend).to(torch.float64)
+        row_lo = _engine._top_floor(row_kth, eps[redo], scores.dtype, kb)
+        _, wr, _, wj = _kernels.window(
+            scores,
+            row_lo,
+            torch.full_like(row_lo, torch.inf),
+            block.rows,
+            backend,
+            cap=int(kb.max()) + _kernels.WINDOW_CAP,
+        )
+        rows.append(redo[wr.numpy()])
+        cols.append(wj.numpy())
+    rows_all, cols_all = np.concatenate(rows), np.concatenate(cols)
+    order = np.lexsort((cols_all, rows_all))
+    return torch.from_numpy(rows_all[order]), torch.from_numpy(cols_all[order])
