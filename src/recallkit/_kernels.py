@@ -553,7 +553,8 @@ def _offer(
 ):  # pragma: no cover
     """Offer item ``col`` with filter score ``s`` to row ``r``'s running top-k: a min-heap of
     the ``ks[r]`` best scores and a buffer of every item within ``slack[r]`` of its root (the
-    root only rises, so nothing dropped could be needed later). A full buffer is compacted; one
+    root only rises, so nothing dropped could be needed later). ``floor`` has the tile's type:
+    its rounding is far below the slack's margin over the final ``2 eps``. A full buffer is compacted; one
     that stays over half full marks the row in ``over`` (the caller recomputes it)."""
     k = ks[r]
     h = heap[r]
@@ -570,7 +571,7 @@ def _offer(
                 break
         size[r] = n + 1
         if n + 1 == k:
-            floor[r] = np.float64(h[0]) - slack[r]
+            floor[r] = np.float64(h[0]) - slack[r]  # rounded to the tile's type
     elif s > h[0]:
         h[0] = s
         p = 0
@@ -587,13 +588,13 @@ def _offer(
             else:
                 break
         floor[r] = np.float64(h[0]) - slack[r]
-    if np.float64(s) >= floor[r]:
+    if s >= floor[r]:
         cap = buf_col.shape[1]
         f = fill[r]
         if f == cap:
             kept = 0
             for a in range(cap):
-                if np.float64(buf_score[r, a]) >= floor[r]:
+                if buf_score[r, a] >= floor[r]:
                     buf_col[r, kept] = buf_col[r, a]
                     buf_score[r, kept] = buf_score[r, a]
                     kept += 1
@@ -621,12 +622,16 @@ def top_rows(
         hits = 0
         for j in range(width):
             hits += row[j] >= start
-        if hits == 0:
-            continue
-        for j in range(width):
+        j = 0
+        while hits > 0 and j < width:  # the floor only rises: at most ``hits`` items to offer
             s = row[j]
-            if s > -np.inf and np.float64(s) >= floor[r] and not over[r]:
-                _offer(r, s, col0 + j, ks, slack, heap, size, floor, buf_col, buf_score, fill, over)
+            if s >= start:
+                hits -= 1
+                if s > -np.inf and s >= floor[r] and not over[r]:
+                    _offer(
+                        r, s, col0 + j, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
+                    )
+            j += 1
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -641,10 +646,15 @@ def top_cols(
         hits = 0
         for j in range(width):
             hits += row[j] >= start[j]
-        if hits == 0:
-            continue
-        for j in range(width):
+        j = 0
+        while hits > 0 and j < width:
             s = row[j]
-            r = col0 + j
-            if s > -np.inf and np.float64(s) >= floor[r] and not over[r]:
-                _offer(r, s, row0 + i, ks, slack, heap, size, floor, buf_col, buf_score, fill, over)
+            if s >= start[j]:
+                hits -= 1
+                r = col0 + j
+                if s > -np.inf and s >= floor[r] and not over[r]:
+                    _offer(
+                        r, s, row0 + i, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
+                    )
+                    start[j] = floor[r]
+            j += 1

@@ -228,7 +228,7 @@ def top(
         return (
             np.empty((c, max(kmax, 1)), dtype=dtype),  # heap
             np.zeros(c, dtype=np.int64),  # size
-            np.where(k > 0, -np.inf, np.inf),  # floor
+            np.where(k > 0, -np.inf, np.inf).astype(dtype),  # floor
             np.empty((c, cap), dtype=np.int64),  # buffer: columns
             np.empty((c, cap), dtype=dtype),  # buffer: scores
             np.zeros(c, dtype=np.int64),  # fill
