@@ -554,8 +554,9 @@ def _offer(
     """Offer item ``col`` with filter score ``s`` to row ``r``'s running top-k: a min-heap of
     the ``ks[r]`` best scores and a buffer of every item within ``slack[r]`` of its root (the
     root only rises, so nothing dropped could be needed later). ``floor`` has the tile's type:
-    its rounding is far below the slack's margin over the final ``2 eps``. A full buffer is compacted; one
-    that stays over half full marks the row in ``over`` (the caller recomputes it)."""
+    its rounding is far below the slack's margin over the final ``2 eps``. A full buffer is
+    compacted; one that stays over half full marks the row in ``over`` (the caller recomputes
+    it)."""
     k = ks[r]
     h = heap[r]
     n = size[r]

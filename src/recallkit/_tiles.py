@@ -19,6 +19,7 @@ end: counts add, window items concatenate, running top-k lists keep the k best o
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +58,41 @@ def is_symmetric(
     return bool(np.array_equal(key, mirrored))
 
 
+def _numpy_product(a: torch.Tensor, b: torch.Tensor, out: np.ndarray) -> None:
+    np.matmul(a.numpy(), b.numpy().T, out=out)
+
+
+def _torch_product(a: torch.Tensor, b: torch.Tensor, out: np.ndarray) -> None:
+    torch.mm(a, b.T, out=torch.from_numpy(out))
+
+
+PRODUCTS = {"numpy": _numpy_product, "torch": _torch_product}
+_CHOSEN: dict[tuple[torch.dtype, int], str] = {}
+
+
+def choose_product(dtype: torch.dtype, width: int) -> str:
+    """The faster single-threaded BLAS for tiles of this type and inner dimension, numpy's or
+    torch's (they differ by machine: OpenBLAS is faster on some AMD servers, MKL on Intel),
+    measured once per process on a tile of random rows. Run with BLAS limited to one thread."""
+    key = (dtype, width)
+    if key not in _CHOSEN:
+        generator = torch.Generator().manual_seed(0)
+        a = torch.randn((TILE, width), generator=generator).to(dtype)
+        b = torch.randn((TILE, width), generator=generator).to(dtype)
+        out = np.empty((TILE, TILE), dtype=a.numpy().dtype)
+        best = {}
+        for name, product in PRODUCTS.items():
+            product(a, b, out)  # warm up
+            times = []
+            for _ in range(3):
+                start = time.perf_counter()
+                product(a, b, out)
+                times.append(time.perf_counter() - start)
+            best[name] = min(times)
+        _CHOSEN[key] = min(best, key=best.get)
+    return _CHOSEN[key]
+
+
 def tile_scores(
     space: _engine.Space,
     qf: _engine.QueryFilter,
@@ -66,10 +102,10 @@ def tile_scores(
     out: np.ndarray,
 ) -> None:
     """Filter scores of chunk rows ``row0:`` against block rows ``col0:`` into the tile ``out``
-    (single-threaded BLAS; its rounding does not matter)."""
+    (single-threaded BLAS, :func:`choose_product`; its rounding does not matter)."""
     rows, cols = out.shape
-    a = qf.rows.numpy()[row0 : row0 + rows]
-    np.matmul(a, block.gemm.numpy()[col0 : col0 + cols].T, out=out)
+    product = PRODUCTS[choose_product(qf.rows.dtype, qf.rows.shape[1])]
+    product(qf.rows[row0 : row0 + rows], block.gemm[col0 : col0 + cols], out)
 
 
 def run(
@@ -114,10 +150,16 @@ def run(
             if symmetric and c0 != r0:
                 visit_cols(mine, tile, r0, c0)
 
-    workers = max(1, min(torch.get_num_threads(), len(tasks)))
+    threads = torch.get_num_threads()
+    workers = max(1, min(threads, len(tasks)))
     with _engine._blas_controller().limit(limits=1, user_api="blas"):
-        jobs = [_engine._pool(workers).submit(work) for _ in range(workers)]
-        return [job.result() for job in jobs]
+        torch.set_num_threads(1)
+        try:
+            choose_product(qf.rows.dtype, qf.rows.shape[1])
+            jobs = [_engine._pool(workers).submit(work) for _ in range(workers)]
+            return [job.result() for job in jobs]
+        finally:
+            torch.set_num_threads(threads)
 
 
 def _row_scores(

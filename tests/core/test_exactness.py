@@ -325,3 +325,18 @@ def test_tiles_overflow_and_exclusions_across_tiles_equal_the_definition(
     for i in range(len(x)):
         order = brute.ranked(s[i], set())
         assert ranks[i, : len(targets[i])].tolist() == [order.index(j) for j in targets[i]]
+
+
+@pytest.mark.parametrize("product", ["numpy", "torch"])
+def test_either_blas_gives_the_definition(monkeypatch, product):
+    # The tile GEMM is numpy's or torch's BLAS, whichever is faster on the machine.
+    monkeypatch.setattr(_tiles, "choose_product", lambda dtype, width: product)
+    monkeypatch.setattr(_tiles, "TILE", 64)
+    x, _ = _near_ties(6)
+    labels = np.arange(len(x)) // 3
+    expected, s, excluded = _brute_first_hits(x, labels, "cosine")
+    result = recall_at_k(x, x, labels, labels, (1,), query_in_reference=True)
+    np.testing.assert_array_equal(result.first_hit_ranks, expected)
+    idx, _ = nearest_neighbors(x, x[::-1].copy(), 4)
+    for i in range(len(x)):
+        assert idx[i].tolist() == brute.ranked(s[i, ::-1], set())[:4]
