@@ -487,13 +487,12 @@ def _chunk_ranks(
             keep = (local_best == best) & torch.isfinite(best)
             where = reduce("min", torch.where(keep, where, _engine.SENTINEL))
     total, flag = _counts(*args, best, where, excluded, passes, backend, exact_sizes)
+    over = over | flag
     if reduce is not None:
         if bool(flag):
             total, _ = _counts(*args, best, where, excluded, passes, backend, True)
-        total, flag = reduce("sum", total), _no_flag(space.device)
-        over = _no_flag(space.device)
-    ranks = torch.where(torch.isfinite(best), total, -1)
-    return ranks, over | flag
+        total, over = reduce("sum", total), _no_flag(space.device)
+    return torch.where(torch.isfinite(best), total, -1), over
 
 
 def threshold_ranks(
