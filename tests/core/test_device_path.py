@@ -244,3 +244,38 @@ def test_low_precision_filter_runs_on_the_cpu_only_on_the_torch_path(monkeypatch
     monkeypatch.setattr(_kernels, "_use_numba", lambda tensor, backend: False)
     space = _engine.prepare(x, x, "cosine", None, "f", precision="bfloat16")
     assert space.single.low is not None and space.single.low.dtype == torch.bfloat16
+
+
+def _wide_space(device: str) -> _engine.Space:
+    """A space of 100,000 reference columns in blocks, d = 128 (sizing only: nothing runs)."""
+    rows = _engine.Rows(torch.ones(1, 128), torch.ones(1), torch.ones(1))
+    return _engine.Space(
+        rows, "cosine", 100_000, 128, torch.device(device), lambda: iter(()), block_rows=100_000
+    )
+
+
+@pytest.mark.parametrize(
+    ("budget", "rows"),
+    [
+        # A chunk row holds 100,000 float32 scores, 8 bytes of masks per score and 16 d:
+        # 1,202,048 bytes. 1 GiB // that = 893, rounded down to a multiple of 64.
+        ("1GiB", 832),
+        ("512MiB", 384),  # 446 -> 384
+        ("2000000000", 1600),  # 1663 -> 1600
+        ("8g", 4096),  # 7146, capped at 4096
+        ("100", 64),  # at least 64
+    ],
+)
+def test_gpu_chunks_are_sized_from_the_memory_setting(monkeypatch, budget, rows):
+    monkeypatch.setenv("RECALLKIT_GPU_MEMORY", budget)
+    assert _engine.chunk_rows(_wide_space("cuda"), None) == rows
+    # The CPU keeps its 256 MiB budget and has no mask bytes: 268,435,456 // 402,048 = 667.
+    assert _engine.chunk_rows(_wide_space("cpu"), None) == 640
+    assert _engine.chunk_rows(_wide_space("cuda"), 100) == 100
+
+
+@pytest.mark.parametrize("budget", ["lots", "-5", "0", "1.5 parsecs"])
+def test_a_bad_gpu_memory_setting_names_the_variable(monkeypatch, budget):
+    monkeypatch.setenv("RECALLKIT_GPU_MEMORY", budget)
+    with pytest.raises(ValueError, match=r"RECALLKIT_GPU_MEMORY environment variable must be"):
+        _engine.chunk_rows(_wide_space("cuda"), None)
