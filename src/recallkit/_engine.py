@@ -473,17 +473,19 @@ def chunk_rows(space: Space, chunk_size: int | None, per_row_bytes: int = 0) -> 
     ``c · (m · (e + x) + per_row_bytes + 16 d)`` bytes: filter scores of ``e`` bytes (4, or 8
     for float64), ``x`` bytes per score of masks and temporaries on a GPU
     (``DEVICE_BYTES_PER_SCORE``; none on the CPU), ``per_row_bytes`` for ranked lists and the
-    rows themselves. ``c`` is the most that fits the budget, rounded down to a multiple of 64,
-    within [64, 4096].
+    rows themselves. ``c`` is the most that fits the budget (on a GPU, and with fewer than 2**31
+    scores), rounded down to a multiple of 64, within [64, 4096].
     """
     if chunk_size is not None:
         return chunk_size
     columns = space.single.rows if space.single is not None else space.block_rows
     element = 8 if space.filter_dtype == torch.float64 else 4
     per_row = columns * element + per_row_bytes + space.dim * 16
+    rows = memory_budget(space.device) // max(per_row, 1)
     if space.device.type != "cpu":
         per_row += columns * DEVICE_BYTES_PER_SCORE
-    rows = memory_budget(space.device) // max(per_row, 1)
+        # A chunk's masks stay below 2**31 elements, the limit of torch's index kernels.
+        rows = min(memory_budget(space.device) // per_row, (2**31 - 1) // max(columns, 1))
     return int(max(MIN_CHUNK_ROWS, min(MAX_CHUNK_ROWS, rows // 64 * 64)))
 
 

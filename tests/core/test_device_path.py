@@ -246,11 +246,11 @@ def test_low_precision_filter_runs_on_the_cpu_only_on_the_torch_path(monkeypatch
     assert space.single.low is not None and space.single.low.dtype == torch.bfloat16
 
 
-def _wide_space(device: str) -> _engine.Space:
-    """A space of 100,000 reference columns in blocks, d = 128 (sizing only: nothing runs)."""
+def _wide_space(device: str, columns: int = 100_000) -> _engine.Space:
+    """A space of ``columns`` reference columns in blocks, d = 128 (sizing only: nothing runs)."""
     rows = _engine.Rows(torch.ones(1, 128), torch.ones(1), torch.ones(1))
     return _engine.Space(
-        rows, "cosine", 100_000, 128, torch.device(device), lambda: iter(()), block_rows=100_000
+        rows, "cosine", columns, 128, torch.device(device), lambda: iter(()), block_rows=columns
     )
 
 
@@ -272,6 +272,12 @@ def test_gpu_chunks_are_sized_from_the_memory_setting(monkeypatch, budget, rows)
     # The CPU keeps its 256 MiB budget and has no mask bytes: 268,435,456 // 402,048 = 667.
     assert _engine.chunk_rows(_wide_space("cpu"), None) == 640
     assert _engine.chunk_rows(_wide_space("cuda"), 100) == 100
+
+
+def test_gpu_chunks_stay_below_two_to_the_31_scores(monkeypatch):
+    monkeypatch.setenv("RECALLKIT_GPU_MEMORY", "1TiB")
+    # 10,000,000 columns: the budget allows 9,162 rows, 2**31 scores 214 -> 192.
+    assert _engine.chunk_rows(_wide_space("cuda", 10_000_000), None) == 192
 
 
 @pytest.mark.parametrize("budget", ["lots", "-5", "0", "1.5 parsecs"])
