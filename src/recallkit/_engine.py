@@ -28,6 +28,11 @@ or a given ground-truth item) with its exact score and global index, then the co
 that rank above it. Both steps combine across blocks and shards by max/min and sum, which is what
 makes streamed and distributed evaluation exact. Positives are given by label codes (compared per
 chunk, never materialised as pairs) or by explicit index lists (ground truth).
+
+Where the torch kernels run (CUDA), every step of a chunk stays on the device, with windows of
+fixed capacity, so that a call synchronises with the host a constant number of times
+(:mod:`recallkit._device`); a float16/bfloat16 filter is the first stage of a cascade whose
+window is scored again in float32 before the exact scores.
 """
 
 from __future__ import annotations
