@@ -486,11 +486,12 @@ def chunk_rows(space: Space, chunk_size: int | None, per_row_bytes: int = 0) -> 
     columns = space.single.rows if space.single is not None else space.block_rows
     element = 8 if space.filter_dtype == torch.float64 else 4
     per_row = columns * element + per_row_bytes + space.dim * 16
-    rows = memory_budget(space.device) // max(per_row, 1)
     if space.device.type != "cpu":
         per_row += columns * DEVICE_BYTES_PER_SCORE
+    rows = memory_budget(space.device) // max(per_row, 1)
+    if space.device.type != "cpu":
         # A chunk's masks stay below 2**31 elements, the limit of torch's index kernels.
-        rows = min(memory_budget(space.device) // per_row, (2**31 - 1) // max(columns, 1))
+        rows = min(rows, (2**31 - 1) // max(columns, 1))
     return int(max(MIN_CHUNK_ROWS, min(MAX_CHUNK_ROWS, rows // 64 * 64)))
 
 
