@@ -2,9 +2,10 @@
 
 Prints, per scale: the chunked GEMM floors (float32, TF32, bfloat16, each with one row
 reduction), the naive ``mm + topk`` recall (inexact under ties), recallkit's recall@K in each
-precision, MAP@R, ``nearest_neighbors(k=100)`` and the peak GPU memory beyond the inputs; then
-checks that CUDA gives the CPU's ranks on a duplicate-heavy set. Runs from a plain source
-checkout (torch, numpy, numba, scipy; no uv needed):
+precision, MAP@R, ``nearest_neighbors(k=100)``, the peak GPU memory beyond the inputs and the
+host synchronisations of each call (torch's CUDA sync debug mode); then checks that CUDA gives
+the CPU's ranks on a duplicate-heavy set. Runs from a plain source checkout (torch, numpy,
+numba, scipy; no uv needed):
 
     PYTHONPATH=src python benchmarks/bench_gpu.py                 # on a CUDA machine
     PYTHONPATH=src python benchmarks/bench_gpu.py --device cpu --scale tiny   # a smoke run
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -62,9 +64,9 @@ class Clock:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def time(self, fn: Callable[[], Any]) -> tuple[Any, float, float] | None:
-        """``(value, seconds, peak GiB beyond what was allocated before)``, or None past the
-        budget."""
+    def time(self, fn: Callable[[], Any]) -> tuple[Any, float, float, int | None] | None:
+        """``(value, seconds, peak GiB beyond what was allocated before, host synchronisations)``,
+        or None past the budget. Synchronisations are counted on CUDA only (``None`` else)."""
         if time.perf_counter() - self.start > self.budget:
             return None
         base = 0
@@ -72,14 +74,24 @@ class Clock:
             torch.cuda.reset_peak_memory_stats(self.device)
             base = torch.cuda.memory_allocated(self.device)
         self.sync()
-        t0 = time.perf_counter()
-        value = fn()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if self.device.type == "cuda":
+                torch.cuda.set_sync_debug_mode("warn")
+            t0 = time.perf_counter()
+            try:
+                value = fn()
+            finally:
+                if self.device.type == "cuda":
+                    torch.cuda.set_sync_debug_mode("default")
         self.sync()
         seconds = time.perf_counter() - t0
         peak = 0.0
+        syncs = None
         if self.device.type == "cuda":
             peak = (torch.cuda.max_memory_allocated(self.device) - base) / 2**30
-        return value, seconds, peak
+            syncs = sum("synchronizing" in str(w.message) for w in caught)
+        return value, seconds, peak, syncs
 
 
 def gemm_floor(x: torch.Tensor, rows: int, dtype: torch.dtype, tf32: bool) -> float:
@@ -128,7 +140,11 @@ def run_scale(name: str, device: torch.device, clock: Clock) -> None:
         f"\n== {name}: {rows:,}² leave-one-out, d={dim}, {classes:,} classes, ks={ks}, "
         f"{dups:.0%} (near-)duplicates, {device} =="
     )
-    print(f"{'method':<34}{'time s':>9}{'x bf16 floor':>13}{'peak GiB':>10}  result")
+    base = "bf16" if device.type == "cuda" else "fp32"  # the floor ratios are taken against
+    print(
+        f"{'method':<34}{'time s':>9}{'x ' + base + ' floor':>13}{'peak GiB':>10}"
+        f"{'syncs':>7}  result"
+    )
     floor: dict[str, float] = {}
 
     def row(label: str, fn: Callable[[], Any], key: str | None = None) -> Any:
@@ -136,16 +152,19 @@ def run_scale(name: str, device: torch.device, clock: Clock) -> None:
         if out is None:
             print(f"{label:<34}{'skipped (time budget)':>32}")
             return None
-        value, seconds, peak = out
+        value, seconds, peak, syncs = out
         if key:
             floor[key] = seconds
-        ratio = seconds / floor["bf16"] if "bf16" in floor else float("nan")
+        ratio = seconds / floor[base] if base in floor else float("nan")
         shown = value
         if isinstance(value, dict):
             shown = {k: round(v, 4) for k, v in value.items()}
         elif isinstance(value, float):
             shown = round(value, 6)
-        print(f"{label:<34}{seconds:9.3f}{ratio:13.2f}{peak:10.2f}  {shown}", flush=True)
+        count = "-" if syncs is None else str(syncs)
+        print(
+            f"{label:<34}{seconds:9.3f}{ratio:13.2f}{peak:10.2f}{count:>7}  {shown}", flush=True
+        )
         return value
 
     row("GEMM floor float32", lambda: gemm_floor(x, chunk, torch.float32, False), "fp32")
@@ -170,10 +189,14 @@ def run_scale(name: str, device: torch.device, clock: Clock) -> None:
         "r_precision float32",
         lambda: recallkit.r_precision(x, x, lab, lab, query_in_reference=True),
     )
-    row(
-        "nearest_neighbors k=100",
-        lambda: int(recallkit.nearest_neighbors(x, x, 100, query_in_reference=True)[0][0, 0]),
-    )
+    for p in precisions[:2]:
+        row(
+            f"nearest_neighbors k=100 {p}",
+            lambda p=p: tuple(
+                recallkit.nearest_neighbors(x, x, 100, query_in_reference=True, precision=p)[0]
+                .shape
+            ),
+        )
 
 
 def check_cuda_equals_cpu(clock: Clock) -> None:
@@ -197,7 +220,7 @@ def check_cuda_equals_cpu(clock: Clock) -> None:
         if out is None:
             print(f"{p}: skipped (time budget)")
             continue
-        (gpu, gpu_map), _, _ = out
+        (gpu, gpu_map), _, _, _ = out
         ranks = int((gpu.first_hit_ranks != cpu.first_hit_ranks).sum())
         q, r = torch.from_numpy(x[:2000]).cuda(), torch.from_numpy(x).cuda()
         nn = recallkit.nearest_neighbors(q, r, 50, precision=p)

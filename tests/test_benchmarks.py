@@ -30,7 +30,8 @@ def test_bench_gpu_smoke_run_on_the_cpu():
         "recall_at_k float32",
         "map_at_r float32",
         "r_precision float32",
-        "nearest_neighbors k=100",
+        "nearest_neighbors k=100 float32",
     ):
         assert name in rows, done.stdout
+    assert any("peak GiB  syncs  result" in line for line in lines), done.stdout
     assert "skipped" not in done.stdout

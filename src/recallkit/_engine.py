@@ -28,12 +28,19 @@ or a given ground-truth item) with its exact score and global index, then the co
 that rank above it. Both steps combine across blocks and shards by max/min and sum, which is what
 makes streamed and distributed evaluation exact. Positives are given by label codes (compared per
 chunk, never materialised as pairs) or by explicit index lists (ground truth).
+
+Where the torch kernels run (CUDA), every step of a chunk stays on the device, with windows of
+fixed capacity, so that a call synchronises with the host a constant number of times
+(:mod:`recallkit._device`); a float16/bfloat16 filter is the first stage of a cascade whose
+window is scored again in float32 before the exact scores.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -43,7 +50,7 @@ import numpy as np
 import torch
 from threadpoolctl import ThreadpoolController
 
-from recallkit import _checks, _kernels, _tiles
+from recallkit import _checks, _device, _kernels, _tiles
 
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
 MIN_CHUNK_ROWS = 64
@@ -164,18 +171,21 @@ class QueryFilter:
     use_low: bool = False
 
 
-def query_filter(metric: str, chunk: Rows, block: Block, dtype: torch.dtype) -> QueryFilter:
+def query_filter(
+    metric: str, chunk: Rows, block: Block, dtype: torch.dtype, scale: float | None = None
+) -> QueryFilter:
     """The chunk's GEMM rows such that ``filter = scale · block.scale · exact score``.
 
     cosine: ``q/|q|`` (scale 1); dot: ``c q``; euclidean: ``[2 c q, -c / block.scale]``, so that
-    the product with ``[s r, s² |r|²]`` is ``c s (2 q·r - |r|²)``.
+    the product with ``[s r, s² |r|²]`` is ``c s (2 q·r - |r|²)``. ``c`` is ``scale`` if given
+    (a power of two), else the one that brings the chunk's largest norm into [0.5, 1).
     """
     x = chunk.raw.to(torch.float64)
     if metric == "cosine":
         scale = 1.0
         rows = x / chunk.norm[:, None]
     else:
-        scale = _pow2_scale(chunk.sq)
+        scale = _pow2_scale(chunk.sq) if scale is None else scale
         rows = x * scale
         if metric == "euclidean":
             extra = torch.full_like(rows[:, :1], -scale / block.scale)
@@ -257,8 +267,10 @@ def make_block(
     norms = torch.linalg.vector_norm(gemm.to(torch.float64), dim=1)
     max_norm = float(norms.max()) if len(norms) else 0.0
     low = None
-    if PRECISIONS[precision] is not None and device.type == "cuda" and dtype == torch.float32:
-        low = gemm.to(PRECISIONS[precision])
+    # The low-precision filter runs where the torch kernels do (CUDA; the CPU when forced).
+    if PRECISIONS[precision] is not None and dtype == torch.float32:
+        if not _kernels._use_numba(rows.raw, None):
+            low = gemm.to(PRECISIONS[precision])
     return Block(
         offset,
         rows.raw.shape[0],
@@ -429,20 +441,57 @@ def _streamed_block_rows(m: int, d: int, n: int) -> int:
     return int(min(m, max(MIN_CHUNK_ROWS, DEFAULT_MEMORY_BUDGET // per_row)))
 
 
+GPU_MEMORY_VARIABLE = "RECALLKIT_GPU_MEMORY"
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+# Bytes per filter score that a chunk's masks and temporaries take on a GPU, besides the score.
+DEVICE_BYTES_PER_SCORE = 8
+
+
+def memory_budget(device: torch.device) -> int:
+    """Bytes a query chunk's working memory may take on ``device``.
+
+    The CPU: ``DEFAULT_MEMORY_BUDGET`` (256 MiB). Another device: the ``RECALLKIT_GPU_MEMORY``
+    environment variable when it is set (bytes, or with a binary unit: ``512MiB``, ``8GiB``),
+    else a quarter of the free memory of a CUDA device at the call, and at least 256 MiB.
+    """
+    if device.type == "cpu":
+        return DEFAULT_MEMORY_BUDGET
+    text = os.environ.get(GPU_MEMORY_VARIABLE, "").strip()
+    if text:
+        match = re.fullmatch(r"(\d+(?:\.\d*)?)\s*(?:([kmgt])i?b?|b)?", text.lower())
+        value = float(match.group(1)) * _UNITS[match.group(2) or ""] if match else 0.0
+        if value < 1:
+            raise ValueError(
+                f"The {GPU_MEMORY_VARIABLE} environment variable must be a positive number of "
+                f"bytes, optionally with a binary unit (512MiB, 8GiB). Got {text!r}."
+            )
+        return int(value)
+    if device.type == "cuda":
+        return max(DEFAULT_MEMORY_BUDGET, torch.cuda.mem_get_info(device)[0] // 4)
+    return DEFAULT_MEMORY_BUDGET
+
+
 def chunk_rows(space: Space, chunk_size: int | None, per_row_bytes: int = 0) -> int:
-    """Rows per query chunk: ``chunk_size`` if given, else sized from the memory budget."""
+    """Rows per query chunk: ``chunk_size`` if given, else sized from :func:`memory_budget`.
+
+    A chunk of ``c`` rows against ``m`` reference columns (or a block of them) holds about
+    ``c · (m · (e + x) + per_row_bytes + 16 d)`` bytes: filter scores of ``e`` bytes (4, or 8
+    for float64), ``x`` bytes per score of masks and temporaries on a GPU
+    (``DEVICE_BYTES_PER_SCORE``; none on the CPU), ``per_row_bytes`` for ranked lists and the
+    rows themselves. ``c`` is the most that fits the budget (on a GPU, and with fewer than 2**31
+    scores), rounded down to a multiple of 64, within [64, 4096].
+    """
     if chunk_size is not None:
         return chunk_size
     columns = space.single.rows if space.single is not None else space.block_rows
     element = 8 if space.filter_dtype == torch.float64 else 4
     per_row = columns * element + per_row_bytes + space.dim * 16
-    budget = DEFAULT_MEMORY_BUDGET
-    if space.device.type == "cuda":
-        # On a GPU the chunk is sized from the free device memory (a quarter of it); the label
-        # comparison and masks take about two more bytes per score.
-        per_row += columns * 2
-        budget = max(budget, torch.cuda.mem_get_info(space.device)[0] // 4)
-    rows = budget // max(per_row, 1)
+    if space.device.type != "cpu":
+        per_row += columns * DEVICE_BYTES_PER_SCORE
+    rows = memory_budget(space.device) // max(per_row, 1)
+    if space.device.type != "cpu":
+        # A chunk's masks stay below 2**31 elements, the limit of torch's index kernels.
+        rows = min(rows, (2**31 - 1) // max(columns, 1))
     return int(max(MIN_CHUNK_ROWS, min(MAX_CHUNK_ROWS, rows // 64 * 64)))
 
 
@@ -451,13 +500,17 @@ def block_scores(space: Space, qf: QueryFilter, block: Block) -> torch.Tensor:
 
     On the CPU: numpy's BLAS, single-threaded, on row slices run by a thread pool, into a reused
     buffer, which leaves no BLAS threads spinning while the numba kernels run next. Its rounding
-    does not matter (module docstring). On CUDA: ``torch.mm``.
+    does not matter (module docstring). On CUDA (and wherever the torch kernels run):
+    ``torch.mm``; a low-precision filter multiplies in that type with float32 accumulation.
     """
     a_t = qf.rows
     rows, cols = a_t.shape[0], block.rows
     if qf.use_low:
-        return torch.mm(a_t.to(block.low.dtype), block.low.T, out_dtype=torch.float32)
-    if a_t.device.type != "cpu":
+        a_low = a_t.to(block.low.dtype)
+        if a_t.device.type == "cpu":  # the same products, summed in float32
+            return a_low.to(torch.float32) @ block.low.to(torch.float32).T
+        return torch.mm(a_low, block.low.T, out_dtype=torch.float32)
+    if a_t.device.type != "cpu" or not _kernels._use_numba(a_t, None):
         return a_t @ block.gemm.T
     a = a_t.numpy()
     size = rows * cols
@@ -512,8 +565,11 @@ def _top_floor(
     return lo
 
 
-def error_bound(space: Space, qf: QueryFilter, block: Block) -> torch.Tensor:
-    """Per query row, a bound on |filter score - scale · exact score| against this block (CPU).
+def error_bound(
+    space: Space, qf: QueryFilter, block: Block, on_device: bool = False
+) -> torch.Tensor:
+    """Per query row, a bound on |filter score - scale · exact score| against this block (CPU,
+    or the rows' device with ``on_device``).
 
     Standard GEMM error analysis over ``t = d + 1`` terms, ``|fl(a·b) - a·b| <= t u |a| |b|``;
     plus the rounding of the GEMM's inputs to their type (and of low-precision or TF32 inputs),
@@ -530,7 +586,8 @@ def error_bound(space: Space, qf: QueryFilter, block: Block) -> torch.Tensor:
     tiny = _TINY[block.low.dtype if qf.use_low else dtype]
     norms = qf.norms
     absolute = 4.0 * terms * tiny * (1.0 + norms + block.max_norm)
-    return (gamma * norms * block.max_norm + absolute).cpu()
+    bound = gamma * norms * block.max_norm + absolute
+    return bound if on_device else bound.cpu()
 
 
 class Pairs:
@@ -806,8 +863,7 @@ def _bounds(
     # Excluded candidates score -inf: a finite lower bound keeps them out of every window.
     lo = lo.clamp(min=torch.finfo(dtype).min)
     off = ~torch.isfinite(centre)
-    lo[off], hi[off] = torch.inf, torch.inf
-    return lo, hi
+    return torch.where(off, torch.inf, lo), torch.where(off, torch.inf, hi)
 
 
 Reducer = Callable[[str, torch.Tensor], torch.Tensor]
@@ -879,6 +935,10 @@ def threshold_ranks(
     (``"max"``, ``"min"``, ``"sum"``); identity in one process. Returns a ``(c, g)`` int64 CPU
     tensor.
     """
+    if _device.applies(space, backend):
+        return _device.threshold_ranks(
+            space, chunk, start, stop, exclusions, positives, targets, reduce, backend
+        )
     rows = stop - start
     excluded = ChunkPairs.of(exclusions, start, stop, space.device)
     single = space.single is not None
@@ -968,6 +1028,8 @@ def first_hit_ranks(
     score and a lower index: counted, never sorted.
     """
     size = chunk_rows(space, chunk_size)
+    if _device.applies(space, backend):
+        return _device.first_hit_ranks(space, positives, exclusions, size, backend)
     state = 8 * (2 + _kernels.WINDOW_CAP)  # the tile pass's window state per query
     n = space.num_query
     if _one_chunk(space, chunk_size, state) and _exact_is_cheaper(positives, space.single, 0, n):
@@ -999,6 +1061,8 @@ def slot_ranks(
     Other targets of the same query count as candidates like any other item.
     """
     size = chunk_rows(space, chunk_size)
+    if _device.applies(space, backend):
+        return _device.slot_ranks(space, targets, exclusions, size, backend)
     out = np.empty(targets.shape, dtype=np.int64)
     all_targets = torch.from_numpy(targets)
     for start, stop in chunks(space.num_query, size):
@@ -1039,6 +1103,8 @@ def ranked_chunk(
 
     Returns CPU tensors ``(c, max(ks))``: indices (``-1`` padding) and float64 scores.
     """
+    if _device.applies(space, backend):
+        return _device.ranked_chunk(space, chunk, start, stop, ks, exclusions, backend)
     rows = stop - start
     ks = ks.cpu()
     kmax = int(ks.max()) if rows else 0
@@ -1085,14 +1151,19 @@ def ranked_lists(
     exclusions: Pairs | None,
     chunk_size: int | None = None,
     backend: str | None = None,
+    on_device: bool = False,
 ) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor]]:
     """Yield ``(start, stop, indices, scores)``: each query's exact top-``ks[i]``, best first.
 
     Ties rank the lower reference index first; unused slots hold index ``-1``. Chunks are sized
-    so that the lists of one chunk stay within the memory budget.
+    so that the lists of one chunk stay within the memory budget. The lists are CPU tensors, or
+    with ``on_device`` where the work runs.
     """
     kmax = int(ks.max(initial=0))
     size = chunk_rows(space, chunk_size, per_row_bytes=kmax * 40)
+    if _device.applies(space, backend):
+        yield from _device.ranked_lists(space, ks, exclusions, size, backend, on_device)
+        return
     state = 4 * kmax + 12 * (2 * kmax + 2 * _kernels.WINDOW_CAP) + 32  # the tile pass's top-k
     if _one_chunk(space, chunk_size, state + kmax * 40):
         size = max(space.num_query, 1)

@@ -89,11 +89,12 @@ def _exact_numba(query, reference, q_aux, r_aux, rows, cols, mode, out):  # prag
 
 
 def _exact_torch(query, reference, q_aux, r_aux, rows, cols, mode):
-    q = query[rows].T.to(torch.float64)
-    r = reference[cols].T.to(torch.float64)
+    # Products first (each rounded to float64 once), then one addition per dimension in index
+    # order: the definition's order of operations, d element-wise additions.
+    products = (query[rows].to(torch.float64) * reference[cols].to(torch.float64)).T.contiguous()
     dot = torch.zeros(rows.shape[0], dtype=torch.float64, device=query.device)
     for k in range(query.shape[1]):
-        dot = dot + q[k] * r[k]
+        dot = dot + products[k]
     if mode == 1:
         return dot / (q_aux[rows] * r_aux[cols])
     if mode == 2:
@@ -114,11 +115,13 @@ def exact_scores(
     """Exact float64 scores (module docstring) of ``(query[rows[p]], reference[cols[p]])``.
 
     ``q_aux``/``r_aux`` are the rows' :func:`row_norms` (cosine) or :func:`row_sq_norms`
-    (euclidean; unused for dot). Returns a float64 CPU tensor.
+    (euclidean; unused for dot). Returns a float64 tensor: on the CPU from the numba kernel, on
+    ``query``'s device from the torch kernels, where a negative row marks a padding pair
+    (fixed-size windows) that scores ``-inf``.
     """
     mode = MODES[metric]
     if not rows.numel():
-        return torch.empty(0, dtype=torch.float64)
+        return torch.empty(0, dtype=torch.float64, device=query.device)
     if _use_numba(query, backend) and query.device.type == "cpu":
         out = np.empty(rows.shape[0], dtype=np.float64)
         _exact_numba(
@@ -132,13 +135,17 @@ def exact_scores(
             out,
         )
         return torch.from_numpy(out)
-    parts = []
-    step = 1 << 16
+    rows = rows.to(query.device)
+    cols = cols.to(reference.device)
+    out = torch.empty(rows.shape[0], dtype=torch.float64, device=query.device)
+    step = max(1024, (1 << 24) // max(query.shape[1], 1))  # float64 products: 128 MiB at most
     for start in range(0, rows.numel(), step):
-        r = rows[start : start + step].to(query.device)
-        c = cols[start : start + step].to(reference.device)
-        parts.append(_exact_torch(query, reference, q_aux, r_aux, r, c, mode).cpu())
-    return torch.cat(parts)
+        r = rows[start : start + step]
+        c = cols[start : start + step]
+        padding = r < 0
+        exact = _exact_torch(query, reference, q_aux, r_aux, r.clamp(min=0), c.clamp(min=0), mode)
+        out[start : start + step] = torch.where(padding, -torch.inf, exact)
+    return out
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)

@@ -62,7 +62,8 @@ def nearest_neighbors(
     ks = np.full(n, k, dtype=np.int64)
     index = torch.full((n, k), -1, dtype=torch.int64, device=space.device)
     value = torch.full((n, k), -torch.inf, dtype=torch.float64, device=space.device)
-    for start, stop, idx, val in _engine.ranked_lists(space, ks, exclusions, chunk_size):
+    lists = _engine.ranked_lists(space, ks, exclusions, chunk_size, on_device=True)
+    for start, stop, idx, val in lists:
         width = idx.shape[1]
         index[start:stop, :width] = idx.to(space.device)
         value[start:stop, :width] = val.to(space.device)

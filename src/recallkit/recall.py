@@ -65,11 +65,12 @@ def recall_at_k(
         metric: ``"cosine"``, ``"dot"`` or ``"euclidean"``.
         chunk_size: query rows per chunk (default: sized from a 256 MiB budget).
         device: where the work runs (default: the query's device); on CUDA the chunks are
-            sized from the free GPU memory.
+            sized from a GPU memory budget (``RECALLKIT_GPU_MEMORY``, else a quarter of the
+            free memory; docs/scale.md).
         precision: ``"float32"`` (default); ``"float16"`` or ``"bfloat16"`` run the GEMM filter
-            in that type on CUDA (float32 accumulation; ignored on the CPU). Faster on GPUs;
-            the filter's error window widens (about 1e-3 and 1e-2 of the scores), so more
-            near-ties are re-scored exactly, and the results stay identical.
+            in that type on CUDA (float32 accumulation; ignored on the CPU). Its wider error
+            window (about 2e-3 and 1.6e-2 of the scores) is re-scored in float32 first, so the
+            exact re-scoring is float32's, and the results stay identical.
 
     >>> import numpy as np
     >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])

@@ -334,7 +334,7 @@ def test_either_blas_gives_the_definition(monkeypatch, product):
     monkeypatch.setattr(_tiles, "TILE", 64)
     x, _ = _near_ties(6)
     labels = np.arange(len(x)) // 3
-    expected, s, excluded = _brute_first_hits(x, labels, "cosine")
+    expected, s, _ = _brute_first_hits(x, labels, "cosine")
     result = recall_at_k(x, x, labels, labels, (1,), query_in_reference=True)
     np.testing.assert_array_equal(result.first_hit_ranks, expected)
     idx, _ = nearest_neighbors(x, x[::-1].copy(), 4)

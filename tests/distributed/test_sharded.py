@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import time
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import recallkit
+from recallkit import _device, _kernels
 
 
 def _data(seed: int, n: int = 130):
@@ -75,15 +78,25 @@ def _run_case(rank, world, mode, kwargs, seed, out):
         if kwargs.get("use_ids"):
             extra.update(ids=ids[q], reference_ids=ids[gallery])
         mine = q
-    result = recallkit.evaluate_sharded(
-        torch.from_numpy(x[mine]),
-        labels[mine],
-        mine,
-        ks=(1, 2, 5, 20),
-        metric="dot",
-        chunk_size=kwargs.get("chunk_size"),
-        **extra,
-    )
+    with contextlib.ExitStack() as stack:
+        if kwargs.get("torch_path"):  # the kernels CUDA runs, with windows that overflow
+            stack.enter_context(mock.patch.object(_kernels, "_use_numba", lambda t, b: False))
+            for name, value in {
+                "WINDOW_ROWS": dict.fromkeys(_device.WINDOW_ROWS, 0),
+                "TOP_EXTRA": dict.fromkeys(_device.TOP_EXTRA, 0),
+                "EXACT_ROWS": 0,
+                "MIN_CAPACITY": 1,
+            }.items():
+                stack.enter_context(mock.patch.object(_device, name, value))
+        result = recallkit.evaluate_sharded(
+            torch.from_numpy(x[mine]),
+            labels[mine],
+            mine,
+            ks=(1, 2, 5, 20),
+            metric="dot",
+            chunk_size=kwargs.get("chunk_size"),
+            **extra,
+        )
     with open(f"{out}.{rank}", "wb") as handle:
         pickle.dump(
             {
@@ -126,7 +139,11 @@ def _single(seed, kwargs):
 
 CASES = {
     # world size: [(shard mode, options)], run in one process group per world size.
-    2: [("sampler", {}), ("uneven", {"gallery": True})],
+    2: [
+        ("sampler", {}),
+        ("uneven", {"gallery": True}),
+        ("sampler", {"torch_path": True, "chunk_size": 9}),
+    ],
     3: [
         ("sampler", {"chunk_size": 7}),
         ("uneven", {"use_ids": True}),
