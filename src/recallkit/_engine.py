@@ -702,7 +702,6 @@ class LabelPositives:
         self.query_codes = np.ascontiguousarray(query_codes, dtype=np.int64)
         self.reference_codes = np.ascontiguousarray(reference_codes, dtype=np.int64)
         self._groups: dict[tuple[int, int], _Groups] = {}
-        self._device_codes: dict[tuple[int, int, str], torch.Tensor] = {}
 
     def _group(self, offset: int, rows: int) -> _Groups:
         key = (offset, rows)
@@ -741,29 +740,12 @@ class LabelPositives:
         return ChunkPairs(torch.from_numpy(rows), glob)
 
     def candidates(
-        self,
-        scores: torch.Tensor,
-        eps: torch.Tensor,
-        block: Block,
-        start: int,
-        stop: int,
-        backend: str | None,
+        self, scores: torch.Tensor, eps: torch.Tensor, block: Block, start: int, stop: int
     ) -> ChunkPairs:
-        """Positives whose filter score is within ``2 eps`` of the row's best positive's."""
+        """Positives whose filter score is within ``2 eps`` of the row's best positive's (CPU)."""
         groups = self._group(block.offset, block.rows)
-        query_codes = self.query_codes[start:stop]
-        lo, hi = groups.ranges(query_codes)
-        codes = q_codes = None
-        if not (_kernels._use_numba(scores, backend) and scores.device.type == "cpu"):
-            key = (block.offset, block.rows, str(scores.device))
-            if key not in self._device_codes:
-                own = self.reference_codes[block.offset : block.offset + block.rows]
-                self._device_codes[key] = torch.from_numpy(own).to(scores.device)
-            codes = self._device_codes[key]
-            q_codes = torch.from_numpy(query_codes).to(scores.device)
-        rows, local = _kernels.positive_window(
-            scores, lo, hi, groups.members, codes, q_codes, eps, backend
-        )
+        lo, hi = groups.ranges(self.query_codes[start:stop])
+        rows, local = _kernels.positive_window(scores, lo, hi, groups.members, eps)
         return ChunkPairs(rows, block.globals_of(local.to(block.data.device)).cpu())
 
 
@@ -807,20 +789,6 @@ def _merge_best(
     better = (score > best) | ((score == best) & (index < where))
     best[better] = score[better]
     where[better] = index[better]
-
-
-def _pair_candidates(
-    scores: torch.Tensor, eps: torch.Tensor, positives: ChunkPairs, block: Block
-) -> ChunkPairs:
-    """Given positives within twice the error bound of the row's best positive filter score:
-    only those can be the best."""
-    rows, local, glob = positives.in_block(block)
-    rows, local, glob = rows.cpu(), local.cpu(), glob.cpu()
-    values = scores[rows.to(scores.device), local.to(scores.device)].cpu().to(torch.float64)
-    top = torch.full((scores.shape[0],), -torch.inf, dtype=torch.float64)
-    top.scatter_reduce_(0, rows, values, reduce="amax")
-    keep = torch.isfinite(values) & (values >= top[rows] - 2 * eps[rows])
-    return ChunkPairs(rows[keep], glob[keep])
 
 
 def _without(pairs: ChunkPairs, excluded: ChunkPairs) -> ChunkPairs:
@@ -899,11 +867,6 @@ def _scored(
     return _masked(block_scores(space, qf, block), excluded, block), qf
 
 
-def _tiled(qf: QueryFilter, backend: str | None) -> bool:
-    """Whether the filter runs tile by tile (:mod:`recallkit._tiles`): the CPU's numba back end."""
-    return qf.rows.device.type == "cpu" and _kernels._use_numba(qf.rows, backend)
-
-
 def _one_chunk(space: Space, chunk_size: int | None, state_bytes: int) -> bool:
     """Whether all queries run as one chunk: a leave-one-out problem on one tensor on the CPU's
     tile pass (symmetric: each off-diagonal tile serves both of its sides), when the per-row
@@ -955,28 +918,26 @@ def threshold_ranks(
         where = torch.where(targets >= 0, targets, torch.full_like(targets, SENTINEL))
     # Step 1: each slot's threshold item, its exact score and global index, across blocks.
     for block in space.blocks():
-        if positives is not None and _exact_is_cheaper(positives, block, start, stop):
-            # Few positives (fine labels): score them all exactly, with no pass over the scores.
-            pairs = listed if listed is not None else positives.pairs(block, start, stop)
-            b, w = _best_exact(space, chunk, _without(pairs, excluded), block, backend)
-            _merge_best(best[:, 0], where[:, 0], b, w)
-            continue
-        scores, qf = _scored(space, chunk, block, excluded, start, stop)
-        if positives is not None:
-            eps = error_bound(space, qf, block)
-            if listed is None:
-                cand = positives.candidates(scores, eps, block, start, stop, backend)
-            else:
-                cand = _pair_candidates(scores, eps, listed, block)
-            b, w = _best_exact(space, chunk, cand, block, backend)
-            _merge_best(best[:, 0], where[:, 0], b, w)
-        else:
+        if positives is None:
             local, inside = block.locals_of(targets.clamp(min=0))
             inside &= targets >= 0
             r, t = inside.nonzero(as_tuple=True)
             best[r, t] = _exact(space, chunk, block, r, local[r, t], backend)
-        if single:
-            cached.append((scores, qf))
+        elif listed is not None or _exact_is_cheaper(positives, block, start, stop):
+            # Few positives (fine labels, index lists): score them all exactly.
+            pairs = listed if listed is not None else positives.pairs(block, start, stop)
+            b, w = _best_exact(space, chunk, _without(pairs, excluded), block, backend)
+            _merge_best(best[:, 0], where[:, 0], b, w)
+        else:
+            # Many positives (coarse labels): the best positive's filter score narrows them down
+            # to a few candidates; the scores are kept for step 2 (one block, in memory).
+            scores, qf = _scored(space, chunk, block, excluded, start, stop)
+            eps = error_bound(space, qf, block)
+            cand = positives.candidates(scores, eps, block, start, stop)
+            b, w = _best_exact(space, chunk, cand, block, backend)
+            _merge_best(best[:, 0], where[:, 0], b, w)
+            if single:
+                cached.append((scores, qf))
     local_best, best = best, reduce("max", best)
     if positives is not None:
         # Among processes holding a positive with the global best score, the lowest index wins.
@@ -989,15 +950,11 @@ def threshold_ranks(
         eps = error_bound(space, qf, block)
         centre = best * (qf.scale * block.scale)
         lo, hi = _bounds(centre, eps[:, None], qf.rows.dtype)
-        if not cached and _tiled(qf, backend):
+        if not cached:
             symmetric = _tiles.is_symmetric(space, qf, block, excluded)
             above, wr, wt, wj = _tiles.window(space, qf, block, excluded, lo, hi, symmetric)
         else:
-            scores = (
-                cached[i][0] if cached else _masked(block_scores(space, qf, block), excluded, block)
-            )
-            lo, hi = lo.to(scores.device), hi.to(scores.device)
-            above, wr, wt, wj = _kernels.window(scores, lo, hi, block.rows, backend)
+            above, wr, wt, wj = _kernels.window(cached[i][0], lo, hi, block.rows, backend)
         exact = _exact(space, chunk, block, wr, wj, backend)
         glob = block.globals_of(wj.to(block.data.device)).cpu()
         b, w = best[wr, wt], where[wr, wt]
@@ -1115,22 +1072,9 @@ def ranked_chunk(
         qf = _filter(space, chunk, block, start, stop)
         eps = error_bound(space, qf, block)
         kb = ks.clamp(max=block.rows)
-        if _tiled(qf, backend):
-            symmetric = _tiles.is_symmetric(space, qf, block, excluded)
-            wr, wj = _tiles.top(space, qf, block, excluded, kb, eps, symmetric, backend)
-        else:
-            scores = _masked(block_scores(space, qf, block), excluded, block)
-            kth = _kernels.kth_largest(scores, kb, block.rows, backend).to(torch.float64)
-            # Every item of the exact top-k scores at least the k-th filter score minus 2 eps.
-            lo = _top_floor(kth, eps, scores.dtype, kb).to(scores.device)
-            _, wr, _, wj = _kernels.window(
-                scores,
-                lo,
-                torch.full_like(lo, torch.inf),
-                block.rows,
-                backend,
-                cap=kmax + _kernels.WINDOW_CAP,
-            )
+        # Every item of the exact top-k scores at least the k-th filter score minus 2 eps.
+        symmetric = _tiles.is_symmetric(space, qf, block, excluded)
+        wr, wj = _tiles.top(space, qf, block, excluded, kb, eps, symmetric, backend)
         exact = _exact(space, chunk, block, wr, wj, backend)
         glob = block.globals_of(wj.to(block.data.device)).cpu()
         new_index, new_value = _kernels.segment_top(wr, glob, exact, ks, kmax)

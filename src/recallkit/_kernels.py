@@ -187,52 +187,35 @@ def _positive_fill_numba(scores, rows, lo, hi, members, floor, offsets, out):  #
 
 
 def positive_window(
-    scores: torch.Tensor,
-    lo: np.ndarray,
-    hi: np.ndarray,
-    members: np.ndarray,
-    codes: torch.Tensor | None,
-    query_codes: torch.Tensor | None,
-    eps: torch.Tensor,
-    backend: str | None = None,
+    scores: torch.Tensor, lo: np.ndarray, hi: np.ndarray, members: np.ndarray, eps: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Candidates for each row's best positive: ``(rows, local columns)``, CPU, ascending.
 
-    A row's positives are the columns ``members[lo[i]:hi[i]]`` (numba), equivalently the columns
-    whose ``codes`` equal ``query_codes[i]`` (torch); excluded columns score ``-inf``. Kept: the
-    positives whose filter score is within ``2 eps[i]`` of the row's best positive filter score,
-    a set that holds every positive whose exact score could be the best.
+    A row's positives are the columns ``members[lo[i]:hi[i]]``; excluded columns score
+    ``-inf``. Kept: the positives whose filter score is within ``2 eps[i]`` of the row's best
+    positive filter score, a set that holds every positive whose exact score could be the best.
     """
     c = scores.shape[0]
-    if _use_numba(scores, backend) and scores.device.type == "cpu":
-        top = np.empty(c, dtype=np.float64)
-        count = np.empty(c, dtype=np.int64)
-        index = np.empty((c, WINDOW_CAP), dtype=np.int64)
-        e = eps.numpy().astype(np.float64)
-        s = scores.numpy()
-        _positive_window_numba(s, lo, hi, members, e, WINDOW_CAP, top, count, index)
-        kept = np.arange(WINDOW_CAP)[None, :] < count[:, None]
-        rows, slot = np.nonzero(kept & (count[:, None] <= WINDOW_CAP))
-        cols = index[rows, slot]
-        over = np.flatnonzero(count > WINDOW_CAP)
-        if len(over):  # many near-equal positives: collect those rows whole
-            offsets = np.concatenate([[0], np.cumsum(count[over])])
-            extra = np.empty(int(offsets[-1]), dtype=np.int64)
-            floor = top[over] - 2.0 * e[over]
-            _positive_fill_numba(s, over, lo, hi, members, floor, offsets[:-1], extra)
-            rows = np.concatenate([rows, np.repeat(over, count[over])])
-            cols = np.concatenate([cols, extra])
-            order = np.lexsort((cols, rows))
-            rows, cols = rows[order], cols[order]
-        return torch.from_numpy(rows.astype(np.int64)), torch.from_numpy(cols.astype(np.int64))
-    w = codes.shape[0]
-    s = scores[:, :w]
-    mask = codes[None, :] == query_codes[:, None]
-    top = torch.where(mask, s, torch.full_like(s, -torch.inf)).amax(dim=1).to(torch.float64)
-    floor = round_down(top - 2.0 * eps.to(top.device), s.dtype)
-    keep = mask & (s >= floor[:, None]) & torch.isfinite(s)
-    rows, cols = keep.nonzero(as_tuple=True)
-    return rows.cpu(), cols.cpu()
+    top = np.empty(c, dtype=np.float64)
+    count = np.empty(c, dtype=np.int64)
+    index = np.empty((c, WINDOW_CAP), dtype=np.int64)
+    e = eps.numpy().astype(np.float64)
+    s = scores.numpy()
+    _positive_window_numba(s, lo, hi, members, e, WINDOW_CAP, top, count, index)
+    kept = np.arange(WINDOW_CAP)[None, :] < count[:, None]
+    rows, slot = np.nonzero(kept & (count[:, None] <= WINDOW_CAP))
+    cols = index[rows, slot]
+    over = np.flatnonzero(count > WINDOW_CAP)
+    if len(over):  # many near-equal positives: collect those rows whole
+        offsets = np.concatenate([[0], np.cumsum(count[over])])
+        extra = np.empty(int(offsets[-1]), dtype=np.int64)
+        floor = top[over] - 2.0 * e[over]
+        _positive_fill_numba(s, over, lo, hi, members, floor, offsets[:-1], extra)
+        rows = np.concatenate([rows, np.repeat(over, count[over])])
+        cols = np.concatenate([cols, extra])
+        order = np.lexsort((cols, rows))
+        rows, cols = rows[order], cols[order]
+    return torch.from_numpy(rows.astype(np.int64)), torch.from_numpy(cols.astype(np.int64))
 
 
 def round_down(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
