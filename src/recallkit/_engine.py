@@ -801,6 +801,55 @@ def _without(pairs: ChunkPairs, excluded: ChunkPairs) -> ChunkPairs:
     return ChunkPairs(pairs.rows.cpu()[keep], pairs.cols.cpu()[keep])
 
 
+def _pair_filter(
+    space: Space, chunk: Rows, block: Block, pairs: ChunkPairs, start: int, stop: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray, torch.Tensor, QueryFilter]:
+    """The pairs that fall in ``block`` with their filter scores: ``(rows, local, global,
+    filter, eps per row, query filter)``."""
+    rows, local, glob = pairs.in_block(block)
+    rows, local, glob = rows.cpu(), local.cpu(), glob.cpu()
+    qf = _filter(space, chunk, block, start, stop)
+    values = _kernels.pair_dots(qf.rows, block.gemm, rows.numpy(), local.numpy())
+    return rows, local, glob, values, error_bound(space, qf, block), qf
+
+
+def _best_candidates(
+    space: Space, chunk: Rows, block: Block, pairs: ChunkPairs, start: int, stop: int
+) -> ChunkPairs:
+    """The pairs whose filter score is within ``2 eps`` of their row's best (CPU): the only
+    ones whose exact score can be the row's best."""
+    rows, _, glob, values, eps, _ = _pair_filter(space, chunk, block, pairs, start, stop)
+    top = np.full(stop - start, -np.inf)
+    np.maximum.at(top, rows.numpy(), values)
+    keep = values >= top[rows.numpy()] - 2.0 * eps.numpy()[rows.numpy()]
+    return ChunkPairs(rows[keep], glob[keep])
+
+
+def _top_start(
+    space: Space, chunk: Rows, block: Block, pairs: ChunkPairs, ks: torch.Tensor, start: int
+) -> np.ndarray:
+    """Per row, a filter score below which no item of the exact top-``ks[i]`` lies: with at
+    least k positives, the k-th best exact score is at least the k-th best positive's, so each
+    top-k item's filter score is at least that positive's filter score minus ``2 eps``
+    (``-inf`` where the row has fewer than k positives)."""
+    stop = start + chunk.raw.shape[0]
+    rows, _, _, values, eps, qf = _pair_filter(space, chunk, block, pairs, start, stop)
+    r = rows.numpy()
+    out = np.full(stop - start, -np.inf)
+    order = np.lexsort((-values, r))
+    r, values = r[order], values[order]
+    first = np.searchsorted(r, np.arange(stop - start))
+    k = ks.numpy()
+    at = first + k - 1
+    ok = (k > 0) & (at < len(r))
+    ok[ok] &= r[at[ok]] == np.flatnonzero(ok)
+    out[ok] = values[at[ok]]
+    lo, _ = _bounds(
+        torch.from_numpy(out - 2.0 * eps.numpy())[:, None], eps[:, None] * 0, qf.rows.dtype
+    )
+    return np.where(np.isfinite(out), lo[:, 0].numpy(), -np.inf)
+
+
 def _best_exact(
     space: Space, chunk: Rows, positives: ChunkPairs, block: Block, backend: str | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -926,7 +975,8 @@ def threshold_ranks(
         elif listed is not None or _exact_is_cheaper(positives, block, start, stop):
             # Few positives (fine labels, index lists): score them all exactly.
             pairs = listed if listed is not None else positives.pairs(block, start, stop)
-            b, w = _best_exact(space, chunk, _without(pairs, excluded), block, backend)
+            pairs = _best_candidates(space, chunk, block, _without(pairs, excluded), start, stop)
+            b, w = _best_exact(space, chunk, pairs, block, backend)
             _merge_best(best[:, 0], where[:, 0], b, w)
         else:
             # Many positives (coarse labels): the best positive's filter score narrows them down
@@ -1055,10 +1105,13 @@ def ranked_chunk(
     ks: torch.Tensor,
     exclusions: Pairs | None,
     backend: str | None = None,
+    positives: LabelPositives | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact top-``ks[i]`` global indices and exact scores of a query chunk, across blocks.
 
-    Returns CPU tensors ``(c, max(ks))``: indices (``-1`` padding) and float64 scores.
+    ``positives`` (optional, one in-memory block, few positives per query) give each row a
+    lower bound of its k-th score before the pass (:func:`_top_start`). Returns CPU tensors
+    ``(c, max(ks))``: indices (``-1`` padding) and float64 scores.
     """
     if _device.applies(space, backend):
         return _device.ranked_chunk(space, chunk, start, stop, ks, exclusions, backend)
@@ -1073,8 +1126,13 @@ def ranked_chunk(
         eps = error_bound(space, qf, block)
         kb = ks.clamp(max=block.rows)
         # Every item of the exact top-k scores at least the k-th filter score minus 2 eps.
+        floor = None
+        if block is space.single and positives is not None:
+            if _exact_is_cheaper(positives, block, start, stop):
+                pairs = _without(positives.pairs(block, start, stop), excluded)
+                floor = _top_start(space, chunk, block, pairs, kb, start)
         symmetric = _tiles.is_symmetric(space, qf, block, excluded)
-        wr, wj = _tiles.top(space, qf, block, excluded, kb, eps, symmetric, backend)
+        wr, wj = _tiles.top(space, qf, block, excluded, kb, eps, symmetric, backend, floor)
         exact = _exact(space, chunk, block, wr, wj, backend)
         glob = block.globals_of(wj.to(block.data.device)).cpu()
         new_index, new_value = _kernels.segment_top(wr, glob, exact, ks, kmax)
@@ -1096,12 +1154,13 @@ def ranked_lists(
     chunk_size: int | None = None,
     backend: str | None = None,
     on_device: bool = False,
+    positives: LabelPositives | None = None,
 ) -> Iterator[tuple[int, int, torch.Tensor, torch.Tensor]]:
     """Yield ``(start, stop, indices, scores)``: each query's exact top-``ks[i]``, best first.
 
     Ties rank the lower reference index first; unused slots hold index ``-1``. Chunks are sized
     so that the lists of one chunk stay within the memory budget. The lists are CPU tensors, or
-    with ``on_device`` where the work runs.
+    with ``on_device`` where the work runs. ``positives`` (label problems) only speed it up.
     """
     kmax = int(ks.max(initial=0))
     size = chunk_rows(space, chunk_size, per_row_bytes=kmax * 40)
@@ -1113,7 +1172,9 @@ def ranked_lists(
         size = max(space.num_query, 1)
     all_ks = torch.from_numpy(ks.astype(np.int64))
     for start, stop in chunks(space.num_query, size):
+        chunk = space.chunk(start, stop)
+        ks_chunk = all_ks[start:stop]
         index, value = ranked_chunk(
-            space, space.chunk(start, stop), start, stop, all_ks[start:stop], exclusions, backend
+            space, chunk, start, stop, ks_chunk, exclusions, backend, positives
         )
         yield start, stop, index, value

@@ -148,6 +148,26 @@ def exact_scores(
     return out
 
 
+@numba.njit(parallel=True, cache=True, boundscheck=False, fastmath=True)
+def _pair_dots_numba(a, b, rows, cols, out):  # pragma: no cover - compiled
+    for p in numba.prange(rows.shape[0]):
+        x = a[rows[p]]
+        y = b[cols[p]]
+        s = 0.0
+        for k in range(x.shape[0]):
+            s += x[k] * y[k]
+        out[p] = s
+
+
+def pair_dots(a: torch.Tensor, b: torch.Tensor, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Filter scores of single pairs, ``a[rows[p]] · b[cols[p]]`` in the rows' type, any
+    summation order (SIMD): within the filter's error bound like the GEMM. float64 results."""
+    out = np.empty(len(rows), dtype=np.float64)
+    if len(rows):
+        _pair_dots_numba(a.numpy(), b.numpy(), rows, cols, out)
+    return out
+
+
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _positive_window_numba(scores, lo, hi, members, eps, cap, top, count, index):  # pragma: no cov
     """Per row: the best filter score among its positives ``members[lo[i]:hi[i]]``, and the
@@ -543,7 +563,8 @@ def _offer(
 ):  # pragma: no cover
     """Offer item ``col`` with filter score ``s`` to row ``r``'s running top-k: a min-heap of
     the ``ks[r]`` best scores and a buffer of every item within ``slack[r]`` of its root (the
-    root only rises, so nothing dropped could be needed later). ``floor`` has the tile's type:
+    root only rises, so nothing dropped could be needed later; ``floor`` may start higher, at a
+    known lower bound of the k-th score). ``floor`` has the tile's type:
     its rounding is far below the slack's margin over the final ``2 eps``. A full buffer is
     compacted; one that stays over half full marks the row in ``over`` (the caller recomputes
     it)."""
@@ -562,7 +583,9 @@ def _offer(
                 break
         size[r] = n + 1
         if n + 1 == k:
-            floor[r] = np.float64(h[0]) - slack[r]  # rounded to the tile's type
+            f = np.float64(h[0]) - slack[r]  # rounded to the tile's type
+            if f > floor[r]:
+                floor[r] = f
     elif s > h[0]:
         h[0] = s
         p = 0
@@ -578,7 +601,9 @@ def _offer(
                 p = small
             else:
                 break
-        floor[r] = np.float64(h[0]) - slack[r]
+        f = np.float64(h[0]) - slack[r]
+        if f > floor[r]:
+            floor[r] = f
     if s >= floor[r]:
         cap = buf_col.shape[1]
         f = fill[r]

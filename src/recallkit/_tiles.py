@@ -254,10 +254,15 @@ def top(
     eps: torch.Tensor,
     symmetric: bool,
     backend: str | None,
+    floor: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Candidates for each row's exact top-``ks[i]`` in ``block``: every item whose filter
     score is at least the row's k-th largest filter score minus ``2 eps`` (and possibly a few
-    more), as flat ``(rows, local columns)`` sorted by row then column, from one tiled pass."""
+    more), as flat ``(rows, local columns)`` sorted by row then column, from one tiled pass.
+
+    ``floor`` (optional, per row): a filter score below which no item of the exact top-k can
+    lie (from the query's positives, :func:`recallkit._engine.ranked_chunk`); items below it
+    are never looked at twice."""
     dtype = qf.rows.numpy().dtype
     c = qf.rows.shape[0]
     k = ks.clamp(min=0, max=block.rows).numpy().astype(np.int64)
@@ -266,11 +271,13 @@ def top(
     cap = 2 * kmax + 2 * _kernels.WINDOW_CAP
     slack = 3.0 * eps64  # looser than the final 2 eps: rounding cannot drop a candidate
 
+    start = np.where(k > 0, -np.inf if floor is None else floor, np.inf).astype(dtype)
+
     def state() -> tuple[np.ndarray, ...]:
         return (
             np.empty((c, max(kmax, 1)), dtype=dtype),  # heap
             np.zeros(c, dtype=np.int64),  # size
-            np.where(k > 0, -np.inf, np.inf).astype(dtype),  # floor
+            start.copy(),  # floor
             np.empty((c, cap), dtype=np.int64),  # buffer: columns
             np.empty((c, cap), dtype=dtype),  # buffer: scores
             np.zeros(c, dtype=np.int64),  # fill

@@ -146,7 +146,7 @@ def _per_query(
     out = np.zeros(problem.space.num_query, dtype=np.float64)
     codes = problem.reference_codes
     for start, stop, index, _ in _engine.ranked_lists(
-        problem.space, ks, problem.exclusions, problem.chunk_size
+        problem.space, ks, problem.exclusions, problem.chunk_size, positives=problem.positives
     ):
         idx = index.cpu().numpy()
         hit = (idx >= 0) & (codes[np.maximum(idx, 0)] == problem.query_codes[start:stop, None])

@@ -340,3 +340,36 @@ def test_either_blas_gives_the_definition(monkeypatch, product):
     idx, _ = nearest_neighbors(x, x[::-1].copy(), 4)
     for i in range(len(x)):
         assert idx[i].tolist() == brute.ranked(s[i, ::-1], set())[:4]
+
+
+def test_top_r_keeps_a_negative_tied_with_the_last_positive_whatever_its_filter_score(
+    monkeypatch,
+):
+    # Reference 0 (label 1) and 3 (label 0) are the same vector: tied exact scores, and the
+    # lower index ranks first, so the top-3 of the query is [1, 2, 0]: AP@R = (1 + 1) / 3.
+    # The filter of column 0 is lowered by half its error bound: the R-th positive's filter
+    # score must not be taken as a floor without the error margin.
+    rng = np.random.default_rng(7)
+    q = np.zeros((1, 8), dtype=np.float32)
+    q[0, 0] = 1.0
+    reference = rng.standard_normal((100, 8)).astype(np.float32)
+    reference[:, 0] = -np.abs(reference[:, 0]) - 1.0  # distractors: negative cosine
+    reference[1] = [1, 0.1, 0, 0, 0, 0, 0, 0]
+    reference[2] = [1, 0.3, 0, 0, 0, 0, 0, 0]
+    reference[0] = reference[3] = [1, 0.6, 0, 0, 0, 0, 0, 0]
+    labels = np.full(100, 2)
+    labels[[1, 2, 3]] = 0
+    labels[0] = 1
+    assert map_at_r(q, reference, [0], labels) == pytest.approx(2 / 3, abs=1e-15)
+    real = _tiles.tile_scores
+
+    def lowered(space, qf, block, row0, col0, out):
+        real(space, qf, block, row0, col0, out)
+        if col0 == 0:
+            eps = _engine.error_bound(space, qf, block).numpy()[row0 : row0 + out.shape[0]]
+            out[:, 0] -= (0.5 * eps).astype(out.dtype)
+
+    monkeypatch.setattr(_tiles, "tile_scores", lowered)
+    assert map_at_r(q, reference, [0], labels) == pytest.approx(2 / 3, abs=1e-15)
+    idx, _ = nearest_neighbors(q, reference, 3)
+    assert idx.tolist() == [[1, 2, 0]]
