@@ -795,30 +795,44 @@ def _without(pairs: ChunkPairs, excluded: ChunkPairs) -> ChunkPairs:
     """``pairs`` minus the ``excluded`` (row, column) pairs."""
     if excluded.rows.numel() == 0 or pairs.rows.numel() == 0:
         return pairs
-    key = pairs.rows.cpu() * (2**40) + pairs.cols.cpu()
-    gone = excluded.rows.cpu() * (2**40) + excluded.cols.cpu()
-    keep = ~torch.isin(key, gone)
-    return ChunkPairs(pairs.rows.cpu()[keep], pairs.cols.cpu()[keep])
+    rows, cols = pairs.rows.cpu(), pairs.cols.cpu()
+    key = (rows * (2**40) + cols).numpy()
+    gone = np.sort((excluded.rows.cpu() * (2**40) + excluded.cols.cpu()).numpy())
+    found = gone[np.minimum(np.searchsorted(gone, key), len(gone) - 1)] == key
+    keep = torch.from_numpy(~found)
+    return ChunkPairs(rows[keep], cols[keep])
 
 
 def _pair_filter(
-    space: Space, chunk: Rows, block: Block, pairs: ChunkPairs, start: int, stop: int
+    space: Space,
+    chunk: Rows,
+    block: Block,
+    pairs: ChunkPairs,
+    start: int,
+    stop: int,
+    codes: np.ndarray | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray, torch.Tensor, QueryFilter]:
     """The pairs that fall in ``block`` with their filter scores: ``(rows, local, global,
-    filter, eps per row, query filter)``."""
+    filter, eps per row, query filter)``; ``codes``: the chunk's label codes, if any."""
     rows, local, glob = pairs.in_block(block)
     rows, local, glob = rows.cpu(), local.cpu(), glob.cpu()
     qf = _filter(space, chunk, block, start, stop)
-    values = _kernels.pair_dots(qf.rows, block.gemm, rows.numpy(), local.numpy())
+    values = _kernels.pair_dots(qf.rows, block.gemm, rows.numpy(), local.numpy(), codes)
     return rows, local, glob, values, error_bound(space, qf, block), qf
 
 
 def _best_candidates(
-    space: Space, chunk: Rows, block: Block, pairs: ChunkPairs, start: int, stop: int
+    space: Space,
+    chunk: Rows,
+    block: Block,
+    pairs: ChunkPairs,
+    start: int,
+    stop: int,
+    codes: np.ndarray | None,
 ) -> ChunkPairs:
     """The pairs whose filter score is within ``2 eps`` of their row's best (CPU): the only
     ones whose exact score can be the row's best."""
-    rows, _, glob, values, eps, _ = _pair_filter(space, chunk, block, pairs, start, stop)
+    rows, _, glob, values, eps, _ = _pair_filter(space, chunk, block, pairs, start, stop, codes)
     top = np.full(stop - start, -np.inf)
     np.maximum.at(top, rows.numpy(), values)
     keep = values >= top[rows.numpy()] - 2.0 * eps.numpy()[rows.numpy()]
@@ -826,14 +840,20 @@ def _best_candidates(
 
 
 def _top_start(
-    space: Space, chunk: Rows, block: Block, pairs: ChunkPairs, ks: torch.Tensor, start: int
+    space: Space,
+    chunk: Rows,
+    block: Block,
+    pairs: ChunkPairs,
+    ks: torch.Tensor,
+    start: int,
+    codes: np.ndarray,
 ) -> np.ndarray:
     """Per row, a filter score below which no item of the exact top-``ks[i]`` lies: with at
     least k positives, the k-th best exact score is at least the k-th best positive's, so each
     top-k item's filter score is at least that positive's filter score minus ``2 eps``
     (``-inf`` where the row has fewer than k positives)."""
     stop = start + chunk.raw.shape[0]
-    rows, _, _, values, eps, qf = _pair_filter(space, chunk, block, pairs, start, stop)
+    rows, _, _, values, eps, qf = _pair_filter(space, chunk, block, pairs, start, stop, codes)
     r = rows.numpy()
     out = np.full(stop - start, -np.inf)
     order = np.lexsort((-values, r))
@@ -975,7 +995,9 @@ def threshold_ranks(
         elif listed is not None or _exact_is_cheaper(positives, block, start, stop):
             # Few positives (fine labels, index lists): score them all exactly.
             pairs = listed if listed is not None else positives.pairs(block, start, stop)
-            pairs = _best_candidates(space, chunk, block, _without(pairs, excluded), start, stop)
+            codes = None if listed is not None else positives.query_codes[start:stop]
+            pairs = _without(pairs, excluded)
+            pairs = _best_candidates(space, chunk, block, pairs, start, stop, codes)
             b, w = _best_exact(space, chunk, pairs, block, backend)
             _merge_best(best[:, 0], where[:, 0], b, w)
         else:
@@ -1130,7 +1152,8 @@ def ranked_chunk(
         if block is space.single and positives is not None:
             if _exact_is_cheaper(positives, block, start, stop):
                 pairs = _without(positives.pairs(block, start, stop), excluded)
-                floor = _top_start(space, chunk, block, pairs, kb, start)
+                codes = positives.query_codes[start:stop]
+                floor = _top_start(space, chunk, block, pairs, kb, start, codes)
         symmetric = _tiles.is_symmetric(space, qf, block, excluded)
         wr, wj = _tiles.top(space, qf, block, excluded, kb, eps, symmetric, backend, floor)
         exact = _exact(space, chunk, block, wr, wj, backend)

@@ -159,12 +159,34 @@ def _pair_dots_numba(a, b, rows, cols, out):  # pragma: no cover - compiled
         out[p] = s
 
 
-def pair_dots(a: torch.Tensor, b: torch.Tensor, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+def pair_dots(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    rows: np.ndarray,
+    cols: np.ndarray,
+    codes: np.ndarray | None = None,
+) -> np.ndarray:
     """Filter scores of single pairs, ``a[rows[p]] · b[cols[p]]`` in the rows' type, any
-    summation order (SIMD): within the filter's error bound like the GEMM. float64 results."""
+    summation order (SIMD): within the filter's error bound like the GEMM. float64 results.
+
+    ``codes`` (per row of ``a``): rows with equal codes share their columns (label positives);
+    they are visited together so that those columns stay in cache."""
     out = np.empty(len(rows), dtype=np.float64)
-    if len(rows):
-        _pair_dots_numba(a.numpy(), b.numpy(), rows, cols, out)
+    if not len(rows):
+        return out
+    order = None
+    if codes is not None and np.all(rows[1:] >= rows[:-1]):
+        starts = np.searchsorted(rows, np.arange(len(codes) + 1))
+        by_code = np.argsort(codes, kind="stable")
+        sizes = (starts[1:] - starts[:-1])[by_code]
+        begin = np.repeat(starts[by_code] - np.cumsum(sizes) + sizes, sizes)
+        order = np.arange(len(rows)) + begin
+        rows, cols = rows[order], cols[order]
+    values = np.empty(len(rows), dtype=np.float64)
+    _pair_dots_numba(a.numpy(), b.numpy(), rows, cols, values)
+    if order is None:
+        return values
+    out[order] = values
     return out
 
 
