@@ -48,7 +48,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from threadpoolctl import ThreadpoolController
 
 from recallkit import _checks, _device, _kernels, _tiles
 
@@ -537,12 +536,15 @@ def block_scores(space: Space, qf: QueryFilter, block: Block) -> torch.Tensor:
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
-_CONTROLLER: list[ThreadpoolController] = []
+_CONTROLLER: list[Any] = []
 
 
-def _blas_controller() -> ThreadpoolController:
-    """One controller per process: building it scans the loaded libraries."""
+def _blas_controller() -> Any:
+    """One ``threadpoolctl`` controller per process (the CPU path only; building it scans the
+    loaded libraries)."""
     if not _CONTROLLER:
+        from threadpoolctl import ThreadpoolController
+
         _CONTROLLER.append(ThreadpoolController())
     return _CONTROLLER[0]
 
