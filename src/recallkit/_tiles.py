@@ -2,7 +2,8 @@
 
 A chunk's filter scores against a block are computed as ``TILE × TILE`` tiles, each a
 single-threaded BLAS GEMM into a worker's own buffer (4 MiB of float32: within the L2 or the
-nearby L3 of current x86 servers), with the excluded pairs set to ``-inf``; a kernel of
+nearby L3 of current x86 servers; numpy's BLAS or torch's, whichever the first tiles of the
+process find faster), with the excluded pairs set to ``-inf``; a kernel of
 :mod:`recallkit._kernels` consumes the tile at once (window counts and collection, or running
 top-k candidates). The score matrix is never written to memory, which is what a GEMM of small
 inner dimension (d = 128) spends most of its time on.
@@ -67,30 +68,42 @@ def _torch_product(a: torch.Tensor, b: torch.Tensor, out: np.ndarray) -> None:
 
 
 PRODUCTS = {"numpy": _numpy_product, "torch": _torch_product}
-_CHOSEN: dict[tuple[torch.dtype, int], str] = {}
+SAMPLES = 3  # full tiles timed with each BLAS before the choice
+
+
+class _Choice:
+    """Which BLAS computes the tiles of one type and inner dimension: numpy's and torch's take
+    turns on the first full tiles of the process, timed as they run; then the faster one."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.times: dict[str, list[float]] = {name: [] for name in PRODUCTS}
+        self.chosen: str | None = None
+
+    def pick(self) -> str:
+        if self.chosen is not None:
+            return self.chosen
+        with self.lock:
+            return min(self.times, key=lambda name: len(self.times[name]))
+
+    def record(self, name: str, seconds: float) -> None:
+        with self.lock:
+            self.times[name].append(seconds)
+            if all(len(t) >= SAMPLES for t in self.times.values()):
+                self.chosen = min(self.times, key=lambda name: min(self.times[name]))
+
+
+_CHOICES: dict[tuple[torch.dtype, int], _Choice] = {}
+
+
+def _choice(dtype: torch.dtype, width: int) -> _Choice:
+    return _CHOICES.setdefault((dtype, width), _Choice())
 
 
 def choose_product(dtype: torch.dtype, width: int) -> str:
-    """The faster single-threaded BLAS for tiles of this type and inner dimension, numpy's or
-    torch's (they differ by machine: OpenBLAS is faster on some AMD servers, MKL on Intel),
-    measured once per process on a tile of random rows. Run with BLAS limited to one thread."""
-    key = (dtype, width)
-    if key not in _CHOSEN:
-        generator = torch.Generator().manual_seed(0)
-        a = torch.randn((TILE, width), generator=generator).to(dtype)
-        b = torch.randn((TILE, width), generator=generator).to(dtype)
-        out = np.empty((TILE, TILE), dtype=a.numpy().dtype)
-        best = {}
-        for name, product in PRODUCTS.items():
-            product(a, b, out)  # warm up
-            times = []
-            for _ in range(3):
-                start = time.perf_counter()
-                product(a, b, out)
-                times.append(time.perf_counter() - start)
-            best[name] = min(times)
-        _CHOSEN[key] = min(best, key=best.get)
-    return _CHOSEN[key]
+    """The BLAS for the next tile of this type and inner dimension (:class:`_Choice`): they
+    differ by machine (OpenBLAS is the faster on some AMD servers, MKL on Intel)."""
+    return _choice(dtype, width).pick()
 
 
 def tile_scores(
@@ -104,8 +117,12 @@ def tile_scores(
     """Filter scores of chunk rows ``row0:`` against block rows ``col0:`` into the tile ``out``
     (single-threaded BLAS, :func:`choose_product`; its rounding does not matter)."""
     rows, cols = out.shape
-    product = PRODUCTS[choose_product(qf.rows.dtype, qf.rows.shape[1])]
-    product(qf.rows[row0 : row0 + rows], block.gemm[col0 : col0 + cols], out)
+    dtype, width = qf.rows.dtype, qf.rows.shape[1]
+    name = choose_product(dtype, width)
+    start = time.perf_counter()
+    PRODUCTS[name](qf.rows[row0 : row0 + rows], block.gemm[col0 : col0 + cols], out)
+    if rows == cols == TILE:
+        _choice(dtype, width).record(name, time.perf_counter() - start)
 
 
 def run(
@@ -155,7 +172,6 @@ def run(
     with _engine._blas_controller().limit(limits=1, user_api="blas"):
         torch.set_num_threads(1)
         try:
-            choose_product(qf.rows.dtype, qf.rows.shape[1])
             jobs = [_engine._pool(workers).submit(work) for _ in range(workers)]
             return [job.result() for job in jobs]
         finally:
