@@ -233,12 +233,7 @@ def _filter_pass(
     start: int,
     stop: int,
 ) -> _Pass:
-    if space.metric == "cosine" and space.query_is_reference and block is space.single:
-        # Leave-one-out on one tensor: the chunk's normalised rows are the block's own.
-        ones = torch.ones(stop - start, dtype=torch.float64, device=block.gemm.device)
-        qf = _engine.QueryFilter(block.gemm[start:stop], 1.0, ones, block.low is not None)
-    else:
-        qf = _engine.query_filter(space.metric, chunk, block, block.gemm.dtype, inputs.scale)
+    qf = _engine._filter(space, chunk, block, start, stop, inputs.scale)
     scores = excluded.mask(_engine.block_scores(space, qf, block), block)
     eps = _engine.error_bound(space, qf, block, on_device=True)
     if not qf.use_low:

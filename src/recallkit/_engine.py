@@ -920,7 +920,10 @@ def _own_rows(space: Space, block: Block) -> bool:
     return space.query_is_reference and block is space.single and space.metric != "euclidean"
 
 
-def _filter(space: Space, chunk: Rows, block: Block, start: int, stop: int) -> QueryFilter:
+def _filter(
+    space: Space, chunk: Rows, block: Block, start: int, stop: int, scale: float | None = None
+) -> QueryFilter:
+    """The chunk's filter rows against ``block`` (:func:`query_filter`; ``scale`` as there)."""
     if _own_rows(space, block):
         rows = block.gemm[start:stop]
         if space.metric == "cosine":
@@ -928,7 +931,7 @@ def _filter(space: Space, chunk: Rows, block: Block, start: int, stop: int) -> Q
         else:
             norms = torch.linalg.vector_norm(rows.to(torch.float64), dim=1)
         return QueryFilter(rows, block.scale, norms, block.low is not None)
-    return query_filter(space.metric, chunk, block, block.gemm.dtype)
+    return query_filter(space.metric, chunk, block, block.gemm.dtype, scale)
 
 
 def _scored(
