@@ -741,6 +741,51 @@ class LabelPositives:
         glob = block.globals_of(torch.from_numpy(local).to(block.data.device)).cpu()
         return ChunkPairs(torch.from_numpy(rows), glob)
 
+    def _ranges(
+        self, block: Block, start: int, stop: int, excluded: ChunkPairs
+    ) -> tuple[np.ndarray, ...]:
+        groups = self._group(block.offset, block.rows)
+        lo, hi = groups.ranges(self.query_codes[start:stop])
+        return (
+            self.query_codes[start:stop],
+            lo,
+            hi,
+            groups.members,
+            *excluded.csr(block, stop - start),
+        )
+
+    def filter_candidates(
+        self,
+        qf: QueryFilter,
+        block: Block,
+        start: int,
+        stop: int,
+        excluded: ChunkPairs,
+        eps: torch.Tensor,
+    ) -> ChunkPairs:
+        """The chunk's non-excluded positives whose filter score (computed for these pairs
+        alone) is within ``2 eps`` of the row's best positive's: the only ones whose exact score
+        can be the best."""
+        rows, local = _kernels.label_best_candidates(
+            qf.rows, block.gemm, *self._ranges(block, start, stop, excluded), eps
+        )
+        return ChunkPairs(rows, block.globals_of(local))
+
+    def kth_filter(
+        self,
+        qf: QueryFilter,
+        block: Block,
+        start: int,
+        stop: int,
+        excluded: ChunkPairs,
+        ks: np.ndarray,
+    ) -> np.ndarray:
+        """Each row's ``ks[i]``-th best filter score among its non-excluded positives
+        (``-inf`` when it has fewer)."""
+        return _kernels.label_kth(
+            qf.rows, block.gemm, *self._ranges(block, start, stop, excluded), ks
+        )
+
     def candidates(
         self, scores: torch.Tensor, eps: torch.Tensor, block: Block, start: int, stop: int
     ) -> ChunkPairs:
@@ -770,6 +815,15 @@ class ChunkPairs:
             empty = torch.empty(0, dtype=torch.int64, device=device)
             return cls(empty, empty)
         return cls(*pairs.expand(start, stop, device))
+
+    def csr(self, block: Block, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """The pairs in ``block`` as CSR over the chunk's ``rows``, local columns ascending."""
+        r, local, _ = self.in_block(block)
+        r, local = r.cpu().numpy(), local.cpu().numpy()
+        order = np.lexsort((local, r))
+        ptr = np.zeros(rows + 1, dtype=np.int64)
+        ptr[1:] = np.cumsum(np.bincount(r, minlength=rows))
+        return ptr, np.ascontiguousarray(local[order], dtype=np.int64)
 
     def in_block(self, block: Block) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(rows, local cols, global cols)`` of the pairs that fall in ``block``."""
@@ -803,73 +857,6 @@ def _without(pairs: ChunkPairs, excluded: ChunkPairs) -> ChunkPairs:
     found = gone[np.minimum(np.searchsorted(gone, key), len(gone) - 1)] == key
     keep = torch.from_numpy(~found)
     return ChunkPairs(rows[keep], cols[keep])
-
-
-def _pair_filter(
-    space: Space,
-    chunk: Rows,
-    block: Block,
-    pairs: ChunkPairs,
-    start: int,
-    stop: int,
-    codes: np.ndarray | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, np.ndarray, torch.Tensor, QueryFilter]:
-    """The pairs that fall in ``block`` with their filter scores: ``(rows, local, global,
-    filter, eps per row, query filter)``; ``codes``: the chunk's label codes, if any."""
-    rows, local, glob = pairs.in_block(block)
-    rows, local, glob = rows.cpu(), local.cpu(), glob.cpu()
-    qf = _filter(space, chunk, block, start, stop)
-    values = _kernels.pair_dots(qf.rows, block.gemm, rows.numpy(), local.numpy(), codes)
-    return rows, local, glob, values, error_bound(space, qf, block), qf
-
-
-def _best_candidates(
-    space: Space,
-    chunk: Rows,
-    block: Block,
-    pairs: ChunkPairs,
-    start: int,
-    stop: int,
-    codes: np.ndarray | None,
-) -> ChunkPairs:
-    """The pairs whose filter score is within ``2 eps`` of their row's best (CPU): the only
-    ones whose exact score can be the row's best."""
-    rows, _, glob, values, eps, _ = _pair_filter(space, chunk, block, pairs, start, stop, codes)
-    top = np.full(stop - start, -np.inf)
-    np.maximum.at(top, rows.numpy(), values)
-    keep = values >= top[rows.numpy()] - 2.0 * eps.numpy()[rows.numpy()]
-    return ChunkPairs(rows[keep], glob[keep])
-
-
-def _top_start(
-    space: Space,
-    chunk: Rows,
-    block: Block,
-    pairs: ChunkPairs,
-    ks: torch.Tensor,
-    start: int,
-    codes: np.ndarray,
-) -> np.ndarray:
-    """Per row, a filter score below which no item of the exact top-``ks[i]`` lies: with at
-    least k positives, the k-th best exact score is at least the k-th best positive's, so each
-    top-k item's filter score is at least that positive's filter score minus ``2 eps``
-    (``-inf`` where the row has fewer than k positives)."""
-    stop = start + chunk.raw.shape[0]
-    rows, _, _, values, eps, qf = _pair_filter(space, chunk, block, pairs, start, stop, codes)
-    r = rows.numpy()
-    out = np.full(stop - start, -np.inf)
-    order = np.lexsort((-values, r))
-    r, values = r[order], values[order]
-    first = np.searchsorted(r, np.arange(stop - start))
-    k = ks.numpy()
-    at = first + k - 1
-    ok = (k > 0) & (at < len(r))
-    ok[ok] &= r[at[ok]] == np.flatnonzero(ok)
-    out[ok] = values[at[ok]]
-    lo, _ = _bounds(
-        torch.from_numpy(out - 2.0 * eps.numpy())[:, None], eps[:, None] * 0, qf.rows.dtype
-    )
-    return np.where(np.isfinite(out), lo[:, 0].numpy(), -np.inf)
 
 
 def _best_exact(
@@ -999,10 +986,13 @@ def threshold_ranks(
             best[r, t] = _exact(space, chunk, block, r, local[r, t], backend)
         elif listed is not None or _exact_is_cheaper(positives, block, start, stop):
             # Few positives (fine labels, index lists): score them all exactly.
-            pairs = listed if listed is not None else positives.pairs(block, start, stop)
-            codes = None if listed is not None else positives.query_codes[start:stop]
-            pairs = _without(pairs, excluded)
-            pairs = _best_candidates(space, chunk, block, pairs, start, stop, codes)
+            pairs = listed
+            if listed is None:
+                qf = _filter(space, chunk, block, start, stop)
+                eps = error_bound(space, qf, block)
+                pairs = positives.filter_candidates(qf, block, start, stop, excluded, eps)
+            else:
+                pairs = _without(pairs, excluded)
             b, w = _best_exact(space, chunk, pairs, block, backend)
             _merge_best(best[:, 0], where[:, 0], b, w)
         else:
@@ -1137,8 +1127,8 @@ def ranked_chunk(
     """Exact top-``ks[i]`` global indices and exact scores of a query chunk, across blocks.
 
     ``positives`` (optional, one in-memory block, few positives per query) give each row a
-    lower bound of its k-th score before the pass (:func:`_top_start`). Returns CPU tensors
-    ``(c, max(ks))``: indices (``-1`` padding) and float64 scores.
+    lower bound of its k-th score before the pass (:meth:`LabelPositives.kth_filter`). Returns
+    CPU tensors ``(c, max(ks))``: indices (``-1`` padding) and float64 scores.
     """
     if _device.applies(space, backend):
         return _device.ranked_chunk(space, chunk, start, stop, ks, exclusions, backend)
@@ -1156,9 +1146,16 @@ def ranked_chunk(
         floor = None
         if block is space.single and positives is not None:
             if _exact_is_cheaper(positives, block, start, stop):
-                pairs = _without(positives.pairs(block, start, stop), excluded)
-                codes = positives.query_codes[start:stop]
-                floor = _top_start(space, chunk, block, pairs, kb, start, codes)
+                # At least k positives: the k-th best exact score is at least the k-th best
+                # positive's, so no item of the top-k has a filter score below that positive's
+                # minus 2 eps.
+                kth = positives.kth_filter(qf, block, start, stop, excluded, kb.numpy())
+                lo, _ = _bounds(
+                    torch.from_numpy(kth - 2.0 * eps.numpy())[:, None],
+                    0.0 * eps[:, None],
+                    qf.rows.dtype,
+                )
+                floor = np.where(np.isfinite(kth), lo[:, 0].numpy(), -np.inf)
         symmetric = _tiles.is_symmetric(space, qf, block, excluded)
         wr, wj = _tiles.top(space, qf, block, excluded, kb, eps, symmetric, backend, floor)
         exact = _exact(space, chunk, block, wr, wj, backend)

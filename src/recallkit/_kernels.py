@@ -148,45 +148,128 @@ def exact_scores(
     return out
 
 
-@numba.njit(parallel=True, cache=True, boundscheck=False, fastmath=True)
-def _pair_dots_numba(a, b, rows, cols, out):  # pragma: no cover - compiled
-    for p in numba.prange(rows.shape[0]):
-        x = a[rows[p]]
-        y = b[cols[p]]
-        s = 0.0
-        for k in range(x.shape[0]):
-            s += x[k] * y[k]
-        out[p] = s
+@numba.njit(nogil=True, cache=True, boundscheck=False, fastmath=True)
+def _dot(x, y):  # pragma: no cover - compiled
+    s = 0.0
+    for k in range(x.shape[0]):
+        s += x[k] * y[k]
+    return s
 
 
-def pair_dots(
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _excluded(j, p, end, ex_cols):  # pragma: no cover - compiled
+    """Whether column ``j`` is excluded, walking a row's ascending excluded columns from ``p``
+    (columns are visited in ascending order); returns (excluded, new p)."""
+    while p < end and ex_cols[p] < j:
+        p += 1
+    return p < end and ex_cols[p] == j, p
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _label_best_numba(
+    a, b, order, lo, hi, members, ex_ptr, ex_cols, eps, count, index
+):  # pragma: no cover
+    cap = index.shape[1]
+    for t in numba.prange(order.shape[0]):
+        i = order[t]
+        p = ex_ptr[i]
+        best = -np.inf
+        for q in range(lo[i], hi[i]):
+            j = members[q]
+            gone, p = _excluded(j, p, ex_ptr[i + 1], ex_cols)
+            if not gone:
+                best = max(best, _dot(a[i], b[j]))
+        n = 0
+        if best > -np.inf:
+            floor = best - 2.0 * eps[i]
+            p = ex_ptr[i]
+            for q in range(lo[i], hi[i]):
+                j = members[q]
+                gone, p = _excluded(j, p, ex_ptr[i + 1], ex_cols)
+                if not gone and _dot(a[i], b[j]) >= floor:
+                    if n < cap:
+                        index[t, n] = j
+                    n += 1
+        count[t] = n
+
+
+def label_best_candidates(
     a: torch.Tensor,
     b: torch.Tensor,
-    rows: np.ndarray,
-    cols: np.ndarray,
-    codes: np.ndarray | None = None,
-) -> np.ndarray:
-    """Filter scores of single pairs, ``a[rows[p]] · b[cols[p]]`` in the rows' type, any
-    summation order (SIMD): within the filter's error bound like the GEMM. float64 results.
+    codes: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    members: np.ndarray,
+    ex_ptr: np.ndarray,
+    ex_cols: np.ndarray,
+    eps: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Candidates for each row's best positive, from the positives' filter scores alone:
+    ``(rows, local columns)``, the positives within ``2 eps[i]`` of the row's best (CPU).
 
-    ``codes`` (per row of ``a``): rows with equal codes share their columns (label positives);
-    they are visited together so that those columns stay in cache."""
-    out = np.empty(len(rows), dtype=np.float64)
-    if not len(rows):
-        return out
-    order = None
-    if codes is not None and np.all(rows[1:] >= rows[:-1]):
-        starts = np.searchsorted(rows, np.arange(len(codes) + 1))
-        by_code = np.argsort(codes, kind="stable")
-        sizes = (starts[1:] - starts[:-1])[by_code]
-        begin = np.repeat(starts[by_code] - np.cumsum(sizes) + sizes, sizes)
-        order = np.arange(len(rows)) + begin
-        rows, cols = rows[order], cols[order]
-    values = np.empty(len(rows), dtype=np.float64)
-    _pair_dots_numba(a.numpy(), b.numpy(), rows, cols, values)
-    if order is None:
-        return values
-    out[order] = values
+    Row ``i``'s positives are the columns ``members[lo[i]:hi[i]]`` (ascending), less its
+    excluded columns ``ex_cols[ex_ptr[i]:ex_ptr[i+1]]`` (ascending). A pair's filter score is
+    the dot product of its filter rows in any summation order (SIMD), within the filter's error
+    bound like the GEMM's; rows are visited class by class (``codes``) for the cache."""
+    order = np.argsort(codes, kind="stable")
+    e = eps.numpy().astype(np.float64)
+    x, y = a.numpy(), b.numpy()
+    # Slot t holds row order[t]: up to WINDOW_CAP candidates, all of them counted.
+    count = np.empty(len(order), dtype=np.int64)
+    index = np.empty((len(order), WINDOW_CAP), dtype=np.int64)
+    _label_best_numba(x, y, order, lo, hi, members, ex_ptr, ex_cols, e, count, index)
+    full = count <= WINDOW_CAP
+    t, n = np.nonzero(np.arange(WINDOW_CAP)[None, :] < np.where(full, count, 0)[:, None])
+    rows, cols = [order[t]], [index[t, n]]
+    if not full.all():  # many near-equal positives: those rows again, with room for all
+        over = order[~full]
+        wide = np.empty((len(over), int(count[~full].max())), dtype=np.int64)
+        again = np.empty(len(over), dtype=np.int64)
+        _label_best_numba(x, y, over, lo, hi, members, ex_ptr, ex_cols, e, again, wide)
+        t, n = np.nonzero(np.arange(wide.shape[1])[None, :] < again[:, None])
+        rows.append(over[t])
+        cols.append(wide[t, n])
+    return torch.from_numpy(np.concatenate(rows)), torch.from_numpy(np.concatenate(cols))
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _label_kth_numba(a, b, order, lo, hi, members, ex_ptr, ex_cols, ks, out):  # pragma: no cover
+    for t in numba.prange(order.shape[0]):
+        i = order[t]
+        k = ks[i]
+        out[i] = -np.inf
+        if k <= 0 or hi[i] - lo[i] < k:
+            continue
+        values = np.empty(hi[i] - lo[i], dtype=np.float64)
+        p = ex_ptr[i]
+        n = 0
+        for q in range(lo[i], hi[i]):
+            j = members[q]
+            gone, p = _excluded(j, p, ex_ptr[i + 1], ex_cols)
+            if not gone:
+                values[n] = _dot(a[i], b[j])
+                n += 1
+        if n >= k:
+            out[i] = np.partition(values[:n], n - k)[n - k]
+
+
+def label_kth(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    codes: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    members: np.ndarray,
+    ex_ptr: np.ndarray,
+    ex_cols: np.ndarray,
+    ks: np.ndarray,
+) -> np.ndarray:
+    """Each row's ``ks[i]``-th largest positive filter score (``-inf`` with fewer positives);
+    positives and exclusions as in :func:`label_best_candidates`."""
+    out = np.empty(len(lo), dtype=np.float64)
+    order = np.argsort(codes, kind="stable")
+    ks = np.ascontiguousarray(ks, dtype=np.int64)
+    _label_kth_numba(a.numpy(), b.numpy(), order, lo, hi, members, ex_ptr, ex_cols, ks, out)
     return out
 
 

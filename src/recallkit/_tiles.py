@@ -32,18 +32,6 @@ from recallkit import _engine, _kernels
 TILE = 1024
 
 
-def _excluded_csr(
-    excluded: _engine.ChunkPairs, block: _engine.Block, rows: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The chunk's excluded pairs in ``block`` as CSR over chunk rows, local columns ascending."""
-    r, local, _ = excluded.in_block(block)
-    r, local = r.cpu().numpy(), local.cpu().numpy()
-    order = np.lexsort((local, r))
-    ptr = np.zeros(rows + 1, dtype=np.int64)
-    ptr[1:] = np.cumsum(np.bincount(r, minlength=rows))
-    return ptr, np.ascontiguousarray(local[order], dtype=np.int64)
-
-
 def is_symmetric(
     space: _engine.Space, qf: _engine.QueryFilter, block: _engine.Block, excluded: Any
 ) -> bool:
@@ -145,7 +133,7 @@ def run(
         for c0 in range(0, cols, TILE)
         if not symmetric or c0 >= r0
     ]
-    ptr, excluded_cols = _excluded_csr(excluded, block, rows)
+    ptr, excluded_cols = excluded.csr(block, rows)
     dtype = qf.rows.numpy().dtype
     lock = threading.Lock()
     queue = iter(tasks)

@@ -278,12 +278,14 @@ def test_precision_is_accepted_everywhere_and_changes_nothing_on_the_cpu():
 
 def _duplicate_heavy(seed: int = 5, n: int = 300, d: int = 12) -> tuple[np.ndarray, np.ndarray]:
     """150 identical rows and 20 one ulp away (windows far wider than the kernels' capacity),
-    fine labels (60 classes)."""
+    fine labels (60 classes), 40 of the identical rows in one class."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((n, d)).astype(np.float32)
     x[10:160] = x[10]
     x[200:220] = np.nextafter(x[10], np.float32(np.inf))
-    return x, rng.integers(0, 60, n)
+    labels = rng.integers(0, 60, n)
+    labels[10:50] = 0  # 40 identical positives of one another
+    return x, labels
 
 
 @pytest.mark.parametrize("tile", [7, 1024])
