@@ -1192,7 +1192,7 @@ def ranked_lists(
     if _device.applies(space, backend):
         yield from _device.ranked_lists(space, ks, exclusions, size, backend, on_device)
         return
-    state = 4 * kmax + 12 * (2 * kmax + 2 * _kernels.WINDOW_CAP) + 32  # the tile pass's top-k
+    state = 12 * (2 * kmax + 4 * _kernels.WINDOW_CAP) + 24  # the tile pass's top-k buffers
     if _one_chunk(space, chunk_size, state + kmax * 40):
         size = max(space.num_query, 1)
     all_ks = torch.from_numpy(ks.astype(np.int64))

@@ -272,15 +272,13 @@ def top(
     k = ks.clamp(min=0, max=block.rows).numpy().astype(np.int64)
     kmax = int(k.max(initial=0))
     eps64 = eps.numpy().astype(np.float64)
-    cap = 2 * kmax + 2 * _kernels.WINDOW_CAP
+    cap = 2 * kmax + 4 * _kernels.WINDOW_CAP
     slack = 3.0 * eps64  # looser than the final 2 eps: rounding cannot drop a candidate
 
     start = np.where(k > 0, -np.inf if floor is None else floor, np.inf).astype(dtype)
 
     def state() -> tuple[np.ndarray, ...]:
         return (
-            np.empty((c, max(kmax, 1)), dtype=dtype),  # heap
-            np.zeros(c, dtype=np.int64),  # size
             start.copy(),  # floor
             np.empty((c, cap), dtype=np.int64),  # buffer: columns
             np.empty((c, cap), dtype=dtype),  # buffer: scores
@@ -295,43 +293,38 @@ def top(
         _kernels.top_cols(tile, r0, c0, k, slack, *st)
 
     states = run(space, qf, block, excluded, symmetric, state, visit_rows, visit_cols)
-    # The k-th best filter score of each row: the k-th largest of the workers' top-k lists.
-    heaps = np.concatenate(
-        [
-            np.where(np.arange(max(kmax, 1))[None, :] < st[1][:, None], st[0], -np.inf)
-            for st in states
-        ],
-        axis=1,
-    ).astype(np.float64)
-    heaps = -np.sort(-heaps, axis=1)
-    kth = np.where(k > 0, heaps[np.arange(c), np.maximum(k - 1, 0)], -np.inf)
+    # The k-th best filter score of each row: the k-th largest of the workers' buffers, which
+    # hold every item at or above their floors (each below the k-th best score).
+    kth = np.empty(c, dtype=np.float64)
+    scores = np.stack([st[2] for st in states])
+    fills = np.stack([st[3] for st in states])
+    _kernels.union_kth(scores, fills, k, kth)
     lo = _engine._top_floor(torch.from_numpy(kth), eps, qf.rows.dtype, torch.from_numpy(k))
-    lo_np = lo[:, 0].numpy().astype(dtype)
+    lo_np = np.ascontiguousarray(lo[:, 0].numpy().astype(dtype))
     over = np.zeros(c, dtype=bool)
     for st in states:
-        over |= st[6]
-    rows, cols = [], []
-    for _, _, _, buf_col, buf_score, fill, _ in states:
-        keep = (np.arange(cap)[None, :] < fill[:, None]) & (buf_score >= lo_np[:, None])
-        keep &= ~over[:, None]
-        rows.append(np.nonzero(keep)[0])
-        cols.append(buf_col[keep])
+        over |= st[4]
+    columns = np.stack([st[1] for st in states])
+    found_rows, found_cols = _kernels.collect_top(scores, columns, fills, lo_np, over)
     redo = np.flatnonzero(over)
-    if len(redo):  # many near-equal scores: those rows in two passes over their scores
-        scores = _row_scores(space, qf, block, excluded, redo)
-        kb = torch.from_numpy(k[redo])
-        row_kth = _kernels.kth_largest(scores, kb, block.rows, backend).to(torch.float64)
-        row_lo = _engine._top_floor(row_kth, eps[redo], scores.dtype, kb)
-        _, wr, _, wj = _kernels.window(
-            scores,
-            row_lo,
-            torch.full_like(row_lo, torch.inf),
-            block.rows,
-            backend,
-            cap=int(kb.max()) + _kernels.WINDOW_CAP,
-        )
-        rows.append(redo[wr.numpy()])
-        cols.append(wj.numpy())
+    if not len(redo):
+        return torch.from_numpy(found_rows), torch.from_numpy(found_cols)
+    rows, cols = [found_rows], [found_cols]
+    # Many near-equal scores: those rows in two passes over their scores.
+    scores = _row_scores(space, qf, block, excluded, redo)
+    kb = torch.from_numpy(k[redo])
+    row_kth = _kernels.kth_largest(scores, kb, block.rows, backend).to(torch.float64)
+    row_lo = _engine._top_floor(row_kth, eps[redo], scores.dtype, kb)
+    _, wr, _, wj = _kernels.window(
+        scores,
+        row_lo,
+        torch.full_like(row_lo, torch.inf),
+        block.rows,
+        backend,
+        cap=int(kb.max()) + _kernels.WINDOW_CAP,
+    )
+    rows.append(redo[wr.numpy()])
+    cols.append(wj.numpy())
     rows_all, cols_all = np.concatenate(rows), np.concatenate(cols)
     order = np.lexsort((cols_all, rows_all))
     return torch.from_numpy(rows_all[order]), torch.from_numpy(cols_all[order])
