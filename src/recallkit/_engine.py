@@ -1054,7 +1054,7 @@ def first_hit_ranks(
     size = chunk_rows(space, chunk_size)
     if _device.applies(space, backend):
         return _device.first_hit_ranks(space, positives, exclusions, size, backend)
-    state = 8 * (2 + _kernels.WINDOW_CAP)  # the tile pass's window state per query
+    state = _tiles.window_state_bytes(1)
     n = space.num_query
     if _one_chunk(space, chunk_size, state) and _exact_is_cheaper(positives, space.single, 0, n):
         size = max(n, 1)
@@ -1192,7 +1192,7 @@ def ranked_lists(
     if _device.applies(space, backend):
         yield from _device.ranked_lists(space, ks, exclusions, size, backend, on_device)
         return
-    state = 12 * (2 * kmax + 4 * _kernels.WINDOW_CAP) + 24  # the tile pass's top-k buffers
+    state = _tiles.top_state_bytes(kmax)
     if _one_chunk(space, chunk_size, state + kmax * 40):
         size = max(space.num_query, 1)
     all_ks = torch.from_numpy(ks.astype(np.int64))

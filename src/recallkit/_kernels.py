@@ -588,6 +588,9 @@ def topk(scores: torch.Tensor, ks: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 # that the compiler vectorises them; the rare items near a threshold are then handled one by one.
 
 
+_BLOCK = 64  # items checked at once (branch-free) when looking for the few near a threshold
+
+
 @numba.njit(nogil=True, cache=True, boundscheck=False)
 def mask_tile(tile, row0, col0, ptr, cols):  # pragma: no cover - compiled
     """Set excluded pairs to ``-inf``: row ``row0 + i`` excludes ``cols[ptr[.]:ptr[.+1]]``
@@ -623,15 +626,25 @@ def window_rows(tile, row0, col0, lo, hi, cap, above, count, index):  # pragma: 
                 at_least += row[j] >= low
                 over += row[j] > high
             above[r, t] += over
-            if at_least > over:
-                n = count[r, t]
-                for j in range(width):
+            inside = at_least - over
+            n = count[r, t]
+            for b in range(0, width, _BLOCK):
+                if inside <= 0:
+                    break
+                end = min(b + _BLOCK, width)
+                found = 0
+                for j in range(b, end):
+                    found += (row[j] >= low) & (row[j] <= high)
+                if found == 0:
+                    continue
+                inside -= found
+                for j in range(b, end):
                     s = row[j]
                     if s >= low and s <= high:
                         if n < cap:
                             index[r, t, n] = col0 + j
                         n += 1
-                count[r, t] = n
+            count[r, t] = n
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -662,46 +675,81 @@ def window_cols(tile, row0, col0, lo, hi, cap, above, count, index):  # pragma: 
                     count[r] = n + 1
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
-def _compact(r, k, slack, floor, buf_col, buf_score, fill, over):  # pragma: no cover - compiled
-    """Row ``r``'s full buffer: raise its floor to the buffer's k-th best score minus the slack
-    (the k-th best of all items seen can only be higher) and drop what lies below. A buffer
-    that stays nearly full (many near-equal scores) marks the row in ``over``."""
-    cap = buf_col.shape[1]
-    n = fill[r]
-    if n >= k:
-        values = buf_score[r, :n].copy()
-        kth = np.partition(values, n - k)[n - k]
-        f = np.float64(kth) - slack[r]  # rounded to the tile's type
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _offer(
+    r, s, col, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
+):  # pragma: no cover
+    """Offer item ``col`` with filter score ``s`` to row ``r``'s running top-k: a min-heap of
+    the ``ks[r]`` best scores and a buffer of every item within ``slack[r]`` of its root (the
+    root only rises, so nothing dropped could be needed later; ``floor`` may start higher, at a
+    known lower bound of the k-th score). ``floor`` has the tile's type:
+    its rounding is far below the slack's margin over the final ``2 eps``. A full buffer is
+    compacted; one that stays over half full marks the row in ``over`` (the caller recomputes
+    it)."""
+    k = ks[r]
+    h = heap[r]
+    n = size[r]
+    if n < k:
+        p = n
+        h[p] = s
+        while p > 0:
+            parent = (p - 1) // 2
+            if h[parent] > h[p]:
+                h[parent], h[p] = h[p], h[parent]
+                p = parent
+            else:
+                break
+        size[r] = n + 1
+        if n + 1 == k:
+            f = np.float64(h[0]) - slack[r]  # rounded to the tile's type
+            if f > floor[r]:
+                floor[r] = f
+    elif s > h[0]:
+        h[0] = s
+        p = 0
+        while True:
+            left = 2 * p + 1
+            if left >= k:
+                break
+            small = left
+            if left + 1 < k and h[left + 1] < h[left]:
+                small = left + 1
+            if h[small] < h[p]:
+                h[p], h[small] = h[small], h[p]
+                p = small
+            else:
+                break
+        f = np.float64(h[0]) - slack[r]
         if f > floor[r]:
             floor[r] = f
-    kept = 0
-    for a in range(n):
-        if buf_score[r, a] >= floor[r]:
-            buf_col[r, kept] = buf_col[r, a]
-            buf_score[r, kept] = buf_score[r, a]
-            kept += 1
-    fill[r] = kept
-    if kept > cap - cap // 4:
-        over[r] = True
+    if s >= floor[r]:
+        cap = buf_col.shape[1]
+        f = fill[r]
+        if f == cap:
+            kept = 0
+            for a in range(cap):
+                if buf_score[r, a] >= floor[r]:
+                    buf_col[r, kept] = buf_col[r, a]
+                    buf_score[r, kept] = buf_score[r, a]
+                    kept += 1
+            f = kept
+            if f > cap // 2:
+                over[r] = True
+                return
+        buf_col[r, f] = col
+        buf_score[r, f] = s
+        fill[r] = f + 1
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
 def top_rows(
-    tile, row0, col0, ks, slack, floor, buf_col, buf_score, fill, over
+    tile, row0, col0, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
 ):  # pragma: no cover
-    """Running top-k candidates of the tile's rows (a reservoir, as faiss's): every item at or
-    above the row's ``floor`` is kept in its buffer; a full buffer raises the floor to its k-th
-    best score minus ``slack`` and drops what lies below (:func:`_compact`). The floor only
-    rises, and stays below the k-th best score of all items seen, so nothing dropped could be
-    needed later; it may start higher, at a known lower bound of the k-th score. ``floor`` has
-    the tile's type: its rounding is far below the slack's margin over the final ``2 eps``."""
+    """Running top-k candidates (:func:`_offer`) of the tile's rows."""
     rows, width = tile.shape
-    cap = buf_col.shape[1]
     for i in range(rows):
         r = row0 + i
-        k = ks[r]
-        if k <= 0 or over[r]:
+        if ks[r] <= 0 or over[r]:
             continue
         row = tile[i]
         start = floor[r]
@@ -709,31 +757,23 @@ def top_rows(
         for j in range(width):
             hits += row[j] >= start
         j = 0
-        while hits > 0 and j < width:  # the floor only rises: at most ``hits`` items to keep
+        while hits > 0 and j < width:  # the floor only rises: at most ``hits`` items to offer
             s = row[j]
             if s >= start:
                 hits -= 1
-                if s > -np.inf and s >= floor[r]:
-                    if fill[r] == cap:
-                        _compact(r, k, slack, floor, buf_col, buf_score, fill, over)
-                        if over[r]:
-                            break
-                        if s < floor[r]:
-                            j += 1
-                            continue
-                    buf_col[r, fill[r]] = col0 + j
-                    buf_score[r, fill[r]] = s
-                    fill[r] += 1
+                if s > -np.inf and s >= floor[r] and not over[r]:
+                    _offer(
+                        r, s, col0 + j, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
+                    )
             j += 1
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
 def top_cols(
-    tile, row0, col0, ks, slack, floor, buf_col, buf_score, fill, over
+    tile, row0, col0, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
 ):  # pragma: no cover
     """:func:`top_rows` of the transposed tile."""
     rows, width = tile.shape
-    cap = buf_col.shape[1]
     start = floor[col0 : col0 + width].copy()
     for i in range(rows):
         row = tile[i]
@@ -746,15 +786,11 @@ def top_cols(
             if s >= start[j]:
                 hits -= 1
                 r = col0 + j
-                k = ks[r]
-                if k > 0 and not over[r] and s > -np.inf and s >= floor[r]:
-                    if fill[r] == cap:
-                        _compact(r, k, slack, floor, buf_col, buf_score, fill, over)
-                        start[j] = floor[r]
-                    if not over[r] and s >= floor[r]:
-                        buf_col[r, fill[r]] = row0 + i
-                        buf_score[r, fill[r]] = s
-                        fill[r] += 1
+                if s > -np.inf and s >= floor[r] and not over[r]:
+                    _offer(
+                        r, s, row0 + i, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
+                    )
+                    start[j] = floor[r]
             j += 1
 
 

@@ -30,6 +30,17 @@ import torch
 from recallkit import _engine, _kernels
 
 TILE = 1024
+EXTRA = 64  # a top-k buffer holds 2 k + EXTRA items
+
+
+def top_state_bytes(kmax: int) -> int:
+    """Bytes per query row of one worker's :func:`top` state."""
+    return 4 * kmax + 12 * (2 * kmax + EXTRA) + 32
+
+
+def window_state_bytes(slots: int) -> int:
+    """Bytes per query row of one worker's :func:`window` state."""
+    return 8 * slots * (2 + _kernels.WINDOW_CAP)
 
 
 def is_symmetric(
@@ -272,13 +283,15 @@ def top(
     k = ks.clamp(min=0, max=block.rows).numpy().astype(np.int64)
     kmax = int(k.max(initial=0))
     eps64 = eps.numpy().astype(np.float64)
-    cap = 2 * kmax + 4 * _kernels.WINDOW_CAP
+    cap = 2 * kmax + EXTRA
     slack = 3.0 * eps64  # looser than the final 2 eps: rounding cannot drop a candidate
 
     start = np.where(k > 0, -np.inf if floor is None else floor, np.inf).astype(dtype)
 
     def state() -> tuple[np.ndarray, ...]:
         return (
+            np.empty((c, max(kmax, 1)), dtype=dtype),  # heap of the k best so far
+            np.zeros(c, dtype=np.int64),  # heap size
             start.copy(),  # floor
             np.empty((c, cap), dtype=np.int64),  # buffer: columns
             np.empty((c, cap), dtype=dtype),  # buffer: scores
@@ -293,18 +306,16 @@ def top(
         _kernels.top_cols(tile, r0, c0, k, slack, *st)
 
     states = run(space, qf, block, excluded, symmetric, state, visit_rows, visit_cols)
-    # The k-th best filter score of each row: the k-th largest of the workers' buffers, which
-    # hold every item at or above their floors (each below the k-th best score).
+    # The k-th best filter score of each row: the k-th largest of the workers' top-k lists.
     kth = np.empty(c, dtype=np.float64)
-    scores = np.stack([st[2] for st in states])
-    fills = np.stack([st[3] for st in states])
-    _kernels.union_kth(scores, fills, k, kth)
+    heaps = np.stack([st[0] for st in states])
+    _kernels.union_kth(heaps, np.stack([st[1] for st in states]), k, kth)
     lo = _engine._top_floor(torch.from_numpy(kth), eps, qf.rows.dtype, torch.from_numpy(k))
     lo_np = np.ascontiguousarray(lo[:, 0].numpy().astype(dtype))
     over = np.zeros(c, dtype=bool)
     for st in states:
-        over |= st[4]
-    columns = np.stack([st[1] for st in states])
+        over |= st[6]
+    columns, scores, fills = (np.stack([st[i] for st in states]) for i in (3, 4, 5))
     found_rows, found_cols = _kernels.collect_top(scores, columns, fills, lo_np, over)
     redo = np.flatnonzero(over)
     if not len(redo):
