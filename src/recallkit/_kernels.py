@@ -794,6 +794,103 @@ def top_cols(
             j += 1
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _compact(r, k, slack, floor, buf_col, buf_score, fill, over):  # pragma: no cover - compiled
+    """Row ``r``'s full buffer: raise its floor to the buffer's k-th best score minus the slack
+    (the k-th best of all items seen can only be higher) and drop what lies below. A buffer
+    that stays nearly full (many near-equal scores) marks the row in ``over``."""
+    cap = buf_col.shape[1]
+    n = fill[r]
+    if n >= k:
+        values = buf_score[r, :n].copy()
+        kth = np.partition(values, n - k)[n - k]
+        f = np.float64(kth) - slack[r]  # rounded to the tile's type
+        if f > floor[r]:
+            floor[r] = f
+    kept = 0
+    for a in range(n):
+        if buf_score[r, a] >= floor[r]:
+            buf_col[r, kept] = buf_col[r, a]
+            buf_score[r, kept] = buf_score[r, a]
+            kept += 1
+    fill[r] = kept
+    if kept > cap - cap // 4:
+        over[r] = True
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def reservoir_rows(
+    tile, row0, col0, ks, slack, floor, buf_col, buf_score, fill, over
+):  # pragma: no cover
+    """Running top-k candidates of the tile's rows for a large k (a reservoir, as faiss's):
+    every item at or above the row's ``floor`` is kept in its buffer; a full buffer raises the
+    floor to its k-th best score minus ``slack`` and drops what lies below (:func:`_compact`).
+    The floor only rises, and stays below the k-th best score of all items seen, so nothing
+    dropped could be needed later; it may start higher, at a known lower bound of the k-th
+    score. ``floor`` has the tile's type: its rounding is far below the slack's margin over the
+    final ``2 eps``."""
+    rows, width = tile.shape
+    cap = buf_col.shape[1]
+    for i in range(rows):
+        r = row0 + i
+        k = ks[r]
+        if k <= 0 or over[r]:
+            continue
+        row = tile[i]
+        start = floor[r]
+        hits = 0
+        for j in range(width):
+            hits += row[j] >= start
+        j = 0
+        while hits > 0 and j < width:  # the floor only rises: at most ``hits`` items to keep
+            s = row[j]
+            if s >= start:
+                hits -= 1
+                if s > -np.inf and s >= floor[r]:
+                    if fill[r] == cap:
+                        _compact(r, k, slack, floor, buf_col, buf_score, fill, over)
+                        if over[r]:
+                            break
+                        if s < floor[r]:
+                            j += 1
+                            continue
+                    buf_col[r, fill[r]] = col0 + j
+                    buf_score[r, fill[r]] = s
+                    fill[r] += 1
+            j += 1
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def reservoir_cols(
+    tile, row0, col0, ks, slack, floor, buf_col, buf_score, fill, over
+):  # pragma: no cover
+    """:func:`reservoir_rows` of the transposed tile."""
+    rows, width = tile.shape
+    cap = buf_col.shape[1]
+    start = floor[col0 : col0 + width].copy()
+    for i in range(rows):
+        row = tile[i]
+        hits = 0
+        for j in range(width):
+            hits += row[j] >= start[j]
+        j = 0
+        while hits > 0 and j < width:
+            s = row[j]
+            if s >= start[j]:
+                hits -= 1
+                r = col0 + j
+                k = ks[r]
+                if k > 0 and not over[r] and s > -np.inf and s >= floor[r]:
+                    if fill[r] == cap:
+                        _compact(r, k, slack, floor, buf_col, buf_score, fill, over)
+                        start[j] = floor[r]
+                    if not over[r] and s >= floor[r]:
+                        buf_col[r, fill[r]] = row0 + i
+                        buf_score[r, fill[r]] = s
+                        fill[r] += 1
+            j += 1
+
+
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def union_kth(scores, fills, ks, out):  # pragma: no cover - compiled
     """Per row, the ``ks[r]``-th largest of the workers' buffers ``scores[w, r, :fills[w, r]]``

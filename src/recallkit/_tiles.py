@@ -31,6 +31,9 @@ from recallkit import _engine, _kernels
 
 TILE = 1024
 EXTRA = 64  # a top-k buffer holds 2 k + EXTRA items
+# Up to this k, a top-k pass keeps a heap per row (its floor follows every new k-th best);
+# beyond, a reservoir (compacted at its k-th best when full: fewer operations per item).
+HEAP_K = 32
 
 
 def top_state_bytes(kmax: int) -> int:
@@ -260,6 +263,17 @@ def window(
     )
 
 
+def _buffers(c: int, cap: int, dtype: np.dtype, floor: np.ndarray) -> tuple[np.ndarray, ...]:
+    """A worker's candidate buffers for :func:`top`: floor, columns, scores, fill, overflow."""
+    return (
+        floor.copy(),
+        np.empty((c, cap), dtype=np.int64),
+        np.empty((c, cap), dtype=dtype),
+        np.zeros(c, dtype=np.int64),
+        np.zeros(c, dtype=np.bool_),
+    )
+
+
 def top(
     space: _engine.Space,
     qf: _engine.QueryFilter,
@@ -288,34 +302,36 @@ def top(
 
     start = np.where(k > 0, -np.inf if floor is None else floor, np.inf).astype(dtype)
 
+    heap = kmax <= HEAP_K
+    rows_kernel = _kernels.top_rows if heap else _kernels.reservoir_rows
+    cols_kernel = _kernels.top_cols if heap else _kernels.reservoir_cols
+
     def state() -> tuple[np.ndarray, ...]:
-        return (
+        lists = (
             np.empty((c, max(kmax, 1)), dtype=dtype),  # heap of the k best so far
             np.zeros(c, dtype=np.int64),  # heap size
-            start.copy(),  # floor
-            np.empty((c, cap), dtype=np.int64),  # buffer: columns
-            np.empty((c, cap), dtype=dtype),  # buffer: scores
-            np.zeros(c, dtype=np.int64),  # fill
-            np.zeros(c, dtype=np.bool_),  # over
         )
+        return (*(lists if heap else ()), *_buffers(c, cap, dtype, start))
 
     def visit_rows(st: Any, tile: np.ndarray, r0: int, c0: int) -> None:
-        _kernels.top_rows(tile, r0, c0, k, slack, *st)
+        rows_kernel(tile, r0, c0, k, slack, *st)
 
     def visit_cols(st: Any, tile: np.ndarray, r0: int, c0: int) -> None:
-        _kernels.top_cols(tile, r0, c0, k, slack, *st)
+        cols_kernel(tile, r0, c0, k, slack, *st)
 
     states = run(space, qf, block, excluded, symmetric, state, visit_rows, visit_cols)
-    # The k-th best filter score of each row: the k-th largest of the workers' top-k lists.
+    _, columns, scores, fills, overs = (np.stack([st[i - 5] for st in states]) for i in range(5))
+    # The k-th best filter score of each row: the k-th largest of the workers' top-k lists, or
+    # of their buffers (reservoirs hold every item at or above a floor below the k-th best).
+    if heap:
+        lists, sizes = (np.stack([st[i] for st in states]) for i in (0, 1))
+    else:
+        lists, sizes = scores, fills
     kth = np.empty(c, dtype=np.float64)
-    heaps = np.stack([st[0] for st in states])
-    _kernels.union_kth(heaps, np.stack([st[1] for st in states]), k, kth)
+    _kernels.union_kth(lists, sizes, k, kth)
     lo = _engine._top_floor(torch.from_numpy(kth), eps, qf.rows.dtype, torch.from_numpy(k))
     lo_np = np.ascontiguousarray(lo[:, 0].numpy().astype(dtype))
-    over = np.zeros(c, dtype=bool)
-    for st in states:
-        over |= st[6]
-    columns, scores, fills = (np.stack([st[i] for st in states]) for i in (3, 4, 5))
+    over = overs.any(axis=0)
     found_rows, found_cols = _kernels.collect_top(scores, columns, fills, lo_np, over)
     redo = np.flatnonzero(over)
     if not len(redo):

@@ -130,12 +130,15 @@ def test_filter_rounding_and_normalisation_order_change_nothing(
     labels = np.random.default_rng(3).integers(0, classes, len(x))
     before = recall_at_k(x, x, labels, labels, (1, 5), query_in_reference=True, metric=metric)
     nn_before = nearest_neighbors(x, x, 8, query_in_reference=True, metric=metric)
+    wide_before = nearest_neighbors(x, x, 40, query_in_reference=True, metric=metric)
     map_before = map_at_r(x, x, labels, labels, query_in_reference=True, metric=metric)
     _perturbed_filter(monkeypatch)
     after = recall_at_k(x, x, labels, labels, (1, 5), query_in_reference=True, metric=metric)
     np.testing.assert_array_equal(before.first_hit_ranks, after.first_hit_ranks)
     nn_after = nearest_neighbors(x, x, 8, query_in_reference=True, metric=metric)
     assert torch.equal(nn_before[0], nn_after[0]) and torch.equal(nn_before[1], nn_after[1])
+    wide_after = nearest_neighbors(x, x, 40, query_in_reference=True, metric=metric)
+    assert torch.equal(wide_before[0], wide_after[0])
     assert map_at_r(x, x, labels, labels, query_in_reference=True, metric=metric) == map_before
     expected, _, _ = _brute_first_hits(x, labels, metric)
     np.testing.assert_array_equal(after.first_hit_ranks, expected)
@@ -315,11 +318,12 @@ def test_tiles_overflow_and_exclusions_across_tiles_equal_the_definition(
         np.mean([p for r, p, _ in per_query if r > 0]), abs=1e-15
     )
     groups = [[j for j in range(len(x)) if ids[j] == ids[i]] for i in range(len(x))]
-    idx, val = nearest_neighbors(x, x, 5, exclude=groups, metric=metric, chunk_size=chunk_size)
-    for i in range(len(x)):
-        order = brute.ranked(s[i], excluded[i])[:5]
-        assert idx[i].tolist() == order
-        np.testing.assert_array_equal(val[i].numpy(), s[i, order])
+    for k in (5, 40):  # a heap per row, and a reservoir (k > _tiles.HEAP_K)
+        idx, val = nearest_neighbors(x, x, k, exclude=groups, metric=metric, chunk_size=chunk_size)
+        for i in range(len(x)):
+            order = brute.ranked(s[i], excluded[i])[:k]
+            assert idx[i].tolist() == order
+            np.testing.assert_array_equal(val[i].numpy(), s[i, order])
     targets = [[j for j in range(len(x)) if labels[j] == labels[i]][:5] for i in range(len(x))]
     ranks = ground_truth_ranks_from_embeddings(
         x, x, targets, reduce="none", metric=metric, chunk_size=chunk_size
