@@ -19,6 +19,7 @@ end: counts add, window items concatenate, running top-k lists keep the k best o
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -263,17 +264,6 @@ def window(
     )
 
 
-def _buffers(c: int, cap: int, dtype: np.dtype, floor: np.ndarray) -> tuple[np.ndarray, ...]:
-    """A worker's candidate buffers for :func:`top`: floor, columns, scores, fill, overflow."""
-    return (
-        floor.copy(),
-        np.empty((c, cap), dtype=np.int64),
-        np.empty((c, cap), dtype=dtype),
-        np.zeros(c, dtype=np.int64),
-        np.zeros(c, dtype=np.bool_),
-    )
-
-
 def top(
     space: _engine.Space,
     qf: _engine.QueryFilter,
@@ -306,12 +296,21 @@ def top(
     rows_kernel = _kernels.top_rows if heap else _kernels.reservoir_rows
     cols_kernel = _kernels.top_cols if heap else _kernels.reservoir_cols
 
+    # Each worker's state is one slice of arrays shared by all (merged without copies).
+    slots = max(1, torch.get_num_threads())
+    heaps = np.empty((slots, c, max(kmax, 1)), dtype=dtype)
+    sizes = np.zeros((slots, c), dtype=np.int64)
+    floors = np.repeat(start[None], slots, axis=0)
+    columns = np.empty((slots, c, cap), dtype=np.int64)
+    scores = np.empty((slots, c, cap), dtype=dtype)
+    fills = np.zeros((slots, c), dtype=np.int64)
+    overs = np.zeros((slots, c), dtype=np.bool_)
+    worker = itertools.count()
+
     def state() -> tuple[np.ndarray, ...]:
-        lists = (
-            np.empty((c, max(kmax, 1)), dtype=dtype),  # heap of the k best so far
-            np.zeros(c, dtype=np.int64),  # heap size
-        )
-        return (*(lists if heap else ()), *_buffers(c, cap, dtype, start))
+        w = next(worker)
+        lists = (heaps[w], sizes[w]) if heap else ()
+        return (*lists, floors[w], columns[w], scores[w], fills[w], overs[w])
 
     def visit_rows(st: Any, tile: np.ndarray, r0: int, c0: int) -> None:
         rows_kernel(tile, r0, c0, k, slack, *st)
@@ -319,16 +318,12 @@ def top(
     def visit_cols(st: Any, tile: np.ndarray, r0: int, c0: int) -> None:
         cols_kernel(tile, r0, c0, k, slack, *st)
 
-    states = run(space, qf, block, excluded, symmetric, state, visit_rows, visit_cols)
-    _, columns, scores, fills, overs = (np.stack([st[i - 5] for st in states]) for i in range(5))
+    run(space, qf, block, excluded, symmetric, state, visit_rows, visit_cols)
     # The k-th best filter score of each row: the k-th largest of the workers' top-k lists, or
     # of their buffers (reservoirs hold every item at or above a floor below the k-th best).
-    if heap:
-        lists, sizes = (np.stack([st[i] for st in states]) for i in (0, 1))
-    else:
-        lists, sizes = scores, fills
+    lists, counts = (heaps, sizes) if heap else (scores, fills)
     kth = np.empty(c, dtype=np.float64)
-    _kernels.union_kth(lists, sizes, k, kth)
+    _kernels.union_kth(lists, counts, k, kth)
     lo = _engine._top_floor(torch.from_numpy(kth), eps, qf.rows.dtype, torch.from_numpy(k))
     lo_np = np.ascontiguousarray(lo[:, 0].numpy().astype(dtype))
     over = overs.any(axis=0)
