@@ -263,8 +263,11 @@ def make_block(
     """A reference block: validated rows, their norms and the GEMM filter rows in ``dtype``."""
     rows = x if isinstance(x, Rows) else prepare_rows(x, name, func, metric, device, offset)
     gemm, scale = _reference_filter(rows, metric, dtype)
-    norms = torch.linalg.vector_norm(gemm.to(torch.float64), dim=1)
-    max_norm = float(norms.max()) if len(norms) else 0.0
+    top = torch.zeros((), dtype=torch.float64, device=gemm.device)
+    for start, stop in chunks(gemm.shape[0], _PREP_ROWS):  # no float64 copy of the whole block
+        norms = torch.linalg.vector_norm(gemm[start:stop].to(torch.float64), dim=1)
+        top = torch.maximum(top, norms.max())
+    max_norm = float(top)
     low = None
     # The low-precision filter runs where the torch kernels do (CUDA; the CPU when forced).
     if PRECISIONS[precision] is not None and dtype == torch.float32:
