@@ -374,6 +374,24 @@ def _window_numba(scores, cols, lo, hi, cap, above, count, index):  # pragma: no
             count[i, t] = n
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _sift_down(heap, k):  # pragma: no cover - compiled
+    """Restore the min-heap ``heap[:k]`` after its root was replaced."""
+    p = 0
+    while True:
+        left = 2 * p + 1
+        if left >= k:
+            break
+        small = left
+        if left + 1 < k and heap[left + 1] < heap[left]:
+            small = left + 1
+        if heap[small] < heap[p]:
+            heap[p], heap[small] = heap[small], heap[p]
+            p = small
+        else:
+            break
+
+
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _kth_numba(scores, cols, ks, out):  # pragma: no cover - compiled
     """The k-th largest float32 score of each row (``-inf`` when fewer than k are finite)."""
@@ -390,19 +408,7 @@ def _kth_numba(scores, cols, ks, out):  # pragma: no cover - compiled
             s = row[j]
             if s > root:
                 heap[0] = s
-                p = 0
-                while True:
-                    left = 2 * p + 1
-                    if left >= k:
-                        break
-                    small = left
-                    if left + 1 < k and heap[left + 1] < heap[left]:
-                        small = left + 1
-                    if heap[small] < heap[p]:
-                        heap[p], heap[small] = heap[small], heap[p]
-                        p = small
-                    else:
-                        break
+                _sift_down(heap, k)
                 root = heap[0]
         out[i] = heap[0]
 
@@ -706,19 +712,7 @@ def _offer(
                 floor[r] = f
     elif s > h[0]:
         h[0] = s
-        p = 0
-        while True:
-            left = 2 * p + 1
-            if left >= k:
-                break
-            small = left
-            if left + 1 < k and h[left + 1] < h[left]:
-                small = left + 1
-            if h[small] < h[p]:
-                h[p], h[small] = h[small], h[p]
-                p = small
-            else:
-                break
+        _sift_down(h, k)
         f = np.float64(h[0]) - slack[r]
         if f > floor[r]:
             floor[r] = f
