@@ -29,6 +29,11 @@ that rank above it. Both steps combine across blocks and shards by max/min and s
 makes streamed and distributed evaluation exact. Positives are given by label codes (compared per
 chunk, never materialised as pairs) or by explicit index lists (ground truth).
 
+On the CPU the GEMM runs in cache-sized tiles, each consumed at once by a numba kernel, so a
+chunk's scores are never written to memory; leave-one-out on one tensor computes each tile once
+for both of its sides (:mod:`recallkit._tiles`). With few positives per query (fine labels) the
+best positive is found from the positives' own filter scores, before any pass.
+
 Where the torch kernels run (CUDA), every step of a chunk stays on the device, with windows of
 fixed capacity, so that a call synchronises with the host a constant number of times
 (:mod:`recallkit._device`); a float16/bfloat16 filter is the first stage of a cascade whose
