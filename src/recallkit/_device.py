@@ -295,14 +295,6 @@ def _best_of_pairs(
     return best, where.scatter_reduce(0, row, candidate, reduce="amin")
 
 
-def _merge_best(
-    best: torch.Tensor, where: torch.Tensor, score: torch.Tensor, index: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The better of (best, where) and (score, index): higher score, then lower index."""
-    better = (score > best) | ((score == best) & (index < where))
-    return torch.where(better, score, best), torch.where(better, index, where)
-
-
 def _positive_candidates(
     p: _Pass,
     block: _engine.Block,
@@ -391,7 +383,7 @@ def _thresholds(
             over = over | flag
             valid = rows >= 0
         b, w = _best_of_pairs(space, chunk, block, rows, local, valid, backend)
-        best, where = _merge_best(best, where, b, w)
+        best, where = _engine.merge_best(best, where, b, w)
     return best[:, None], where[:, None], over
 
 

@@ -742,13 +742,6 @@ class LabelPositives:
         lo, hi = self._group(block.offset, block.rows).ranges(self.query_codes[start:stop])
         return int((hi - lo).sum())
 
-    def pairs(self, block: Block, start: int, stop: int) -> ChunkPairs:
-        """The chunk's positive pairs in ``block``: ``(rows, global cols)``."""
-        groups = self._group(block.offset, block.rows)
-        rows, local = groups.expand(*groups.ranges(self.query_codes[start:stop]))
-        glob = block.globals_of(torch.from_numpy(local).to(block.data.device)).cpu()
-        return ChunkPairs(torch.from_numpy(rows), glob)
-
     def _ranges(
         self, block: Block, start: int, stop: int, excluded: ChunkPairs
     ) -> tuple[np.ndarray, ...]:
@@ -846,13 +839,12 @@ def _masked(scores: torch.Tensor, excluded: ChunkPairs, block: Block) -> torch.T
     return scores
 
 
-def _merge_best(
+def merge_best(
     best: torch.Tensor, where: torch.Tensor, score: torch.Tensor, index: torch.Tensor
-) -> None:
-    """In place: keep the better of (best, where) and (score, index): higher score, lower index."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The better of (best, where) and (score, index): higher score, then lower index."""
     better = (score > best) | ((score == best) & (index < where))
-    best[better] = score[better]
-    where[better] = index[better]
+    return torch.where(better, score, best), torch.where(better, index, where)
 
 
 def _without(pairs: ChunkPairs, excluded: ChunkPairs) -> ChunkPairs:
@@ -1002,7 +994,7 @@ def threshold_ranks(
             else:
                 pairs = _without(pairs, excluded)
             b, w = _best_exact(space, chunk, pairs, block, backend)
-            _merge_best(best[:, 0], where[:, 0], b, w)
+            best[:, 0], where[:, 0] = merge_best(best[:, 0], where[:, 0], b, w)
         else:
             # Many positives (coarse labels): the best positive's filter score narrows them down
             # to a few candidates; the scores are kept for step 2 (one block, in memory).
@@ -1010,7 +1002,7 @@ def threshold_ranks(
             eps = error_bound(space, qf, block)
             cand = positives.candidates(scores, eps, block, start, stop)
             b, w = _best_exact(space, chunk, cand, block, backend)
-            _merge_best(best[:, 0], where[:, 0], b, w)
+            best[:, 0], where[:, 0] = merge_best(best[:, 0], where[:, 0], b, w)
             if single:
                 cached.append((scores, qf))
     local_best, best = best, reduce("max", best)
