@@ -1,83 +1,70 @@
 """recallkit: exact, deterministic, memory-bounded recall@K and retrieval metrics.
 
-The functional layer (``recall_at_k``, ``ground_truth_ranks``, ``map_at_r``, ...) holds every
-metric once; :mod:`recallkit.pml`, the runner and the command line call into it.
+The functional layer (``recall_at_k``, ``retrieval_metrics``, ``ground_truth_ranks``,
+``map_at_r``, ...) holds every metric once, on one engine (:mod:`recallkit.engine`);
+:mod:`recallkit.pml`, the benchmark protocols and splits, the image runner
+(:mod:`recallkit.runner`) and the command line call into it.
 
-The names below load on first use (PEP 562), so ``import recallkit`` is cheap and loads no
-image, plotting or command-line code: the metric modules (and torch) load with the first metric
-used, the runner (``evaluate``, ``encode_all``: images in, recall@K out) with the first runner
-function used.
+The names below load on first use (PEP 562), so ``import recallkit`` is cheap: the metric modules
+(and torch) load with the first metric used.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
-if TYPE_CHECKING:
-    from recallkit.distributed import ShardedResult, evaluate_sharded
-    from recallkit.neighbors import nearest_neighbors, nearest_neighbors_from_scores
-    from recallkit.ranking import average_precision_at_k, map_at_k, map_at_r, r_precision
-    from recallkit.ranks import (
+if _TYPE_CHECKING:
+    from recallkit.evaluator import Evaluator
+    from recallkit.ground_truth import (
+        Ranks,
+        average_precision_at_k,
         ground_truth_ranks,
         ground_truth_ranks_from_embeddings,
         recall_at_k_from_scores,
         recall_from_ranks,
     )
-    from recallkit.recall import recall_at_k
-    from recallkit.result import RecallResult
-    from recallkit.runner import encode_all, evaluate
+    from recallkit.neighbors import nearest_neighbors, nearest_neighbors_from_scores
+    from recallkit.options import Options
+    from recallkit.result import Result
+    from recallkit.retrieval import map_at_k, map_at_r, r_precision, recall_at_k, retrieval_metrics
+    from recallkit.sharded import evaluate_sharded
 
 # Public name -> the module that defines it.
 _HOMES = {
-    "RecallResult": "recallkit.result",
-    "ShardedResult": "recallkit.distributed",
-    "average_precision_at_k": "recallkit.ranking",
-    "encode_all": "recallkit.runner",
-    "evaluate": "recallkit.runner",
-    "evaluate_sharded": "recallkit.distributed",
-    "ground_truth_ranks": "recallkit.ranks",
-    "ground_truth_ranks_from_embeddings": "recallkit.ranks",
-    "map_at_k": "recallkit.ranking",
-    "map_at_r": "recallkit.ranking",
+    "Evaluator": "recallkit.evaluator",
+    "Options": "recallkit.options",
+    "Ranks": "recallkit.ground_truth",
+    "Result": "recallkit.result",
+    "average_precision_at_k": "recallkit.ground_truth",
+    "evaluate_sharded": "recallkit.sharded",
+    "ground_truth_ranks": "recallkit.ground_truth",
+    "ground_truth_ranks_from_embeddings": "recallkit.ground_truth",
+    "map_at_k": "recallkit.retrieval",
+    "map_at_r": "recallkit.retrieval",
     "nearest_neighbors": "recallkit.neighbors",
     "nearest_neighbors_from_scores": "recallkit.neighbors",
-    "r_precision": "recallkit.ranking",
-    "recall_at_k": "recallkit.recall",
-    "recall_at_k_from_scores": "recallkit.ranks",
-    "recall_from_ranks": "recallkit.ranks",
+    "r_precision": "recallkit.retrieval",
+    "recall_at_k": "recallkit.retrieval",
+    "recall_at_k_from_scores": "recallkit.ground_truth",
+    "recall_from_ranks": "recallkit.ground_truth",
+    "retrieval_metrics": "recallkit.retrieval",
 }
 
-__all__ = [
-    "RecallResult",
-    "ShardedResult",
-    "average_precision_at_k",
-    "encode_all",
-    "evaluate",
-    "evaluate_sharded",
-    "ground_truth_ranks",
-    "ground_truth_ranks_from_embeddings",
-    "map_at_k",
-    "map_at_r",
-    "nearest_neighbors",
-    "nearest_neighbors_from_scores",
-    "r_precision",
-    "recall_at_k",
-    "recall_at_k_from_scores",
-    "recall_from_ranks",
-]
+__all__ = sorted(_HOMES)
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     home = _HOMES.get(name)
     if home is not None:
-        value = getattr(importlib.import_module(home), name)
+        value = getattr(_importlib.import_module(home), name)
         globals()[name] = value
         return value
     if not name.startswith("__"):
-        try:  # a submodule: ``recallkit.ranks`` after a bare ``import recallkit``
-            return importlib.import_module(f"{__name__}.{name}")
+        try:  # a submodule: ``recallkit.ground_truth`` after a bare ``import recallkit``
+            return _importlib.import_module(f"{__name__}.{name}")
         except ModuleNotFoundError as error:
             if error.name != f"{__name__}.{name}":
                 raise
@@ -85,4 +72,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOMES})
+    return sorted({"__version__", *_HOMES})

@@ -248,3 +248,37 @@ def check_columns(x: Any, expected: int, func: str, name: str, what: str) -> Non
     cols = int(x.shape[1])
     if cols != expected:
         raise fail(func, name, f"one column per {what} ({expected} columns)", f"{cols} columns")
+
+
+def check_device(device: Any, func: str) -> torch.device:
+    """``device`` as a ``torch.device`` that holds data and is available here."""
+    if isinstance(device, bool) or not isinstance(device, str | torch.device | int):
+        raise fail(func, "device", "a device name such as 'cpu' or 'cuda'", repr(device))
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise fail(func, "device", "a device name such as 'cpu' or 'cuda'", repr(device)) from None
+    if dev.type == "meta":
+        raise fail(func, "device", "a device that holds data ('cpu', 'cuda')", repr(device))
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise fail(func, "device", "an available device (no CUDA GPU is visible)", repr(device))
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            got = f"{device!r} ({torch.cuda.device_count()} CUDA devices)"
+            raise fail(func, "device", "an available device", got)
+        return dev
+    if dev.type != "cpu":
+        try:
+            torch.empty(1, device=dev)
+        except (RuntimeError, AssertionError, TypeError, ValueError):
+            raise fail(func, "device", "an available device", repr(device)) from None
+    return dev
+
+
+def check_block_shape(block: np.ndarray, rows: int, dim: int, name: str, func: str) -> None:
+    """Raise unless a block read from a streamed reference has ``rows`` rows of ``dim``."""
+    if block.ndim != 2 or block.shape != (rows, dim):
+        raise fail(
+            func, name, f"rows of dimension {dim} as its shape says",
+            f"a block of shape {block.shape} where ({rows}, {dim}) was expected",
+        )  # fmt: skip

@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
 import torch
 
-from recallkit import _checks, _engine, _kernels
-from recallkit.ranks import _exclusion_pairs, matrix_chunks, score_matrix
+from recallkit import _checks, engine
+from recallkit.ground_truth import Ranker, _exclusion_pairs
+from recallkit.options import Options, check_flag
+
+
+def _like(query: Any, index: torch.Tensor, value: torch.Tensor) -> tuple[Any, Any]:
+    """numpy in, numpy out; torch in, torch out (on the device the work ran on)."""
+    if isinstance(query, torch.Tensor):
+        return index, value
+    return index.cpu().numpy(), value.cpu().numpy()
+
+
+def _clamped(func: str, k: int, m: int) -> int:
+    if k > m:
+        warnings.warn(
+            f"{func}: k = {k} exceeds the {m} reference items; the lists have {m} slots.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return min(k, m)
 
 
 def nearest_neighbors(
@@ -18,22 +37,25 @@ def nearest_neighbors(
     *,
     query_in_reference: bool = False,
     exclude: Any = None,
+    exclude_ids: tuple[Any, Any] | None = None,
     metric: str = "cosine",
     chunk_size: int | None = None,
     device: Any = None,
-    precision: str = "float32",
-) -> tuple[torch.Tensor, torch.Tensor]:
+    precision: str = "auto",
+) -> tuple[Any, Any]:
     """The exact ``k`` best reference items of each query, best first: ``(indices, scores)``.
 
     Scores are those of :func:`recallkit.recall_at_k` (higher is better; for
-    ``metric="euclidean"`` the score is ``2 q·r - |r|²``, which orders like ``-|q - r|``). On
-    equal scores the lower reference index comes first, so the lists are deterministic.
-    ``query_in_reference=True`` removes query ``i``'s own row ``i``; ``exclude`` removes further
-    candidates per query (an index or a list per query, ``-1`` for none). ``k`` above the number
-    of reference rows is clamped to it (the lists have ``min(k, m)`` slots); slots beyond a query's
-    available candidates hold index ``-1`` and score ``-inf``. Scores are the exact float64 scores
-    (:mod:`recallkit._engine`). ``precision`` (``"float32"``, ``"float16"``, ``"bfloat16"``) is the
-    GEMM filter's type on CUDA, as in :func:`recallkit.recall_at_k`: the results are identical.
+    ``metric="euclidean"`` the score is ``2 q·r - |r|²``, which orders like ``-|q - r|``), the
+    exact float64 scores. On equal scores the lower reference index comes first, so the lists
+    are deterministic. ``query_in_reference=True`` removes query ``i``'s own row ``i``;
+    ``exclude`` removes further candidates per query (an index or a list per query, ``-1`` for
+    none); ``exclude_ids=(query_ids, reference_ids)`` removes every reference item whose id
+    equals the query's. ``k`` above the number of reference rows is clamped to it, with a
+    warning (the lists have ``min(k, m)`` slots); slots beyond a query's available candidates
+    hold index ``-1`` and score ``-inf``. numpy inputs give numpy arrays, torch inputs torch
+    tensors (on the device the work ran on). ``precision`` and the other options are those of
+    :class:`recallkit.Options`; the results are identical in every precision.
 
     >>> import numpy as np
     >>> x = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
@@ -43,42 +65,52 @@ def nearest_neighbors(
     """
     func = "nearest_neighbors"
     k = _checks.check_positive_int(k, func, "k")
-    chunk_size = _checks.check_chunk_size(chunk_size, func)
-    space = _engine.prepare(query, reference, metric, device, func, precision=precision)
-    n, m = space.num_query, space.num_reference
+    query_in_reference = check_flag(query_in_reference, func, "query_in_reference")
+    options = Options.of(func, metric=metric, chunk_size=chunk_size, device=device,
+                         precision=precision)  # fmt: skip
+    ranker = Ranker.from_embeddings(query, reference, func, options)
+    n, m = ranker.num_query, ranker.num_reference
     parts = []
     if query_in_reference:
         if m < n:
             raise _checks.fail(
                 func, "reference", f"at least {n} rows when query_in_reference=True", m
             )
-        parts.append(_engine.Pairs.diagonal(n))
+        parts.append(engine.Pairs.diagonal(n))
     if exclude is not None:
         extra = _exclusion_pairs(exclude, n, m, func)
         if extra is not None:
             parts.append(extra)
-    exclusions = _engine.Pairs.union(parts, n, m) if parts else None
-    k = min(k, m)
-    ks = np.full(n, k, dtype=np.int64)
-    index = torch.full((n, k), -1, dtype=torch.int64, device=space.device)
-    value = torch.full((n, k), -torch.inf, dtype=torch.float64, device=space.device)
-    lists = _engine.ranked_lists(space, ks, exclusions, chunk_size, on_device=True)
-    for start, stop, idx, val in lists:
-        width = idx.shape[1]
-        index[start:stop, :width] = idx.to(space.device)
-        value[start:stop, :width] = val.to(space.device)
-    return index, value
+    codes = None
+    if exclude_ids is not None:
+        codes = id_codes(exclude_ids, n, m, func)
+    k = _clamped(func, k, m)
+    exclusions = engine.Exclusions.of(parts, n, m, codes)
+    index, value = ranker.lists(k, exclusions)
+    return _like(query, index, value)
 
 
-def nearest_neighbors_from_scores(
-    scores: Any, k: int, *, exclude: Any = None
-) -> tuple[torch.Tensor, torch.Tensor]:
+def id_codes(exclude_ids: Any, n: int, m: int, func: str) -> tuple[np.ndarray, np.ndarray]:
+    """``exclude_ids = (query_ids, reference_ids)`` as exclusion codes (equal ids: skipped)."""
+    from recallkit._codes import dense_codes
+
+    if not isinstance(exclude_ids, tuple | list) or len(exclude_ids) != 2:
+        raise _checks.fail(
+            func, "exclude_ids", "a pair (query_ids, reference_ids)", type(exclude_ids).__name__
+        )
+    q, r = dense_codes(*exclude_ids, ("exclude_ids[0]", "exclude_ids[1]"), func)
+    _checks.check_length(q, n, "exclude_ids[0]", func, "query")
+    _checks.check_length(r, m, "exclude_ids[1]", func, "reference")
+    return q, r
+
+
+def nearest_neighbors_from_scores(scores: Any, k: int, *, exclude: Any = None) -> tuple[Any, Any]:
     """The exact ``k`` best columns of each row of a similarity matrix, best first.
 
     The same order as :func:`nearest_neighbors`: higher score first, equal scores by lower
     column index; ``exclude`` removes candidates per row (an index or a list per row, ``-1`` for
-    none); ``k`` is clamped to the number of columns; slots beyond the available candidates
-    hold ``-1`` and ``-inf``.
+    none); ``k`` is clamped to the number of columns (with a warning); slots beyond the available
+    candidates hold ``-1`` and ``-inf``. numpy in, numpy out; torch in, torch out.
 
     >>> idx, val = nearest_neighbors_from_scores([[0.5, 0.75, 0.75, 1.0]], 3, exclude=[3])
     >>> idx.tolist(), val.tolist()
@@ -86,15 +118,9 @@ def nearest_neighbors_from_scores(
     """
     func = "nearest_neighbors_from_scores"
     k = _checks.check_positive_int(k, func, "k")
-    matrix = score_matrix(scores, func)
-    n, m = matrix.shape
-    k = min(k, m)
-    exclusions = _exclusion_pairs(exclude, n, m, func) if exclude is not None else None
-    index = torch.full((n, k), -1, dtype=torch.int64)
-    value = torch.full((n, k), -torch.inf, dtype=matrix.dtype)
-    for start, stop, block in matrix_chunks(matrix, exclusions):
-        ks = torch.full((stop - start,), k, dtype=torch.int64)
-        idx, val = _kernels.topk(block, ks)
-        index[start:stop, : idx.shape[1]] = idx.cpu()
-        value[start:stop, : val.shape[1]] = val.cpu()
-    return index, value
+    ranker = Ranker.from_scores(scores, func)
+    n, m = ranker.num_query, ranker.num_reference
+    k = _clamped(func, k, m)
+    pairs = _exclusion_pairs(exclude, n, m, func) if exclude is not None else None
+    index, value = ranker.lists(k, ranker.exclusions(pairs))
+    return _like(scores, index, value)

@@ -15,10 +15,11 @@ import numpy as np
 import torch
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
-from recallkit import _checks, _engine
-from recallkit._labels import dense_codes
+from recallkit import _checks, engine, metrics
+from recallkit._codes import dense_codes
 from recallkit.neighbors import nearest_neighbors
-from recallkit.recall import recall_at_k
+from recallkit.options import Options
+from recallkit.retrieval import retrieval_metrics
 
 #: The ranking metrics :class:`RecallCalculator` computes by default (PML's names), before the
 #: ``recall_at_K`` entries.
@@ -56,8 +57,8 @@ class ExactKNN:
     empty ``(n, 0)`` lists, as PML asks when every label is unique.
 
     ``exclude_ids=(query_ids, reference_ids)`` also removes every reference item whose id equals
-    the query's. ``chunk_size``, ``device`` and ``precision`` are those of
-    :func:`recallkit.nearest_neighbors`.
+    the query's (ids are compared as codes: memory does not grow with the items sharing an id).
+    ``chunk_size``, ``device`` and ``precision`` are those of :class:`recallkit.Options`.
 
     >>> import torch
     >>> x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
@@ -71,13 +72,15 @@ class ExactKNN:
         metric: str = "euclidean",
         chunk_size: int | None = None,
         device: Any = None,
-        precision: str = "float32",
+        precision: str = "auto",
     ) -> None:
         func = "ExactKNN"
-        self.metric = _checks.check_metric(metric, func)
-        self.chunk_size = _checks.check_chunk_size(chunk_size, func)
+        self.options = Options.of(func, metric=metric, chunk_size=chunk_size, device=device,
+                                  precision=precision)  # fmt: skip
+        self.metric = self.options.metric
+        self.chunk_size = self.options.chunk_size
         self.device = device
-        self.precision = precision
+        self.precision = self.options.precision
 
     def __call__(
         self,
@@ -100,9 +103,6 @@ class ExactKNN:
             raise _checks.fail(
                 func, "reference", f"at least {n} rows when ref_includes_query=True", m
             )
-        exclude = None
-        if exclude_ids is not None:
-            exclude = _same_id_lists(exclude_ids, n, m)
         if k == 0:
             on_query = tensor_input or self.device is None
             device = query.device if on_query else torch.device(self.device)
@@ -112,12 +112,9 @@ class ExactKNN:
             query,
             reference,
             int(k),
-            query_in_reference=ref_includes_query,
-            exclude=exclude,
-            metric=self.metric,
-            chunk_size=self.chunk_size,
-            device=self.device,
-            precision=self.precision,
+            query_in_reference=bool(ref_includes_query),
+            exclude_ids=exclude_ids,
+            **self.options.search(),
         )
         if self.metric == "euclidean":
             q = query.to(device=scores.device, dtype=scores.dtype)
@@ -140,7 +137,7 @@ def _checked_embeddings(
     """
     same = reference is query
     q = _checks.as_embeddings(query, "query", func)
-    if _engine._is_streamed(reference):
+    if engine.is_streamed(reference):
         r = reference
         shape = tuple(r.shape)
         if len(shape) != 2 or shape[0] == 0:
@@ -152,35 +149,13 @@ def _checked_embeddings(
             func, "reference", f"of the query's dimension {q.shape[1]}", f"dimension {r.shape[1]}"
         )
     checked = [("query", q)]
-    if not same and not _engine._is_streamed(reference):
+    if not same and not engine.is_streamed(reference):
         checked.append(("reference", r))
     for name, x in checked:
         _checks.check_finite_rows(x, 0, name, func)
         if metric == "cosine":
             _checks.check_zero_rows(torch.linalg.vector_norm(x, dim=1), 0, name, func)
     return q, r
-
-
-def _same_id_lists(exclude_ids: Any, n: int, m: int) -> np.ndarray:
-    """Per query, the reference positions with the same id, as an ``(n, w)`` array padded -1."""
-    func = "ExactKNN"
-    if not isinstance(exclude_ids, tuple | list) or len(exclude_ids) != 2:
-        raise _checks.fail(
-            func, "exclude_ids", "a pair (query_ids, reference_ids)", type(exclude_ids).__name__
-        )
-    q, r = dense_codes(*exclude_ids, ("exclude_ids[0]", "exclude_ids[1]"), func)
-    _checks.check_length(q, n, "exclude_ids[0]", func, "query")
-    _checks.check_length(r, m, "exclude_ids[1]", func, "reference")
-    order = np.argsort(r, kind="stable")
-    sorted_r = r[order]
-    lo = np.searchsorted(sorted_r, q, side="left")
-    hi = np.searchsorted(sorted_r, q, side="right")
-    width = int((hi - lo).max(initial=0))
-    out = np.full((len(q), max(width, 1)), -1, dtype=np.int64)
-    for offset in range(width):
-        has = lo + offset < hi
-        out[has, offset] = order[lo[has] + offset]
-    return out
 
 
 class RecallCalculator(AccuracyCalculator):
@@ -197,13 +172,17 @@ class RecallCalculator(AccuracyCalculator):
       ``IndexFlatL2``), ``"cosine"`` or ``"dot"``. The default ``knn_func`` is
       :class:`ExactKNN` with the same ``metric`` (ties: lower reference index first), and
       ``k`` defaults to ``"max_bin_count"`` so that MAP@R and R-precision are exact.
-      recall@K is ranked with ``metric`` even when another ``knn_func`` is passed.
-    - recall@K comes from :func:`recallkit.recall_at_k` (the one implementation) with PML's
-      ``ref_includes_query`` and lone-query semantics: a hit when one of the K nearest shares
-      the query's label (``recall_at_1`` equals ``precision_at_1``); with ``avg_of_avgs`` it is
-      averaged per class first, as PML does for its own metrics.
+    - One pass: ``recall_at_K``, and with the default ``knn_func`` also ``precision_at_1``,
+      ``r_precision`` and ``mean_average_precision_at_r``, come from one call of
+      :func:`recallkit.retrieval_metrics` (the one implementation of each; names in
+      :data:`recallkit.metrics.KINDS`), with PML's ``ref_includes_query`` and lone-query
+      semantics, and ``avg_of_avgs``/``return_per_class`` applied to their per-query values as
+      PML applies them. PML's other metrics (and all of them with another ``knn_func``) are
+      PML's own. ``chunk_size`` and ``precision`` are those of :class:`recallkit.Options`; the
+      engine runs on the calculator's ``device``.
     - Labels are mapped to dense int64 codes before PML sees them (PML casts labels to
-      float32, which merges identifiers above 2**24).
+      float32, which merges identifiers above 2**24); labels are compared by equality (a
+      custom ``label_comparison_fn`` is refused).
     - Bad input (shapes, lengths, NaN, zero rows under cosine, metric names that are not
       computed, ``ref_includes_query`` with a reference that does not start with the query)
       raises ``ValueError`` naming ``RecallCalculator.get_accuracy`` and the argument.
@@ -226,18 +205,36 @@ class RecallCalculator(AccuracyCalculator):
         *,
         metric: str = "euclidean",
         include: Any = None,
+        chunk_size: int | None = None,
+        precision: str = "auto",
         **kwargs: Any,
     ) -> None:
-        self.ks = _checks.check_ks(ks, "RecallCalculator")
-        self.metric = _checks.check_metric(metric, "RecallCalculator")
+        func = "RecallCalculator"
+        self.ks = _checks.check_ks(ks, func)
+        self.options = Options.of(func, metric=metric, chunk_size=chunk_size,
+                                  precision=precision)  # fmt: skip
+        self.metric = self.options.metric
+        if kwargs.get("label_comparison_fn") is not None:
+            raise _checks.fail(
+                func, "label_comparison_fn", "None (labels are compared by equality)",
+                "a custom comparison",
+            )  # fmt: skip
         for k in self.ks:
             # PML discovers metrics by their "calculate_" attribute names.
-            setattr(self, f"calculate_recall_at_{k}", partial(self._recall_at, k))
+            setattr(self, f"calculate_recall_at_{k}", partial(_not_called, k))
         if include is None:
             include = (*RANKING_METRICS, *(f"recall_at_{k}" for k in self.ks))
-        kwargs.setdefault("knn_func", ExactKNN(metric=metric))
+        exact = "knn_func" not in kwargs
+        kwargs.setdefault("knn_func", ExactKNN(metric=metric, chunk_size=chunk_size,
+                                               precision=precision))  # fmt: skip
         kwargs.setdefault("k", "max_bin_count")
         super().__init__(include=include, **kwargs)
+        self._ours = {f"recall_at_{k}": metrics.Spec("recall", k) for k in self.ks}
+        if exact:
+            self._ours.update(
+                {name: spec for spec in metrics.parse(RANKING_METRICS, func)
+                 for name in [spec.pml] if name in RANKING_METRICS}
+            )  # fmt: skip
 
     def get_accuracy(
         self,
@@ -268,21 +265,44 @@ class RecallCalculator(AccuracyCalculator):
         _checks.check_length(r_codes, r.shape[0], "reference_labels", func, "reference")
         if ref_includes_query:
             _check_reference_starts_with_query(q, r, q_codes, r_codes, func)
-        self._recall_inputs = (q, r, q_codes, r_codes, ref_includes_query)
-        self._recall_cache: dict[str, Any] = {}
-        try:
-            out = super().get_accuracy(
-                q,
-                torch.from_numpy(q_codes),
-                r,
-                torch.from_numpy(r_codes),
-                ref_includes_query,
-                include,
-                exclude,
-            )
-        finally:
-            self._recall_inputs = None
-        return out
+        current = list(self.get_function_dict(include, exclude))
+        ours = [name for name in current if name in self._ours]
+        out: dict[str, Any] = {}
+        if ours:
+            result = retrieval_metrics(
+                q, r, q_codes, r_codes, [self._ours[name].name for name in ours],
+                query_in_reference=bool(ref_includes_query), device=self.device,
+                **{k: v for k, v in self.options.search().items() if k != "device"},
+            )  # fmt: skip
+            for name in ours:
+                out[name] = self._aggregate(result, self._ours[name].name, q_codes)
+        others = tuple(name for name in current if name not in self._ours)
+        if others:
+            out.update(
+                super().get_accuracy(
+                    q, torch.from_numpy(q_codes), r, torch.from_numpy(r_codes),
+                    ref_includes_query, others, (),
+                )
+            )  # fmt: skip
+        self.curr_function_dict = self.get_function_dict(include, exclude)
+        return {name: out[name] for name in current}
+
+    def _aggregate(self, result: Any, name: str, q_codes: np.ndarray) -> Any:
+        """A metric's value with PML's ``avg_of_avgs``/``return_per_class``: per-class means of
+        the evaluated queries' values (classes in ascending label order)."""
+        values = result.per_query[name]
+        evaluated = result.evaluated
+        if not (self.avg_of_avgs or self.return_per_class):
+            return result[name]
+        labels = q_codes[evaluated]
+        if len(labels) == 0:
+            unique = np.unique(q_codes)
+            return [float("nan")] * len(unique) if self.return_per_class else float("nan")
+        unique, inverse = np.unique(labels, return_inverse=True)
+        per_class = np.bincount(inverse, weights=values[evaluated]) / np.bincount(inverse)
+        if self.return_per_class:
+            return per_class.tolist()
+        return float(per_class.mean())
 
     def _check_names(self, names: Any, name: str, func: str) -> None:
         """``include``/``exclude`` of ``get_accuracy`` must name metrics this calculator has."""
@@ -299,29 +319,9 @@ class RecallCalculator(AccuracyCalculator):
                 repr(tuple(unknown)),
             )
 
-    def _recall_at(self, k: int, **kwargs: Any) -> float:
-        if "result" not in self._recall_cache:
-            query, reference, q_codes, r_codes, self_in = self._recall_inputs
-            self._recall_cache["result"] = recall_at_k(
-                query,
-                reference,
-                q_codes,
-                r_codes,
-                self.ks,
-                query_in_reference=self_in,
-                metric=self.metric,
-            )
-        result = self._recall_cache["result"]
-        if not self.avg_of_avgs:
-            return result[f"recall@{k}"]
-        evaluated = result.evaluated
-        hits = result.hits(result.effective_ks[self.ks.index(k)])[evaluated]
-        labels = np.asarray(self._recall_inputs[2])[evaluated]
-        if len(labels) == 0:
-            return float("nan")
-        _, inverse = np.unique(labels, return_inverse=True)
-        per_class = np.bincount(inverse, weights=hits) / np.bincount(inverse)
-        return float(per_class.mean())
+
+def _not_called(k: int, **kwargs: Any) -> float:  # pragma: no cover - get_accuracy computes it
+    raise RuntimeError(f"recall_at_{k} is computed by RecallCalculator.get_accuracy")
 
 
 def _check_reference_starts_with_query(

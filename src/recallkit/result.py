@@ -1,9 +1,11 @@
-"""The library's result types: a read-only mapping ``metric name -> float`` and what lies behind it.
+"""The library's one result type: a read-only mapping ``metric name -> float`` and what lies
+behind it.
 
-:class:`MetricResult` is the base of every result the library returns (:class:`RecallResult`,
-:class:`recallkit.protocols.ProtocolResult`, :class:`recallkit.datasets.BenchmarkResult`): the
-values are read like a dict, ``to_dict()`` is JSON-ready (NaN, an undefined mean, becomes
-``None``) and ``report()`` is the text to print.
+Every metric of recallkit returns a :class:`Result`: the label-form metrics
+(:func:`recallkit.recall_at_k`, :func:`recallkit.map_at_r`, :func:`recallkit.retrieval_metrics`,
+...), the ground-truth form, the benchmark protocols, the benchmark splits and sharded
+evaluation. The values are read like a dict, ``to_dict()`` is JSON-ready (NaN, an undefined
+mean, becomes ``None``) and ``report()`` is the text to print.
 
 The counts have one meaning wherever they appear (attributes, ``report()``, ``to_dict()``):
 
@@ -11,7 +13,10 @@ The counts have one meaning wherever they appear (attributes, ``report()``, ``to
 * ``num_evaluated``: the queries counted in the means, those with at least one relevant
   reference item after self-exclusion;
 * ``num_excluded``: the lone queries (``num_queries - num_evaluated``), left out of every mean;
-* ``num_reference``: the reference (gallery) items searched.
+* ``num_reference``: the reference (gallery) items searched;
+* ``num_tied``: the queries whose value of some metric depends on the tie rule (the decisive
+  item is exactly tied with another); ``bounds[name]`` is ``(pessimistic, optimistic)``, the
+  value with every such tie broken against the query and in its favour.
 """
 
 from __future__ import annotations
@@ -42,29 +47,97 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-class MetricResult(Mapping[str, float]):
-    """A read-only mapping ``metric name -> float``, in the order the metrics were computed.
+def _frozen(array: Any, dtype: Any = None) -> np.ndarray:
+    out = np.array(array, dtype=dtype)
+    out.setflags(write=False)
+    return out
 
-    Subclasses add what lies behind the values (counts, per-query arrays) and extend
-    :meth:`to_dict` and :meth:`report`.
 
-    >>> r = MetricResult({"recall@1": 0.5, "MAP@R": float("nan")})
-    >>> dict(r), r.to_dict()
-    ({'recall@1': 0.5, 'MAP@R': nan}, {'metrics': {'recall@1': 0.5, 'MAP@R': None}})
-    >>> print(r.report())
-    metric    value
-    recall@1  0.5000
-    MAP@R     -
+class Result(Mapping[str, float]):
+    """A read-only mapping ``metric name -> float``, in the order the metrics were asked for,
+    with the per-query values and counts behind it (module docstring).
+
+    Attributes (``None`` where a result has no such thing):
+        per_query: per metric name, the value of each query (NaN for a lone query), and any
+            other per-query array of a protocol (0-indexed ranks, ...).
+        first_hit_ranks: label form: the 0-indexed rank of each query's first correct
+            neighbour among its non-excluded reference items, ``-1`` for a lone query.
+        ks, effective_ks: the K values asked for recall@K, and as clamped to the candidates.
+        bounds: per metric, ``(pessimistic, optimistic)`` under the other tie orders.
+        query_ids: the queries' ids, when the caller gave them.
+        definitions: the definitions that produced the values (:mod:`recallkit.definitions`).
+        title, convention: what was evaluated and which definition (protocol results).
+        parts: the per-category or per-task results of a benchmark that averages several.
+        info: context (a benchmark's name, split, completeness; bytes communicated ...).
+
+    >>> r = Result({"recall@1": 0.5, "MAP@R": float("nan")}, num_queries=2)
+    >>> dict(r), r.to_dict()["metrics"]
+    ({'recall@1': 0.5, 'MAP@R': nan}, {'recall@1': 0.5, 'MAP@R': None})
     """
 
-    _values: dict[str, float]
+    def __init__(
+        self,
+        values: Mapping[str, float],
+        *,
+        num_queries: int | None = None,
+        evaluated: np.ndarray | None = None,
+        per_query: Mapping[str, Any] | None = None,
+        first_hit_ranks: np.ndarray | None = None,
+        ks: Sequence[int] | None = None,
+        effective_ks: Sequence[int] | None = None,
+        num_reference: int | None = None,
+        embedding_dim: int | None = None,
+        bounds: Mapping[str, tuple[float, float]] | None = None,
+        tied: np.ndarray | None = None,
+        query_ids: list[Any] | None = None,
+        definitions: Mapping[str, Any] | None = None,
+        title: str | None = None,
+        convention: str | None = None,
+        parts: Mapping[str, Result] | None = None,
+        plain: Sequence[str] = (),
+        info: Mapping[str, Any] | None = None,
+        style: str = "evaluation",
+    ) -> None:
+        self._fields = dict(
+            num_queries=num_queries, evaluated=evaluated, per_query=per_query,
+            first_hit_ranks=first_hit_ranks, ks=ks, effective_ks=effective_ks,
+            num_reference=num_reference, embedding_dim=embedding_dim, bounds=bounds, tied=tied,
+            query_ids=query_ids, definitions=definitions, title=title, convention=convention,
+            parts=parts, plain=plain, info=info, style=style,
+        )  # fmt: skip
+        self._values = {str(k): float(v) for k, v in values.items()}
+        self.first_hit_ranks = None if first_hit_ranks is None else _frozen(first_hit_ranks, np.int64)
+        if evaluated is None and self.first_hit_ranks is not None:
+            evaluated = self.first_hit_ranks >= 0
+        if num_queries is None:
+            num_queries = len(evaluated) if evaluated is not None else 0
+        self._num_queries = int(num_queries)
+        self._evaluated = None if evaluated is None else _frozen(evaluated, bool)
+        self.per_query: Mapping[str, np.ndarray] = {
+            k: _frozen(v) for k, v in (per_query or {}).items()
+        }
+        self.ks = None if ks is None else tuple(int(k) for k in ks)
+        self.effective_ks = None if effective_ks is None else tuple(int(k) for k in effective_ks)
+        self.num_reference = None if num_reference is None else int(num_reference)
+        self.embedding_dim = None if embedding_dim is None else int(embedding_dim)
+        self.bounds: Mapping[str, tuple[float, float]] = {
+            k: (float(a), float(b)) for k, (a, b) in (bounds or {}).items()
+        }
+        self._tied = None if tied is None else _frozen(tied, bool)
+        self.query_ids = query_ids
+        self.definitions = dict(definitions) if definitions is not None else None
+        self.title = title
+        self.convention = convention
+        self.parts: Mapping[str, Result] = dict(parts or {})
+        self.plain = frozenset(plain)
+        self.info: Mapping[str, Any] = dict(info or {})
+        self.style = style
 
-    def __init__(self, values: Mapping[str, float]) -> None:
-        self._set_values(values)
+    def replace(self, values: Mapping[str, float] | None = None, **changes: Any) -> Result:
+        """A copy with some values or attributes changed (keywords of the constructor)."""
+        return Result(self._values if values is None else values, **{**self._fields, **changes})
 
-    def _set_values(self, values: Mapping[str, float]) -> None:
-        # object.__setattr__: frozen dataclass subclasses set their values here too.
-        object.__setattr__(self, "_values", {str(k): float(v) for k, v in values.items()})
+    # -- the mapping ----------------------------------------------------------------------------
 
     def __getitem__(self, key: str) -> float:
         return self._values[key]
@@ -75,77 +148,36 @@ class MetricResult(Mapping[str, float]):
     def __len__(self) -> int:
         return len(self._values)
 
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({{{self._repr_values()}}})"
+    def __float__(self) -> float:
+        """The value of a single-metric result (``float(map_at_r(...))``)."""
+        if len(self._values) != 1:
+            raise TypeError(
+                f"float() needs a result with one metric; this one has {list(self._values)}: "
+                "read one by name, result['name']."
+            )
+        return next(iter(self._values.values()))
 
-    def _repr_values(self) -> str:
-        return ", ".join(f"{k!r}: {v:.4f}" for k, v in self._values.items())
+    def metrics(self) -> dict[str, float]:
+        """The values as a plain dict, in order."""
+        return dict(self._values)
 
-    def json_metrics(self) -> dict[str, float | None]:
-        """The values as a plain dict, NaN as ``None``."""
-        return {k: json_float(v) for k, v in self._values.items()}
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict: ``{"metrics": {name: value or None}}``, extended by subclasses."""
-        return {"metrics": self.json_metrics()}
-
-    def report(self) -> str:
-        """A plain-text table of the values, 4 decimals (``-`` for NaN)."""
-        rows = [[k, "-" if math.isnan(v) else f"{v:.4f}"] for k, v in self._values.items()]
-        return format_table(["metric", "value"], rows)
-
-
-class RecallResult(MetricResult):
-    """A read-only mapping ``"recall@K" -> float`` in the order of the requested ks.
-
-    Each value is an exact fraction, hits over evaluated queries, divided once in float64.
-    ``first_hit_ranks[i]`` is the 0-indexed rank of query ``i``'s first correct neighbour among
-    its non-excluded reference items, or ``-1`` for a lone query (no reference item with its
-    label), which is left out of every mean and counted in ``num_excluded``. The counts follow
-    the module's glossary (``num_queries`` counts every query given).
-
-    >>> r = RecallResult((1, 2), (1, 2), np.array([0, 1, -1]), num_reference=4, embedding_dim=8)
-    >>> dict(r), r.num_queries, r.num_evaluated, r.num_excluded
-    ({'recall@1': 0.5, 'recall@2': 1.0}, 3, 2, 1)
-    """
-
-    def __init__(
-        self,
-        ks: tuple[int, ...],
-        effective_ks: tuple[int, ...],
-        first_hit_ranks: np.ndarray,
-        *,
-        num_reference: int,
-        embedding_dim: int,
-        query_ids: list[Any] | None = None,
-    ) -> None:
-        self.ks = tuple(ks)
-        self.effective_ks = tuple(effective_ks)
-        self.first_hit_ranks = np.asarray(first_hit_ranks, dtype=np.int64)
-        self.first_hit_ranks.setflags(write=False)
-        self.num_reference = int(num_reference)
-        self.embedding_dim = int(embedding_dim)
-        self.query_ids = query_ids
-        total = self.num_evaluated
-        values = {}
-        for k, k_eff in zip(self.ks, self.effective_ks, strict=True):
-            hits = int(np.count_nonzero(self.hits(k_eff)))
-            values[f"recall@{k}"] = hits / total if total else math.nan
-        super().__init__(values)
+    # -- counts ---------------------------------------------------------------------------------
 
     @property
     def num_queries(self) -> int:
         """Every query given, lone ones included."""
-        return len(self.first_hit_ranks)
+        return self._num_queries
 
     @property
     def evaluated(self) -> np.ndarray:
-        """Mask of the queries counted in the mean (not lone)."""
-        return self.first_hit_ranks >= 0
+        """Mask of the queries counted in the means (not lone)."""
+        if self._evaluated is None:
+            return np.ones(self._num_queries, dtype=bool)
+        return self._evaluated
 
     @property
     def num_evaluated(self) -> int:
-        """The queries counted in the mean: at least one relevant reference item."""
+        """The queries counted in the means: at least one relevant reference item."""
         return int(np.count_nonzero(self.evaluated))
 
     @property
@@ -153,33 +185,103 @@ class RecallResult(MetricResult):
         """Lone queries: no reference item with their label after self-exclusion."""
         return self.num_queries - self.num_evaluated
 
+    @property
+    def tied(self) -> np.ndarray:
+        """Mask of the queries whose value of some metric depends on the tie rule."""
+        if self._tied is None:
+            return np.zeros(self._num_queries, dtype=bool)
+        return self._tied
+
+    @property
+    def num_tied(self) -> int:
+        return int(np.count_nonzero(self.tied))
+
     def counts(self) -> dict[str, int]:
-        """``num_queries``, ``num_evaluated``, ``num_excluded`` and ``num_reference``."""
-        return {
+        """``num_queries``, ``num_evaluated``, ``num_excluded`` (and ``num_reference``)."""
+        out = {
             "num_queries": self.num_queries,
             "num_evaluated": self.num_evaluated,
             "num_excluded": self.num_excluded,
-            "num_reference": self.num_reference,
         }
+        if self.num_reference is not None:
+            out["num_reference"] = self.num_reference
+        return out
 
     def hits(self, k: int) -> np.ndarray:
-        """Per-query hit at ``k`` (False for lone queries)."""
+        """Per-query hit at ``k`` (False for lone queries): label and ground-truth forms."""
         ranks = self.first_hit_ranks
+        if ranks is None:
+            raise AttributeError("this result has no first-hit ranks")
         return (ranks >= 0) & (ranks < k)
 
+    # -- text and JSON -------------------------------------------------------------------------
+
+    def json_metrics(self) -> dict[str, float | None]:
+        """The values as a plain dict, NaN as ``None``."""
+        return {k: json_float(v) for k, v in self._values.items()}
+
+    def _json_bounds(self) -> dict[str, list[float | None]]:
+        return {k: [json_float(a), json_float(b)] for k, (a, b) in self.bounds.items()}
+
     def __repr__(self) -> str:
-        return (
-            f"RecallResult({{{self._repr_values()}}}, num_evaluated={self.num_evaluated}, "
-            f"num_excluded={self.num_excluded}, num_reference={self.num_reference})"
-        )
+        values = ", ".join(f"{k!r}: {v:.4f}" for k, v in self._values.items())
+        extra = ""
+        if self.style == "evaluation" and self._evaluated is not None:
+            extra = f", num_evaluated={self.num_evaluated}, num_excluded={self.num_excluded}"
+            if self.num_reference is not None:
+                extra += f", num_reference={self.num_reference}"
+        return f"Result({{{values}}}{extra})"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: the values (NaN as ``None``), the counts, the tie bounds when a
+        query is tied, and what else the result holds."""
+        if self.style == "protocol":
+            out: dict[str, Any] = {
+                "benchmark": self.title,
+                "convention": self.convention,
+                "num_queries": self.num_queries,
+                "metrics": self.json_metrics(),
+            }
+            if self.parts:
+                out["parts"] = {name: part.to_dict() for name, part in self.parts.items()}
+        elif self.style == "benchmark":
+            out = {**self.info.get("header", {}), "metrics": self.json_metrics()}
+            out.update(self.info.get("fields", {}))
+            out.update(self.counts())
+            if "citation" in self.info:
+                out["citation"] = self.info["citation"]
+        else:
+            out = {"recall" if self._all_recall() else "metrics": self.json_metrics()}
+            if self.ks is not None:
+                out["ks"] = list(self.ks)
+                out["effective_ks"] = list(self.effective_ks or self.ks)
+            out.update(self.counts())
+            if self.embedding_dim is not None:
+                out["embedding_dim"] = self.embedding_dim
+            if self.first_hit_ranks is not None:
+                out["first_hit_ranks"] = self.first_hit_ranks.tolist()
+            if self.query_ids is not None:
+                out["query_ids"] = list(self.query_ids)
+            for key in ("bytes_communicated",):
+                if key in self.info:
+                    out[key] = self.info[key]
+        if self.num_tied:
+            out["num_tied"] = self.num_tied
+            out["bounds"] = self._json_bounds()
+        if self.definitions is not None:
+            out["definitions"] = dict(self.definitions)
+        return out
+
+    def _all_recall(self) -> bool:
+        return bool(self._values) and all(k.startswith("recall@") for k in self._values)
 
     def report(self) -> str:
-        """The report text: ``[evaluation]`` counts, then one ``recall@K:`` line per K.
+        """The text to print: an ``[evaluation]`` section with the counts and one line per
+        metric (label form), a table in percent (protocols), or a two-line table (benchmark
+        splits). Tie bounds follow when a query is tied.
 
-        ``num queries`` counts every query given; when some are lone (excluded from the means),
-        a ``num excluded`` line follows it. ``to_dict()`` has every count.
-
-        >>> r = RecallResult((1, 10), (1, 10), np.array([0, 3]), num_reference=5, embedding_dim=4)
+        >>> r = Result({"recall@1": 0.5, "recall@10": 1.0}, first_hit_ranks=np.array([0, 3]),
+        ...            num_reference=5, embedding_dim=4)
         >>> print(r.report())
         [evaluation]
           num queries:   2
@@ -190,29 +292,75 @@ class RecallResult(MetricResult):
           recall@1:  0.5000
           recall@10: 1.0000
         """
-        width = max(len(k) for k in self._values) + 1
+        if self.style == "protocol":
+            text = self._protocol_report()
+        elif self.style == "benchmark":
+            text = self._table_report()
+        else:
+            text = self._evaluation_report()
+        if self.num_tied:
+            text += "\n" + self._ties_report()
+        return text
+
+    def table(self) -> str:
+        """The same text as :meth:`report`."""
+        return self.report()
+
+    def _evaluation_report(self) -> str:
         lines = ["[evaluation]", f"  {'num queries:':<15}{self.num_queries}"]
         if self.num_excluded:
             lines.append(f"  {'num excluded:':<15}{self.num_excluded}")
+        if self.num_reference is not None:
+            lines.append(f"  {'num gallery:':<15}{self.num_reference}")
+        if self.embedding_dim is not None:
+            lines.append(f"  {'embedding_dim:':<15}{self.embedding_dim}")
+        lines += ["", "[recall]" if self._all_recall() else "[metrics]"]
+        width = max((len(k) for k in self._values), default=0) + 1
         lines += [
-            f"  {'num gallery:':<15}{self.num_reference}",
-            f"  {'embedding_dim:':<15}{self.embedding_dim}",
-            "",
-            "[recall]",
+            f"  {k + ':':<{width + 1}}{'-' if math.isnan(v) else f'{v:.4f}'}"
+            for k, v in self._values.items()
         ]
-        lines += [f"  {k + ':':<{width + 1}}{v:.4f}" for k, v in self._values.items()]
         return "\n".join(lines)
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict: values (NaN as ``None``), counts, ks and first-hit ranks."""
-        out: dict[str, Any] = {
-            "recall": self.json_metrics(),
-            "ks": list(self.ks),
-            "effective_ks": list(self.effective_ks),
-            **self.counts(),
-            "embedding_dim": self.embedding_dim,
-            "first_hit_ranks": self.first_hit_ranks.tolist(),
-        }
-        if self.query_ids is not None:
-            out["query_ids"] = list(self.query_ids)
-        return out
+    def _ties_report(self) -> str:
+        lines = [
+            "",
+            f"[ties] {self.num_tied} of {self.num_queries} queries depend on the tie rule "
+            "(lower reference index first); pessimistic - optimistic:",
+        ]
+        width = max((len(k) for k in self.bounds), default=0) + 1
+        for name, (low, high) in self.bounds.items():
+            if name in self._values and low != high:
+                lines.append(f"  {name + ':':<{width + 1}}{low:.4f} - {high:.4f}")
+        return "\n".join(lines)
+
+    def _table_report(self) -> str:
+        widths = [max(len(name), 6) for name in self]
+        head = "  ".join(f"{name:<{w}}" for name, w in zip(self, widths, strict=True))
+        cells = zip(self.values(), widths, strict=True)
+        values = "  ".join(f"{value:<{w}.4f}" for value, w in cells)
+        return f"{head.rstrip()}\n{values.rstrip()}"
+
+    def _format(self, key: str, value: float) -> str:
+        if math.isnan(value):
+            return "-"
+        return f"{value:.2f}" if key in self.plain else f"{100 * value:.2f}"
+
+    def _protocol_report(self) -> str:
+        title = f"{self.title} ({self.num_queries} queries; {self.convention})"
+        if not self.parts:
+            rows = [[k, self._format(k, v)] for k, v in self._values.items()]
+            return title + "\n" + format_table(["metric", "value"], rows)
+        columns: list[str] = []
+        for part in self.parts.values():
+            columns += [k for k in part if k not in columns]
+        rows = [
+            [name, str(part.num_queries)]
+            + [part._format(c, part.get(c, math.nan)) for c in columns]
+            for name, part in self.parts.items()
+        ]
+        text = title + "\n" + format_table(["part", "queries", *columns], rows)
+        overall = [[k, self._format(k, v)] for k, v in self._values.items()]
+        if overall:
+            text += "\n" + format_table(["average", "value"], overall)
+        return text

@@ -16,7 +16,7 @@ import numpy as np
 
 from recallkit.errors import UsageError
 from recallkit.io import read_array
-from recallkit.protocols import ProtocolResult
+from recallkit.result import Result
 from recallkit.protocols._common import write_json
 
 T = TypeVar("T")
@@ -108,7 +108,7 @@ def _id_of_line(line: str) -> int:
     return int(digits[-1])
 
 
-def report(result: ProtocolResult, json_path: str | None) -> int:
+def report(result: Result, json_path: str | None) -> int:
     """Print the result's table; write its JSON report atomically when asked."""
     print(result.table())
     if json_path:

@@ -28,7 +28,7 @@ from recallkit.datasets.base import (
 )
 from recallkit.datasets.cars import load_cars196
 from recallkit.datasets.cub import load_cub
-from recallkit.datasets.evaluation import BenchmarkResult, evaluate_benchmark
+from recallkit.datasets.evaluation import evaluate_benchmark
 from recallkit.datasets.inaturalist import INATURALIST_SUPERCATEGORIES, load_inaturalist
 from recallkit.datasets.inshop import load_inshop
 from recallkit.datasets.registry import BENCHMARKS, load_benchmark, protocol_table
@@ -40,7 +40,6 @@ __all__ = [
     "INATURALIST_SUPERCATEGORIES",
     "Benchmark",
     "BenchmarkInfo",
-    "BenchmarkResult",
     "DatasetError",
     "DatasetFileNotFoundError",
     "Protocol",

@@ -1,100 +1,19 @@
 """Evaluate a loaded benchmark with its protocol: recall@K, with MAP@R and R-precision beside it.
 
-Every number comes from the core (:func:`recallkit.recall_at_k`, :func:`recallkit.map_at_r`,
-:func:`recallkit.r_precision`); this module only chooses the splits, the K values and the
-self-exclusion the benchmark's protocol prescribes.
+Every number comes from one pass of the core (:func:`recallkit.retrieval_metrics`); this module
+only chooses the splits, the K values and the self-exclusion the benchmark's protocol prescribes.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
+from collections.abc import Sequence
 from typing import Any
 
-from recallkit.datasets.base import Benchmark, Protocol, Split
-from recallkit.ranking import map_at_r, r_precision
-from recallkit.recall import recall_at_k
-from recallkit.result import MetricResult, RecallResult
+from recallkit.datasets.base import Benchmark, Split
+from recallkit.result import Result
+from recallkit.retrieval import retrieval_metrics
 
-__all__ = ["BenchmarkResult", "evaluate_benchmark"]
-
-
-@dataclasses.dataclass(frozen=True, eq=False, repr=False)
-class BenchmarkResult(MetricResult):
-    """The protocol's recall@K of one benchmark, with MAP@R and R-precision.
-
-    A read-only mapping ``{"recall@K": ..., "MAP@R": ..., "R-precision": ...}`` in the
-    protocol's K order (:class:`recallkit.result.MetricResult`).
-
-    Attributes:
-        benchmark: the benchmark's registry name.
-        title: its usual name.
-        protocol: the protocol it was evaluated with.
-        recall: the :class:`recallkit.RecallResult` (``result.recall["recall@1"]``, counts,
-            per-query ranks).
-        map_at_r: MAP@R (Musgrave et al. 2020), NaN when every query is lone.
-        r_precision: R-precision (Musgrave et al. 2020), NaN when every query is lone.
-        complete: whether the benchmark had its documented sizes (``Benchmark.complete``); when
-            False the numbers are not comparable with published ones.
-    """
-
-    benchmark: str
-    title: str
-    protocol: Protocol
-    recall: RecallResult
-    map_at_r: float
-    r_precision: float
-    complete: bool
-
-    def __post_init__(self) -> None:
-        self._set_values({**self.recall, "MAP@R": self.map_at_r, "R-precision": self.r_precision})
-
-    def __repr__(self) -> str:
-        return f"BenchmarkResult({self.benchmark!r}, {{{self._repr_values()}}})"
-
-    def metrics(self) -> dict[str, float]:
-        """``{"recall@K": ..., "MAP@R": ..., "R-precision": ...}`` in the protocol's K order."""
-        return dict(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (NaN as ``None``), with the counts of :mod:`recallkit.result`."""
-        return {
-            "benchmark": self.benchmark,
-            "title": self.title,
-            "complete": self.complete,
-            "metrics": self.json_metrics(),
-            "ks": list(self.protocol.ks),
-            "effective_ks": list(self.recall.effective_ks),
-            "query_split": self.protocol.query_split,
-            "gallery_split": self.protocol.gallery_split,
-            "query_in_reference": self.protocol.query_in_reference,
-            **self.recall.counts(),
-            "citation": self.protocol.citation,
-        }
-
-    def report(self) -> str:
-        """A two-line text table: metric names, then values to 4 decimals.
-
-        >>> from recallkit.datasets.base import BENCHMARK_INFO
-        >>> from recallkit.result import MetricResult, RecallResult
-        >>> import numpy as np
-        >>> recall = RecallResult((1, 2), (1, 2), np.array([0, 1]), num_reference=2,
-        ...                       embedding_dim=2)
-        >>> result = BenchmarkResult("cub", "CUB-200-2011", BENCHMARK_INFO["cub"].protocol,
-        ...                          recall, 0.75, 0.5, True)
-        >>> print(result.report())
-        recall@1  recall@2  MAP@R   R-precision
-        0.5000    1.0000    0.7500  0.5000
-        """
-        widths = [max(len(name), 6) for name in self]
-        head = "  ".join(f"{name:<{w}}" for name, w in zip(self, widths, strict=True))
-        cells = zip(self.values(), widths, strict=True)
-        values = "  ".join(f"{value:<{w}.4f}" for value, w in cells)
-        return f"{head.rstrip()}\n{values.rstrip()}"
-
-    def table(self) -> str:
-        """The same text as :meth:`report`."""
-        return self.report()
+__all__ = ["evaluate_benchmark"]
 
 
 def _check_benchmark(benchmark: Any, func: str) -> Benchmark:
@@ -121,10 +40,9 @@ def evaluate_benchmark(
     query_embeddings: Any,
     gallery_embeddings: Any = None,
     *,
-    metric: str = "cosine",
-    chunk_size: int | None = None,
-    device: Any = None,
-) -> BenchmarkResult:
+    metrics: Sequence[str] | None = None,
+    **options: Any,
+) -> Result:
     """Recall@K of a benchmark under its protocol, with MAP@R and R-precision beside it.
 
     The protocol (:attr:`Benchmark.protocol`) sets everything else: the K values (CUB and Cars196
@@ -132,7 +50,7 @@ def evaluate_benchmark(
     and which split is searched. For CUB, Cars196, SOP and iNaturalist the test split is searched
     with itself and each query's own image is excluded (``query_in_reference=True``); for In-Shop
     the query split searches the gallery split, with nothing excluded. Ties rank the lower
-    reference index first, so results are deterministic.
+    reference index first, so results are deterministic. Every metric comes from one pass.
 
     Args:
         benchmark: a loaded :class:`Benchmark`.
@@ -140,12 +58,15 @@ def evaluate_benchmark(
             (``benchmark.evaluation_splits()[0]``), row for row (torch tensor or numpy array).
         gallery_embeddings: for In-Shop, the ``(m, d)`` embeddings of the gallery split; must be
             ``None`` for benchmarks whose query split is searched with itself.
-        metric: ``"cosine"``, ``"dot"`` or ``"euclidean"``.
-        chunk_size: query rows per chunk (default: sized from the core's memory budget).
-        device: where the search runs (default: the embeddings' device).
+        metrics: the metrics (names as in :func:`recallkit.retrieval_metrics`); default the
+            protocol's recall@K, then ``"MAP@R"`` and ``"R-precision"``.
+        options: ``metric``, ``chunk_size``, ``device``, ``precision``, ``lone_queries``
+            (:class:`recallkit.Options`).
 
     Returns:
-        A :class:`BenchmarkResult`.
+        A :class:`recallkit.Result` whose ``info`` holds the benchmark's name, title, protocol and
+        completeness (``complete``: whether the benchmark had its documented sizes; when False
+        the numbers are not comparable with published ones).
 
     >>> import numpy as np
     >>> from pathlib import Path
@@ -184,22 +105,25 @@ def evaluate_benchmark(
             )
         _check_rows(gallery_embeddings, gallery, "gallery_embeddings", func, benchmark.name)
         reference = gallery_embeddings
-    args = (query_embeddings, reference, query.labels, gallery.labels)
-    options = dict(
-        query_in_reference=query_in_reference, metric=metric, chunk_size=chunk_size, device=device
-    )
-    recall = recall_at_k(*args, ks=protocol.ks, **options)
-    if recall.num_evaluated:
-        map_r = map_at_r(*args, **options)
-        r_prec = r_precision(*args, **options)
-    else:
-        map_r = r_prec = math.nan
-    return BenchmarkResult(
-        benchmark=benchmark.name,
+    if metrics is None:
+        metrics = [*(f"recall@{k}" for k in protocol.ks), "MAP@R", "R-precision"]
+    result = retrieval_metrics(
+        query_embeddings, reference, query.labels, gallery.labels, metrics,
+        query_in_reference=query_in_reference, **options,
+    )  # fmt: skip
+    header = {"benchmark": benchmark.name, "title": benchmark.title, "complete": benchmark.complete}
+    fields = {
+        "ks": list(protocol.ks),
+        "effective_ks": list(result.effective_ks or protocol.ks),
+        "query_split": protocol.query_split,
+        "gallery_split": protocol.gallery_split,
+        "query_in_reference": protocol.query_in_reference,
+    }
+    return result.replace(
         title=benchmark.title,
-        protocol=protocol,
-        recall=recall,
-        map_at_r=map_r,
-        r_precision=r_prec,
-        complete=benchmark.complete,
-    )
+        info={
+            "header": header, "fields": fields, "citation": protocol.citation,
+            "benchmark": benchmark.name, "protocol": protocol, "complete": benchmark.complete,
+        },
+        style="benchmark",
+    )  # fmt: skip

@@ -2,11 +2,10 @@
 (CIRR, CIRCO, FashionIQ, GeneCIS), each on the core's exact ranks.
 
 Each protocol has a reader (official files -> typed records, with errors naming the query),
-scorers (embeddings or a similarity matrix -> :class:`ProtocolResult`) and, where a benchmark
+scorers (embeddings or a similarity matrix -> :class:`recallkit.Result`) and, where a benchmark
 has a test server, an exporter of its submission file (written atomically).
 """
 
-from recallkit.protocols._common import ProtocolResult
 from recallkit.protocols.circo import (
     CIRCO_SEMANTIC_ASPECTS,
     CIRCOQuery,
@@ -70,7 +69,6 @@ __all__ = [
     "GeneCISSample",
     "GeneCISTask",
     "KarpathySplit",
-    "ProtocolResult",
     "circo_metrics",
     "circo_metrics_from_predictions",
     "circo_metrics_from_scores",

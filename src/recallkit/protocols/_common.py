@@ -20,22 +20,32 @@ import torch
 
 from recallkit import _checks
 from recallkit._atomic import atomic_write
-from recallkit.result import MetricResult, format_table
+from recallkit.result import Result
 
 PathLike = str | os.PathLike[str]
 
 
-class ProtocolResult(MetricResult):
-    """A benchmark's metrics: a read-only mapping ``name -> value`` (fractions in [0, 1]).
+def protocol_result(
+    benchmark: str,
+    metrics: Mapping[str, float],
+    *,
+    convention: str,
+    num_queries: int,
+    per_query: Mapping[str, np.ndarray] | None = None,
+    parts: Mapping[str, Result] | None = None,
+    plain: Sequence[str] = (),
+    bounds: Mapping[str, tuple[float, float]] | None = None,
+    tied: np.ndarray | None = None,
+) -> Result:
+    """A benchmark protocol's :class:`recallkit.Result` (fractions in [0, 1], printed in percent).
 
     ``per_query`` holds the arrays behind the means (0-indexed ranks, per-query AP...),
     ``parts`` the per-category or per-task results of a benchmark that averages several, and
     ``convention`` names the definition followed (paper or official script). Values named in
-    ``plain`` (mean and median ranks) are not fractions and print as they are. ``num_queries``
-    counts every query given (:mod:`recallkit.result`'s glossary; a protocol's queries all have
-    a target, so all are evaluated).
+    ``plain`` (mean and median ranks) are not fractions and print as they are. A protocol's
+    queries all have a target, so all are evaluated.
 
-    >>> r = ProtocolResult("toy", {"recall@1": 0.5}, convention="hard target", num_queries=2)
+    >>> r = protocol_result("toy", {"recall@1": 0.5}, convention="hard target", num_queries=2)
     >>> dict(r), r.num_queries
     ({'recall@1': 0.5}, 2)
     >>> print(r.report())
@@ -43,74 +53,10 @@ class ProtocolResult(MetricResult):
     metric    value
     recall@1  50.00
     """
-
-    def __init__(
-        self,
-        benchmark: str,
-        metrics: Mapping[str, float],
-        *,
-        convention: str,
-        num_queries: int,
-        per_query: Mapping[str, np.ndarray] | None = None,
-        parts: Mapping[str, ProtocolResult] | None = None,
-        plain: Sequence[str] = (),
-    ) -> None:
-        super().__init__(metrics)
-        self.benchmark = benchmark
-        self.convention = convention
-        self.num_queries = int(num_queries)
-        arrays = {}
-        for key, value in (per_query or {}).items():
-            array = np.array(value)
-            array.setflags(write=False)
-            arrays[key] = array
-        self.per_query: Mapping[str, np.ndarray] = arrays
-        self.parts: Mapping[str, ProtocolResult] = dict(parts or {})
-        self.plain = frozenset(plain)
-
-    def __repr__(self) -> str:
-        return f"ProtocolResult({self.benchmark!r}, {{{self._repr_values()}}})"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: benchmark, convention, counts, metrics and the parts' metrics."""
-        out: dict[str, Any] = {
-            "benchmark": self.benchmark,
-            "convention": self.convention,
-            "num_queries": self.num_queries,
-            "metrics": self.json_metrics(),
-        }
-        if self.parts:
-            out["parts"] = {name: part.to_dict() for name, part in self.parts.items()}
-        return out
-
-    def report(self) -> str:
-        """A plain-text table in percent (2 decimals), one row per part when there are parts."""
-        title = f"{self.benchmark} ({self.num_queries} queries; {self.convention})"
-        if not self.parts:
-            rows = [[k, self._format(k, v)] for k, v in self._values.items()]
-            return title + "\n" + format_table(["metric", "value"], rows)
-        columns: list[str] = []
-        for part in self.parts.values():
-            columns += [k for k in part if k not in columns]
-        rows = [
-            [name, str(part.num_queries)]
-            + [part._format(c, part.get(c, math.nan)) for c in columns]
-            for name, part in self.parts.items()
-        ]
-        text = title + "\n" + format_table(["part", "queries", *columns], rows)
-        overall = [[k, self._format(k, v)] for k, v in self._values.items()]
-        if overall:
-            text += "\n" + format_table(["average", "value"], overall)
-        return text
-
-    def table(self) -> str:
-        """The same text as :meth:`report`."""
-        return self.report()
-
-    def _format(self, key: str, value: float) -> str:
-        if math.isnan(value):
-            return "-"
-        return f"{value:.2f}" if key in self.plain else f"{100 * value:.2f}"
+    return Result(
+        metrics, num_queries=num_queries, per_query=per_query, parts=parts, plain=plain,
+        bounds=bounds, tied=tied, title=benchmark, convention=convention, style="protocol",
+    )  # fmt: skip
 
 
 def pad_lists(lists: Sequence[Sequence[int]], fill: int = -1) -> np.ndarray:

@@ -40,9 +40,10 @@ import numpy as np
 from recallkit import _checks
 from recallkit.neighbors import nearest_neighbors, nearest_neighbors_from_scores
 from recallkit.protocols import _common
-from recallkit.protocols._common import PathLike, ProtocolResult
-from recallkit.ranking import average_precision_at_k
-from recallkit.ranks import (
+from recallkit.protocols._common import PathLike, protocol_result
+from recallkit.result import Result
+from recallkit.ground_truth import average_precision_at_k
+from recallkit.ground_truth import (
     ground_truth_ranks,
     ground_truth_ranks_from_embeddings,
     recall_from_ranks,
@@ -260,7 +261,7 @@ def _result(
     ks: tuple[int, ...],
     divisor: str,
     note: str,
-) -> ProtocolResult:
+) -> Result:
     metrics: dict[str, float] = {}
     per_query: dict[str, np.ndarray] = {"gt_ranks": gt_ranks, "target_ranks": target_ranks}
     for k in ks:
@@ -281,7 +282,7 @@ def _result(
         for aspect in aspects:
             has = np.array([aspect in q.semantic_aspects for q in data.queries])
             metrics[f"mAP@{SEMANTIC_K}[{aspect}]"] = float(per_query[key][has].mean())
-    return ProtocolResult(
+    return protocol_result(
         f"CIRCO {data.split}",
         metrics,
         convention=DIVISORS[divisor] + note,
@@ -318,7 +319,7 @@ def circo_metrics(
     metric: str = "cosine",
     chunk_size: int | None = None,
     device: Any = None,
-) -> ProtocolResult:
+) -> Result:
     """CIRCO mAP@K and recall@K from embeddings.
 
     ``query`` has one row per query of ``data``, ``images`` one row per id of ``image_ids``
@@ -369,7 +370,7 @@ def circo_metrics_from_scores(
     ks: Sequence[int] = (5, 10, 25, 50),
     divisor: str = "min_k_r",
     exclude_reference: bool = False,
-) -> ProtocolResult:
+) -> Result:
     """:func:`circo_metrics` from a ``(queries, images)`` similarity matrix."""
     func = "circo_metrics_from_scores"
     ks = _check_options(func, ks, divisor)
@@ -395,7 +396,7 @@ def circo_metrics_from_predictions(
     *,
     ks: Sequence[int] = (5, 10, 25, 50),
     divisor: str = "min_k_r",
-) -> ProtocolResult:
+) -> Result:
     """CIRCO metrics of ranked lists ``{query id: [image ids, best first]}`` (a submission file).
 
     As the official ``evaluation.py``: every query of ``data`` must have a list; a ground truth

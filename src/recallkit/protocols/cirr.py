@@ -30,8 +30,9 @@ import numpy as np
 from recallkit import _checks
 from recallkit.neighbors import nearest_neighbors, nearest_neighbors_from_scores
 from recallkit.protocols import _common
-from recallkit.protocols._common import PathLike, ProtocolResult
-from recallkit.ranks import (
+from recallkit.protocols._common import PathLike, protocol_result
+from recallkit.result import Result
+from recallkit.ground_truth import (
     ground_truth_ranks,
     ground_truth_ranks_from_embeddings,
     recall_from_ranks,
@@ -261,7 +262,7 @@ def _score(
     ks: tuple[int, ...],
     subset_ks: tuple[int, ...],
     target: str,
-) -> ProtocolResult:
+) -> Result:
     """Metrics from the core's ranks of every candidate of ``idx`` (reference excluded)."""
     metrics: dict[str, float] = {}
     if target == "hard":
@@ -286,7 +287,7 @@ def _score(
         per_query = {"soft_ranks": full, "soft_subset_ranks": sub, "soft_values": idx.soft_value}
     if "recall@5" in metrics and "recall_subset@1" in metrics:
         metrics["avg"] = (metrics["recall@5"] + metrics["recall_subset@1"]) / 2
-    return ProtocolResult(
+    return protocol_result(
         f"CIRR {data.split}",
         metrics,
         convention=CONVENTIONS[target],
@@ -313,7 +314,7 @@ def cirr_recall(
     metric: str = "cosine",
     chunk_size: int | None = None,
     device: Any = None,
-) -> ProtocolResult:
+) -> Result:
     """CIRR recall@K, recall_subset@K and their average from embeddings.
 
     ``query`` holds one composed-query embedding per query of ``data`` (file order), ``images``
@@ -358,7 +359,7 @@ def cirr_recall_from_scores(
     ks: Sequence[int] = (1, 5, 10, 50),
     subset_ks: Sequence[int] = (1, 2, 3),
     target: str = "hard",
-) -> ProtocolResult:
+) -> Result:
     """:func:`cirr_recall` from a ``(queries, images)`` similarity matrix (higher is better).
 
     >>> import numpy as np

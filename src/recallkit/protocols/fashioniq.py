@@ -29,8 +29,9 @@ import numpy as np
 
 from recallkit import _checks
 from recallkit.protocols import _common
-from recallkit.protocols._common import PathLike, ProtocolResult
-from recallkit.ranks import (
+from recallkit.protocols._common import PathLike, protocol_result
+from recallkit.result import Result
+from recallkit.ground_truth import (
     ground_truth_ranks,
     ground_truth_ranks_from_embeddings,
     recall_from_ranks,
@@ -178,14 +179,14 @@ def _clash(part: FashionIQCategory, target: np.ndarray, reference: np.ndarray) -
         )
 
 
-def _combine(parts: dict[str, ProtocolResult], ks: tuple[int, ...], note: str) -> ProtocolResult:
+def _combine(parts: dict[str, Result], ks: tuple[int, ...], note: str) -> Result:
     metrics: dict[str, float] = {}
     if set(parts) == set(FASHIONIQ_CATEGORIES):
         for k in ks:
             metrics[f"mean_recall@{k}"] = float(np.mean([p[f"recall@{k}"] for p in parts.values()]))
         if all(k in ks for k in AVERAGE_KS):
             metrics["average"] = float(np.mean([metrics[f"mean_recall@{k}"] for k in AVERAGE_KS]))
-    return ProtocolResult(
+    return protocol_result(
         "FashionIQ val",
         metrics,
         convention=CONVENTION + note,
@@ -194,8 +195,8 @@ def _combine(parts: dict[str, ProtocolResult], ks: tuple[int, ...], note: str) -
     )
 
 
-def _part(category: str, ranks: np.ndarray, ks: tuple[int, ...]) -> ProtocolResult:
-    return ProtocolResult(
+def _part(category: str, ranks: np.ndarray, ks: tuple[int, ...]) -> Result:
+    return protocol_result(
         category,
         recall_from_ranks(ranks, ks),
         convention=CONVENTION,
@@ -214,7 +215,7 @@ def fashioniq_recall(
     metric: str = "cosine",
     chunk_size: int | None = None,
     device: Any = None,
-) -> ProtocolResult:
+) -> Result:
     """FashionIQ recall@K per category, the mean over categories and their average.
 
     ``queries[c]`` has one row per query of ``data[c]``, ``galleries[c]`` one row per image of
@@ -236,7 +237,7 @@ def fashioniq_recall(
     data = _check_data(data, func)
     _check_inputs(queries, data, func, "queries")
     _check_inputs(galleries, data, func, "galleries")
-    parts: dict[str, ProtocolResult] = {}
+    parts: dict[str, Result] = {}
     for category in FASHIONIQ_CATEGORIES:
         if category not in data:
             continue
@@ -269,13 +270,13 @@ def fashioniq_recall_from_scores(
     *,
     ks: Sequence[int] = (10, 50),
     exclude_reference: bool = False,
-) -> ProtocolResult:
+) -> Result:
     """:func:`fashioniq_recall` from one ``(queries, images)`` similarity matrix per category."""
     func = "fashioniq_recall_from_scores"
     ks = _checks.check_ks(ks, func)
     data = _check_data(data, func)
     _check_inputs(scores, data, func, "scores")
-    parts: dict[str, ProtocolResult] = {}
+    parts: dict[str, Result] = {}
     for category in FASHIONIQ_CATEGORIES:
         if category not in data:
             continue

@@ -48,8 +48,9 @@ import numpy as np
 
 from recallkit import _checks
 from recallkit.protocols import _common
-from recallkit.protocols._common import PathLike, ProtocolResult
-from recallkit.ranks import ground_truth_ranks, recall_from_ranks
+from recallkit.protocols._common import PathLike, protocol_result
+from recallkit.result import Result
+from recallkit.ground_truth import ground_truth_ranks, recall_from_ranks
 
 __all__ = [
     "GENECIS_TASKS",
@@ -239,7 +240,7 @@ def genecis_recall(
     gallery_sizes: Any = None,
     ties: str = "pessimistic",
     task: str = "genecis",
-) -> ProtocolResult:
+) -> Result:
     """GeneCIS recall@K from per-sample scores ``(n, candidates)``, target at column 0.
 
     The layout is the official one (``[target, *gallery]``; the official ``validate`` saves
@@ -273,7 +274,7 @@ def genecis_recall(
         ranks = _official_ranks(matrix, target, sizes)
     else:
         ranks = _pessimistic_ranks(matrix, target, sizes)
-    return ProtocolResult(
+    return protocol_result(
         f"GeneCIS {task}",
         recall_from_ranks(ranks, ks),
         convention=TIES[ties],
@@ -306,7 +307,7 @@ def genecis_recall_from_embeddings(
     metric: str = "cosine",
     device: Any = None,
     task: str = "genecis",
-) -> ProtocolResult:
+) -> Result:
     """:func:`genecis_recall` from ``query`` ``(n, d)`` and ``candidates`` ``(n, c, d)``.
 
     ``candidates[i]`` are sample ``i``'s images in the official order ``[target, *gallery]``.
@@ -331,7 +332,7 @@ def genecis_recall_from_embeddings(
     )
 
 
-def genecis_summary(results: Mapping[str, ProtocolResult]) -> ProtocolResult:
+def genecis_summary(results: Mapping[str, Result]) -> Result:
     """Combine per-task results; ``average_recall@1`` is given when all four tasks are present.
 
     >>> import numpy as np
@@ -358,7 +359,7 @@ def genecis_summary(results: Mapping[str, ProtocolResult]) -> ProtocolResult:
     metrics = {}
     if len(parts) == len(GENECIS_TASKS):
         metrics["average_recall@1"] = float(np.mean([r["recall@1"] for r in parts.values()]))
-    return ProtocolResult(
+    return protocol_result(
         "GeneCIS",
         metrics,
         convention=conventions.pop(),

@@ -29,8 +29,9 @@ import numpy as np
 
 from recallkit import _checks
 from recallkit.protocols import _common
-from recallkit.protocols._common import PathLike, ProtocolResult
-from recallkit.ranks import (
+from recallkit.protocols._common import PathLike, protocol_result
+from recallkit.result import Result
+from recallkit.ground_truth import (
     ground_truth_ranks,
     ground_truth_ranks_from_embeddings,
     recall_from_ranks,
@@ -204,7 +205,7 @@ def _captions_of_images(caption_image: np.ndarray, num_images: int, func: str) -
     return out
 
 
-def _result(t2i: np.ndarray, i2t: np.ndarray, ks: tuple[int, ...], name: str) -> ProtocolResult:
+def _result(t2i: np.ndarray, i2t: np.ndarray, ks: tuple[int, ...], name: str) -> Result:
     metrics: dict[str, float] = {}
     for direction, ranks in (("i2t", i2t), ("t2i", t2i)):
         for key, value in recall_from_ranks(ranks, ks).items():
@@ -214,7 +215,7 @@ def _result(t2i: np.ndarray, i2t: np.ndarray, ks: tuple[int, ...], name: str) ->
         metrics[f"{direction}_mean_rank"] = float(ranks.mean()) + 1.0
         metrics[f"{direction}_median_rank"] = math.floor(float(np.median(ranks))) + 1.0
     metrics["rmean"] = float(np.mean(recalls))
-    return ProtocolResult(
+    return protocol_result(
         f"{name}: {len(i2t)} images, {len(t2i)} captions",
         metrics,
         convention=CONVENTION,
@@ -234,7 +235,7 @@ def image_text_recall(
     chunk_size: int | None = None,
     device: Any = None,
     name: str = "image-text",
-) -> ProtocolResult:
+) -> Result:
     """Image→text and text→image recall@K, mean and median rank, from embeddings.
 
     ``images`` is ``(n_images, d)``, ``texts`` ``(n_captions, d)`` and ``caption_image[j]`` the
@@ -270,7 +271,7 @@ def image_text_recall_from_scores(
     ks: Sequence[int] = (1, 5, 10),
     *,
     name: str = "image-text",
-) -> ProtocolResult:
+) -> Result:
     """The same metrics from an ``(n_images, n_captions)`` similarity matrix (higher is better).
 
     >>> import numpy as np

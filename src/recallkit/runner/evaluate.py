@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from recallkit import _checks
-from recallkit._labels import dense_codes
+from recallkit._codes import dense_codes
 from recallkit.neighbors import nearest_neighbors
 from recallkit.recall import recall_at_k
 from recallkit.result import RecallResult

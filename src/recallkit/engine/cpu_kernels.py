@@ -1,22 +1,19 @@
-"""Row kernels over one chunk of filter scores, and the exact float64 scores that decide.
+"""numba kernels of the CPU back end: over tiles of filter scores, over label groups, over
+window items.
 
-The filter scores (a float32 GEMM, or float64 for float64 inputs) carry rounding that depends on
-the BLAS, its blocking, the thread count and the device. They only filter: an item further than
-the filter's error bound from a threshold is certainly above or below it; items inside that window
-are scored exactly (:func:`exact_scores`), and only those exact scores decide.
+On the CPU the filter scores are produced tile by tile (:mod:`recallkit.engine.cpu`), a GEMM into
+a buffer that stays in cache, and each tile is consumed at once by the tile kernels below: the
+score matrix is never written to memory. Each worker thread keeps its own per-row state. A
+``*_rows`` kernel reads tile row ``i`` as problem row ``row0 + i`` over columns ``col0 + j``; a
+``*_cols`` kernel reads the transposed tile (a symmetric problem: the tile's column ``j`` is
+problem row ``col0 + j``, its items the columns ``row0 + i``). Branch-free counts come first, so
+that the compiler vectorises them; the rare items near a threshold are then handled one by one.
 
-The exact score is defined from the raw input rows with one fixed order of operations in float64,
-which every back end reproduces bit for bit (numba on the CPU, the torch kernels that CUDA runs):
-
-* ``dot(q, r) = Σ_k q_k·r_k``, each product and each partial sum rounded to float64, ``k = 0..d-1``
-  in index order (no fused multiply-add; products of float32 values are exact);
-* ``sq(x) = dot(x, x)``, the same way;
-* cosine: ``dot(q, r) / (norm(q) · norm(r))`` with ``norm(x) = sqrt(sq(x))`` correctly rounded
-  (IEEE 754; :func:`row_norms`); dot: ``dot(q, r)``; euclidean: ``2·dot(q, r) - sq(r)``, which
-  orders candidates as ``-|q - r|²`` (``|q|²`` is constant along a query's row).
-
-Two back ends produce the same windows and the same exact scores: numba kernels for CPU arrays
-(one fused pass over each row, no temporaries, both cores) and torch operations for other devices.
+The filter scores carry rounding that depends on the BLAS, its blocking and the thread count;
+they only filter, and the kernels' own arithmetic on them (any summation order, ``fastmath``)
+stays within the filter's error bound. Exclusions come as CSR (explicit pairs) and as code
+ranges (ids: the members of the query's id group, ascending); a label or id code of ``-1``
+matches nothing.
 """
 
 from __future__ import annotations
@@ -26,127 +23,7 @@ import numpy as np
 import torch
 
 WINDOW_CAP = 32
-MODES = {"dot": 0, "cosine": 1, "euclidean": 2}
-
-
-def _use_numba(tensor: torch.Tensor, backend: str | None) -> bool:
-    if backend is None:
-        return tensor.device.type == "cpu"
-    return backend == "numba"
-
-
-@numba.njit(parallel=True, cache=True, boundscheck=False)
-def _sq_numba(x, out):  # pragma: no cover - compiled
-    for i in numba.prange(x.shape[0]):
-        s = 0.0
-        for k in range(x.shape[1]):
-            v = np.float64(x[i, k])
-            s += v * v
-        out[i] = s
-
-
-def row_sq_norms(x: torch.Tensor, backend: str | None = None) -> torch.Tensor:
-    """``sq(x_i)`` of every row in float64, summed in index order, on ``x``'s device."""
-    if _use_numba(x, backend) and x.device.type == "cpu":
-        out = np.empty(x.shape[0], dtype=np.float64)
-        _sq_numba(x.detach().contiguous().numpy(), out)
-        return torch.from_numpy(out)
-    acc = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
-    columns = x.detach().T.to(torch.float64)
-    for k in range(x.shape[1]):
-        v = columns[k]
-        acc = acc + v * v
-    return acc
-
-
-def row_norms(sq: torch.Tensor) -> torch.Tensor:
-    """``sqrt(sq)``, correctly rounded on every device.
-
-    torch's vectorised CPU square root is not correctly rounded for float64 (it differs from
-    IEEE 754 in the last bit for about 1% of inputs), so the CPU uses numpy's; CUDA's float64
-    square root is IEEE 754.
-    """
-    if sq.device.type == "cpu":
-        return torch.from_numpy(np.sqrt(sq.numpy()))
-    return torch.sqrt(sq)
-
-
-@numba.njit(parallel=True, cache=True, boundscheck=False)
-def _exact_numba(query, reference, q_aux, r_aux, rows, cols, mode, out):  # pragma: no cover
-    dim = query.shape[1]
-    for p in numba.prange(rows.shape[0]):
-        i = rows[p]
-        j = cols[p]
-        dot = 0.0
-        for k in range(dim):
-            dot += np.float64(query[i, k]) * np.float64(reference[j, k])
-        if mode == 1:
-            out[p] = dot / (q_aux[i] * r_aux[j])
-        elif mode == 2:
-            out[p] = 2.0 * dot - r_aux[j]
-        else:
-            out[p] = dot
-
-
-def _exact_torch(query, reference, q_aux, r_aux, rows, cols, mode):
-    # Products first (each rounded to float64 once), then one addition per dimension in index
-    # order: the definition's order of operations, d element-wise additions.
-    products = (query[rows].to(torch.float64) * reference[cols].to(torch.float64)).T.contiguous()
-    dot = torch.zeros(rows.shape[0], dtype=torch.float64, device=query.device)
-    for k in range(query.shape[1]):
-        dot = dot + products[k]
-    if mode == 1:
-        return dot / (q_aux[rows] * r_aux[cols])
-    if mode == 2:
-        return 2.0 * dot - r_aux[cols]
-    return dot
-
-
-def exact_scores(
-    query: torch.Tensor,
-    q_aux: torch.Tensor,
-    reference: torch.Tensor,
-    r_aux: torch.Tensor,
-    rows: torch.Tensor,
-    cols: torch.Tensor,
-    metric: str,
-    backend: str | None = None,
-) -> torch.Tensor:
-    """Exact float64 scores (module docstring) of ``(query[rows[p]], reference[cols[p]])``.
-
-    ``q_aux``/``r_aux`` are the rows' :func:`row_norms` (cosine) or :func:`row_sq_norms`
-    (euclidean; unused for dot). Returns a float64 tensor: on the CPU from the numba kernel, on
-    ``query``'s device from the torch kernels, where a negative row marks a padding pair
-    (fixed-size windows) that scores ``-inf``.
-    """
-    mode = MODES[metric]
-    if not rows.numel():
-        return torch.empty(0, dtype=torch.float64, device=query.device)
-    if _use_numba(query, backend) and query.device.type == "cpu":
-        out = np.empty(rows.shape[0], dtype=np.float64)
-        _exact_numba(
-            query.detach().numpy(),
-            reference.detach().numpy(),
-            q_aux.numpy(),
-            r_aux.numpy(),
-            rows.cpu().numpy(),
-            cols.cpu().numpy(),
-            mode,
-            out,
-        )
-        return torch.from_numpy(out)
-    rows = rows.to(query.device)
-    cols = cols.to(reference.device)
-    out = torch.empty(rows.shape[0], dtype=torch.float64, device=query.device)
-    step = max(1024, (1 << 24) // max(query.shape[1], 1))  # float64 products: 128 MiB at most
-    for start in range(0, rows.numel(), step):
-        r = rows[start : start + step]
-        c = cols[start : start + step]
-        padding = r < 0
-        exact = _exact_torch(query, reference, q_aux, r_aux, r.clamp(min=0), c.clamp(min=0), mode)
-        out[start : start + step] = torch.where(padding, -torch.inf, exact)
-    return out
-
+_NO_CODES = np.zeros(0, dtype=np.int64)
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, fastmath=True)
 def _dot(x, y):  # pragma: no cover - compiled
@@ -165,9 +42,20 @@ def _excluded(j, p, end, ex_cols):  # pragma: no cover - compiled
     return p < end and ex_cols[p] == j, p
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _skipped(i, j, p, end, ex_cols, qx, rx):  # pragma: no cover - compiled
+    """Whether row ``i`` skips column ``j``: an explicit pair (:func:`_excluded`) or an equal
+    exclusion code (``qx``/``rx``, empty when there are none); returns (skipped, new p)."""
+    gone, p = _excluded(j, p, end, ex_cols)
+    if not gone and qx.shape[0] > 0:
+        code = qx[i]
+        gone = code >= 0 and rx[j] == code
+    return gone, p
+
+
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _label_best_numba(
-    a, b, order, lo, hi, members, ex_ptr, ex_cols, eps, count, index
+    a, b, order, lo, hi, members, ex_ptr, ex_cols, qx, rx, eps, count, index
 ):  # pragma: no cover
     cap = index.shape[1]
     for t in numba.prange(order.shape[0]):
@@ -176,7 +64,7 @@ def _label_best_numba(
         best = -np.inf
         for q in range(lo[i], hi[i]):
             j = members[q]
-            gone, p = _excluded(j, p, ex_ptr[i + 1], ex_cols)
+            gone, p = _skipped(i, j, p, ex_ptr[i + 1], ex_cols, qx, rx)
             if not gone:
                 best = max(best, _dot(a[i], b[j]))
         n = 0
@@ -185,7 +73,7 @@ def _label_best_numba(
             p = ex_ptr[i]
             for q in range(lo[i], hi[i]):
                 j = members[q]
-                gone, p = _excluded(j, p, ex_ptr[i + 1], ex_cols)
+                gone, p = _skipped(i, j, p, ex_ptr[i + 1], ex_cols, qx, rx)
                 if not gone and _dot(a[i], b[j]) >= floor:
                     if n < cap:
                         index[t, n] = j
@@ -202,22 +90,25 @@ def label_best_candidates(
     members: np.ndarray,
     ex_ptr: np.ndarray,
     ex_cols: np.ndarray,
+    codes_x: tuple[np.ndarray, np.ndarray] | None,
     eps: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Candidates for each row's best positive, from the positives' filter scores alone:
     ``(rows, local columns)``, the positives within ``2 eps[i]`` of the row's best (CPU).
 
     Row ``i``'s positives are the columns ``members[lo[i]:hi[i]]`` (ascending), less its
-    excluded columns ``ex_cols[ex_ptr[i]:ex_ptr[i+1]]`` (ascending). A pair's filter score is
+    excluded columns ``ex_cols[ex_ptr[i]:ex_ptr[i+1]]`` (ascending) and the columns whose
+    exclusion code equals its own (``codes_x = (row codes, column codes)``). A pair's filter score is
     the dot product of its filter rows in any summation order (SIMD), within the filter's error
     bound like the GEMM's; rows are visited class by class (``codes``) for the cache."""
     order = np.argsort(codes, kind="stable")
     e = eps.numpy().astype(np.float64)
     x, y = a.numpy(), b.numpy()
+    qx, rx = codes_x if codes_x is not None else (_NO_CODES, _NO_CODES)
     # Slot t holds row order[t]: up to WINDOW_CAP candidates, all of them counted.
     count = np.empty(len(order), dtype=np.int64)
     index = np.empty((len(order), WINDOW_CAP), dtype=np.int64)
-    _label_best_numba(x, y, order, lo, hi, members, ex_ptr, ex_cols, e, count, index)
+    _label_best_numba(x, y, order, lo, hi, members, ex_ptr, ex_cols, qx, rx, e, count, index)
     full = count <= WINDOW_CAP
     t, n = np.nonzero(np.arange(WINDOW_CAP)[None, :] < np.where(full, count, 0)[:, None])
     rows, cols = [order[t]], [index[t, n]]
@@ -225,7 +116,7 @@ def label_best_candidates(
         over = order[~full]
         wide = np.empty((len(over), int(count[~full].max())), dtype=np.int64)
         again = np.empty(len(over), dtype=np.int64)
-        _label_best_numba(x, y, over, lo, hi, members, ex_ptr, ex_cols, e, again, wide)
+        _label_best_numba(x, y, over, lo, hi, members, ex_ptr, ex_cols, qx, rx, e, again, wide)
         t, n = np.nonzero(np.arange(wide.shape[1])[None, :] < again[:, None])
         rows.append(over[t])
         cols.append(wide[t, n])
@@ -233,7 +124,9 @@ def label_best_candidates(
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
-def _label_kth_numba(a, b, order, lo, hi, members, ex_ptr, ex_cols, ks, out):  # pragma: no cover
+def _label_kth_numba(
+    a, b, order, lo, hi, members, ex_ptr, ex_cols, qx, rx, ks, out
+):  # pragma: no cover
     for t in numba.prange(order.shape[0]):
         i = order[t]
         k = ks[i]
@@ -245,7 +138,7 @@ def _label_kth_numba(a, b, order, lo, hi, members, ex_ptr, ex_cols, ks, out):  #
         n = 0
         for q in range(lo[i], hi[i]):
             j = members[q]
-            gone, p = _excluded(j, p, ex_ptr[i + 1], ex_cols)
+            gone, p = _skipped(i, j, p, ex_ptr[i + 1], ex_cols, qx, rx)
             if not gone:
                 values[n] = _dot(a[i], b[j])
                 n += 1
@@ -262,6 +155,7 @@ def label_kth(
     members: np.ndarray,
     ex_ptr: np.ndarray,
     ex_cols: np.ndarray,
+    codes_x: tuple[np.ndarray, np.ndarray] | None,
     ks: np.ndarray,
 ) -> np.ndarray:
     """Each row's ``ks[i]``-th largest positive filter score (``-inf`` with fewer positives);
@@ -269,7 +163,10 @@ def label_kth(
     out = np.empty(len(lo), dtype=np.float64)
     order = np.argsort(codes, kind="stable")
     ks = np.ascontiguousarray(ks, dtype=np.int64)
-    _label_kth_numba(a.numpy(), b.numpy(), order, lo, hi, members, ex_ptr, ex_cols, ks, out)
+    qx, rx = codes_x if codes_x is not None else (_NO_CODES, _NO_CODES)
+    _label_kth_numba(
+        a.numpy(), b.numpy(), order, lo, hi, members, ex_ptr, ex_cols, qx, rx, ks, out
+    )
     return out
 
 
@@ -343,13 +240,6 @@ def positive_window(
     return torch.from_numpy(rows.astype(np.int64)), torch.from_numpy(cols.astype(np.int64))
 
 
-def round_down(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``x`` (float64) in ``dtype``, rounded towards -inf (``-inf`` stays, NaN-free)."""
-    y = x.to(dtype)
-    too_high = y.to(torch.float64) > x
-    return torch.where(too_high, torch.nextafter(y, torch.full_like(y, -torch.inf)), y)
-
-
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _window_numba(scores, cols, lo, hi, cap, above, count, index):  # pragma: no cover
     rows = scores.shape[0]
@@ -414,11 +304,12 @@ def _kth_numba(scores, cols, ks, out):  # pragma: no cover - compiled
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
-def _segment_top_numba(starts, glob, exact, ks, out_index, out_value):  # pragma: no cover
+def _segment_top_numba(starts, glob, exact, ks, out_index, out_value, tails):  # pragma: no cover
     for i in numba.prange(starts.shape[0] - 1):
         lo = starts[i]
         hi = starts[i + 1]
         k = min(ks[i], hi - lo)
+        tails[i] = 0
         if k <= 0:
             continue
         # Stable on -score: items arrive in ascending index, so equal scores keep index order.
@@ -426,14 +317,35 @@ def _segment_top_numba(starts, glob, exact, ks, out_index, out_value):  # pragma
         for a in range(k):
             out_index[i, a] = glob[lo + order[a]]
             out_value[i, a] = exact[lo + order[a]]
+        if k == ks[i]:
+            kth = exact[lo + order[k - 1]]
+            n = 0
+            while k + n < hi - lo and exact[lo + order[k + n]] == kth:
+                n += 1
+            tails[i] = n
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _segment_tail_numba(starts, glob, exact, ks, tails, tail_index):  # pragma: no cover
+    for i in numba.prange(starts.shape[0] - 1):
+        n = tails[i]
+        if n == 0:
+            continue
+        lo = starts[i]
+        hi = starts[i + 1]
+        order = np.argsort(-exact[lo:hi], kind="mergesort")
+        for a in range(n):
+            tail_index[i, a] = glob[lo + order[ks[i] + a]]
 
 
 def segment_top(
     rows: torch.Tensor, glob: torch.Tensor, exact: torch.Tensor, ks: torch.Tensor, width: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row, the ``ks[i]`` best window items by (-exact score, index): ``(c, width)`` arrays.
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row, the ``ks[i]`` best items by the tie rule (higher exact score, then lower index):
+    ``(c, width)`` indices and scores, ``-1``/``-inf`` padding; and the row's *tail*, the items
+    beyond the ``k`` best whose score equals the ``k``-th's, as ``(c, t)`` indices and scores.
 
-    ``rows`` are the items' rows (ascending index within a row); padding is ``-1``/``-inf``.
+    ``rows`` are the items' rows (``glob`` ascending within a row).
     """
     c = ks.shape[0]
     r = rows.numpy()
@@ -444,154 +356,58 @@ def segment_top(
     starts[1:] = np.cumsum(np.bincount(r, minlength=c))
     out_index = np.full((c, width), -1, dtype=np.int64)
     out_value = np.full((c, width), -np.inf, dtype=np.float64)
-    _segment_top_numba(
-        starts,
-        np.ascontiguousarray(glob.numpy()),
-        np.ascontiguousarray(exact.numpy()),
-        ks.numpy().astype(np.int64),
-        out_index,
-        out_value,
+    tails = np.zeros(c, dtype=np.int64)
+    g = np.ascontiguousarray(glob.numpy())
+    e = np.ascontiguousarray(exact.numpy())
+    k = ks.numpy().astype(np.int64)
+    _segment_top_numba(starts, g, e, k, out_index, out_value, tails)
+    t = int(tails.max(initial=0))
+    tail_index = np.full((c, t), -1, dtype=np.int64)
+    if t:
+        _segment_tail_numba(starts, g, e, k, tails, tail_index)
+    kth = out_value[np.arange(c), np.clip(k - 1, 0, max(width - 1, 0))] if width else out_value
+    tail_value = np.where(tail_index >= 0, kth[:, None] if width else 0.0, -np.inf)
+    return (
+        torch.from_numpy(out_index),
+        torch.from_numpy(out_value),
+        torch.from_numpy(tail_index),
+        torch.from_numpy(tail_value.astype(np.float64)),
     )
-    return torch.from_numpy(out_index), torch.from_numpy(out_value)
 
 
 def window(
-    scores: torch.Tensor,
-    lo: torch.Tensor,
-    hi: torch.Tensor,
-    cols: int,
-    backend: str | None = None,
-    cap: int = WINDOW_CAP,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per row and slot: how many scores are above ``hi``, and which lie in ``[lo, hi]``.
-
-    Shapes: scores ``(c, w)`` (only the first ``cols`` columns count), lo and hi ``(c, g)``.
-    Returns ``above (c, g)`` and the window as flat ``(rows, slots, columns)`` tensors on the
-    CPU, columns ascending within a (row, slot).
-    """
+    scores: np.ndarray, lo: np.ndarray, hi: np.ndarray, cap: int = WINDOW_CAP
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row and slot of a score matrix ``(c, w)``: how many scores are above ``hi``, and
+    which lie in ``[lo, hi]`` (``lo``/``hi`` ``(c, g)``). Returns ``above (c, g)`` and the window
+    as flat ``(rows, slots, columns)`` arrays, columns ascending within a (row, slot)."""
     c, g = lo.shape
-    if _use_numba(scores, backend):
-        above = np.empty((c, g), dtype=np.int64)
-        count = np.empty((c, g), dtype=np.int64)
-        index = np.empty((c, g, cap), dtype=np.int64)
-        s = scores.contiguous().numpy()
-        lo_np = lo.contiguous().numpy().astype(s.dtype)
-        hi_np = hi.contiguous().numpy().astype(s.dtype)
-        _window_numba(s, cols, lo_np, hi_np, cap, above, count, index)
-        kept = np.arange(cap)[None, None, :] < count[:, :, None]
-        r, t, n = np.nonzero(kept)
-        rows, slots, columns = r, t, index[r, t, n]
-        overflow = np.argwhere(count > cap)
-        if len(overflow):
-            # Rare (many near-equal scores): collect those windows whole.
-            extra = [_window_row(scores[i, :cols], lo[i, t], hi[i, t]) for i, t in overflow]
-            keep = count[rows, slots] <= cap
-            rows = np.concatenate(
-                [
-                    rows[keep],
-                    *[np.full(len(e), i) for (i, _), e in zip(overflow, extra, strict=True)],
-                ]
-            )
-            slots = np.concatenate(
-                [
-                    slots[keep],
-                    *[np.full(len(e), t) for (_, t), e in zip(overflow, extra, strict=True)],
-                ]
-            )
-            columns = np.concatenate([columns[keep], *extra])
-        return (
-            torch.from_numpy(above),
-            torch.from_numpy(np.ascontiguousarray(rows, dtype=np.int64)),
-            torch.from_numpy(np.ascontiguousarray(slots, dtype=np.int64)),
-            torch.from_numpy(np.ascontiguousarray(columns, dtype=np.int64)),
-        )
-    s = scores[:, :cols]
-    above = torch.empty((c, g), dtype=torch.int64, device=scores.device)
-    parts = []
-    for t in range(g):
-        above[:, t] = (s > hi[:, t : t + 1]).sum(dim=1)
-        inside = (s >= lo[:, t : t + 1]) & (s <= hi[:, t : t + 1])
-        r, j = inside.nonzero(as_tuple=True)
-        parts.append((r, torch.full_like(r, t), j))
-    rows, slots, columns = (torch.cat([p[i] for p in parts]).cpu() for i in range(3))
-    return above.cpu(), rows, slots, columns
+    above = np.empty((c, g), dtype=np.int64)
+    count = np.empty((c, g), dtype=np.int64)
+    index = np.empty((c, g, cap), dtype=np.int64)
+    s = np.ascontiguousarray(scores)
+    lo = np.ascontiguousarray(lo, dtype=s.dtype)
+    hi = np.ascontiguousarray(hi, dtype=s.dtype)
+    _window_numba(s, s.shape[1], lo, hi, cap, above, count, index)
+    kept = np.arange(cap)[None, None, :] < count[:, :, None]
+    r, t, n = np.nonzero(kept & (count[:, :, None] <= cap))
+    rows, slots, columns = [r], [t], [index[r, t, n]]
+    for i, u in np.argwhere(count > cap):  # rare (many near-equal scores): collect whole
+        found = np.flatnonzero((s[i] >= lo[i, u]) & (s[i] <= hi[i, u]))
+        rows.append(np.full(len(found), i))
+        slots.append(np.full(len(found), u))
+        columns.append(found)
+    out = [np.ascontiguousarray(np.concatenate(x), dtype=np.int64) for x in (rows, slots, columns)]
+    order = np.lexsort((out[2], out[1], out[0]))
+    return above, out[0][order], out[1][order], out[2][order]
 
 
-def _window_row(row: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> np.ndarray:
-    return torch.nonzero((row >= lo) & (row <= hi))[:, 0].cpu().numpy()
-
-
-def kth_largest(
-    scores: torch.Tensor, ks: torch.Tensor, cols: int, backend: str | None = None
-) -> torch.Tensor:
+def kth_largest(scores: np.ndarray, ks: np.ndarray) -> np.ndarray:
     """The ``ks[i]``-th largest score of each row (``-inf`` if fewer; ``+inf`` where k = 0)."""
-    if _use_numba(scores, backend):
-        out = np.empty(scores.shape[0], dtype=scores.numpy().dtype)
-        _kth_numba(scores.contiguous().numpy(), cols, ks.numpy().astype(np.int64), out)
-        return torch.from_numpy(out)
-    s = scores[:, :cols]
-    kmax = int(min(int(ks.max()), cols)) if len(ks) else 0
-    out = torch.full((scores.shape[0],), -torch.inf, dtype=scores.dtype, device=scores.device)
-    if kmax > 0:
-        values = torch.topk(s, kmax, dim=1).values
-        ks_d = ks.to(scores.device)
-        fits = (ks_d <= kmax) & (ks_d > 0)
-        picked = values.gather(1, (ks_d.clamp(1, kmax) - 1)[:, None])[:, 0]
-        out = torch.where(fits, picked, out)
-    out[ks.to(scores.device) <= 0] = torch.inf
-    return out.cpu()
-
-
-def count_before(
-    scores: torch.Tensor, thresholds: torch.Tensor, positions: torch.Tensor
-) -> torch.Tensor:
-    """For scores that are exact as given (a similarity matrix): per row and slot, how many
-    candidates rank above the item at ``positions[i, t]`` with score ``thresholds[i, t]``
-    (a higher score, or an equal score and a lower index). Negative positions give ``-1``."""
-    thr = thresholds.to(scores.dtype)
-    above, wr, wt, wj = window(scores, thr, thr, scores.shape[1])
-    before = wj.to(positions.device) < positions.cpu()[wr, wt]
-    slot = (wr * thr.shape[1] + wt)[before]
-    out = above + torch.bincount(slot, minlength=thr.numel()).view(thr.shape)
-    return torch.where(positions.cpu() >= 0, out, torch.full_like(out, -1))
-
-
-def topk(scores: torch.Tensor, ks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """For scores that are exact as given: each row's top-``ks[i]`` columns, best first, ties by
-    lower index; ``(c, max(ks))`` CPU tensors, padded with ``-1`` and ``-inf``."""
-    rows, cols = scores.shape
-    kmax = int(ks.max()) if rows else 0
-    kth = kth_largest(scores, ks, cols)
-    floor = torch.finfo(scores.dtype).min
-    lo = torch.where(torch.isneginf(kth), torch.full_like(kth, floor), kth)[:, None]
-    _, wr, _, wj = window(
-        scores,
-        lo.to(scores.device),
-        torch.full_like(lo, torch.inf).to(scores.device),
-        cols,
-        cap=kmax + WINDOW_CAP,
-    )
-    values = scores[wr.to(scores.device), wj.to(scores.device)].cpu()
-    order = np.lexsort((wj.numpy(), -values.to(torch.float64).numpy(), wr.numpy()))
-    wr, wj, values = wr[order], wj[order], values[order]
-    starts = torch.zeros(rows + 1, dtype=torch.int64)
-    starts[1:] = torch.bincount(wr, minlength=rows).cumsum(0)
-    slot = torch.arange(wr.numel()) - starts[wr]
-    keep = slot < ks.cpu()[wr]
-    index = torch.full((rows, kmax), -1, dtype=torch.int64)
-    value = torch.full((rows, kmax), -torch.inf, dtype=scores.dtype)
-    index[wr[keep], slot[keep]] = wj[keep]
-    value[wr[keep], slot[keep]] = values[keep]
-    return index, value
-
-
-# Tile kernels (:mod:`recallkit._tiles`). On the CPU the filter scores are produced tile by tile,
-# a GEMM into a buffer that stays in cache, and each tile is consumed at once by these kernels:
-# the score matrix is never written to memory. Each worker thread keeps its own per-row state.
-# A ``*_rows`` kernel reads tile row ``i`` as problem row ``row0 + i`` over columns ``col0 + j``;
-# a ``*_cols`` kernel reads the transposed tile (a symmetric problem: the tile's column ``j`` is
-# problem row ``col0 + j``, its items the columns ``row0 + i``). Branch-free counts come first, so
-# that the compiler vectorises them; the rare items near a threshold are then handled one by one.
+    out = np.empty(scores.shape[0], dtype=scores.dtype)
+    s = np.ascontiguousarray(scores)
+    _kth_numba(s, s.shape[1], np.ascontiguousarray(ks, dtype=np.int64), out)
+    return out
 
 
 _BLOCK = 64  # items checked at once (branch-free) when looking for the few near a threshold
@@ -611,6 +427,23 @@ def mask_tile(tile, row0, col0, ptr, cols):  # pragma: no cover - compiled
         p = lo + np.searchsorted(cols[lo:hi], col0)
         while p < hi and cols[p] < col1:
             tile[i, cols[p] - col0] = -np.inf
+            p += 1
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def mask_ranges(tile, row0, col0, lo, hi, members):  # pragma: no cover - compiled
+    """Set excluded pairs to ``-inf``: row ``row0 + i`` excludes the columns
+    ``members[lo[.]:hi[.]]`` (ascending; the members of its exclusion code's group)."""
+    rows, width = tile.shape
+    col1 = col0 + width
+    for i in range(rows):
+        a = lo[row0 + i]
+        b = hi[row0 + i]
+        if a == b:
+            continue
+        p = a + np.searchsorted(members[a:b], col0)
+        while p < b and members[p] < col1:
+            tile[i, members[p] - col0] = -np.inf
             p += 1
 
 
@@ -949,3 +782,4 @@ def collect_top(
     out_cols = np.empty(int(starts[-1]), dtype=np.int64)
     _collect_fill(scores, cols, fills, lo, over, starts, out_rows, out_cols)
     return out_rows, out_cols
+

@@ -1,0 +1,904 @@
+"""The torch back end: every per-chunk step on the device the chunk runs on (CUDA; any device).
+
+A chunk's filter scores against a block are one GEMM on the device (``torch.mm``, or the fused
+Triton kernels of :mod:`recallkit.engine.triton_kernels` where they run); thresholds, window
+counts, exact re-scoring and top-k lists follow as torch operations whose shapes the host knows
+in advance, so that a chunk needs no host synchronisation:
+
+* a window is collected into a fixed capacity (``torch.nonzero_static``, or the ``width`` best
+  of a ``topk``), padded with ``-1``, and a flag on the device records whether the capacity may
+  have been too small; padding pairs score ``-inf`` exactly and count for nothing;
+* capacities are learned per call: its first chunk runs with exact sizes (``torch.nonzero``,
+  which synchronises), and every later chunk gets twice the per-row window that chunk needed,
+  for each window and precision, so the capacity follows the filter's bound and the data;
+* a call computes its chunks this way, then moves the results and the flags to the host in one
+  transfer (ranked lists: per batch held within the memory budget); a chunk whose flag is set
+  is computed again with exact sizes, so no result depends on a capacity.
+
+Host synchronisations are a constant number per call. Calls that combine partial results
+across processes (a reducer) settle each step before reducing: a constant number per chunk.
+
+Correct under common torch settings: the GEMMs run with autocast disabled (a caller's
+``torch.autocast`` region would otherwise run them in bfloat16 with a bound made for float32);
+TF32 and reduced-precision float32 matmuls (``torch.backends.cuda.matmul.fp32_precision``, the
+legacy ``allow_tf32``, ``torch.set_float32_matmul_precision``) widen the bound instead of
+breaking it; float16 accumulation (``allow_fp16_accumulation``) is refused for a float16 filter;
+and no operation is one that ``torch.use_deterministic_algorithms(True)`` refuses on CUDA (no
+``scatter_reduce``: per-row maxima and minima come from stable sorts, counts from integer
+scatter-adds).
+
+Low precision is a cascade: the float16/bfloat16 filter's window is scored again in float32 (the
+float32 dot product of the same filter rows, with the float32 bound, any summation order), and
+only the float32 window is scored exactly in float64. Both filters bound the same scaled exact
+score, so every decision is the one float32 alone would make, and the float64 work is
+float32's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from recallkit.engine import exact, filters, ties
+from recallkit.engine.pairs import LabelPositives, Pairs, block_codes, globals_of, locals_of
+from recallkit.engine.protocol import ChunkResult, Reducer, Request
+from recallkit.engine.space import Block, Rows, Space, chunk_rows, chunks, memory_budget
+
+MIN_CAPACITY = 256
+# Slots per row before a call has learned its windows, and the least it keeps after.
+FIRST_ROWS = 8
+TOP_EXTRA = 32  # a ranked list's topk width beyond k, at least
+
+
+@contextlib.contextmanager
+def no_autocast(device: torch.device) -> Iterator[None]:
+    """The engine's GEMMs outside any caller's autocast region (CPU and the device)."""
+    with torch.autocast(device_type="cpu", enabled=False):
+        if device.type not in ("cpu", "meta"):
+            with torch.autocast(device_type=device.type, enabled=False):
+                yield
+        else:
+            yield
+
+
+def float32_matmul_rounding(device: torch.device) -> float:
+    """The relative rounding of a float32 ``torch.mm`` input on ``device``: 0 in IEEE float32;
+    ``2**-10`` where TF32 may be used; ``2**-8`` where bfloat16 may (``"medium"``); an unknown
+    state counts as TF32."""
+    precision = torch.get_float32_matmul_precision()
+    if precision == "medium":
+        return 2.0**-8
+    if device.type != "cuda":
+        return 0.0 if precision == "highest" else 2.0**-10
+    matmul = torch.backends.cuda.matmul
+    new = getattr(matmul, "fp32_precision", None)
+    if new is not None:
+        new = str(new).lower()
+        inherited = str(getattr(torch.backends, "fp32_precision", "none")).lower()
+        if new == "tf32" or (new == "none" and inherited == "tf32"):
+            return 2.0**-10
+        if new == "ieee" or (new == "none" and inherited == "ieee"):
+            return 0.0 if precision == "highest" else 2.0**-10
+    try:
+        tf32 = bool(matmul.allow_tf32)
+    except RuntimeError:  # legacy and new APIs mixed: assume the wider rounding
+        return 2.0**-10
+    return 2.0**-10 if tf32 or precision != "highest" else 0.0
+
+
+def _fp16_accumulation() -> bool:
+    try:
+        return bool(getattr(torch.backends.cuda.matmul, "allow_fp16_accumulation", False))
+    except RuntimeError:
+        return True
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernel sets: the same results, computed by torch operations or by fused Triton kernels.
+
+
+class TorchKernels:
+    """Exact scores and float32 re-scores with torch operations (any device)."""
+
+    name = "torch"
+
+    def exact(
+        self, space: Space, chunk: Rows, block: Block, rows: torch.Tensor, cols: torch.Tensor
+    ) -> torch.Tensor:
+        """Exact scores of ``(chunk row, local col)`` pairs; padding rows give ``-inf``."""
+        cols = cols.clamp(0, max(block.rows - 1, 0))
+        return exact.exact_torch(
+            chunk.raw, chunk.aux(space.metric), block.data, block.aux(space.metric),
+            rows, cols, space.metric,
+        )  # fmt: skip
+
+    def dots(
+        self, a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor
+    ) -> torch.Tensor:
+        """float32 dot products of filter rows for pairs (any order); padding gives ``-inf``."""
+        out = torch.empty(rows.shape[0], dtype=b.dtype, device=b.device)
+        step = max(1024, (1 << 24) // max(b.shape[1], 1))
+        for begin in range(0, rows.shape[0], step):
+            r = rows[begin : begin + step]
+            c = cols[begin : begin + step]
+            value = (a[r.clamp(min=0)] * b[c.clamp(min=0)]).sum(dim=1)
+            out[begin : begin + step] = torch.where(r >= 0, value, -torch.inf)
+        return out
+
+    def product(self, qf: filters.QueryFilter, block: Block, low: torch.dtype | None):
+        """The chunk's filter scores against ``block`` (float32, or float64) and the GEMM's
+        :class:`filters.Product`."""
+        a = qf.rows
+        if low is not None:
+            b_low = _low(block, low)
+            if a.device.type == "cpu":  # the same products, summed in float32
+                scores = a.to(low).to(torch.float32) @ b_low.to(torch.float32).T
+            else:
+                if low == torch.float16 and _fp16_accumulation():
+                    raise ValueError(
+                        "precision='float16' cannot run while "
+                        "torch.backends.cuda.matmul.allow_fp16_accumulation is True: float16 "
+                        "accumulation is beyond the filter's error bound. Use "
+                        "precision='bfloat16' or 'float32', or unset it."
+                    )
+                scores = torch.mm(a.to(low), b_low.T, out_dtype=torch.float32)
+            unit = 2.0**-23 if a.device.type != "cpu" else 2.0**-24
+            return scores, filters.Product(low, unit, filters.INPUT_ROUNDING[low])
+        scores = a @ block.gemm.T
+        if a.dtype == torch.float64:
+            return scores, filters.Product.plain(torch.float64)
+        rounding = float32_matmul_rounding(a.device)
+        unit = 2.0**-23 if rounding else 2.0**-24
+        return scores, filters.Product(torch.float32, unit, rounding)
+
+
+def _low(block: Block, dtype: torch.dtype) -> torch.Tensor:
+    key = ("low", dtype)
+    if key not in block.cache:
+        block.cache[key] = block.gemm.to(dtype)
+    return block.cache[key]
+
+
+# ----------------------------------------------------------------------------------------------
+# Capacities, learned per call.
+
+
+class Capacities:
+    """Fixed window sizes for a call's chunks (module docstring): ``None`` (exact sizes) until
+    :meth:`learned`, then twice the per-row window each site needed in the learning chunk."""
+
+    def __init__(self) -> None:
+        self.learning = True
+        self.rates: dict[str, float] = {}
+
+    def size(self, site: str, rows: int, cols: int) -> int | None:
+        if self.learning:
+            return None
+        rate = self.rates.get(site, 0.0)
+        return min(rows * cols, max(MIN_CAPACITY, math.ceil(rows * max(2.0 * rate, 1.0))))
+
+    def extra(self, site: str) -> int | None:
+        """A ranked list's learned width beyond k (``None`` while learning)."""
+        if self.learning:
+            return None
+        return max(TOP_EXTRA, math.ceil(2.0 * self.rates.get(site, 0.0)))
+
+    def record(self, site: str, found: int, rows: int) -> None:
+        if self.learning:
+            self.rates[site] = max(self.rates.get(site, 0.0), found / max(rows, 1))
+
+    def learned(self) -> None:
+        self.learning = False
+
+
+def _no_flag(device: torch.device) -> torch.Tensor:
+    return torch.zeros((), dtype=torch.bool, device=device)
+
+
+def _compact(
+    mask: torch.Tensor, caps: Capacities, site: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions of the True entries of ``mask`` (2-D or 1-D), row-major, as ``(p, ndim)``.
+
+    With a capacity: exactly that many (no synchronisation), padded with ``-1``, and a device
+    flag set when some may have been left out. While learning: all of them (``torch.nonzero``:
+    one synchronisation), recorded for the site."""
+    rows = mask.shape[0] if mask.dim() else 1
+    cols = mask.numel() // max(rows, 1)
+    capacity = caps.size(site, rows, cols)
+    if capacity is None:
+        found = torch.nonzero(mask)
+        caps.record(site, found.shape[0], rows)
+        return found, _no_flag(mask.device)
+    capacity = min(capacity, mask.numel())
+    found = torch.nonzero_static(mask, size=capacity, fill_value=-1)
+    if capacity == mask.numel():
+        return found, _no_flag(mask.device)
+    if capacity == 0:
+        return found, mask.any()
+    return found, found[-1, 0] >= 0
+
+
+def _count_into(size: int, index: torch.Tensor, flags: torch.Tensor) -> torch.Tensor:
+    """How many set ``flags`` fall on each of ``size`` slots (``index`` in range)."""
+    out = torch.zeros(size, dtype=torch.int64, device=flags.device)
+    return out.scatter_add_(0, index, flags.to(torch.int64))
+
+
+def _segment_max(rows: torch.Tensor, values: torch.Tensor, c: int) -> torch.Tensor:
+    """Per row ``0..c-1`` the largest of ``values`` (``-inf`` for none; negative rows are
+    padding), deterministically."""
+    best, _, _ = ties.segment_best(rows, values.to(torch.float64), torch.zeros_like(rows), c)
+    return best
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-call inputs on the device.
+
+
+class _DevicePairs:
+    """Per-query pairs (CSR) with their columns on the device and the row pointers on the host."""
+
+    def __init__(self, pairs: Pairs, device: torch.device) -> None:
+        self.indptr = pairs.indptr.numpy()
+        self.counts = pairs.counts().to(device)
+        self.indices = pairs.indices.to(device)
+
+    def chunk(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(rows local to the chunk, columns)`` of queries ``start:stop``."""
+        lo, hi = int(self.indptr[start]), int(self.indptr[stop])
+        rows = torch.repeat_interleave(
+            torch.arange(stop - start, device=self.indices.device),
+            self.counts[start:stop],
+            output_size=hi - lo,
+        )
+        return rows, self.indices[lo:hi]
+
+
+class _Skipped:
+    """A chunk's skipped pairs on the device: explicit pairs and exclusion codes."""
+
+    def __init__(
+        self,
+        rows: torch.Tensor,
+        cols: torch.Tensor,
+        codes: torch.Tensor | None,
+        ref_codes: torch.Tensor | None,
+    ) -> None:
+        self.rows, self.cols = rows, cols
+        self.codes, self.ref_codes = codes, ref_codes
+        self.keys = torch.sort(rows * _KEY + cols).values
+
+    def mask(self, scores: torch.Tensor, block: Block) -> torch.Tensor:
+        """``scores`` with the skipped pairs of ``block`` at ``-inf``."""
+        c, m = scores.shape
+        if self.rows.numel():
+            local, inside = locals_of(block, self.cols)
+            flat = torch.where(inside, self.rows * m + local.clamp(0, max(m - 1, 0)), c * m)
+            hit = torch.zeros(c * m + 1, dtype=torch.bool, device=scores.device)
+            hit.index_put_((flat,), torch.ones_like(flat, dtype=torch.bool))
+            scores = scores.masked_fill(hit[: c * m].view(c, m), -torch.inf)
+        if self.codes is not None:
+            same = (self.codes[:, None] >= 0) & (self.codes[:, None] == self.ref_codes[None, :])
+            scores = scores.masked_fill(same, -torch.inf)
+        return scores
+
+    def contains(self, rows: torch.Tensor, glob: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        """Which of the pairs ``(rows, global cols)`` are skipped."""
+        out = torch.zeros(rows.shape, dtype=torch.bool, device=rows.device)
+        if self.keys.numel():
+            key = rows * _KEY + glob
+            pos = torch.searchsorted(self.keys, key).clamp(max=self.keys.numel() - 1)
+            out |= self.keys[pos] == key
+        if self.codes is not None:
+            q = self.codes[rows.clamp(min=0)]
+            out |= (q >= 0) & (q == self.ref_codes[local.clamp(min=0)])
+        return out
+
+
+_KEY = 2**40
+
+
+class _DeviceLabels:
+    """Label positives on the device: per block, each query's range of positives in the block's
+    members grouped by code (and the codes themselves, for the filter's window)."""
+
+    def __init__(self, positives: LabelPositives, device: torch.device) -> None:
+        self.positives = positives
+        self.device = device
+        self.query_codes = torch.from_numpy(positives.query_codes).to(device)
+        self._blocks: dict[tuple[int, int], tuple] = {}
+
+    def _block(self, block: Block) -> tuple:
+        key = (block.offset, block.rows)
+        if key not in self._blocks:
+            groups = self.positives.groups(block)
+            lo, hi = groups.ranges(self.positives.query_codes)
+            own = self.positives.block_codes(block)
+
+            def put(a: np.ndarray) -> torch.Tensor:
+                return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(self.device)
+
+            self._blocks[key] = (lo, hi, put(lo), put(hi), put(groups.members), put(own))
+        return self._blocks[key]
+
+    def pairs(self, block: Block, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every positive pair of queries ``start:stop`` in ``block``: ``(rows, local cols)``."""
+        lo, hi, lo_d, hi_d, members, _ = self._block(block)
+        total = int((hi[start:stop] - lo[start:stop]).sum())
+        counts = hi_d[start:stop] - lo_d[start:stop]
+        rows = torch.repeat_interleave(
+            torch.arange(stop - start, device=self.device), counts, output_size=total
+        )
+        begin = torch.cumsum(counts, 0) - counts
+        shift = torch.repeat_interleave(begin - lo_d[start:stop], counts, output_size=total)
+        return rows, members[torch.arange(total, device=self.device) - shift]
+
+    def codes(self, block: Block) -> torch.Tensor:
+        return self._block(block)[5]
+
+
+class _Inputs:
+    """A call's inputs on the device, put there once: exclusions, positives, targets, k."""
+
+    def __init__(self, space: Space, request: Request) -> None:
+        dev = space.device
+        self.device = dev
+        excl = request.exclusions
+        self.pairs = None
+        if excl is not None and excl.pairs is not None:
+            self.pairs = _DevicePairs(excl.pairs, dev)
+        self.exclusions = excl
+        self.codes = None
+        if excl is not None and excl.has_codes:
+            self.codes = torch.from_numpy(excl.query_codes).to(dev)
+        self.labels = None
+        self.listed = None
+        if isinstance(request.positives, LabelPositives):
+            self.labels = _DeviceLabels(request.positives, dev)
+        elif request.positives is not None:
+            self.listed = _DevicePairs(request.positives, dev)
+        self.targets = None
+        if request.targets is not None:
+            self.targets = torch.from_numpy(np.ascontiguousarray(request.targets)).to(dev)
+        self.ks_host = None
+        self.ks = None
+        if request.top_k is not None:
+            self.ks_host = np.ascontiguousarray(request.top_k, dtype=np.int64)
+            self.ks = torch.from_numpy(self.ks_host).to(dev)
+        self._ref_codes: dict[tuple[int, int], torch.Tensor] = {}
+
+    def skipped(self, block: Block, start: int, stop: int) -> _Skipped:
+        empty = torch.empty(0, dtype=torch.int64, device=self.device)
+        rows, cols = (empty, empty) if self.pairs is None else self.pairs.chunk(start, stop)
+        if self.codes is None:
+            return _Skipped(rows, cols, None, None)
+        key = (block.offset, block.rows)
+        if key not in self._ref_codes:
+            codes = block_codes(self.exclusions.reference_codes, block)
+            self._ref_codes[key] = torch.from_numpy(codes).to(self.device)
+        return _Skipped(rows, cols, self.codes[start:stop], self._ref_codes[key])
+
+
+@dataclass
+class _Pass:
+    """A chunk's filter scores against one block, with their bound; with a low-precision
+    filter, also the float32 filter rows' bound (the cascade)."""
+
+    scores: torch.Tensor
+    qf: filters.QueryFilter
+    eps: torch.Tensor
+    eps32: torch.Tensor | None
+    low: bool
+
+
+# ----------------------------------------------------------------------------------------------
+# The back end.
+
+
+class DeviceBackend:
+    """Requests as torch operations on the space's device (module docstring)."""
+
+    def __init__(self, kernels: Any) -> None:
+        self.kernels = kernels
+        self.name = kernels.name
+        self._costs: dict[tuple, float] = {}
+
+    # -- filter -------------------------------------------------------------------------------
+
+    def _low_dtype(self, space: Space, block: Block) -> torch.dtype | None:
+        if block.gemm.dtype != torch.float32:
+            return None
+        if space.precision in ("float16", "bfloat16"):
+            return filters.LOW_DTYPES[space.precision]
+        if space.precision == "int8":
+            raise ValueError(
+                "precision='int8' runs on the CPU back end; on this device use 'auto', "
+                "'float32', 'bfloat16' or 'float16'."
+            )
+        return None
+
+    def _filter(
+        self, space: Space, chunk: Rows, block: Block, start: int, stop: int
+    ) -> filters.QueryFilter:
+        if space.own_rows(block):
+            own = block.cache.get(("own", space.metric))
+            if own is None:
+                own = filters.own_filter(block.gemm, block.scale, space.metric)
+                block.cache[("own", space.metric)] = own
+            return own[torch.arange(start, stop, device=block.gemm.device)]
+        low = self._low_dtype(space, block)
+        dtype = block.gemm.dtype
+        qf = filters.query_filter(
+            chunk.raw, chunk.sq, chunk.norm, space.metric, block.scale, dtype
+        )
+        if low == torch.float16 and space.metric == "euclidean":  # float16's narrow range
+            qf = filters.query_filter(
+                chunk.raw, chunk.sq, chunk.norm, space.metric, block.scale, torch.float16
+            )
+            qf = filters.QueryFilter(qf.rows.to(dtype), qf.scale, qf.norms)
+        return qf
+
+    def _pass(
+        self,
+        space: Space,
+        chunk: Rows,
+        block: Block,
+        skipped: _Skipped,
+        start: int,
+        stop: int,
+    ) -> _Pass:
+        qf = self._filter(space, chunk, block, start, stop)
+        low = self._low_dtype(space, block)
+        with no_autocast(space.device):
+            scores, product = self.kernels.product(qf, block, low)
+        scores = skipped.mask(scores, block)
+        eps = filters.error_bound(product, qf, block.max_norm, space.dim, block.scale,
+                                  space.metric)  # fmt: skip
+        if low is None:
+            return _Pass(scores, qf, eps, None, False)
+        plain = filters.Product.plain(torch.float32)
+        eps32 = filters.error_bound(plain, qf, block.max_norm, space.dim, block.scale,
+                                    space.metric)  # fmt: skip
+        return _Pass(scores, qf, eps, eps32, True)
+
+    def _refine(self, p: _Pass, block: Block, rows: torch.Tensor, cols: torch.Tensor):
+        return self.kernels.dots(p.qf.rows, block.gemm, rows, cols)
+
+    # -- step 1 -------------------------------------------------------------------------------
+
+    def exact_is_cheaper(
+        self, space: Space, positives: Any, block: Block, start: int, stop: int
+    ) -> bool:
+        """Whether scoring the chunk's positives exactly costs less than a filter pass, by the
+        cost of each measured once per process on this device (exact pairs against GEMM
+        scores of this width)."""
+        if isinstance(positives, Pairs):
+            return True
+        pairs = positives.pair_count(block, start, stop)
+        return pairs * self._exact_cost(space, block) <= (stop - start) * block.rows * self._gemm_cost(space, block)
+
+    def _exact_cost(self, space: Space, block: Block) -> float:
+        key = ("exact", space.device.type, space.dim, block.data.dtype)
+        if key not in self._costs:
+            p = 4096
+            rows = torch.zeros(p, dtype=torch.int64, device=space.device)
+            cols = torch.arange(p, device=space.device) % max(block.rows, 1)
+            chunk = Rows(block.data[:1], block.sq[:1], block.norm[:1])
+            self._costs[key] = _timed(
+                lambda: self.kernels.exact(space, chunk, block, rows, cols), space.device
+            ) / p
+        return self._costs[key]
+
+    def _gemm_cost(self, space: Space, block: Block) -> float:
+        key = ("gemm", space.device.type, space.dim, block.gemm.dtype)
+        if key not in self._costs:
+            c, m = 256, min(block.rows, 4096)
+            a = block.gemm[:1].expand(c, -1).contiguous()
+            b = block.gemm[:m]
+            with no_autocast(space.device):
+                self._costs[key] = _timed(lambda: a @ b.T, space.device) / max(c * m, 1)
+        return self._costs[key]
+
+    def _positive_candidates(
+        self,
+        p: _Pass,
+        block: Block,
+        labels: _DeviceLabels,
+        start: int,
+        stop: int,
+        caps: Capacities,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Positives whose filter score is within twice the bound of the row's best positive's
+        (the only ones whose exact score can be the best): ``(rows, local cols, overflow)``."""
+        s = p.scores
+        c = s.shape[0]
+        mask = labels.codes(block)[None, :] == labels.query_codes[start:stop, None]
+        masked = torch.where(mask, s, -torch.inf)
+        top = masked.amax(dim=1).to(torch.float64)
+        floor = filters.round_down(top - 2.0 * p.eps, s.dtype)
+        keep = (masked >= floor[:, None]) & torch.isfinite(masked)
+        found, over = _compact(keep, caps, "positives")
+        rows, local = found[:, 0], found[:, 1]
+        if p.eps32 is None:
+            return rows, local, over
+        # Cascade: the same selection among these candidates with their float32 scores.
+        f32 = self._refine(p, block, rows, local)
+        top32 = _segment_max(rows, f32, c)
+        floor32 = filters.round_down(top32 - 2.0 * p.eps32, f32.dtype)
+        keep32 = (rows >= 0) & (f32 >= floor32[rows.clamp(min=0)]) & torch.isfinite(f32)
+        picked, over32 = _compact(keep32, caps, "positives32")
+        at = picked[:, 0]
+        rows = torch.where(at >= 0, rows[at.clamp(min=0)], -1)
+        return rows, local[at.clamp(min=0)], over | over32
+
+    def _thresholds(
+        self,
+        space: Space,
+        inputs: _Inputs,
+        chunk: Rows,
+        start: int,
+        stop: int,
+        passes: dict[int, _Pass],
+        caps: Capacities,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Step 1 in this process: each slot's threshold item ``(exact score, global index)``,
+        how many positives score exactly the best, and the overflow flag."""
+        c = stop - start
+        dev = space.device
+        over = _no_flag(dev)
+        if inputs.targets is not None:
+            targets = inputs.targets[start:stop]
+            g = targets.shape[1]
+            best = torch.full(targets.shape, -torch.inf, dtype=torch.float64, device=dev)
+            where = torch.where(targets >= 0, targets, ties.SENTINEL)
+            slots = torch.arange(c, device=dev)[:, None].expand(c, g)
+            for block in space.blocks():
+                local, inside = locals_of(block, targets.clamp(min=0))
+                inside = inside & (targets >= 0)
+                rows = torch.where(inside, slots, -1).reshape(-1)
+                scores = self.kernels.exact(space, chunk, block, rows, local.reshape(-1))
+                best = torch.where(inside, scores.view(c, g), best)
+            return best, where, torch.zeros(c, dtype=torch.int64, device=dev), over
+        best = torch.full((c,), -torch.inf, dtype=torch.float64, device=dev)
+        where = torch.full((c,), ties.SENTINEL, dtype=torch.int64, device=dev)
+        equal = torch.zeros(c, dtype=torch.int64, device=dev)
+        for i, block in enumerate(space.blocks()):
+            skipped = inputs.skipped(block, start, stop)
+            if inputs.listed is not None or self.exact_is_cheaper(
+                space, inputs.labels.positives, block, start, stop
+            ):
+                # Few positives (fine labels, listed ground truth): score them all exactly.
+                if inputs.listed is not None:
+                    rows, glob = inputs.listed.chunk(start, stop)
+                    local, valid = locals_of(block, glob)
+                else:
+                    rows, local = inputs.labels.pairs(block, start, stop)
+                    glob = globals_of(block, local)
+                    valid = torch.ones_like(rows, dtype=torch.bool)
+                valid = valid & ~skipped.contains(rows, glob, local)
+            else:
+                p = self._pass(space, chunk, block, skipped, start, stop)
+                if space.single is not None:
+                    passes[i] = p
+                rows, local, flag = self._positive_candidates(
+                    p, block, inputs.labels, start, stop, caps
+                )
+                over = over | flag
+                valid = rows >= 0
+            rows = torch.where(valid, rows, -1)
+            scores = self.kernels.exact(space, chunk, block, rows, local)
+            glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
+            b, w, n = ties.segment_best(rows, scores, glob, c)
+            best, where, equal = _merge_counted(best, where, equal, b, w, n)
+        return best[:, None], where[:, None], equal, over
+
+    # -- step 2: counts and lists -------------------------------------------------------------
+
+    def _counts(
+        self,
+        space: Space,
+        chunk: Rows,
+        block: Block,
+        p: _Pass,
+        best: torch.Tensor,
+        where: torch.Tensor,
+        caps: Capacities,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Per slot, in this block: how many candidates rank above the threshold item, how many
+        are tied with it, how many of those rank before it; and the overflow flag."""
+        c, g = best.shape
+        dev = space.device
+        s = p.scores
+        centre = filters.scaled_centre(best, p.qf, block.scale)
+        lo, hi = filters.bounds(centre, p.eps[:, None], s.dtype)
+        total = torch.zeros((c, g), dtype=torch.int64, device=dev)
+        over = _no_flag(dev)
+        found = []
+        for t in range(g):
+            total[:, t] += (s > hi[:, t : t + 1]).sum(dim=1)
+            inside = (s >= lo[:, t : t + 1]) & (s <= hi[:, t : t + 1])
+            pairs, flag = _compact(inside, caps, "window")
+            over = over | flag
+            found.append(torch.cat([pairs, torch.full_like(pairs[:, :1], t)], dim=1))
+        found = torch.cat(found)
+        rows, local, slot = found[:, 0], found[:, 1], found[:, 2]
+        if p.eps32 is not None:
+            # Cascade: the low-precision window scored in float32; certain ones counted, the
+            # float32 window scored exactly.
+            lo32, hi32 = filters.bounds(centre, p.eps32[:, None], torch.float32)
+            f32 = self._refine(p, block, rows, local)
+            at = rows.clamp(min=0) * g + slot
+            lo_at, hi_at = lo32.reshape(-1)[at], hi32.reshape(-1)[at]
+            valid = rows >= 0
+            total += _count_into(c * g, at, valid & (f32 > hi_at)).view(c, g)
+            keep = valid & (f32 >= lo_at) & (f32 <= hi_at)
+            picked, flag = _compact(keep, caps, "window32")
+            over = over | flag
+            sel = picked[:, 0]
+            rows = torch.where(sel >= 0, rows[sel.clamp(min=0)], -1)
+            local, slot = local[sel.clamp(min=0)], slot[sel.clamp(min=0)]
+        scores = self.kernels.exact(space, chunk, block, rows, local)
+        glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
+        at = rows.clamp(min=0) * g + slot
+        b, w = best.reshape(-1)[at], where.reshape(-1)[at]
+        valid = rows >= 0
+        tie = valid & (scores == b)
+        total += _count_into(c * g, at, valid & ties.beats(scores, glob, b, w)).view(c, g)
+        tied = _count_into(c * g, at, tie & (glob != w)).view(c, g)
+        before = _count_into(c * g, at, tie & (glob < w)).view(c, g)
+        return total, tied, before, over
+
+    def _ranked_block(
+        self,
+        space: Space,
+        chunk: Rows,
+        block: Block,
+        p: _Pass,
+        ks: torch.Tensor,
+        ks_host: np.ndarray,
+        caps: Capacities,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Exact candidates of the chunk's top-``ks[i]`` in one block: ``(global index, score)``
+        sorted by the tie rule (``-1``/``-inf`` padding) with every item tied with the k-th, and
+        the overflow flag."""
+        s = p.scores
+        c, cols = s.shape[0], block.rows
+        kk = min(int(ks_host.max()), cols)
+        kb = ks.clamp(max=cols)
+        extra = caps.extra("top")
+        width = cols if extra is None else min(cols, kk + extra)
+        values, idx = torch.topk(s, width, dim=1)
+        kth = values.gather(1, (kb.clamp(min=1) - 1)[:, None])[:, 0]
+        lo = filters.top_floor(kth, p.eps, s.dtype, kb)
+        over = _no_flag(s.device)
+        keep = values >= lo[:, None]
+        if extra is None:
+            caps.record("top", max(int(keep.sum(dim=1).max()) - kk, 0) if c else 0, 1)
+        elif width < cols:
+            over = ((kb > 0) & (values[:, -1] >= lo)).any()
+        if p.eps32 is not None:
+            # Cascade: the window's float32 scores give the float32 floor and window.
+            rows = torch.arange(c, device=s.device)[:, None].expand(c, width)
+            rows = torch.where(keep, rows, -1).reshape(-1)
+            f32 = self._refine(p, block, rows, idx.reshape(-1)).view(c, width)
+            top32 = torch.topk(f32, kk, dim=1).values
+            kth32 = top32.gather(1, (kb.clamp(min=1, max=kk) - 1)[:, None])[:, 0]
+            keep = keep & (f32 >= filters.top_floor(kth32, p.eps32, f32.dtype, kb)[:, None])
+        picked, flag = _compact(keep, caps, "top_exact")
+        rows, at = picked[:, 0], picked[:, 1]
+        local = idx[rows.clamp(min=0), at.clamp(min=0)]
+        scores = self.kernels.exact(space, chunk, block, rows, local)
+        flat = torch.where(rows >= 0, rows * width + at, c * width)  # padding to a spare slot
+        score = torch.full((c * width + 1,), -torch.inf, dtype=torch.float64, device=s.device)
+        score = score.index_put((flat,), scores)[:-1].view(c, width)
+        index = torch.where(torch.isfinite(score), globals_of(block, idx), -1)
+        order = ties.ranked_order(score, index)
+        return index.gather(1, order), score.gather(1, order), over | flag
+
+    # -- a chunk ------------------------------------------------------------------------------
+
+    def _chunk(
+        self,
+        space: Space,
+        inputs: _Inputs,
+        request: Request,
+        chunk: Rows,
+        start: int,
+        stop: int,
+        caps: Capacities,
+        reducer: Reducer | None = None,
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """One chunk's answer as device tensors, and the overflow flag (clear with a
+        reducer: every step is settled before its reduction)."""
+        c = stop - start
+        dev = space.device
+        out: dict[str, torch.Tensor] = {}
+        passes: dict[int, _Pass] = {}
+        over = _no_flag(dev)
+        with no_autocast(dev):
+            if request.thresholds:
+                best, where, equal, over = self._thresholds(
+                    space, inputs, chunk, start, stop, passes, caps
+                )
+                if reducer is not None:  # exact sizes (a learning call): nothing overflows
+                    best, where, equal = _reduce_best(reducer, best, where, equal)
+                g = best.shape[1]
+                total = torch.zeros((c, g), dtype=torch.int64, device=dev)
+                tied = torch.zeros_like(total)
+                before = torch.zeros_like(total)
+            kmax = 0
+            if request.lists:
+                ks, ks_host = inputs.ks[start:stop], inputs.ks_host[start:stop]
+                kmax = int(ks_host.max(initial=0))
+                held = None
+            for i, block in enumerate(space.blocks()):
+                if block.rows == 0:
+                    continue
+                skipped = inputs.skipped(block, start, stop)
+                p = passes.get(i)
+                if p is None and (request.thresholds or kmax):
+                    p = self._pass(space, chunk, block, skipped, start, stop)
+                if request.thresholds:
+                    a, b, d, flag = self._counts(space, chunk, block, p, best, where, caps)
+                    total, tied, before = total + a, tied + b, before + d
+                    over = over | flag
+                if kmax:
+                    index, score, flag = self._ranked_block(space, chunk, block, p, ks,
+                                                            ks_host, caps)  # fmt: skip
+                    over = over | flag
+                    if held is None:
+                        held = (index, score)
+                    else:
+                        both_i = torch.cat([held[0], index], 1)
+                        both_s = torch.cat([held[1], score], 1)
+                        order = ties.ranked_order(both_s, both_i)
+                        held = (both_i.gather(1, order), both_s.gather(1, order))
+            if request.thresholds:
+                if reducer is not None:
+                    total = reducer.reduce("sum", total)
+                    tied = reducer.reduce("sum", tied)
+                    before = reducer.reduce("sum", before)
+                found = torch.isfinite(best)
+                out["ranks"] = torch.where(found, total, -1)
+                out["ties"] = torch.where(found, tied, 0)
+                out["ties_before"] = torch.where(found, before, 0)
+                out["tied_positives"] = (equal - 1).clamp(min=0)
+            if request.lists:
+                if kmax == 0 or held is None:
+                    empty = torch.full((c, kmax), -1, dtype=torch.int64, device=dev)
+                    held = (empty, torch.full((c, kmax), -torch.inf, dtype=torch.float64,
+                                              device=dev))  # fmt: skip
+                top_i, top_s, tail_i, tail_s = ties.split_tail(
+                    held[0], held[1], ks, tail_width=max(held[0].shape[1] - kmax, 0)
+                )
+                out.update(top_index=top_i, top_score=top_s, tail_index=tail_i,
+                           tail_score=tail_s)  # fmt: skip
+        return out, over
+
+    def _settle(
+        self,
+        space: Space,
+        inputs: _Inputs,
+        request: Request,
+        held: list[tuple[int, int, dict[str, torch.Tensor], torch.Tensor]],
+    ) -> Iterator[ChunkResult]:
+        """The held chunks' answers on the host, their flags read in one transfer; flagged
+        chunks are computed again with exact sizes."""
+        if not held:
+            return
+        flags = torch.stack([h[3] for h in held]).cpu().numpy()
+        for (start, stop, out, _), flag in zip(held, flags, strict=True):
+            if flag:
+                again = Capacities()
+                out, _ = self._chunk(space, inputs, request, space.chunk(start, stop), start,
+                                     stop, again)  # fmt: skip
+            yield _result(start, stop, out, request.lists_on_device)
+
+    def run(self, space: Space, request: Request, size: int | None) -> Iterator[ChunkResult]:
+        inputs = _Inputs(space, request)
+        per_row = 0
+        if request.lists:
+            per_row = int(request.top_k.max(initial=0)) * 40
+        if request.targets is not None:
+            per_row += 48 * request.slots()
+        rows = chunk_rows(space, size, per_row_bytes=per_row)
+        budget = memory_budget(space.device)
+        caps = Capacities()
+        held: list[tuple[int, int, dict[str, torch.Tensor], torch.Tensor]] = []
+        held_bytes = 0
+        for start, stop in chunks(space.num_query, rows):
+            out, over = self._chunk(space, inputs, request, space.chunk(start, stop), start,
+                                    stop, caps)  # fmt: skip
+            if caps.learning:
+                caps.learned()
+            held.append((start, stop, out, over))
+            held_bytes += sum(t.numel() * t.element_size() for t in out.values())
+            if held_bytes >= budget:
+                yield from self._settle(space, inputs, request, held)
+                held, held_bytes = [], 0
+        yield from self._settle(space, inputs, request, held)
+
+    def run_chunk(
+        self, space: Space, chunk: Rows, request: Request, reducer: Reducer | None
+    ) -> ChunkResult:
+        inputs = _Inputs(space, request)
+        c = chunk.raw.shape[0]
+        out, _ = self._chunk(space, inputs, request, chunk, 0, c, Capacities(), reducer)
+        return _result(0, c, out, request.lists_on_device)
+
+
+def _result(start: int, stop: int, out: dict[str, torch.Tensor], on_device: bool) -> ChunkResult:
+    host = {}
+    for name, value in out.items():
+        if name.startswith(("top_", "tail_")):
+            host[name] = value if on_device else value.cpu()
+        else:
+            host[name] = value.cpu().numpy()
+    if "tail_index" in host:  # drop the padding columns of the fixed-width tails
+        tail = host["tail_index"]
+        width = int((tail >= 0).sum(dim=1).max()) if tail.numel() else 0
+        host["tail_index"] = tail[:, :width]
+        host["tail_score"] = host["tail_score"][:, :width]
+    if "tied_positives" in host:
+        host["tied_positives"] = host["tied_positives"].reshape(-1)
+    return ChunkResult(start, stop, **host)
+
+
+def _merge_counted(best, where, equal, b, w, n):
+    new_best, new_where = ties.merge_best(best, where, b, w)
+    count = torch.where(best == new_best, equal, torch.zeros_like(equal))
+    count = count + torch.where(b == new_best, n, torch.zeros_like(n))
+    return new_best, new_where, count
+
+
+def _reduce_best(reducer: Reducer, best, where, equal):
+    local = best
+    best = reducer.reduce("max", best)
+    keep = (local == best) & torch.isfinite(best)
+    where = reducer.reduce("min", torch.where(keep, where, torch.full_like(where, ties.SENTINEL)))
+    equal = reducer.reduce("sum", torch.where(keep[:, 0], equal, torch.zeros_like(equal)))
+    return best, where, equal
+
+
+def _timed(f: Callable[[], Any], device: torch.device) -> float:
+    """Seconds of the fastest of three runs of ``f`` (after one warm-up) on ``device``."""
+    f()
+    best = math.inf
+    for _ in range(3):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        f()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return max(best, 1e-9)
+
+
+_BACKENDS: dict[str, DeviceBackend] = {}
+
+
+def backend(triton: bool) -> DeviceBackend:
+    """The device back end with torch kernels, or with the Triton kernels where they run."""
+    name = "torch"
+    if triton:
+        from recallkit.engine import triton_backend
+
+        if triton_backend.usable():
+            name = "triton"
+    if name not in _BACKENDS:
+        if name == "triton":
+            from recallkit.engine import triton_backend
+
+            _BACKENDS[name] = DeviceBackend(triton_backend.TritonKernels())
+        else:
+            _BACKENDS[name] = DeviceBackend(TorchKernels())
+    return _BACKENDS[name]

@@ -1,0 +1,173 @@
+"""The exact score that decides every rank, computed the same way on every back end.
+
+The exact score of a pair is defined from the rows as the engine keeps them (float32, or float64
+when a side is float64 or integer) with one fixed order of operations in float64:
+
+* ``dot(q, r) = Σ_k q_k·r_k``, each product and each partial sum rounded to float64, ``k = 0..d-1``
+  in index order (no fused multiply-add; products of float32 values are exact);
+* ``sq(x) = dot(x, x)``, the same way;
+* cosine: ``dot(q, r) / (norm(q) · norm(r))`` with ``norm(x) = sqrt(sq(x))`` correctly rounded
+  (IEEE 754; :func:`row_norms`); dot: ``dot(q, r)``; euclidean: ``2·dot(q, r) - sq(r)``, which
+  orders candidates as ``-|q - r|²`` (``|q|²`` is constant along a query's row).
+
+Under cosine a float64 row whose largest magnitude lies outside ``[2**-500, 2**500]`` is first
+multiplied by a power of two that brings it to ``[0.5, 1)`` (:func:`cosine_rows`): exact, and
+cosine does not depend on a row's scale, so the definition covers every finite row that is not
+zero (an unscaled ``2**-600`` row would have a squared norm that underflows float64). Every other
+row is used as given, so float32 inputs and float64 inputs of ordinary magnitude are scored
+bit for bit as written above.
+
+This module holds the numba kernels (CPU arrays: one fused pass per pair, both cores) and the
+torch operations (any device: products first, then one float64 addition per dimension in index
+order); the Triton kernel of :mod:`recallkit.engine.triton_kernels` computes the same bits on
+CUDA in one launch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+import torch
+
+MODES = {"dot": 0, "cosine": 1, "euclidean": 2}
+# Float64 rows scored under cosine keep their scale inside [2**-LIMIT, 2**LIMIT].
+COSINE_SCALE_LIMIT = 500
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _sq_numba(x, out):  # pragma: no cover - compiled
+    for i in numba.prange(x.shape[0]):
+        s = 0.0
+        for k in range(x.shape[1]):
+            v = np.float64(x[i, k])
+            s += v * v
+        out[i] = s
+
+
+def row_sq_norms(x: torch.Tensor) -> torch.Tensor:
+    """``sq(x_i)`` of every row in float64, summed in index order, on ``x``'s device."""
+    if x.device.type == "cpu":
+        out = np.empty(x.shape[0], dtype=np.float64)
+        _sq_numba(x.detach().contiguous().numpy(), out)
+        return torch.from_numpy(out)
+    acc = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
+    columns = x.detach().T.to(torch.float64)
+    for k in range(x.shape[1]):
+        v = columns[k]
+        acc = acc + v * v
+    return acc
+
+
+def row_norms(sq: torch.Tensor) -> torch.Tensor:
+    """``sqrt(sq)``, correctly rounded on every device.
+
+    torch's vectorised CPU square root is not correctly rounded for float64 (it differs from
+    IEEE 754 in the last bit for about 1% of inputs), so the CPU uses numpy's; CUDA's float64
+    square root is IEEE 754.
+    """
+    if sq.device.type == "cpu":
+        return torch.from_numpy(np.sqrt(sq.numpy()))
+    return torch.sqrt(sq)
+
+
+def cosine_rows(raw: torch.Tensor) -> torch.Tensor:
+    """``raw`` with every float64 row of extreme magnitude scaled by a power of two into
+    ``[0.5, 1)`` (module docstring); the same tensor when no row needs it."""
+    if raw.dtype != torch.float64 or not raw.numel():
+        return raw
+    top = raw.abs().amax(dim=1)
+    low, high = 2.0**-COSINE_SCALE_LIMIT, 2.0**COSINE_SCALE_LIMIT
+    extreme = ((top < low) | (top > high)) & (top > 0)
+    if not bool(extreme.any()):
+        return raw
+    out = raw.clone()
+    rows = torch.nonzero(extreme)[:, 0]
+    for i in rows.tolist():
+        _, exponent = math.frexp(float(top[i]))
+        out[i] = torch.ldexp(raw[i], torch.tensor(-exponent, dtype=torch.int64))
+    return out
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _exact_numba(query, reference, q_aux, r_aux, rows, cols, mode, out):  # pragma: no cover
+    dim = query.shape[1]
+    for p in numba.prange(rows.shape[0]):
+        i = rows[p]
+        if i < 0:
+            out[p] = -np.inf
+            continue
+        j = cols[p]
+        dot = 0.0
+        for k in range(dim):
+            dot += np.float64(query[i, k]) * np.float64(reference[j, k])
+        if mode == 1:
+            out[p] = dot / (q_aux[i] * r_aux[j])
+        elif mode == 2:
+            out[p] = 2.0 * dot - r_aux[j]
+        else:
+            out[p] = dot
+
+
+def exact_numba(
+    query: torch.Tensor,
+    q_aux: torch.Tensor,
+    reference: torch.Tensor,
+    r_aux: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    metric: str,
+) -> torch.Tensor:
+    """Exact float64 scores (module docstring) of ``(query[rows[p]], reference[cols[p]])`` for
+    CPU tensors; a negative row marks a padding pair that scores ``-inf``."""
+    out = np.empty(rows.shape[0], dtype=np.float64)
+    if rows.numel():
+        _exact_numba(
+            query.detach().numpy(),
+            reference.detach().numpy(),
+            q_aux.numpy(),
+            r_aux.numpy(),
+            rows.cpu().numpy(),
+            cols.cpu().numpy(),
+            MODES[metric],
+            out,
+        )
+    return torch.from_numpy(out)
+
+
+def _exact_torch(query, reference, q_aux, r_aux, rows, cols, mode):
+    # Products first (each rounded to float64 once), then one addition per dimension in index
+    # order: the definition's order of operations, d element-wise additions.
+    products = (query[rows].to(torch.float64) * reference[cols].to(torch.float64)).T.contiguous()
+    dot = torch.zeros(rows.shape[0], dtype=torch.float64, device=query.device)
+    for k in range(query.shape[1]):
+        dot = dot + products[k]
+    if mode == 1:
+        return dot / (q_aux[rows] * r_aux[cols])
+    if mode == 2:
+        return 2.0 * dot - r_aux[cols]
+    return dot
+
+
+def exact_torch(
+    query: torch.Tensor,
+    q_aux: torch.Tensor,
+    reference: torch.Tensor,
+    r_aux: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    metric: str,
+) -> torch.Tensor:
+    """:func:`exact_numba` with torch operations on ``query``'s device (the same bits)."""
+    mode = MODES[metric]
+    rows = rows.to(query.device)
+    cols = cols.to(reference.device)
+    out = torch.empty(rows.shape[0], dtype=torch.float64, device=query.device)
+    step = max(1024, (1 << 24) // max(query.shape[1], 1))  # float64 products: 128 MiB at most
+    for start in range(0, rows.numel(), step):
+        r = rows[start : start + step]
+        c = cols[start : start + step]
+        exact = _exact_torch(query, reference, q_aux, r_aux, r.clamp(min=0), c.clamp(min=0), mode)
+        out[start : start + step] = torch.where(r < 0, -torch.inf, exact)
+    return out

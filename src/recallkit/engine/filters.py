@@ -1,0 +1,237 @@
+"""The GEMM filter: its rows, its scales and its rigorous error bound.
+
+A GEMM over *filter rows* gives every pair a filter score with a bound ``eps`` on its distance
+from the scaled exact score (:mod:`recallkit.engine.exact`):
+
+    |filter(i, j) - scale_i · scale_ref · exact(i, j)| <= eps_i      for every column j.
+
+An item further than ``eps_i`` above (below) a threshold is certainly above (below) it; only the
+items within ``eps_i`` are scored exactly, and only those exact scores decide.
+
+Filter rows are normalised (cosine: ``x / |x|``, scale 1) or multiplied by a power of two, which
+is exact (dot: ``c x``; euclidean: reference ``[s r, s² |r|²]`` against query
+``[2 c q, -c / s]``, whose product is ``c s (2 q·r - |r|²)``). The reference side has one scale
+``s`` per block (the candidates of a row are compared on one scale); each query row has its own
+scale ``c_i``, so its filter row, its bound and its window depend on that row alone, never on
+which rows share its chunk. Scales bring a row's norm into ``[0.5, 1)``, capped so that no filter
+value or product can overflow: ``c_i · s <= 2**MAX_SCALE_LOG2`` and, for euclidean, ``c_i / s``
+at most ``2**100`` (``2**14`` for a float16 GEMM). A row left tiny by a cap (or a float32 row
+whose entries underflow) only widens its own window: the bound's absolute term covers every
+value that underflows.
+
+The bound (standard GEMM error analysis over ``t = d + 1`` terms, ``|fl(a·b) - a·b| <= t u
+|a| |b|``, Higham 2002, §3.5) is ``eps_i = γ |a_i| max_j |b_j| + absolute_i`` with ``γ`` doubled
+for safety over: the accumulation's unit roundoff ``u``, the rounding of the GEMM's inputs to its
+type (low precision, TF32), the rounding of its output, the float64 error of the normalisation
+and of the exact score itself (``2 d 2**-53``); ``absolute_i`` covers underflow in the GEMM and
+in the exact score (scaled by ``scale_i · s``). :class:`Product` says which of these a back end's
+GEMM has.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# Low-precision GEMM types, by the public name of a precision.
+LOW_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+# Relative rounding of a GEMM input converted to each type (truncation included).
+INPUT_ROUNDING = {
+    torch.float64: 0.0,
+    torch.float32: 0.0,
+    torch.float16: 2.0**-11,
+    torch.bfloat16: 2.0**-8,
+}
+# Half the smallest subnormal of each type: the absolute rounding of an underflowing value.
+TINY = {
+    torch.float64: 2.0**-1074,
+    torch.float32: 2.0**-149,
+    torch.bfloat16: 2.0**-133,
+    torch.float16: 2.0**-24,
+}
+UNIT = {torch.float64: 2.0**-53, torch.float32: 2.0**-24}
+MAX_SCALE_LOG2 = 900
+EUCLIDEAN_RATIO_LOG2 = {torch.float16: 14}
+DEFAULT_RATIO_LOG2 = 100
+
+
+@dataclass(frozen=True)
+class Product:
+    """How a back end's GEMM computes filter scores: the type its inputs are rounded to, the
+    unit roundoff of its accumulation, and the relative rounding of its output."""
+
+    dtype: torch.dtype
+    unit: float
+    input_rounding: float = 0.0
+    output_rounding: float = 0.0
+
+    @classmethod
+    def plain(cls, dtype: torch.dtype) -> Product:
+        """A GEMM in ``dtype`` (float32 or float64) with ``dtype`` accumulation."""
+        return cls(dtype, UNIT[dtype])
+
+
+def robust_norms(x: torch.Tensor) -> torch.Tensor:
+    """Euclidean norms of the rows of ``x`` in float64, without underflow or overflow (each row
+    is divided by a power of two near its largest magnitude first)."""
+    x = x.to(torch.float64)
+    top = x.abs().amax(dim=1) if x.shape[1] else torch.zeros(x.shape[0], dtype=torch.float64)
+    _, exponent = torch.frexp(top)
+    scaled = torch.ldexp(x, -exponent[:, None])
+    return torch.ldexp(torch.linalg.vector_norm(scaled, dim=1), exponent)
+
+
+def pow2_scales(norms: torch.Tensor, cap_log2: int = MAX_SCALE_LOG2 // 2) -> torch.Tensor:
+    """Per row, the power of two that brings ``norms`` into ``[0.5, 1)`` (1 for a zero row),
+    at most ``2**cap_log2`` and at least ``2**-cap_log2``."""
+    _, exponent = torch.frexp(norms.to(torch.float64))
+    exponent = torch.where(norms > 0, exponent, torch.zeros_like(exponent))
+    exponent = exponent.clamp(-cap_log2, cap_log2)
+    return torch.ldexp(torch.ones_like(norms, dtype=torch.float64), -exponent)
+
+
+def reference_filter(
+    raw: torch.Tensor,
+    sq: torch.Tensor,
+    norm: torch.Tensor,
+    metric: str,
+    dtype: torch.dtype,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, float, float]:
+    """A block's filter rows, their scale and their largest norm (float64).
+
+    cosine: ``r / |r|`` (scale 1); dot: ``s r``; euclidean: ``[s r, s² |r|²]``, with ``s`` the
+    power of two that brings the block's largest norm into ``[0.5, 1)`` (or ``scale``).
+    """
+    n, d = raw.shape
+    if metric != "cosine" and scale is None:
+        top = robust_norms(raw).max() if n else torch.zeros((), dtype=torch.float64)
+        scale = float(pow2_scales(top.reshape(1))[0])
+    scale = 1.0 if metric == "cosine" else float(scale)
+    width = d + (metric == "euclidean")
+    out = torch.empty((n, width), dtype=dtype, device=raw.device)
+    step = 8192
+    for start in range(0, n, step):
+        stop = min(start + step, n)
+        x = raw[start:stop].to(torch.float64)
+        if metric == "cosine":
+            out[start:stop] = (x / norm[start:stop, None]).to(dtype)
+        else:
+            out[start:stop, :d] = (x * scale).to(dtype)
+            if metric == "euclidean":
+                out[start:stop, d] = (sq[start:stop] * (scale * scale)).to(dtype)
+    top = torch.zeros((), dtype=torch.float64, device=out.device)
+    for start in range(0, n, step):  # no float64 copy of the whole block
+        top = torch.maximum(top, robust_norms(out[start : start + step]).max())
+    return out, scale, float(top)
+
+
+@dataclass
+class QueryFilter:
+    """A query chunk's filter rows against one block, with their per-row power-of-two scales
+    (``filter = scale_i · block scale · exact``) and float64 norms."""
+
+    rows: torch.Tensor
+    scale: torch.Tensor
+    norms: torch.Tensor
+
+    def __getitem__(self, rows: torch.Tensor) -> QueryFilter:
+        return QueryFilter(self.rows[rows], self.scale[rows], self.norms[rows])
+
+
+def query_filter(
+    raw: torch.Tensor,
+    sq: torch.Tensor,
+    norm: torch.Tensor,
+    metric: str,
+    block_scale: float,
+    dtype: torch.dtype,
+) -> QueryFilter:
+    """The chunk's filter rows such that ``filter = scale_i · block_scale · exact score``
+    (module docstring)."""
+    x = raw.to(torch.float64)
+    if metric == "cosine":
+        scale = torch.ones(raw.shape[0], dtype=torch.float64, device=raw.device)
+        rows = x / norm[:, None]
+    else:
+        scale = pow2_scales(robust_norms(x))
+        # c_i · s stays below 2**MAX_SCALE_LOG2 (thresholds and bounds stay finite).
+        scale = torch.minimum(scale, torch.full_like(scale, 2.0**MAX_SCALE_LOG2 / block_scale))
+        if metric == "euclidean":
+            ratio = EUCLIDEAN_RATIO_LOG2.get(dtype, DEFAULT_RATIO_LOG2)
+            scale = torch.minimum(scale, torch.full_like(scale, block_scale * 2.0**ratio))
+            rows = torch.cat([2.0 * x * scale[:, None], (-scale / block_scale)[:, None]], dim=1)
+        else:
+            rows = x * scale[:, None]
+    filtered = rows.to(dtype).contiguous()
+    return QueryFilter(filtered, scale, robust_norms(rows))
+
+
+def own_filter(gemm: torch.Tensor, block_scale: float, metric: str) -> QueryFilter:
+    """The filter of queries that are the block's own rows (leave-one-out on one tensor, cosine
+    or dot): the block's filter rows themselves, at the block's scale."""
+    c = gemm.shape[0]
+    scale = torch.full((c,), block_scale, dtype=torch.float64, device=gemm.device)
+    if metric == "cosine":
+        scale = torch.ones_like(scale)
+    return QueryFilter(gemm, scale, robust_norms(gemm))
+
+
+def error_bound(
+    product: Product, qf: QueryFilter, max_norm: float, dim: int, block_scale: float, metric: str
+) -> torch.Tensor:
+    """Per query row, the bound ``eps_i`` on ``|filter - scale_i · block_scale · exact|``
+    (module docstring), on the rows' device, float64."""
+    terms = dim + 1
+    gamma = 2.0 * (
+        (terms + 8) * product.unit
+        + 2.0 * product.input_rounding
+        + product.output_rounding
+        + 2.0 * dim * 2.0**-53
+    )
+    tiny = TINY[product.dtype]
+    norms = qf.norms.to(torch.float64)
+    absolute = 4.0 * terms * tiny * (1.0 + norms + max_norm)
+    if metric != "cosine":  # the exact score's own underflow, in filter units
+        absolute = absolute + 8.0 * (dim + 2) * 2.0**-1074 * qf.scale * block_scale
+    return gamma * norms * max_norm + absolute
+
+
+def bounds(
+    centre: torch.Tensor, eps: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Filter bounds ``centre -/+ eps`` rounded outwards to ``dtype``; ``+inf`` where the centre
+    is not finite (a slot without a threshold item)."""
+    lo = (centre - eps).to(dtype)
+    hi = (centre + eps).to(dtype)
+    lo = torch.nextafter(lo, torch.full_like(lo, -torch.inf))
+    hi = torch.nextafter(hi, torch.full_like(hi, torch.inf))
+    # Excluded candidates score -inf: a finite lower bound keeps them out of every window.
+    lo = lo.clamp(min=torch.finfo(dtype).min)
+    off = ~torch.isfinite(centre)
+    return torch.where(off, torch.inf, lo), torch.where(off, torch.inf, hi)
+
+
+def round_down(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` (float64) in ``dtype``, rounded towards ``-inf`` (``-inf`` stays)."""
+    y = x.to(dtype)
+    too_high = y.to(torch.float64) > x
+    return torch.where(too_high, torch.nextafter(y, torch.full_like(y, -torch.inf)), y)
+
+
+def top_floor(
+    kth: torch.Tensor, eps: torch.Tensor, dtype: torch.dtype, ks: torch.Tensor
+) -> torch.Tensor:
+    """``(c,)`` lower bounds of top-k windows: the k-th filter score minus ``2 eps``, rounded
+    down to ``dtype``; every finite score where fewer than k exist; ``+inf`` where k = 0."""
+    lo = kth.to(torch.float64) - 2.0 * eps
+    lo = torch.where(torch.isneginf(kth), torch.full_like(lo, torch.finfo(dtype).min), lo)
+    lo = round_down(lo, dtype)
+    return torch.where(ks.to(lo.device) <= 0, torch.full_like(lo, torch.inf), lo)
+
+
+def scaled_centre(best: torch.Tensor, qf: QueryFilter, block_scale: float) -> torch.Tensor:
+    """Threshold items' exact scores ``(c, g)`` on the filter's scale."""
+    factor = (qf.scale.to(best.device) * block_scale)[:, None]
+    return best * factor

@@ -1,0 +1,334 @@
+"""The search space: prepared query rows and a reference held as blocks, and the memory budget.
+
+Queries are processed in chunks of rows, references in blocks (one block when the reference is
+in memory; several when it is streamed from disk or too wide for the budget; one block of this
+process's rows when it is sharded across processes). Each (chunk, block) pair is one filter
+GEMM: the full n×m matrix is never built.
+
+Rows are validated once here: finite, of one dimension, magnitudes the exact float64 score can
+hold, and (cosine) not zero.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from recallkit import _checks
+from recallkit.engine import exact, filters
+
+DEFAULT_MEMORY_BUDGET = 256 * 2**20
+MIN_CHUNK_ROWS = 64
+MAX_CHUNK_ROWS = 4096
+# Float64 inputs beyond this magnitude could overflow the exact float64 dot products.
+FLOAT64_LIMIT = 2.0**400
+GPU_MEMORY_VARIABLE = "RECALLKIT_GPU_MEMORY"
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+# Bytes per filter score that a chunk's masks and temporaries take on a GPU, besides the score.
+DEVICE_BYTES_PER_SCORE = 8
+PRECISIONS = ("auto", "float32", "bfloat16", "float16", "int8")
+
+
+def work_dtype(dtype: Any) -> torch.dtype:
+    """The dtype rows are kept in: float64 for float64 (and integer) inputs, else float32."""
+    if dtype in (torch.float64, np.float64, np.dtype(np.float64)):
+        return torch.float64
+    if isinstance(dtype, np.dtype) and dtype.kind in "iu":
+        return torch.float64
+    if isinstance(dtype, torch.dtype) and not dtype.is_floating_point:
+        return torch.float64
+    return torch.float32
+
+
+@dataclass
+class Rows:
+    """Validated rows on the device: ``raw`` (float32 or float64), ``sq``, float64 ``|x|²``
+    summed in index order, and ``norm = sqrt(sq)`` correctly rounded (the exact score's)."""
+
+    raw: torch.Tensor
+    sq: torch.Tensor
+    norm: torch.Tensor
+
+    @classmethod
+    def of(cls, raw: torch.Tensor) -> Rows:
+        sq = exact.row_sq_norms(raw)
+        return cls(raw, sq, exact.row_norms(sq))
+
+    def __getitem__(self, rows: slice) -> Rows:
+        return Rows(self.raw[rows], self.sq[rows], self.norm[rows])
+
+    def aux(self, metric: str) -> torch.Tensor:
+        """What the exact score needs besides the rows: norms (cosine) or ``|x|²``."""
+        return self.norm if metric == "cosine" else self.sq
+
+
+def prepare_rows(
+    x: torch.Tensor, name: str, func: str, metric: str, device: torch.device, offset: int = 0
+) -> Rows:
+    """Validate embedding rows: upcast, reject non-finite, huge (dot, euclidean) and (cosine)
+    zero rows; under cosine, rows of extreme magnitude are rescaled (:func:`exact.cosine_rows`)."""
+    raw = x.to(device=device, dtype=work_dtype(x.dtype)).contiguous()
+    _checks.check_finite_rows(raw, offset, name, func)
+    if metric == "cosine":
+        raw = exact.cosine_rows(raw)
+    elif raw.dtype == torch.float64 and raw.numel():
+        big = raw.abs().amax(dim=1) > FLOAT64_LIMIT
+        if bool(big.any()):
+            row = int(torch.nonzero(big)[0, 0]) + offset
+            raise _checks.fail(
+                func,
+                name,
+                f"of magnitude at most 2**400 under metric={metric!r} (exact float64 scores "
+                "would overflow; metric='cosine' accepts any magnitude)",
+                f"a larger value in row {row}",
+            )
+    rows = Rows.of(raw)
+    if metric == "cosine":
+        _checks.check_zero_rows(rows.sq, offset, name, func)
+    return rows
+
+
+@dataclass
+class Block:
+    """Prepared reference rows ``offset..offset+rows``, or the rows at ``global_index``.
+
+    ``data``, ``sq`` and ``norm`` are the rows and what their exact scores need; ``gemm`` is what
+    the filter GEMM multiplies (:func:`filters.reference_filter`), ``scale`` its power-of-two
+    scale and ``max_norm`` the largest norm of its rows (the error bound). ``cache`` holds what a
+    back end derives from the block (a low-precision copy, device tensors).
+    """
+
+    offset: int
+    rows: int
+    data: torch.Tensor
+    sq: torch.Tensor
+    norm: torch.Tensor
+    gemm: torch.Tensor
+    scale: float
+    max_norm: float
+    global_index: torch.Tensor | None = None
+    cache: dict = field(default_factory=dict)
+
+    def aux(self, metric: str) -> torch.Tensor:
+        return self.norm if metric == "cosine" else self.sq
+
+    def view(self, start: int, stop: int) -> Block:
+        """Rows ``start:stop`` of this in-memory block, as a block of their own."""
+        return Block(
+            self.offset + start,
+            stop - start,
+            self.data[start:stop],
+            self.sq[start:stop],
+            self.norm[start:stop],
+            self.gemm[start:stop],
+            self.scale,
+            self.max_norm,
+        )
+
+
+def make_block(
+    x: torch.Tensor | Rows,
+    offset: int,
+    func: str,
+    metric: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    name: str = "reference",
+    global_index: torch.Tensor | None = None,
+) -> Block:
+    """A reference block: validated rows, their norms and the filter rows in ``dtype``."""
+    rows = x if isinstance(x, Rows) else prepare_rows(x, name, func, metric, device, offset)
+    gemm, scale, max_norm = filters.reference_filter(rows.raw, rows.sq, rows.norm, metric, dtype)
+    return Block(
+        offset, rows.raw.shape[0], rows.raw, rows.sq, rows.norm, gemm, scale, max_norm,
+        global_index,
+    )  # fmt: skip
+
+
+@dataclass
+class Space:
+    """Prepared queries and a reference: in memory (one block) or streamed block by block."""
+
+    query: Rows
+    metric: str
+    num_reference: int
+    dim: int
+    device: torch.device
+    block_source: Callable[[], Iterator[Block]]
+    single: Block | None = None
+    block_rows: int = 0
+    precision: str = "auto"
+    filter_dtype: torch.dtype = torch.float32
+    query_is_reference: bool = False
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def num_query(self) -> int:
+        return self.query.raw.shape[0]
+
+    def chunk(self, start: int, stop: int) -> Rows:
+        return self.query[start:stop]
+
+    def blocks(self) -> Iterator[Block]:
+        if self.single is not None:
+            yield self.single
+        else:
+            yield from self.block_source()
+
+    def own_rows(self, block: Block) -> bool:
+        """Leave-one-out on one tensor (cosine or dot): the queries' filter rows are the
+        block's own."""
+        return self.query_is_reference and block is self.single and self.metric != "euclidean"
+
+
+def is_streamed(x: Any) -> bool:
+    """Whether ``x`` is a reference read block by block (a numpy memory map, an
+    :class:`recallkit.io.EmbeddingFile`)."""
+    return isinstance(x, np.memmap) or getattr(x, "is_streamed_embeddings", False)
+
+
+def filter_dtype(*dtypes: torch.dtype) -> torch.dtype:
+    return torch.float64 if torch.float64 in dtypes else torch.float32
+
+
+def _streamed_dtype(reference: Any, func: str) -> torch.dtype:
+    dtype = np.dtype(getattr(reference, "dtype", np.float32))
+    if dtype.kind not in "fiu":
+        raise _checks.fail(func, "reference", "real-valued (float or integer)", f"dtype {dtype}")
+    return work_dtype(dtype)
+
+
+def prepare(
+    query: Any,
+    reference: Any,
+    metric: str,
+    device: Any,
+    func: str,
+    reference_block_rows: int | None = None,
+    precision: str = "auto",
+    query_is_reference: bool | None = None,
+) -> Space:
+    """Validate and prepare embeddings.
+
+    Rows are kept as float32 (float16/bfloat16 inputs are upcast) or float64 (float64 and
+    integer inputs); exact scores are float64 either way, and a float64 side (in memory or
+    streamed) makes the filter GEMM float64 too. A memory-mapped numpy reference
+    (``np.load(path, mmap_mode="r")``) or a :class:`recallkit.io.EmbeddingFile` is streamed in
+    blocks, never loaded whole. ``query_is_reference`` (default: ``query is reference``) says
+    that the queries are the reference rows themselves, prepared once.
+    """
+    _checks.check_metric(metric, func)
+    q = _checks.as_embeddings(query, "query", func)
+    if query_is_reference is None:
+        query_is_reference = query is reference
+    streamed = is_streamed(reference) or reference_block_rows is not None
+    if streamed:
+        shape = tuple(reference.shape)
+        if len(shape) != 2 or shape[0] == 0:
+            raise _checks.fail(func, "reference", "a non-empty 2-D array", f"shape {shape}")
+        m, d = shape
+        r_dtype = _streamed_dtype(reference, func)
+    else:
+        r = q if query_is_reference else _checks.as_embeddings(reference, "reference", func)
+        m, d = r.shape
+        r_dtype = work_dtype(r.dtype)
+    if q.shape[1] != d:
+        raise _checks.fail(
+            func, "reference", f"of the query's dimension {q.shape[1]}", f"dimension {d}"
+        )
+    dev = _checks.check_device(device, func) if device is not None else q.device
+    fdtype = filter_dtype(work_dtype(q.dtype), r_dtype)
+    common = dict(precision=precision, filter_dtype=fdtype)
+    if not streamed:
+        r_rows = prepare_rows(r, "reference", func, metric, dev)
+        block = make_block(r_rows, 0, func, metric, dev, fdtype)
+        q_rows = r_rows if query_is_reference else prepare_rows(q, "query", func, metric, dev)
+        common["query_is_reference"] = query_is_reference
+        if m * 4 * 256 <= DEFAULT_MEMORY_BUDGET or dev.type != "cpu":
+            return Space(q_rows, metric, m, d, dev, lambda: iter(()), single=block, **common)
+        # A reference too wide for chunks of 256 query rows within the budget is scored in
+        # blocks (views of the prepared tensors): large GEMMs, bounded score buffers.
+        rows = _streamed_block_rows(m, d, q.shape[0])
+
+        def views() -> Iterator[Block]:
+            for start, stop in chunks(m, rows):
+                yield block.view(start, stop)
+
+        return Space(q_rows, metric, m, d, dev, views, block_rows=rows, **common)
+    q_rows = prepare_rows(q, "query", func, metric, dev)
+    rows = reference_block_rows or _streamed_block_rows(m, d, q.shape[0])
+
+    def source() -> Iterator[Block]:
+        for start, stop in chunks(m, rows):
+            part = _checks.real_array(np.array(reference[start:stop]), "reference", func)
+            _checks.check_block_shape(part, stop - start, d, "reference", func)
+            raw = torch.from_numpy(part)  # a writable copy
+            yield make_block(raw, start, func, metric, dev, fdtype)
+
+    return Space(q_rows, metric, m, d, dev, source, block_rows=rows, **common)
+
+
+def _streamed_block_rows(m: int, d: int, n: int) -> int:
+    per_row = d * 8 * 2 + min(n, MAX_CHUNK_ROWS) * 6
+    return int(min(m, max(MIN_CHUNK_ROWS, DEFAULT_MEMORY_BUDGET // per_row)))
+
+
+def memory_budget(device: torch.device) -> int:
+    """Bytes a query chunk's working memory may take on ``device``.
+
+    The CPU: ``DEFAULT_MEMORY_BUDGET`` (256 MiB). Another device: the ``RECALLKIT_GPU_MEMORY``
+    environment variable when it is set (bytes, or with a binary unit: ``512MiB``, ``8GiB``),
+    else a quarter of the free memory of a CUDA device at the call, and at least 256 MiB.
+    """
+    if device.type == "cpu":
+        return DEFAULT_MEMORY_BUDGET
+    text = os.environ.get(GPU_MEMORY_VARIABLE, "").strip()
+    if text:
+        match = re.fullmatch(r"(\d+(?:\.\d*)?)\s*(?:([kmgt])i?b?|b)?", text.lower())
+        value = float(match.group(1)) * _UNITS[match.group(2) or ""] if match else 0.0
+        if value < 1:
+            raise ValueError(
+                f"The {GPU_MEMORY_VARIABLE} environment variable must be a positive number of "
+                f"bytes, optionally with a binary unit (512MiB, 8GiB). Got {text!r}."
+            )
+        return int(value)
+    if device.type == "cuda":
+        return max(DEFAULT_MEMORY_BUDGET, torch.cuda.mem_get_info(device)[0] // 4)
+    return DEFAULT_MEMORY_BUDGET
+
+
+def chunk_rows(space: Space, chunk_size: int | None, per_row_bytes: int = 0) -> int:
+    """Rows per query chunk: ``chunk_size`` if given, else sized from :func:`memory_budget`.
+
+    A chunk of ``c`` rows against ``m`` reference columns (or a block of them) holds about
+    ``c · (m · (e + x) + per_row_bytes + 16 d)`` bytes: filter scores of ``e`` bytes (4, or 8
+    for float64), ``x`` bytes per score of masks and temporaries on a GPU
+    (``DEVICE_BYTES_PER_SCORE``; none on the CPU), ``per_row_bytes`` for per-row state (ranked
+    lists, targets, the CPU workers' tile states) and the rows themselves. ``c`` is the most
+    that fits the budget (on a GPU, and with fewer than 2**31 scores), rounded down to a
+    multiple of 64, within [64, 4096], and at most the number of queries rounded up to 64.
+    """
+    if chunk_size is not None:
+        return chunk_size
+    columns = space.single.rows if space.single is not None else space.block_rows
+    element = 8 if space.filter_dtype == torch.float64 else 4
+    per_row = columns * element + per_row_bytes + space.dim * 16
+    if space.device.type != "cpu":
+        per_row += columns * DEVICE_BYTES_PER_SCORE
+    rows = memory_budget(space.device) // max(per_row, 1)
+    if space.device.type != "cpu":
+        # A chunk's masks stay below 2**31 elements, the limit of torch's index kernels.
+        rows = min(rows, (2**31 - 1) // max(columns, 1))
+    return int(max(MIN_CHUNK_ROWS, min(MAX_CHUNK_ROWS, rows // 64 * 64)))
+
+
+def chunks(num: int, size: int) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` pairs covering ``range(num)`` in steps of ``size``."""
+    for start in range(0, num, size):
+        yield start, min(start + size, num)

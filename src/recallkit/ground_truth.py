@@ -1,0 +1,491 @@
+"""Ground-truth form: the rank of each query's known correct item(s), and metrics from ranks.
+
+The convention of image-text retrieval (CLIP, open_clip, CLIP_benchmark): ranks are 0-indexed,
+the rank of an item is the number of candidates that rank above it, and a candidate ranks above
+it with a higher score, or an equal score and a lower index. Recall@K is the fraction of queries
+whose rank is below K.
+
+Ranks come from embeddings (the engine: exact, chunked, the full matrix never built) or from a
+similarity matrix whose entries are exact as given; :class:`Ranker` is either, so that every
+benchmark protocol (:mod:`recallkit.protocols`) is written once over it. Beside each rank the
+ranker gives its optimistic and pessimistic values (every exact tie broken in the query's favour,
+or against it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence, Sized
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from recallkit import _checks, engine
+from recallkit.metrics import DIVISORS, rank_bounds
+from recallkit.options import Options
+from recallkit.result import Result
+
+REDUCTIONS = ("min", "none")
+
+
+def _targets(
+    ground_truth: Any,
+    n: int,
+    m: int,
+    func: str,
+    name: str = "ground_truth",
+    allow_empty: bool = False,
+) -> tuple[np.ndarray, bool]:
+    """Ground truth as an ``(n, g)`` int64 array with ``-1`` padding; and whether it was 1-D.
+
+    Indices must be integers (Python, numpy or torch): floats, even integral ones, are refused
+    as numpy indexing refuses them.
+    """
+    if isinstance(ground_truth, torch.Tensor):
+        ground_truth = ground_truth.detach().cpu().numpy()
+    if isinstance(ground_truth, np.ndarray) and ground_truth.dtype != object:
+        array = _checks.as_integers(ground_truth, func, name, "integer reference indices")
+        single = array.ndim == 1
+        if single:
+            array = array[:, None]
+        elif array.ndim != 2:
+            raise _checks.fail(func, name, "1-D or 2-D", f"shape {array.shape}")
+    else:
+        if isinstance(ground_truth, str | bytes) or not hasattr(ground_truth, "__len__"):
+            raise _checks.fail(
+                func,
+                name,
+                "a sequence or array with one entry per query",
+                type(ground_truth).__name__,
+            )
+        rows = list(ground_truth)
+        single = all(np.ndim(x) == 0 for x in rows)
+        if single:
+            array = _checks.as_integers(rows, func, name, "integer reference indices")
+            array = array.reshape(-1, 1)
+        else:
+            lists = [
+                _checks.as_integers(
+                    [x] if np.ndim(x) == 0 else x, func, name, "integer reference indices"
+                ).reshape(-1)
+                for x in rows
+            ]
+            width = max((len(x) for x in lists), default=0)
+            array = np.full((len(lists), max(width, 1)), -1, dtype=np.int64)
+            for i, x in enumerate(lists):
+                array[i, : len(x)] = x
+    _checks.check_length(array, n, name, func, "query")
+    bad = (array >= m) | (array < -1) | ((array == -1) & single & (not allow_empty))
+    if bad.any():
+        i, t = np.argwhere(bad)[0]
+        raise _checks.fail(
+            func, name, f"reference indices in [0, {m})", f"{array[i, t]} for query {i}"
+        )
+    empty = (array < 0).all(axis=1)
+    if empty.any() and not allow_empty:
+        raise _checks.fail(
+            func, name, "at least one index per query", f"none for query {int(np.argmax(empty))}"
+        )
+    return array, single
+
+
+def _exclusion(exclude: Any, targets: np.ndarray, m: int, func: str) -> engine.Pairs | None:
+    n = len(targets)
+    excluded = _excluded_array(exclude, n, m, func)
+    if excluded is None:
+        return None
+    clash = (excluded[:, :, None] == targets[:, None, :]) & (excluded[:, :, None] >= 0)
+    if clash.any():
+        i = int(np.argwhere(clash)[0][0])
+        raise _checks.fail(
+            func, "exclude", "disjoint from the ground truth", f"a ground-truth index for query {i}"
+        )
+    return engine.Pairs.from_lists(excluded, n)
+
+
+def _excluded_array(exclude: Any, n: int, m: int, func: str) -> np.ndarray | None:
+    """``exclude`` (an index or a list per query, ``-1`` for none) validated, ``(n, e)``."""
+    if exclude is None:
+        return None
+    if isinstance(exclude, Sized) and not isinstance(exclude, str | bytes) and not len(exclude):
+        return None
+    array = _targets(exclude, n, m, func, "exclude", allow_empty=True)[0]
+    return array if (array >= 0).any() else None
+
+
+def _exclusion_pairs(exclude: Any, n: int, m: int, func: str) -> engine.Pairs | None:
+    """``exclude`` as pairs, validated; ``None`` when nothing is excluded."""
+    excluded = _excluded_array(exclude, n, m, func)
+    return None if excluded is None else engine.Pairs.from_lists(excluded, n)
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """Ranks of ground-truth items (``-1`` at padding), with every exact tie broken in the
+    query's favour (``optimistic``) and against it (``pessimistic``)."""
+
+    ranks: np.ndarray
+    optimistic: np.ndarray
+    pessimistic: np.ndarray
+
+    def map(self, f: Any) -> Ranks:
+        return Ranks(f(self.ranks), f(self.optimistic), f(self.pessimistic))
+
+
+def _reduce(ranks: Ranks, single: bool, reduce: str) -> Ranks:
+    if reduce == "none":
+        return ranks.map(lambda r: r[:, 0] if single else r)
+    return ranks.map(lambda r: r[:, 0])
+
+
+class Ranker:
+    """Ranks and ranked lists of a query set against a reference, from embeddings (the engine)
+    or from a similarity matrix (exact scores as given): one interface for both, so that a
+    protocol is written once (:meth:`from_embeddings`, :meth:`from_scores`)."""
+
+    def __init__(
+        self,
+        num_query: int,
+        num_reference: int,
+        run: Any,
+        device: torch.device,
+        dtype: torch.dtype = torch.float64,
+    ) -> None:
+        self.num_query = num_query
+        self.num_reference = num_reference
+        self._run = run
+        self.device = device
+        self.dtype = dtype
+
+    @classmethod
+    def from_embeddings(
+        cls,
+        query: Any,
+        reference: Any,
+        func: str,
+        options: Options | None = None,
+        query_name: str = "query",
+        reference_name: str = "reference",
+    ) -> Ranker:
+        """A ranker over embeddings, ``options`` as in :class:`recallkit.Options`."""
+        options = options if options is not None else Options().checked(func)
+        try:
+            space = engine.prepare(
+                query, reference, options.metric, options.device, func,
+                precision=options.precision, query_is_reference=False,
+            )  # fmt: skip
+        except ValueError as error:  # name the protocol's own arguments
+            text = str(error).replace("'query'", f"'{query_name}'")
+            raise ValueError(text.replace("'reference'", f"'{reference_name}'")) from None
+
+        def run(request: engine.Request) -> Any:
+            return engine.run(space, request, options.chunk_size)
+
+        return cls(space.num_query, space.num_reference, run, space.device)
+
+    @classmethod
+    def from_scores(cls, scores: Any, func: str, name: str = "scores") -> Ranker:
+        """A ranker over a ``(queries, references)`` similarity matrix (higher is better)."""
+        from recallkit.engine import matrix as matrices
+
+        values = score_matrix(scores, func, name)
+        n, m = values.shape
+        return cls(n, m, lambda r: matrices.run(values, r), values.device, values.dtype)
+
+    def exclusions(self, pairs: engine.Pairs | None) -> engine.Exclusions | None:
+        """Per-query candidates to skip, as the engine takes them."""
+        parts = [pairs] if pairs is not None else []
+        return engine.Exclusions.of(parts, self.num_query, self.num_reference)
+
+    def ranks(
+        self, targets: np.ndarray, excluded: engine.Exclusions | None = None, reduce: str = "min"
+    ) -> Ranks:
+        """Ranks of ``targets`` (``(n, g)``, ``-1`` padding): of the best target per query
+        (``"min"``: other targets tied with it do not count against it) or of each
+        (``"none"``: other targets count as candidates)."""
+        n = self.num_query
+        g = targets.shape[1]
+        if reduce == "min" or g == 1:
+            positives = engine.Pairs.from_lists(targets, n)
+            request = engine.Request(positives=positives, exclusions=excluded)
+        else:
+            request = engine.Request(targets=targets, exclusions=excluded)
+        width = 1 if request.targets is None else g
+        ranks = np.full((n, width), -1, dtype=np.int64)
+        low = np.full((n, width), -1, dtype=np.int64)
+        high = np.full((n, width), -1, dtype=np.int64)
+        for part in self._run(request):
+            a, b = part.start, part.stop
+            ranks[a:b] = part.ranks
+            tied = part.tied_positives if request.targets is None else None
+            low[a:b], high[a:b] = rank_bounds(part.ranks, part.ties_before, part.ties, tied)
+        if request.targets is not None:
+            pad = targets < 0
+            ranks[pad] = low[pad] = high[pad] = -1
+        return Ranks(ranks, low, high)
+
+    def lists(
+        self, k: int, excluded: engine.Exclusions | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each query's exact top-``k`` (clamped to the reference), best first, ties by lower
+        index: ``(indices, scores)`` with ``-1``/``-inf`` beyond a query's candidates, on the
+        device the work ran on; scores in float64 (embeddings) or the matrix's type."""
+        n = self.num_query
+        k = min(k, self.num_reference)
+        request = engine.Request(
+            top_k=np.full(n, k, dtype=np.int64), exclusions=excluded, lists_on_device=True
+        )
+        index = torch.full((n, k), -1, dtype=torch.int64, device=self.device)
+        value = torch.full((n, k), -torch.inf, dtype=self.dtype, device=self.device)
+        for part in self._run(request):
+            width = part.top_index.shape[1]
+            index[part.start : part.stop, :width] = part.top_index.to(self.device)
+            value[part.start : part.stop, :width] = part.top_score.to(self.device, self.dtype)
+        return index, value
+
+
+def score_matrix(scores: Any, func: str, name: str = "scores") -> torch.Tensor:
+    """A validated similarity matrix (float32, or float64 if given so)."""
+    matrix = _checks.as_embeddings(scores, name, func)
+    matrix = matrix.to(torch.float64 if matrix.dtype == torch.float64 else torch.float32)
+    _checks.check_finite_rows(matrix, 0, name, func)
+    return matrix
+
+
+def ground_truth_ranks(
+    scores: Any,
+    ground_truth: Any,
+    *,
+    exclude: Any = None,
+    reduce: str = "min",
+    tie_bounds: bool = False,
+) -> np.ndarray | Ranks:
+    """0-indexed rank of each query's ground-truth item in its row of a similarity matrix.
+
+    ``rank = |{j : s[j] > s[g]}| + |{j < g : s[j] == s[g]}|`` over the candidates ``j`` that are
+    not excluded: on equal scores the lower index ranks first. ``ground_truth`` holds one index
+    per query, or several (a list per query, or an ``(n, g)`` array padded with ``-1``): with
+    ``reduce="min"`` the rank of the best one (image-to-text retrieval with five captions per
+    image), with ``reduce="none"`` the rank of each (``-1`` at padding). Other ground truths count
+    as candidates. ``exclude`` removes candidates per query (an index, or a list, per query).
+    Indices are integers (Python, numpy or torch): floats are refused even when integral
+    (``2.0``), as numpy indexing refuses them, rather than truncated. ``tie_bounds=True`` returns
+    a :class:`Ranks` with the optimistic and pessimistic ranks beside them.
+
+    >>> ground_truth_ranks([[0.2, 0.9, 0.2], [0.5, 0.5, 0.5]], [0, 2])
+    array([1, 2])
+    >>> ground_truth_ranks([[0.2, 0.9, 0.2]], [[0, 2]], reduce="none")
+    array([[1, 2]])
+    """
+    func = "ground_truth_ranks"
+    _checks.check_choice(reduce, REDUCTIONS, func, "reduce")
+    ranker = Ranker.from_scores(scores, func)
+    targets, single = _targets(ground_truth, ranker.num_query, ranker.num_reference, func)
+    excluded = ranker.exclusions(_exclusion(exclude, targets, ranker.num_reference, func))
+    ranks = _reduce(ranker.ranks(targets, excluded, reduce), single, reduce)
+    return ranks if tie_bounds else ranks.ranks
+
+
+def ground_truth_ranks_from_embeddings(
+    query: Any,
+    reference: Any,
+    ground_truth: Any,
+    *,
+    exclude: Any = None,
+    reduce: str = "min",
+    tie_bounds: bool = False,
+    metric: str = "cosine",
+    chunk_size: int | None = None,
+    device: Any = None,
+    precision: str = "auto",
+) -> np.ndarray | Ranks:
+    """:func:`ground_truth_ranks` from embeddings, chunked: the full matrix is never built.
+
+    Scores are the exact scores of :func:`recallkit.recall_at_k` (``metric`` cosine, dot or
+    euclidean; ``precision`` the filter GEMM's type), with the same tie rule.
+
+    >>> import numpy as np
+    >>> images = np.eye(3)
+    >>> captions = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
+    >>> ground_truth_ranks_from_embeddings(captions, images, [0, 1, 2]).tolist()
+    [0, 2, 1]
+    """
+    func = "ground_truth_ranks_from_embeddings"
+    _checks.check_choice(reduce, REDUCTIONS, func, "reduce")
+    options = Options.of(func, metric=metric, chunk_size=chunk_size, device=device,
+                         precision=precision)  # fmt: skip
+    ranker = Ranker.from_embeddings(query, reference, func, options)
+    targets, single = _targets(ground_truth, ranker.num_query, ranker.num_reference, func)
+    excluded = ranker.exclusions(_exclusion(exclude, targets, ranker.num_reference, func))
+    ranks = _reduce(ranker.ranks(targets, excluded, reduce), single, reduce)
+    return ranks if tie_bounds else ranks.ranks
+
+
+def recall_from_ranks(
+    ranks: Any,
+    ks: Sequence[int],
+    *,
+    optimistic: Any = None,
+    pessimistic: Any = None,
+    name: str = "recall@{k}",
+) -> Result:
+    """``recall@K = mean(rank < K)`` for 0-indexed ranks, in the order of ``ks``: a
+    :class:`recallkit.Result` with the per-query hits; with ``optimistic``/``pessimistic``
+    ranks (:class:`Ranks`), the tie bounds too. ``name`` formats each key.
+
+    >>> dict(recall_from_ranks([0, 3, 1, 10], ks=[1, 5]))
+    {'recall@1': 0.25, 'recall@5': 0.75}
+    """
+    func = "recall_from_ranks"
+    ks = _checks.check_ks(ks, func)
+    array = _rank_array(ranks, func, "ranks")
+    n = array.size
+    values, per_query, bounds = {}, {}, {}
+    tied = np.zeros(n, dtype=bool)
+    best = _rank_array(optimistic, func, "optimistic") if optimistic is not None else None
+    worst = _rank_array(pessimistic, func, "pessimistic") if pessimistic is not None else None
+    for k in ks:
+        key = name.format(k=k)
+        hit = array < k
+        values[key] = int(np.count_nonzero(hit)) / n
+        per_query[key] = hit.astype(np.float64)
+        if best is not None and worst is not None:
+            high, low = best < k, worst < k
+            bounds[key] = (int(np.count_nonzero(low)) / n, int(np.count_nonzero(high)) / n)
+            tied |= high != low
+    return Result(
+        values, num_queries=n, per_query=per_query, first_hit_ranks=array, ks=ks,
+        effective_ks=ks, bounds=bounds, tied=tied if bounds else None,
+    )  # fmt: skip
+
+
+def _rank_array(ranks: Any, func: str, name: str) -> np.ndarray:
+    array = np.asarray(ranks.cpu() if isinstance(ranks, torch.Tensor) else ranks)
+    if array.ndim != 1 or array.size == 0 or array.dtype.kind not in "iu":
+        raise _checks.fail(func, name, "a non-empty 1-D array of integers", f"{array!r}")
+    if (array < 0).any():
+        i = int(np.argmax(array < 0))
+        raise _checks.fail(func, name, "non-negative", f"{int(array[i])} at position {i}")
+    return array.astype(np.int64)
+
+
+def recall_at_k_from_scores(sim_matrix: Any, ground_truth: Any, ks: Sequence[int]) -> Result:
+    """Recall@K from a similarity matrix and one ground-truth index per query.
+
+    Ranks follow the 0-indexed, lower-index-first rank convention (:func:`ground_truth_ranks`:
+    ties broken by the lower gallery index); each value is ``count(rank < K) / n``, exact.
+
+    >>> sim = [[0.9, 0.1, 0.5], [0.3, 0.3, 0.2], [0.1, 0.2, 0.3]]
+    >>> {k: round(v, 4) for k, v in recall_at_k_from_scores(sim, [0, 1, 0], [1, 2]).items()}
+    {'recall@1': 0.3333, 'recall@2': 0.6667}
+    """
+    ks = _checks.check_ks(ks, "recall_at_k_from_scores")
+    ranks = ground_truth_ranks(sim_matrix, ground_truth, tie_bounds=True)
+    return recall_from_ranks(
+        ranks.ranks, ks, optimistic=ranks.optimistic, pessimistic=ranks.pessimistic
+    )
+
+
+def _rank_rows(relevant_ranks: Any, func: str) -> np.ndarray:
+    """``relevant_ranks`` as an ``(n, g)`` int64 array padded with ``-1``, validated.
+
+    Ranks are integers (floats are refused, even integral ones), ``-1`` or above, and distinct
+    within a query (two relevant items cannot share a rank).
+    """
+    name = "relevant_ranks"
+    if isinstance(relevant_ranks, torch.Tensor):
+        relevant_ranks = relevant_ranks.detach().cpu().numpy()
+    if isinstance(relevant_ranks, np.ndarray) and relevant_ranks.ndim == 2:
+        ranks = _checks.as_integers(relevant_ranks, func, name, "integer ranks")
+    else:
+        if isinstance(relevant_ranks, str | bytes) or not hasattr(relevant_ranks, "__len__"):
+            raise _checks.fail(
+                func, name, "a sequence of rank lists, one per query", type(relevant_ranks).__name__
+            )
+        rows = [
+            _checks.as_integers([r] if np.ndim(r) == 0 else r, func, name, "integer ranks")
+            for r in relevant_ranks
+        ]
+        if any(r.ndim > 1 for r in rows):
+            raise _checks.fail(func, name, "one list of ranks per query", "nested lists")
+        ranks = np.full((len(rows), max((len(r) for r in rows), default=0)), -1, np.int64)
+        for i, r in enumerate(rows):
+            ranks[i, : len(r)] = r
+    if (ranks < -1).any():
+        i, j = np.argwhere(ranks < -1)[0]
+        raise _checks.fail(
+            func, name, "0-indexed ranks (-1 for padding)", f"{ranks[i, j]} for query {i}"
+        )
+    ordered = np.sort(ranks, axis=1)
+    repeated = (ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)
+    if repeated.any():
+        i, j = np.argwhere(repeated)[0]
+        raise _checks.fail(
+            func, name, "distinct ranks within a query", f"rank {ordered[i, j]} twice for query {i}"
+        )
+    return ranks
+
+
+def average_precision_at_k(
+    relevant_ranks: Any,
+    num_relevant: Any = None,
+    k: int = 10,
+    *,
+    divisor: str = "min_k_r",
+) -> np.ndarray:
+    """AP@K of each query from the 0-indexed ranks of its relevant items.
+
+    ``AP@K = (1/D) · Σ_{i ≤ K, item i relevant} precision@i`` with ``precision@i`` the fraction
+    of relevant items among the first ``i``, and ``D`` by ``divisor``: ``"min_k_r"`` (default,
+    ``min(K, R)``: the CIRCO official evaluation, Baldrati et al. 2023; a perfect ranking scores
+    1), ``"r"`` (``R``: PML's ``mean_average_precision``; SQUARE, Wu et al. 2025) or ``"hits"``
+    (the relevant items found within the top K: torchmetrics ``retrieval_average_precision``
+    with ``top_k``, OML; a query with no hit scores 0). ``R`` is ``num_relevant`` (default: the
+    number of ranks given). ``relevant_ranks`` holds, per query, the ranks of its relevant items
+    (each counted among all candidates, other relevant items included;
+    :func:`ground_truth_ranks` with ``reduce="none"``), as a list of sequences or an ``(n, g)``
+    array padded with ``-1``. A query with ``D = 0`` scores 0. Ranks and counts are integers:
+    floats (even integral ones such as ``2.0``) and a rank repeated within a query raise
+    ``ValueError``. Memory grows with the ranks given, not with ``K``: the ``j``-th smallest
+    relevant rank ``r_(j)`` (0-indexed ``j``) contributes ``(j + 1) / (r_(j) + 1)``.
+
+    >>> average_precision_at_k([[0, 2], [5]], k=5).tolist()  # (1 + 2/3)/2 and no hit
+    [0.8333333333333333, 0.0]
+    >>> average_precision_at_k([[1]], [3], k=5, divisor="r").tolist()  # (1/2)/3
+    [0.16666666666666666]
+    """
+    func = "average_precision_at_k"
+    k = _checks.check_positive_int(k, func, "k")
+    _checks.check_choice(divisor, DIVISORS, func, "divisor")
+    ranks = _rank_rows(relevant_ranks, func)
+    given = (ranks >= 0).sum(axis=1)
+    if num_relevant is None:
+        counts = given
+    else:
+        if np.ndim(num_relevant) == 0 and not isinstance(num_relevant, str | bytes):
+            num_relevant = [num_relevant]
+        counts = _checks.as_integers(num_relevant, func, "num_relevant").reshape(-1)
+        _checks.check_length(counts, len(ranks), "num_relevant", func, "relevant_ranks")
+        if (counts < 0).any():
+            i = int(np.argmax(counts < 0))
+            raise _checks.fail(func, "num_relevant", "non-negative", f"{counts[i]} at {i}")
+        if (counts < given).any():
+            i = int(np.argmax(counts < given))
+            raise _checks.fail(
+                func, "num_relevant", "at least the number of ranks given", f"{counts[i]} at {i}"
+            )
+    # Ranks sorted per query, padding last; position j of a valid rank is its order among them.
+    ordered = np.sort(np.where(ranks >= 0, ranks, np.iinfo(np.int64).max), axis=1)
+    inside = ordered < k
+    order = np.arange(1, ordered.shape[1] + 1, dtype=np.float64)[None, :]
+    with np.errstate(divide="ignore"):
+        terms = np.where(inside, order / (np.where(inside, ordered, 0) + 1.0), 0.0)
+    total = terms.sum(axis=1)
+    if divisor == "min_k_r":
+        denominator = np.minimum(k, counts).astype(np.float64)
+    elif divisor == "r":
+        denominator = counts.astype(np.float64)
+    else:
+        denominator = inside.sum(axis=1).astype(np.float64)
+    return np.where(denominator > 0, total / np.where(denominator > 0, denominator, 1.0), 0.0)

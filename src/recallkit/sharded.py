@@ -1,0 +1,451 @@
+"""Sharded evaluation over ``torch.distributed``: exact label-form metrics of a split whose
+rows are spread across processes.
+
+Each process holds only its shard of the embeddings (as a ``DistributedSampler`` gives them,
+padding duplicates included) with each row's index in the dataset. Every process returns the
+result of the single-process evaluation on the whole split ordered by dataset index, bit for bit
+in the reported values.
+
+What crosses processes (``n`` queries, ``d`` dimensions, world size ``W``):
+
+* once: every process's dataset indices (8 bytes per row) to find padding duplicates;
+* per query chunk of ``c`` rows: the chunk, broadcast by its owner (``c·(4d + 8 + 8 + 8)``
+  bytes: float32 rows, label, index, id), then per-query partial results reduced across
+  processes: best positive score and index, positive count, counts ranked above and tied;
+* for the list metrics (MAP@R, R-precision, ...): each process's ranked list per query (index,
+  score, relevance: ``24·c·w`` bytes from every process, ``w`` the list width) to merge the
+  global list exactly;
+* at the end: the per-query values (gathered).
+
+No process ever receives another's reference shard. Everything goes through the public
+``torch.distributed`` collectives (``all_gather``, ``broadcast``, ``all_reduce``), so it runs on
+gloo (CPU) and nccl (GPU) alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from recallkit import _checks, engine, metrics
+from recallkit.engine import ties
+from recallkit.options import Options
+from recallkit.result import Result
+from recallkit.retrieval import Collector, definitions_of, list_widths, relevance
+
+_OPS = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "sum": dist.ReduceOp.SUM}
+
+
+class _Comm:
+    """Collectives over a process group, counting the bytes each call moves for this process:
+    the engine's :class:`~recallkit.engine.protocol.Reducer`."""
+
+    def __init__(self, group: Any, device: torch.device) -> None:
+        self.group = group
+        self.world = dist.get_world_size(group)
+        self.rank = dist.get_rank(group)
+        self.device = device
+        self.bytes = 0
+
+    def _size(self, t: torch.Tensor) -> int:
+        return t.numel() * t.element_size()
+
+    def gather(self, t: torch.Tensor) -> list[torch.Tensor]:
+        t = t.contiguous().to(self.device)
+        out = [torch.empty_like(t) for _ in range(self.world)]
+        dist.all_gather(out, t, group=self.group)
+        self.bytes += self._size(t) * self.world
+        return out
+
+    def gather_varying(self, t: torch.Tensor) -> list[torch.Tensor]:
+        """All-gather tensors whose first or second dimension differs across processes
+        (padded with ``-1``; ``dim`` 0 for rows, 1 for columns of 2-D tensors)."""
+        shape = torch.tensor(list(t.shape), dtype=torch.int64, device=self.device)
+        shapes = [tuple(int(v) for v in s) for s in self.gather(shape)]
+        big = tuple(max(s[i] for s in shapes) for i in range(t.dim()))
+        padded = torch.full(big, -1, dtype=t.dtype, device=t.device)
+        padded[tuple(slice(0, n) for n in t.shape)] = t
+        out = self.gather(padded)
+        return [g[tuple(slice(0, n) for n in s)] for g, s in zip(out, shapes, strict=True)]
+
+    def broadcast(self, t: torch.Tensor, src: int) -> torch.Tensor:
+        t = t.contiguous().to(self.device)
+        dist.broadcast(
+            t, src=dist.get_global_rank(self.group, src) if self.group else src, group=self.group
+        )
+        self.bytes += self._size(t)
+        return t
+
+    def reduce(self, op: str, t: torch.Tensor) -> torch.Tensor:
+        out = t.to(self.device, copy=True).contiguous()
+        dist.all_reduce(out, op=_OPS[op], group=self.group)
+        self.bytes += self._size(out)
+        return out.to(t.device)
+
+
+def _int_values(x: Any, n: int, name: str, func: str) -> torch.Tensor:
+    array = np.asarray(x.cpu() if torch.is_tensor(x) else x)
+    if array.ndim != 1 or array.dtype.kind not in "iu":
+        raise _checks.fail(func, name, "a 1-D array of integers", f"{array.dtype} {array.shape}")
+    if array.dtype == np.uint64 and array.size and array.max() > np.iinfo(np.int64).max:
+        raise _checks.fail(func, name, "integers within int64", f"{array.max()}")
+    t = torch.from_numpy(array.astype(np.int64))
+    _checks.check_length(t, n, name, func, "embeddings")
+    return t
+
+
+def _check_indices(index: torch.Tensor, name: str, func: str) -> torch.Tensor:
+    if bool((index < 0).any()):
+        row = int(torch.nonzero(index < 0)[0, 0])
+        raise _checks.fail(func, name, "non-negative dataset indices", f"a negative at row {row}")
+    return index
+
+
+def _first_occurrences(comm: _Comm, index: torch.Tensor) -> torch.Tensor:
+    """Mask of this process's rows that hold the first occurrence of their dataset index."""
+    gathered = [g.cpu() for g in comm.gather_varying(index.to(comm.device))]
+    everything = torch.cat(gathered).numpy()
+    _, first = np.unique(everything, return_index=True)
+    keep = np.zeros(len(everything), dtype=bool)
+    keep[first] = True
+    start = sum(len(g) for g in gathered[: comm.rank])
+    return torch.from_numpy(keep[start : start + len(index)])
+
+
+def evaluate_sharded(
+    embeddings: Any,
+    labels: Any,
+    indices: Any,
+    ks: Any = (1, 2, 4, 8),
+    *,
+    metrics: Sequence[str] | None = None,
+    reference: Any = None,
+    reference_labels: Any = None,
+    reference_indices: Any = None,
+    ids: Any = None,
+    reference_ids: Any = None,
+    ranking_metrics: bool = True,
+    group: Any = None,
+    **options: Any,
+) -> Result:
+    """Exact label-form metrics of a split sharded across processes.
+
+    Without ``reference`` the split is evaluated against itself (leave-one-out): each query's
+    own row is removed by its dataset index. With ``reference`` (this process's shard of a
+    separate gallery, with ``reference_indices``) the queries are evaluated against the whole
+    gallery. ``ids``/``reference_ids`` additionally remove every reference item whose id equals
+    the query's (for example several photos of one object). Ties rank the lower dataset index
+    first. Labels, indices and ids are integers. Rows with a dataset index already held by an
+    earlier process (``DistributedSampler`` padding) are counted once.
+
+    ``metrics`` names the metrics (as in :func:`recallkit.retrieval_metrics`); by default
+    recall@K for ``ks``, then MAP@R and R-precision (unless ``ranking_metrics=False``). Options
+    (``metric``, ``chunk_size``, ``device``, ``precision``, ``lone_queries``) are those of
+    :class:`recallkit.Options`. The result equals :func:`recallkit.retrieval_metrics`
+    (``query_in_reference=True`` for leave-one-out) on the concatenated data sorted by dataset
+    index; ``result.query_ids`` holds the dataset indices, ``result.info["bytes_communicated"]``
+    what this process sent and received.
+
+    Example (inside ``torchrun``)::
+
+        sampler = DistributedSampler(val_set, shuffle=False)
+        emb, lab = extract_embeddings(model, DataLoader(val_set, sampler=sampler))
+        result = evaluate_sharded(emb, lab, torch.tensor(list(sampler)), ks=(1, 2, 4, 8))
+    """
+    func = "evaluate_sharded"
+    ks = _checks.check_ks(ks, func)
+    opts = Options.of(func, **options)
+    if metrics is None:
+        names = [f"recall@{k}" for k in ks]
+        if ranking_metrics:
+            names += ["MAP@R", "R-precision"]
+    else:
+        names = metrics
+    specs = _metric_specs(names, func)
+    if not dist.is_available() or not dist.is_initialized():
+        raise _checks.fail(
+            func, "group", "an initialised torch.distributed process group", "no process group"
+        )
+    q = _Shard.of(embeddings, labels, indices, ids, "", func)
+    r = (
+        q
+        if reference is None
+        else _reference_shard(
+            q, reference, reference_labels, reference_indices, ids, reference_ids, func
+        )
+    )
+    dev = opts.device if opts.device is not None else q.rows.device
+    comm = _Comm(group, dev if dist.get_backend(group) == "nccl" else torch.device("cpu"))
+    leave_one_out = reference is None
+    local = _Local.of(comm, q, r, leave_one_out, opts, dev, func)
+    size = opts.chunk_size or engine.chunk_rows(local.space, None)
+    sizes = [int(s) for s in comm.gather(torch.tensor([len(local.meta[0])], device=comm.device))]
+    parts: list[dict[str, np.ndarray]] = []
+    for owner in range(comm.world):
+        for start, stop in engine.chunks(sizes[owner], size):
+            mine = comm.rank == owner
+            raw = comm.broadcast(
+                local.queries[start:stop]
+                if mine
+                else torch.empty((stop - start, q.rows.shape[1]), dtype=local.queries.dtype),
+                owner,
+            ).to(dev)
+            meta = comm.broadcast(
+                local.meta[:, start:stop]
+                if mine
+                else torch.empty((3, stop - start), dtype=torch.int64),
+                owner,
+            ).cpu()
+            parts.append(
+                _chunk_statistics(
+                    comm, local, engine.Rows.of(raw), meta.numpy(), leave_one_out, specs
+                )
+            )
+    return _gathered_result(func, parts, specs, local, q.rows.shape[1], leave_one_out, opts,
+                            comm.bytes)  # fmt: skip
+
+
+def _metric_specs(names: Any, func: str) -> tuple[metrics.Spec, ...]:
+    return metrics.parse(names, func)
+
+
+def _reference_shard(
+    q: _Shard,
+    reference: Any,
+    labels: Any,
+    indices: Any,
+    ids: Any,
+    reference_ids: Any,
+    func: str,
+) -> _Shard:
+    if indices is None:
+        raise _checks.fail(func, "reference_indices", "given with 'reference'", None)
+    if ids is not None and reference_ids is None:
+        raise _checks.fail(func, "reference_ids", "given with 'ids'", None)
+    r = _Shard.of(
+        reference, labels, indices, reference_ids if ids is not None else None, "reference_", func
+    )
+    if r.rows.shape[1] != q.rows.shape[1]:
+        raise _checks.fail(func, "reference", f"of dimension {q.rows.shape[1]}", r.rows.shape[1])
+    return r
+
+
+@dataclass
+class _Local:
+    """This process's part: its reference block (first occurrences, sorted by dataset index)
+    with labels and ids, and its queries with their ``(label, index, id)`` rows."""
+
+    space: engine.Space
+    block: engine.Block
+    labels: np.ndarray
+    ids: np.ndarray | None
+    total_reference: int
+    queries: torch.Tensor
+    meta: torch.Tensor
+
+    @classmethod
+    def of(
+        cls,
+        comm: _Comm,
+        q: _Shard,
+        r: _Shard,
+        leave_one_out: bool,
+        options: Options,
+        dev: torch.device,
+        func: str,
+    ) -> _Local:
+        metric = options.metric
+        keep_r = _first_occurrences(comm, r.index)
+        r_rows = torch.nonzero(keep_r)[:, 0][torch.argsort(r.index[keep_r])]
+        fdtype = engine.space.filter_dtype(
+            engine.work_dtype(q.rows.dtype), engine.work_dtype(r.rows.dtype)
+        )
+        block = engine.make_block(
+            r.rows[r_rows], 0, func, metric, dev, fdtype, global_index=r.index[r_rows].to(dev)
+        )
+        space = engine.Space(
+            engine.prepare_rows(q.rows[:0], "embeddings", func, metric, dev),
+            metric,
+            int(r_rows.numel()),
+            q.rows.shape[1],
+            dev,
+            lambda: iter(()),
+            single=block,
+            precision=options.precision,
+            filter_dtype=fdtype,
+        )
+        total = int(comm.reduce("sum", torch.tensor([r_rows.numel()], device=comm.device)).item())
+        keep_q = keep_r if leave_one_out else _first_occurrences(comm, q.index)
+        q_rows = torch.nonzero(keep_q)[:, 0]
+        ids = q.ids[q_rows] if q.ids is not None else torch.full((len(q_rows),), -1)
+        return cls(
+            space,
+            block,
+            r.labels[r_rows].numpy(),
+            r.ids[r_rows].numpy() if r.ids is not None else None,
+            total,
+            engine.prepare_rows(q.rows[q_rows], "embeddings", func, metric, dev).raw,
+            torch.stack([q.labels[q_rows], q.index[q_rows], ids]),
+        )
+
+
+def _gathered_result(
+    func: str,
+    parts: list[dict[str, np.ndarray]],
+    specs: tuple[metrics.Spec, ...],
+    local: _Local,
+    dim: int,
+    leave_one_out: bool,
+    options: Options,
+    communicated: int,
+) -> Result:
+    """The whole split's result from every chunk's statistics, in dataset index order."""
+    index = np.concatenate([p["index"] for p in parts])
+    order = np.argsort(index, kind="stable")
+    num_relevant = np.concatenate([p["num_relevant"] for p in parts])[order]
+    collector = Collector(specs, num_relevant, local.total_reference - int(leave_one_out))
+    for name in ("values", "optimistic", "pessimistic"):
+        target = getattr(collector, name)
+        for spec in specs:
+            target[spec.name][:] = np.concatenate([p[name][spec.name] for p in parts])[order]
+    collector.ranks[:] = np.concatenate([p["ranks"] for p in parts])[order]
+    exclusion = "query_in_reference" if leave_one_out else "none"
+    if local.ids is not None:
+        exclusion = "query_in_reference+ids" if leave_one_out else "ids"
+    return collector.result(
+        func,
+        lone_queries=options.lone_queries,
+        num_reference=local.total_reference,
+        embedding_dim=dim,
+        query_ids=index[order].tolist(),
+        definitions=definitions_of(options.metric, exclusion, options.lone_queries),
+        info={"bytes_communicated": communicated},
+    )
+
+
+@dataclass
+class _Shard:
+    """One process's rows with their integer labels, dataset indices and ids."""
+
+    rows: torch.Tensor
+    labels: torch.Tensor
+    index: torch.Tensor
+    ids: torch.Tensor | None
+
+    @classmethod
+    def of(cls, rows: Any, labels: Any, index: Any, ids: Any, prefix: str, func: str) -> _Shard:
+        name = f"{prefix}embeddings" if prefix else "embeddings"
+        x = _checks.as_embeddings(rows, "reference" if prefix else name, func)
+        n = x.shape[0]
+        return cls(
+            x,
+            _int_values(labels, n, f"{prefix}labels", func),
+            _check_indices(
+                _int_values(index, n, f"{prefix}indices", func), f"{prefix}indices", func
+            ),
+            _int_values(ids, n, f"{prefix}ids", func) if ids is not None else None,
+        )
+
+
+def _chunk_statistics(
+    comm: _Comm,
+    local: _Local,
+    chunk: engine.Rows,
+    meta: np.ndarray,
+    leave_one_out: bool,
+    specs: tuple[metrics.Spec, ...],
+) -> dict[str, Any]:
+    """One broadcast chunk's global per-query values (every metric, both tie orders)."""
+    c_labels, c_index, c_ids = meta
+    c = len(c_labels)
+    space, block, ref_labels = local.space, local.block, local.labels
+    positives = engine.LabelPositives(c_labels, ref_labels)
+    pairs = []
+    if leave_one_out:  # the own row, by dataset index (at most one per process)
+        own = engine.Pairs.from_codes(c_index, block.global_index.cpu().numpy())
+        pairs.append(_to_global(own, block))
+    codes = (c_ids, local.ids) if local.ids is not None else None
+    bound = int(block.global_index.max()) + 1 if block.rows else 1
+    exclusions = engine.Exclusions.of(pairs, c, bound, codes)
+    counts = torch.from_numpy(positives.num_relevant(exclusions, block))
+    num_relevant = comm.reduce("sum", counts.to(comm.device)).cpu().numpy()
+    collector = Collector(specs, num_relevant, local.total_reference - int(leave_one_out))
+    request = engine.Request(
+        positives=positives,
+        top_k=list_widths(specs, num_relevant, local.total_reference) if collector.lists else None,
+        exclusions=exclusions,
+        first_hit=collector.first_hit,
+    )
+    part = engine.run_chunk(space, chunk, request, comm)
+    rel = None
+    if collector.lists:
+        rel = _global_lists(comm, part, request.top_k, block, ref_labels, c_labels)
+    collector.add(0, c, part, rel)
+    return {
+        "index": c_index.copy(),
+        "num_relevant": num_relevant,
+        "ranks": collector.ranks,
+        "values": collector.values,
+        "optimistic": collector.optimistic,
+        "pessimistic": collector.pessimistic,
+    }
+
+
+def _to_global(pairs: engine.Pairs, block: engine.Block) -> engine.Pairs:
+    """Pairs over local block positions -> the same pairs over dataset indices."""
+    return engine.Pairs(pairs.indptr, block.global_index.cpu()[pairs.indices], pairs.num_query)
+
+
+def _global_lists(
+    comm: _Comm,
+    part: engine.ChunkResult,
+    ks: np.ndarray,
+    block: engine.Block,
+    ref_labels: np.ndarray,
+    c_labels: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each query's global ranked list, merged exactly from every process's list and tail,
+    with its relevance (each process knows the labels of its own rows)."""
+
+    def labelled(index: torch.Tensor) -> torch.Tensor:
+        if not block.rows:
+            return torch.zeros(index.shape, dtype=torch.bool)
+        local = torch.searchsorted(block.global_index.cpu(), index.clamp(min=0))
+        local = local.clamp(max=block.rows - 1)
+        same = torch.from_numpy(ref_labels[local.numpy()] == c_labels[:, None])
+        return (index >= 0) & same
+
+    index = torch.cat([part.top_index.cpu(), part.tail_index.cpu()], 1)
+    score = torch.cat([part.top_score.cpu(), part.tail_score.cpu()], 1).to(torch.float64)
+    packed = torch.stack([index.to(torch.float64), score, labelled(index).to(torch.float64)])
+    gathered = [g.cpu() for g in comm.gather_varying(packed.to(comm.device))]
+    all_index, all_score, all_rel = (torch.cat([g[i] for g in gathered], 1) for i in range(3))
+    all_index = all_index.to(torch.int64)
+    all_score = torch.where(all_index >= 0, all_score, torch.full_like(all_score, -torch.inf))
+    order = ties.ranked_order(all_score, all_index)
+    all_index, all_score, all_rel = (t.gather(1, order) for t in (all_index, all_score, all_rel))
+    top_i, top_s, tail_i, tail_s = ties.split_tail(all_index, all_score, torch.from_numpy(ks))
+    width = top_i.shape[1]
+    rel_top = (all_rel[:, :width] > 0) & (top_i >= 0)
+    # The tail's relevance: the items after the list that split_tail kept (equal to the k-th).
+    tail_rel = _tail_relevance(all_index, all_rel, tail_i)
+    return relevance(top_i.numpy(), top_s.numpy(), rel_top.numpy(), tail_i.numpy(), tail_rel)
+
+
+def _tail_relevance(
+    index: torch.Tensor, rel: torch.Tensor, tail: torch.Tensor
+) -> np.ndarray:
+    """The relevance of the tail items, looked up by index in the merged candidates."""
+    out = np.zeros(tail.shape, dtype=bool)
+    if tail.numel() == 0:
+        return out
+    idx, rv, t = index.numpy(), rel.numpy() > 0, tail.numpy()
+    for i in np.flatnonzero((t >= 0).any(axis=1)):
+        lookup = dict(zip(idx[i].tolist(), rv[i].tolist(), strict=True))
+        out[i] = [lookup.get(v, False) if v >= 0 else False for v in t[i].tolist()]
+    return out
