@@ -151,12 +151,38 @@ class Ranker:
         run: Any,
         device: torch.device,
         dtype: torch.dtype = torch.float64,
+        *,
+        func: str = "",
+        names: tuple[str, str] = ("query", "reference"),
+        matrix: bool = False,
+        transposed: bool = False,
     ) -> None:
         self.num_query = num_query
         self.num_reference = num_reference
         self._run = run
         self.device = device
         self.dtype = dtype
+        self.func = func
+        self.names = names
+        self.matrix = matrix
+        self.transposed = transposed
+
+    def check_rows(self, expected: int, what: str) -> None:
+        """Raise unless there is one query per ``what`` (naming the caller's argument)."""
+        self._check(self.num_query, expected, what, self.names[0], rows=not self.transposed)
+
+    def check_columns(self, expected: int, what: str) -> None:
+        """Raise unless there is one reference item per ``what``."""
+        self._check(self.num_reference, expected, what, self.names[1], rows=self.transposed)
+
+    def _check(self, got: int, expected: int, what: str, name: str, rows: bool) -> None:
+        if got == expected:
+            return
+        if self.matrix and not rows:
+            raise _checks.fail(self.func, name, f"one column per {what} ({expected} columns)",
+                               f"{got} columns")  # fmt: skip
+        raise _checks.fail(self.func, name, f"one row per {what} ({expected} rows)",
+                           f"{got} rows")  # fmt: skip
 
     @classmethod
     def from_embeddings(
@@ -167,9 +193,14 @@ class Ranker:
         options: Options | None = None,
         query_name: str = "query",
         reference_name: str = "reference",
+        expect: tuple[int, str, int, str] | None = None,
     ) -> Ranker:
-        """A ranker over embeddings, ``options`` as in :class:`recallkit.Options`."""
+        """A ranker over embeddings, ``options`` as in :class:`recallkit.Options`; ``expect``
+        = ``(rows, what, reference rows, what)`` checks the row counts first."""
         options = options if options is not None else Options().checked(func)
+        if expect is not None:
+            _checks.check_rows(query, expect[0], func, query_name, expect[1])
+            _checks.check_rows(reference, expect[2], func, reference_name, expect[3])
         try:
             space = engine.prepare(
                 query, reference, options.metric, options.device, func,
@@ -177,21 +208,40 @@ class Ranker:
             )  # fmt: skip
         except ValueError as error:  # name the protocol's own arguments
             text = str(error).replace("'query'", f"'{query_name}'")
+            text = text.replace("the query's dimension", f"the dimension of '{query_name}'")
             raise ValueError(text.replace("'reference'", f"'{reference_name}'")) from None
 
         def run(request: engine.Request) -> Any:
             return engine.run(space, request, options.chunk_size)
 
-        return cls(space.num_query, space.num_reference, run, space.device)
+        return cls(space.num_query, space.num_reference, run, space.device, func=func,
+                   names=(query_name, reference_name))  # fmt: skip
 
     @classmethod
-    def from_scores(cls, scores: Any, func: str, name: str = "scores") -> Ranker:
-        """A ranker over a ``(queries, references)`` similarity matrix (higher is better)."""
+    def from_scores(
+        cls,
+        scores: Any,
+        func: str,
+        name: str = "scores",
+        transposed: bool = False,
+        expect: tuple[int, str, int, str] | None = None,
+    ) -> Ranker:
+        """A ranker over a ``(queries, references)`` similarity matrix (higher is better);
+        ``transposed``: the matrix the caller gave is ``(references, queries)`` (its errors
+        name rows and columns as the caller sees them); ``expect`` as in
+        :meth:`from_embeddings`."""
         from recallkit.engine import matrix as matrices
 
         values = score_matrix(scores, func, name)
         n, m = values.shape
-        return cls(n, m, lambda r: matrices.run(values, r), values.device, values.dtype)
+        ranker = cls(
+            n, m, lambda r: matrices.run(values, r), values.device, values.dtype, func=func,
+            names=(name, name), matrix=True, transposed=transposed,
+        )  # fmt: skip
+        if expect is not None:
+            ranker.check_rows(expect[0], expect[1])
+            ranker.check_columns(expect[2], expect[3])
+        return ranker
 
     def exclusions(self, pairs: engine.Pairs | None) -> engine.Exclusions | None:
         """Per-query candidates to skip, as the engine takes them."""
@@ -370,21 +420,23 @@ def _rank_array(ranks: Any, func: str, name: str) -> np.ndarray:
     return array.astype(np.int64)
 
 
-def recall_at_k_from_scores(sim_matrix: Any, ground_truth: Any, ks: Sequence[int]) -> Result:
-    """Recall@K from a similarity matrix and one ground-truth index per query.
+def recall_at_k_from_scores(sim_matrix: Any, ground_truth: Any, ks: Sequence[int]) -> list[float]:
+    """Recall@K from a similarity matrix and one ground-truth index per query, as a list of
+    values rounded to 4 decimals in the order of ``ks``.
 
     Ranks follow the 0-indexed, lower-index-first rank convention (:func:`ground_truth_ranks`:
-    ties broken by the lower gallery index); each value is ``count(rank < K) / n``, exact.
+    ties broken by the lower gallery index); each value is ``round(count(rank < K) / n, 4)``.
+    This is the plain-list form of the image-text retrieval exercise; :func:`recall_from_ranks`
+    on :func:`ground_truth_ranks` gives the same values unrounded as a
+    :class:`recallkit.Result`, with per-query hits and tie bounds.
 
     >>> sim = [[0.9, 0.1, 0.5], [0.3, 0.3, 0.2], [0.1, 0.2, 0.3]]
-    >>> {k: round(v, 4) for k, v in recall_at_k_from_scores(sim, [0, 1, 0], [1, 2]).items()}
-    {'recall@1': 0.3333, 'recall@2': 0.6667}
+    >>> recall_at_k_from_scores(sim, [0, 1, 0], [1, 2])
+    [0.3333, 0.6667]
     """
     ks = _checks.check_ks(ks, "recall_at_k_from_scores")
-    ranks = ground_truth_ranks(sim_matrix, ground_truth, tie_bounds=True)
-    return recall_from_ranks(
-        ranks.ranks, ks, optimistic=ranks.optimistic, pessimistic=ranks.pessimistic
-    )
+    result = recall_from_ranks(ground_truth_ranks(sim_matrix, ground_truth), ks)
+    return [round(result[f"recall@{k}"], 4) for k in ks]
 
 
 def _rank_rows(relevant_ranks: Any, func: str) -> np.ndarray:

@@ -20,6 +20,8 @@ import torch
 
 from recallkit import _checks
 from recallkit._atomic import atomic_write
+from recallkit.engine import memory_budget
+from recallkit.options import Options
 from recallkit.result import Result
 
 PathLike = str | os.PathLike[str]
@@ -154,19 +156,19 @@ def candidate_scores(
     query: Any,
     candidates: Any,
     *,
-    metric: str,
+    options: Options,
     func: str,
-    device: Any = None,
     query_name: str = "query",
     candidates_name: str = "candidates",
-    chunk_size: int = 4096,
 ) -> np.ndarray:
     """Scores of each query against its own candidate list, shape ``(n, g)``.
 
     ``query`` is ``(n, d)`` and ``candidates`` ``(n, g, d)``. Scores follow the core's metric
     definitions: cosine (inner product of L2-normalised vectors), dot, or negative squared
-    Euclidean distance (the same order as the core's ``2 q·r - |r|²`` along a row).
+    Euclidean distance (the same order as the core's ``2 q·r - |r|²`` along a row). Chunks of
+    queries are sized from the memory budget of the device the work runs on.
     """
+    metric = options.metric
     q = _vectors(query, func, query_name, 2)
     c = _vectors(candidates, func, candidates_name, 3)
     if c.shape[0] != q.shape[0]:
@@ -176,11 +178,13 @@ def candidate_scores(
             func, candidates_name, f"of the query's dimension {q.shape[1]}", c.shape[2]
         )
     dtype = torch.float64 if torch.float64 in (q.dtype, c.dtype) else torch.float32
-    dev = torch.device(device) if device is not None else q.device
+    dev = options.device if options.device is not None else q.device
     out = np.empty(tuple(c.shape[:2]), dtype=np.float64 if dtype == torch.float64 else np.float32)
-    for start in range(0, q.shape[0], chunk_size):
-        qb = q[start : start + chunk_size].to(dev, dtype)
-        cb = c[start : start + chunk_size].to(dev, dtype)
+    per_row = max(1, c.shape[1] * c.shape[2] * 8 * 3)
+    size = options.chunk_size or max(1, memory_budget(torch.device(dev)) // per_row)
+    for start in range(0, q.shape[0], size):
+        qb = q[start : start + size].to(dev, dtype)
+        cb = c[start : start + size].to(dev, dtype)
         if metric == "cosine":
             qb = _normalised(qb, func, query_name)
             cb = _normalised(cb, func, candidates_name)

@@ -23,31 +23,27 @@ Official evaluation (``miccunifi/CIRCO`` ``src/evaluation.py``, also the test se
   found in the data in sorted order; an aspect without queries is left out (the official
   script prints NaN for it).
 
-Ranks come from :func:`recallkit.ground_truth_ranks` / ``..._from_embeddings`` (every ground
-truth's rank, ``reduce="none"``), AP from :func:`recallkit.average_precision_at_k`; on equal
-scores the lower image index ranks first.
+Ranks come from the core's :class:`recallkit.ground_truth.Ranker` over embeddings or a given
+similarity matrix (every ground truth's rank, one code path for both), AP from
+:func:`recallkit.average_precision_at_k`; on equal scores the lower image index ranks first,
+and the recall@K bounds give the values under the other tie orders.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from recallkit import _checks
-from recallkit.neighbors import nearest_neighbors, nearest_neighbors_from_scores
+from recallkit import _checks, engine
+from recallkit.ground_truth import Ranker, Ranks, average_precision_at_k, recall_from_ranks
+from recallkit.options import Options
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, protocol_result
 from recallkit.result import Result
-from recallkit.ground_truth import average_precision_at_k
-from recallkit.ground_truth import (
-    ground_truth_ranks,
-    ground_truth_ranks_from_embeddings,
-    recall_from_ranks,
-)
 
 __all__ = [
     "CIRCO_SEMANTIC_ASPECTS",
@@ -257,12 +253,15 @@ def _result(
     data: CIRCOSplit,
     gt_ranks: np.ndarray,
     num_gt: np.ndarray,
-    target_ranks: np.ndarray,
+    target: np.ndarray | Ranks,
     ks: tuple[int, ...],
     divisor: str,
     note: str,
 ) -> Result:
     metrics: dict[str, float] = {}
+    if not isinstance(target, Ranks):  # ranked lists: no tie to break
+        target = Ranks(target, target, target)
+    target_ranks = target.ranks
     per_query: dict[str, np.ndarray] = {"gt_ranks": gt_ranks, "target_ranks": target_ranks}
     for k in ks:
         ap = np.asarray(
@@ -270,7 +269,10 @@ def _result(
         )
         metrics[f"mAP@{k}"] = float(ap.mean())
         per_query[f"AP@{k}"] = ap
-    metrics.update(recall_from_ranks(target_ranks, ks))
+    recall = recall_from_ranks(
+        target_ranks, ks, optimistic=target.optimistic, pessimistic=target.pessimistic
+    )
+    metrics.update(recall)
     aspects = _aspects(data)
     if aspects:
         key = f"AP@{SEMANTIC_K}"
@@ -288,6 +290,8 @@ def _result(
         convention=DIVISORS[divisor] + note,
         num_queries=len(data.queries),
         per_query=per_query,
+        bounds=recall.bounds,
+        tied=recall.tied,
     )
 
 
@@ -307,6 +311,34 @@ def _note(exclude_reference: bool) -> str:
     return "; reference removed" if exclude_reference else ""
 
 
+def _skipped(ranker: Ranker, t: _Targets, exclude_reference: bool) -> Any:
+    if not exclude_reference:
+        return None
+    return ranker.exclusions(engine.Pairs.from_lists(t.reference[:, None], ranker.num_query))
+
+
+def _metrics(
+    func: str,
+    make: Callable[[tuple[int, str, int, str]], Ranker],
+    image_ids: Any,
+    data: CIRCOSplit,
+    ks: Any,
+    divisor: str,
+    exclude_reference: bool,
+) -> Result:
+    """The metrics from a ranker of the queries against the images (embeddings or scores)."""
+    ks = _check_options(func, ks, divisor)
+    position = _positions(image_ids, func)
+    t = _targets(data, position, func, need_targets=True)
+    ranker = make((len(data.queries), "query of 'data'", len(position), "id of 'image_ids'"))
+    if exclude_reference:
+        _check_reference_not_gt(data, t)
+    ranks = ranker.ranks(t.gt, _skipped(ranker, t, exclude_reference), reduce="none")
+    rows = np.arange(len(t.gt))
+    target = ranks.map(lambda r: r[rows, t.target_column])
+    return _result(data, ranks.ranks, t.num_gt, target, ks, divisor, _note(exclude_reference))
+
+
 def circo_metrics(
     query: Any,
     images: Any,
@@ -316,9 +348,7 @@ def circo_metrics(
     ks: Sequence[int] = (5, 10, 25, 50),
     divisor: str = "min_k_r",
     exclude_reference: bool = False,
-    metric: str = "cosine",
-    chunk_size: int | None = None,
-    device: Any = None,
+    **options: Any,
 ) -> Result:
     """CIRCO mAP@K and recall@K from embeddings.
 
@@ -326,7 +356,8 @@ def circo_metrics(
     (the candidate pool). Keys: ``mAP@K`` then ``recall@K``, then ``mAP@10[<aspect>]`` for
     each semantic aspect the queries have (module docstring; none when the annotations have no
     ``semantic_aspects``); ``per_query`` holds every ground truth's 0-indexed rank, the primary
-    target's rank and the per-query AP@K (and AP@10 when there are aspects).
+    target's rank and the per-query AP@K (and AP@10 when there are aspects). ``options``:
+    ``metric``, ``chunk_size``, ``device``, ``precision`` (:class:`recallkit.Options`).
 
     >>> import numpy as np
     >>> data = CIRCOSplit("val", (CIRCOQuery(0, 10, "x", "y", 30, (30, 40)),))
@@ -339,27 +370,11 @@ def circo_metrics(
     0.4167
     """
     func = "circo_metrics"
-    ks = _check_options(func, ks, divisor)
-    _checks.check_metric(metric, func)
-    position = _positions(image_ids, func)
-    t = _targets(data, position, func, need_targets=True)
-    _checks.check_rows(query, len(data.queries), func, "query", "query of 'data'")
-    _checks.check_rows(images, len(position), func, "images", "id of 'image_ids'")
-    if exclude_reference:
-        _check_reference_not_gt(data, t)
-    ranks = ground_truth_ranks_from_embeddings(
-        query,
-        images,
-        t.gt,
-        exclude=t.reference if exclude_reference else None,
-        reduce="none",
-        metric=metric,
-        chunk_size=chunk_size,
-        device=device,
-    )
-    ranks = np.asarray(ranks)
-    target = ranks[np.arange(len(ranks)), t.target_column]
-    return _result(data, ranks, t.num_gt, target, ks, divisor, _note(exclude_reference))
+    opts = Options.of(func, **options)
+    return _metrics(
+        func, lambda e: Ranker.from_embeddings(query, images, func, opts, "query", "images", e),
+        image_ids, data, ks, divisor, exclude_reference,
+    )  # fmt: skip
 
 
 def circo_metrics_from_scores(
@@ -373,21 +388,10 @@ def circo_metrics_from_scores(
 ) -> Result:
     """:func:`circo_metrics` from a ``(queries, images)`` similarity matrix."""
     func = "circo_metrics_from_scores"
-    ks = _check_options(func, ks, divisor)
-    position = _positions(image_ids, func)
-    t = _targets(data, position, func, need_targets=True)
-    matrix = _checks.as_scores(scores, func)
-    _checks.check_rows(matrix, len(data.queries), func, "scores", "query of 'data'")
-    _checks.check_columns(matrix, len(position), func, "scores", "id of 'image_ids'")
-    if exclude_reference:
-        _check_reference_not_gt(data, t)
-    ranks = np.asarray(
-        ground_truth_ranks(
-            matrix, t.gt, exclude=t.reference if exclude_reference else None, reduce="none"
-        )
-    )
-    target = ranks[np.arange(len(ranks)), t.target_column]
-    return _result(data, ranks, t.num_gt, target, ks, divisor, _note(exclude_reference))
+    return _metrics(
+        func, lambda e: Ranker.from_scores(scores, func, expect=e), image_ids, data, ks, divisor,
+        exclude_reference,
+    )  # fmt: skip
 
 
 def circo_metrics_from_predictions(
@@ -465,6 +469,22 @@ def circo_metrics_from_predictions(
     return _result(data, gt_ranks, num_gt, target, ks, divisor, "; from ranked lists")
 
 
+def _rankings(
+    func: str,
+    make: Callable[[tuple[int, str, int, str]], Ranker],
+    image_ids: Any,
+    data: CIRCOSplit,
+    k: int,
+    exclude_reference: bool,
+) -> dict[int, list[int]]:
+    k = _checks.check_positive_int(k, func, "k")
+    position = _positions(image_ids, func)
+    t = _targets(data, position, func, need_targets=False)
+    ranker = make((len(data.queries), "query of 'data'", len(position), "id of 'image_ids'"))
+    top, _ = ranker.lists(k, _skipped(ranker, t, exclude_reference))
+    return _as_ids(data, top.cpu().numpy(), image_ids)
+
+
 def circo_rankings(
     query: Any,
     images: Any,
@@ -473,9 +493,7 @@ def circo_rankings(
     *,
     k: int = SUBMISSION_SIZE,
     exclude_reference: bool = False,
-    metric: str = "cosine",
-    chunk_size: int | None = None,
-    device: Any = None,
+    **options: Any,
 ) -> dict[int, list[int]]:
     """Top-``k`` image ids per query id (the server's submission lists), exact and chunked.
 
@@ -486,22 +504,11 @@ def circo_rankings(
     {0: [10, 30]}
     """
     func = "circo_rankings"
-    _checks.check_metric(metric, func)
-    k = _checks.check_positive_int(k, func, "k")
-    position = _positions(image_ids, func)
-    t = _targets(data, position, func, need_targets=False)
-    _checks.check_rows(query, len(data.queries), func, "query", "query of 'data'")
-    _checks.check_rows(images, len(position), func, "images", "id of 'image_ids'")
-    top, _ = nearest_neighbors(
-        query,
-        images,
-        k,
-        exclude=t.reference if exclude_reference else None,
-        metric=metric,
-        chunk_size=chunk_size,
-        device=device,
-    )
-    return _as_ids(data, top.cpu().numpy(), image_ids)
+    opts = Options.of(func, **options)
+    return _rankings(
+        func, lambda e: Ranker.from_embeddings(query, images, func, opts, "query", "images", e),
+        image_ids, data, k, exclude_reference,
+    )  # fmt: skip
 
 
 def circo_rankings_from_scores(
@@ -514,16 +521,9 @@ def circo_rankings_from_scores(
 ) -> dict[int, list[int]]:
     """:func:`circo_rankings` from a ``(queries, images)`` similarity matrix."""
     func = "circo_rankings_from_scores"
-    k = _checks.check_positive_int(k, func, "k")
-    position = _positions(image_ids, func)
-    t = _targets(data, position, func, need_targets=False)
-    matrix = _checks.as_scores(scores, func)
-    _checks.check_rows(matrix, len(data.queries), func, "scores", "query of 'data'")
-    _checks.check_columns(matrix, len(position), func, "scores", "id of 'image_ids'")
-    top, _ = nearest_neighbors_from_scores(
-        matrix, k, exclude=t.reference if exclude_reference else None
+    return _rankings(
+        func, lambda e: Ranker.from_scores(scores, func, expect=e), image_ids, data, k, exclude_reference
     )
-    return _as_ids(data, top.numpy(), image_ids)
 
 
 def _as_ids(data: CIRCOSplit, top: np.ndarray, image_ids: Any) -> dict[int, list[int]]:

@@ -14,29 +14,27 @@ the benchmark's server from the same definitions):
 ``max(0, max{target_soft[t] : t in the top K})`` (soft values are 1 for the true target, 0.5 for
 "also acceptable", -1 for "no"), averaged over queries, for both recall and recall_subset.
 
-Ranks come from :func:`recallkit.ground_truth_ranks` / ``..._from_embeddings`` with the reference
-passed as ``exclude``; on equal scores the lower image index (split-file order) ranks first.
+Ranks come from the core's :class:`recallkit.ground_truth.Ranker` over embeddings or a given
+similarity matrix (one code path for both), the reference skipped; on equal scores the lower
+image index (split-file order) ranks first, and the hard-target recall bounds give the values
+under the other tie orders.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from recallkit import _checks
-from recallkit.neighbors import nearest_neighbors, nearest_neighbors_from_scores
+from recallkit import _checks, engine
+from recallkit.ground_truth import Ranker, Ranks, recall_from_ranks
+from recallkit.options import Options
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, protocol_result
 from recallkit.result import Result
-from recallkit.ground_truth import (
-    ground_truth_ranks,
-    ground_truth_ranks_from_embeddings,
-    recall_from_ranks,
-)
 
 __all__ = [
     "CIRRQuery",
@@ -258,23 +256,32 @@ def _soft_scores(ranks: np.ndarray, values: np.ndarray, k: int) -> np.ndarray:
 def _score(
     data: CIRRSplit,
     idx: _Indices,
-    ranks: np.ndarray,
+    all_ranks: Ranks,
     ks: tuple[int, ...],
     subset_ks: tuple[int, ...],
     target: str,
 ) -> Result:
     """Metrics from the core's ranks of every candidate of ``idx`` (reference excluded)."""
     metrics: dict[str, float] = {}
+    bounds: dict[str, tuple[float, float]] = {}
+    tied = None
+    ranks = all_ranks.ranks
     if target == "hard":
         outside = np.nonzero(idx.target_column >= idx.num_members)[0]
         if outside.size:
             q = data.queries[int(outside[0])]
             raise ValueError(f"CIRR query pairid {q.pairid}: target_hard is not in its img_set")
-        full = _at(ranks, idx.target_column[:, None])[:, 0]
+        full = all_ranks.map(lambda r: _at(r, idx.target_column[:, None])[:, 0])
         sub = _within_set(ranks, idx, idx.target_column[:, None])[:, 0]
-        metrics.update(recall_from_ranks(full, ks))
+        recall = recall_from_ranks(
+            full.ranks, ks, optimistic=full.optimistic, pessimistic=full.pessimistic
+        )
+        metrics.update(recall)
+        bounds.update(recall.bounds)
+        tied = recall.tied
         for key, value in recall_from_ranks(sub, subset_ks).items():
             metrics[key.replace("recall@", "recall_subset@")] = value
+        full = full.ranks
         per_query = {"ranks": full, "subset_ranks": sub}
     else:
         n = len(data.queries)
@@ -293,6 +300,8 @@ def _score(
         convention=CONVENTIONS[target],
         num_queries=len(data.queries),
         per_query=per_query,
+        bounds=bounds,
+        tied=tied,
     )
 
 
@@ -303,6 +312,32 @@ def _check_options(
     return _checks.check_ks(ks, func), _checks.check_ks(subset_ks, func, "subset_ks")
 
 
+def _skipped(ranker: Ranker, idx: _Indices) -> Any:
+    return ranker.exclusions(engine.Pairs.from_lists(idx.reference[:, None], ranker.num_query))
+
+
+def _prepared(
+    func: str, make: Callable[[tuple[int, str, int, str]], Ranker], data: CIRRSplit, need_targets: bool
+) -> tuple[Ranker, _Indices]:
+    idx = _indices(data, func, need_targets=need_targets)
+    ranker = make((len(data.queries), "query of 'data'", len(data.image_names), "image of 'data'"))
+    return ranker, idx
+
+
+def _recall(
+    func: str,
+    make: Callable[[tuple[int, str, int, str]], Ranker],
+    data: CIRRSplit,
+    ks: Any,
+    subset_ks: Any,
+    target: str,
+) -> Result:
+    ks, subset_ks = _check_options(func, ks, subset_ks, target)
+    ranker, idx = _prepared(func, make, data, need_targets=True)
+    ranks = ranker.ranks(idx.candidates, _skipped(ranker, idx), reduce="none")
+    return _score(data, idx, ranks, ks, subset_ks, target)
+
+
 def cirr_recall(
     query: Any,
     images: Any,
@@ -311,9 +346,7 @@ def cirr_recall(
     ks: Sequence[int] = (1, 5, 10, 50),
     subset_ks: Sequence[int] = (1, 2, 3),
     target: str = "hard",
-    metric: str = "cosine",
-    chunk_size: int | None = None,
-    device: Any = None,
+    **options: Any,
 ) -> Result:
     """CIRR recall@K, recall_subset@K and their average from embeddings.
 
@@ -321,8 +354,9 @@ def cirr_recall(
     one embedding per image of ``data.image_names`` (split-file order). Keys: ``recall@K``,
     ``recall_subset@K`` and ``avg`` (when K = 5 and subset K = 1 are asked). See the module
     docstring for both ``target`` conventions; ``per_query`` holds the 0-indexed ranks. One
-    chunked pass of :func:`recallkit.ground_truth_ranks_from_embeddings` ranks the set members
-    and targets among all images; the subset ranks are read from those ranks.
+    chunked pass of the core ranks the set members and targets among all images; the subset
+    ranks are read from those ranks. ``options``: ``metric``, ``chunk_size``, ``device``,
+    ``precision`` (:class:`recallkit.Options`).
 
     >>> import numpy as np
     >>> data = CIRRSplit("val", "rc2", ("a", "b", "c", "d"), ("",) * 4, (
@@ -334,22 +368,11 @@ def cirr_recall(
     ([2], [1])
     """
     func = "cirr_recall"
-    ks, subset_ks = _check_options(func, ks, subset_ks, target)
-    _checks.check_metric(metric, func)
-    idx = _indices(data, func, need_targets=True)
-    _checks.check_rows(query, len(data.queries), func, "query", "query of 'data'")
-    _checks.check_rows(images, len(data.image_names), func, "images", "image of 'data'")
-    ranks = ground_truth_ranks_from_embeddings(
-        query,
-        images,
-        idx.candidates,
-        exclude=idx.reference,
-        reduce="none",
-        metric=metric,
-        chunk_size=chunk_size,
-        device=device,
-    )
-    return _score(data, idx, np.asarray(ranks), ks, subset_ks, target)
+    opts = Options.of(func, **options)
+    return _recall(
+        func, lambda e: Ranker.from_embeddings(query, images, func, opts, "query", "images", e),
+        data, ks, subset_ks, target,
+    )  # fmt: skip
 
 
 def cirr_recall_from_scores(
@@ -370,13 +393,7 @@ def cirr_recall_from_scores(
     {'recall@1': 1.0, 'recall_subset@1': 1.0}
     """
     func = "cirr_recall_from_scores"
-    ks, subset_ks = _check_options(func, ks, subset_ks, target)
-    idx = _indices(data, func, need_targets=True)
-    matrix = _checks.as_scores(scores, func)
-    _checks.check_rows(matrix, len(data.queries), func, "scores", "query of 'data'")
-    _checks.check_columns(matrix, len(data.image_names), func, "scores", "image of 'data'")
-    ranks = ground_truth_ranks(matrix, idx.candidates, exclude=idx.reference, reduce="none")
-    return _score(data, idx, np.asarray(ranks), ks, subset_ks, target)
+    return _recall(func, lambda e: Ranker.from_scores(scores, func, expect=e), data, ks, subset_ks, target)
 
 
 def _rankings(
@@ -401,21 +418,30 @@ def _rankings(
     return recall, subset
 
 
+def _ranked(
+    func: str, make: Callable[[tuple[int, str, int, str]], Ranker], data: CIRRSplit, k: int
+) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
+    k = _checks.check_positive_int(k, func, "k")
+    ranker, idx = _prepared(func, make, data, need_targets=False)
+    skipped = _skipped(ranker, idx)
+    top, _ = ranker.lists(k, skipped)
+    member_ranks = ranker.ranks(idx.candidates, skipped, reduce="none").ranks
+    return _rankings(data, idx, top.cpu().numpy(), member_ranks)
+
+
 def cirr_rankings(
     query: Any,
     images: Any,
     data: CIRRSplit,
     *,
     k: int = 50,
-    metric: str = "cosine",
-    chunk_size: int | None = None,
-    device: Any = None,
+    **options: Any,
 ) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
     """Top-``k`` image names per pairid (reference removed) and the top 3 of each image set.
 
     These are the two lists the CIRR server scores (``metric`` "recall" and "recall_subset");
     pass each to :func:`write_cirr_submission`. Works on any split, ``test1`` included. The
-    lists come from :func:`recallkit.nearest_neighbors` and the core's ranks of the members.
+    lists come from the core's exact ranked lists and ranks of the members.
 
     >>> import numpy as np
     >>> data = CIRRSplit("test1", "rc2", ("a", "b", "c", "d"), ("",) * 4, (
@@ -425,17 +451,10 @@ def cirr_rankings(
     ({5: ['d', 'c']}, {5: ['c', 'b']})
     """
     func = "cirr_rankings"
-    _checks.check_metric(metric, func)
-    k = _checks.check_positive_int(k, func, "k")
-    idx = _indices(data, func, need_targets=False)
-    _checks.check_rows(query, len(data.queries), func, "query", "query of 'data'")
-    _checks.check_rows(images, len(data.image_names), func, "images", "image of 'data'")
-    options = {"metric": metric, "chunk_size": chunk_size, "device": device}
-    top, _ = nearest_neighbors(query, images, k, exclude=idx.reference, **options)
-    member_ranks = ground_truth_ranks_from_embeddings(
-        query, images, idx.candidates, exclude=idx.reference, reduce="none", **options
+    opts = Options.of(func, **options)
+    return _ranked(
+        func, lambda e: Ranker.from_embeddings(query, images, func, opts, "query", "images", e), data, k
     )
-    return _rankings(data, idx, top.cpu().numpy(), np.asarray(member_ranks))
 
 
 def cirr_rankings_from_scores(
@@ -443,14 +462,7 @@ def cirr_rankings_from_scores(
 ) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
     """:func:`cirr_rankings` from a ``(queries, images)`` similarity matrix."""
     func = "cirr_rankings_from_scores"
-    k = _checks.check_positive_int(k, func, "k")
-    idx = _indices(data, func, need_targets=False)
-    matrix = _checks.as_scores(scores, func)
-    _checks.check_rows(matrix, len(data.queries), func, "scores", "query of 'data'")
-    _checks.check_columns(matrix, len(data.image_names), func, "scores", "image of 'data'")
-    top, _ = nearest_neighbors_from_scores(matrix, k, exclude=idx.reference)
-    member_ranks = ground_truth_ranks(matrix, idx.candidates, exclude=idx.reference, reduce="none")
-    return _rankings(data, idx, top.numpy(), np.asarray(member_ranks))
+    return _ranked(func, lambda e: Ranker.from_scores(scores, func, expect=e), data, k)
 
 
 def write_cirr_submission(

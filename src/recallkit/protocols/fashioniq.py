@@ -20,22 +20,19 @@ the lower image index (split-file order) ranks first.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from recallkit import _checks
+from recallkit import _checks, engine
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, protocol_result
 from recallkit.result import Result
-from recallkit.ground_truth import (
-    ground_truth_ranks,
-    ground_truth_ranks_from_embeddings,
-    recall_from_ranks,
-)
+from recallkit.ground_truth import Ranker, Ranks, recall_from_ranks
+from recallkit.options import Options
 
 __all__ = [
     "FASHIONIQ_CATEGORIES",
@@ -195,14 +192,49 @@ def _combine(parts: dict[str, Result], ks: tuple[int, ...], note: str) -> Result
     )
 
 
-def _part(category: str, ranks: np.ndarray, ks: tuple[int, ...]) -> Result:
-    return protocol_result(
-        category,
-        recall_from_ranks(ranks, ks),
-        convention=CONVENTION,
-        num_queries=len(ranks),
-        per_query={"ranks": ranks},
+def _part(category: str, ranks: Ranks, ks: tuple[int, ...]) -> Result:
+    recall = recall_from_ranks(
+        ranks.ranks, ks, optimistic=ranks.optimistic, pessimistic=ranks.pessimistic
     )
+    return protocol_result(
+        category, recall, convention=CONVENTION, num_queries=len(ranks.ranks),
+        per_query={"ranks": ranks.ranks}, bounds=recall.bounds, tied=recall.tied,
+    )  # fmt: skip
+
+
+def _recall(
+    func: str,
+    make: Callable[[str, tuple[int, str, int, str]], Ranker],
+    inputs: Mapping[str, tuple[str, Any]],
+    data: Any,
+    ks: Any,
+    exclude_reference: bool,
+) -> Result:
+    """Per category, the ranks from ``make(category, expected shapes)``; ``inputs`` maps each
+    argument name to the mapping it must hold one entry per category of."""
+    ks = _checks.check_ks(ks, func)
+    data = _check_data(data, func)
+    for name, values in inputs.items():
+        _check_inputs(values, data, func, name)
+    parts: dict[str, Result] = {}
+    for category in FASHIONIQ_CATEGORIES:
+        if category not in data:
+            continue
+        part = data[category]
+        target, reference = _category_indices(part)
+        shapes = (len(part.queries), f"{category} query", len(part.image_names),
+                  f"{category} image")  # fmt: skip
+        ranker = make(category, shapes)
+        if exclude_reference:
+            _clash(part, target, reference)
+        skipped = None
+        if exclude_reference:
+            skipped = ranker.exclusions(
+                engine.Pairs.from_lists(reference[:, None], ranker.num_query)
+            )
+        ranks = ranker.ranks(target[:, None], skipped).map(lambda r: r[:, 0])
+        parts[category] = _part(category, ranks, ks)
+    return _combine(parts, ks, "; reference removed" if exclude_reference else "")
 
 
 def fashioniq_recall(
@@ -212,16 +244,15 @@ def fashioniq_recall(
     *,
     ks: Sequence[int] = (10, 50),
     exclude_reference: bool = False,
-    metric: str = "cosine",
-    chunk_size: int | None = None,
-    device: Any = None,
+    **options: Any,
 ) -> Result:
     """FashionIQ recall@K per category, the mean over categories and their average.
 
     ``queries[c]`` has one row per query of ``data[c]``, ``galleries[c]`` one row per image of
     ``data[c].image_names``. The result's ``parts`` hold each category's recall@K and ranks;
     with all three categories the result has ``mean_recall@K`` for each K and, when ``ks``
-    include 10 and 50, ``average = (mean_recall@10 + mean_recall@50) / 2``.
+    include 10 and 50, ``average = (mean_recall@10 + mean_recall@50) / 2``. ``options``:
+    ``metric``, ``chunk_size``, ``device``, ``precision`` (:class:`recallkit.Options`).
 
     >>> import numpy as np
     >>> part = FashionIQCategory("dress", ("B1", "B2", "B3"), (FashionIQQuery("B1", "B3", ("c",)),))
@@ -232,36 +263,15 @@ def fashioniq_recall(
     ({'recall@1': 0.0, 'recall@2': 1.0}, {})
     """
     func = "fashioniq_recall"
-    ks = _checks.check_ks(ks, func)
-    _checks.check_metric(metric, func)
-    data = _check_data(data, func)
-    _check_inputs(queries, data, func, "queries")
-    _check_inputs(galleries, data, func, "galleries")
-    parts: dict[str, Result] = {}
-    for category in FASHIONIQ_CATEGORIES:
-        if category not in data:
-            continue
-        part = data[category]
-        target, reference = _category_indices(part)
-        _checks.check_rows(
-            queries[category], len(part.queries), func, "queries", f"{category} query"
+    opts = Options.of(func, **options)
+
+    def make(category: str, shapes: tuple[int, str, int, str]) -> Ranker:
+        return Ranker.from_embeddings(
+            queries[category], galleries[category], func, opts, "queries", "galleries", shapes
         )
-        _checks.check_rows(
-            galleries[category], len(part.image_names), func, "galleries", f"{category} image"
-        )
-        if exclude_reference:
-            _clash(part, target, reference)
-        ranks = ground_truth_ranks_from_embeddings(
-            queries[category],
-            galleries[category],
-            target,
-            exclude=reference if exclude_reference else None,
-            metric=metric,
-            chunk_size=chunk_size,
-            device=device,
-        )
-        parts[category] = _part(category, np.asarray(ranks), ks)
-    return _combine(parts, ks, "; reference removed" if exclude_reference else "")
+
+    inputs = {"queries": queries, "galleries": galleries}
+    return _recall(func, make, inputs, data, ks, exclude_reference)
 
 
 def fashioniq_recall_from_scores(
@@ -273,20 +283,8 @@ def fashioniq_recall_from_scores(
 ) -> Result:
     """:func:`fashioniq_recall` from one ``(queries, images)`` similarity matrix per category."""
     func = "fashioniq_recall_from_scores"
-    ks = _checks.check_ks(ks, func)
-    data = _check_data(data, func)
-    _check_inputs(scores, data, func, "scores")
-    parts: dict[str, Result] = {}
-    for category in FASHIONIQ_CATEGORIES:
-        if category not in data:
-            continue
-        part = data[category]
-        target, reference = _category_indices(part)
-        matrix = _checks.as_scores(scores[category], func)
-        _checks.check_rows(matrix, len(part.queries), func, "scores", f"{category} query")
-        _checks.check_columns(matrix, len(part.image_names), func, "scores", f"{category} image")
-        if exclude_reference:
-            _clash(part, target, reference)
-        ranks = ground_truth_ranks(matrix, target, exclude=reference if exclude_reference else None)
-        parts[category] = _part(category, np.asarray(ranks), ks)
-    return _combine(parts, ks, "; reference removed" if exclude_reference else "")
+
+    def make(category: str, shapes: tuple[int, str, int, str]) -> Ranker:
+        return Ranker.from_scores(scores[category], func, expect=shapes)
+
+    return _recall(func, make, {"scores": scores}, data, ks, exclude_reference)

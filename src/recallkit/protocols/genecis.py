@@ -49,6 +49,7 @@ import numpy as np
 from recallkit import _checks
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, protocol_result
+from recallkit.options import Options
 from recallkit.result import Result
 from recallkit.ground_truth import ground_truth_ranks, recall_from_ranks
 
@@ -269,17 +270,20 @@ def genecis_recall(
     sizes = _check_sizes(gallery_sizes, n, width, func)
     target = _check_target(target_index, sizes, func)
     if width == 1:
-        ranks = np.zeros(n, dtype=np.int64)
-    elif ties == "official":
-        ranks = _official_ranks(matrix, target, sizes)
+        optimistic = pessimistic = np.zeros(n, dtype=np.int64)
     else:
-        ranks = _pessimistic_ranks(matrix, target, sizes)
+        optimistic = _official_ranks(matrix, target, sizes)
+        pessimistic = _pessimistic_ranks(matrix, target, sizes)
+    ranks = optimistic if ties == "official" else pessimistic
+    recall = recall_from_ranks(ranks, ks, optimistic=optimistic, pessimistic=pessimistic)
     return protocol_result(
         f"GeneCIS {task}",
-        recall_from_ranks(ranks, ks),
+        recall,
         convention=TIES[ties],
         num_queries=n,
         per_query={"ranks": ranks, "gallery_sizes": sizes},
+        bounds=recall.bounds,
+        tied=recall.tied,
     )
 
 
@@ -304,13 +308,14 @@ def genecis_recall_from_embeddings(
     target_index: Any = None,
     gallery_sizes: Any = None,
     ties: str = "pessimistic",
-    metric: str = "cosine",
-    device: Any = None,
     task: str = "genecis",
+    **options: Any,
 ) -> Result:
     """:func:`genecis_recall` from ``query`` ``(n, d)`` and ``candidates`` ``(n, c, d)``.
 
     ``candidates[i]`` are sample ``i``'s images in the official order ``[target, *gallery]``.
+    ``options``: ``metric``, ``chunk_size``, ``device`` (:class:`recallkit.Options`; each
+    sample has its own candidates, scored in float32 or float64 as given).
 
     >>> import numpy as np
     >>> q = np.array([[1.0, 0.0]])
@@ -319,9 +324,9 @@ def genecis_recall_from_embeddings(
     [1]
     """
     func = "genecis_recall_from_embeddings"
-    _checks.check_metric(metric, func)
+    opts = Options.of(func, **options)
     _checks.check_choice(ties, tuple(TIES), func, "ties")
-    scores = _common.candidate_scores(query, candidates, metric=metric, func=func, device=device)
+    scores = _common.candidate_scores(query, candidates, options=opts, func=func)
     return genecis_recall(
         scores,
         ks,

@@ -12,8 +12,9 @@ Convention (VSE++, Faghri et al. 2018; ALBEF/BLIP and open_clip's retrieval eval
   image→text): the 0-indexed, lower-index-first rank convention of
   :func:`recallkit.ground_truth_ranks`.
 
-The ranks come from the core (:func:`recallkit.ground_truth_ranks_from_embeddings`, chunked, no
-full similarity matrix; :func:`recallkit.ground_truth_ranks` for a given matrix).
+The ranks come from the core's :class:`recallkit.ground_truth.Ranker` (embeddings: chunked,
+no full similarity matrix; or a given matrix), one code path for both; the result's ``bounds``
+give each recall with every exact tie broken in the query's favour and against it.
 """
 
 from __future__ import annotations
@@ -28,14 +29,11 @@ from typing import Any
 import numpy as np
 
 from recallkit import _checks
+from recallkit.ground_truth import Ranker, Ranks, recall_from_ranks
+from recallkit.options import Options
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, protocol_result
 from recallkit.result import Result
-from recallkit.ground_truth import (
-    ground_truth_ranks,
-    ground_truth_ranks_from_embeddings,
-    recall_from_ranks,
-)
 
 __all__ = [
     "KARPATHY_COUNTS",
@@ -136,6 +134,11 @@ def read_karpathy_split(
         names.append(f"{folder}/{image['filename']}" if folder else str(image["filename"]))
         ids.append(int(image.get("cocoid", imgid)))
         sentences = image["sentences"]
+        if not isinstance(sentences, list) or not all(isinstance(x, dict) for x in sentences):
+            raise ValueError(
+                f"{path}: image {imgid} ({names[-1]}): 'sentences' must be a list of JSON "
+                f"objects, one per caption. Got {type(sentences).__name__}."
+            )
         if captions_per_image is not None:
             sentences = sentences[:captions_per_image]
         for sentence in sentences:
@@ -205,24 +208,54 @@ def _captions_of_images(caption_image: np.ndarray, num_images: int, func: str) -
     return out
 
 
-def _result(t2i: np.ndarray, i2t: np.ndarray, ks: tuple[int, ...], name: str) -> Result:
+def _result(t2i: Ranks, i2t: Ranks, ks: tuple[int, ...], name: str) -> Result:
     metrics: dict[str, float] = {}
+    bounds: dict[str, tuple[float, float]] = {}
+    tied = np.zeros(len(i2t.ranks) + len(t2i.ranks), dtype=bool)
+    offset = 0
     for direction, ranks in (("i2t", i2t), ("t2i", t2i)):
-        for key, value in recall_from_ranks(ranks, ks).items():
-            metrics[f"{direction}_{key}"] = value
+        part = recall_from_ranks(
+            ranks.ranks, ks, optimistic=ranks.optimistic, pessimistic=ranks.pessimistic,
+            name=f"{direction}_recall@{{k}}",
+        )  # fmt: skip
+        metrics.update(part)
+        bounds.update(part.bounds)
+        tied[offset : offset + part.num_queries] = part.tied
+        offset += part.num_queries
     recalls = list(metrics.values())
-    for direction, ranks in (("i2t", i2t), ("t2i", t2i)):
+    for direction, ranks in (("i2t", i2t.ranks), ("t2i", t2i.ranks)):
         metrics[f"{direction}_mean_rank"] = float(ranks.mean()) + 1.0
         metrics[f"{direction}_median_rank"] = math.floor(float(np.median(ranks))) + 1.0
     metrics["rmean"] = float(np.mean(recalls))
     return protocol_result(
-        f"{name}: {len(i2t)} images, {len(t2i)} captions",
+        f"{name}: {len(i2t.ranks)} images, {len(t2i.ranks)} captions",
         metrics,
         convention=CONVENTION,
-        num_queries=len(t2i) + len(i2t),
-        per_query={"t2i_ranks": t2i, "i2t_ranks": i2t},
+        num_queries=len(t2i.ranks) + len(i2t.ranks),
+        per_query={"t2i_ranks": t2i.ranks, "i2t_ranks": i2t.ranks},
         plain=[k for k in metrics if k.endswith("_rank")],
+        bounds=bounds,
+        tied=tied,
     )
+
+
+def _recall(
+    func: str,
+    t2i: Ranker,
+    i2t: Ranker,
+    caption_image: Any,
+    ks: Sequence[int],
+    name: str,
+) -> Result:
+    """Both directions' ranks from rankers texts→images and images→texts."""
+    ks = _checks.check_ks(ks, func)
+    num_images = t2i.num_reference
+    caption_image = _check_caption_image(caption_image, num_images, func)
+    t2i.check_rows(len(caption_image), "caption of 'caption_image'")
+    per_image = _captions_of_images(caption_image, num_images, func)
+    t2i_ranks = t2i.ranks(caption_image[:, None]).map(lambda r: r[:, 0])
+    i2t_ranks = i2t.ranks(per_image, reduce="min").map(lambda r: r[:, 0])
+    return _result(t2i_ranks, i2t_ranks, ks, name)
 
 
 def image_text_recall(
@@ -231,10 +264,8 @@ def image_text_recall(
     caption_image: Sequence[int] | np.ndarray,
     ks: Sequence[int] = (1, 5, 10),
     *,
-    metric: str = "cosine",
-    chunk_size: int | None = None,
-    device: Any = None,
     name: str = "image-text",
+    **options: Any,
 ) -> Result:
     """Image→text and text→image recall@K, mean and median rank, from embeddings.
 
@@ -244,6 +275,8 @@ def image_text_recall(
     ``t2i_mean_rank``, ``t2i_median_rank`` (1-indexed) and ``rmean``, the mean of the recalls
     (ALBEF's ``r_mean``). ``per_query`` holds the 0-indexed ranks. The ranking follows the
     module's convention (lower index first on equal scores); no full matrix is built.
+    ``options``: ``metric``, ``chunk_size``, ``device``, ``precision``
+    (:class:`recallkit.Options`).
 
     >>> import numpy as np
     >>> images = np.array([[1.0, 0.0], [0.0, 1.0]])
@@ -253,16 +286,13 @@ def image_text_recall(
     (0.6666666666666666, 1.0, [0, 1, 0])
     """
     func = "image_text_recall"
-    ks = _checks.check_ks(ks, func)
-    _checks.check_metric(metric, func)
+    opts = Options.of(func, **options)
     num_images = _num_rows(images, func, "images")
-    caption_image = _check_caption_image(caption_image, num_images, func)
-    _checks.check_rows(texts, len(caption_image), func, "texts", "caption of 'caption_image'")
-    per_image = _captions_of_images(caption_image, num_images, func)
-    common = {"metric": metric, "chunk_size": chunk_size, "device": device}
-    t2i = ground_truth_ranks_from_embeddings(texts, images, caption_image, **common)
-    i2t = ground_truth_ranks_from_embeddings(images, texts, per_image, reduce="min", **common)
-    return _result(np.asarray(t2i), np.asarray(i2t), ks, name)
+    captions = _check_caption_image(caption_image, num_images, func)
+    _checks.check_rows(texts, len(captions), func, "texts", "caption of 'caption_image'")
+    t2i = Ranker.from_embeddings(texts, images, func, opts, "texts", "images")
+    i2t = Ranker.from_embeddings(images, texts, func, opts, "images", "texts")
+    return _recall(func, t2i, i2t, caption_image, ks, name)
 
 
 def image_text_recall_from_scores(
@@ -283,14 +313,10 @@ def image_text_recall_from_scores(
     Caption 1 scores 0.5 with both images: image 0, the lower index, ranks first.
     """
     func = "image_text_recall_from_scores"
-    ks = _checks.check_ks(ks, func)
-    scores = _checks.as_scores(scores, func)
-    caption_image = _check_caption_image(caption_image, scores.shape[0], func)
-    _checks.check_columns(scores, len(caption_image), func, "scores", "caption")
-    per_image = _captions_of_images(caption_image, scores.shape[0], func)
-    t2i = ground_truth_ranks(np.ascontiguousarray(scores.T), caption_image)
-    i2t = ground_truth_ranks(scores, per_image, reduce="min")
-    return _result(np.asarray(t2i), np.asarray(i2t), ks, name)
+    matrix = _checks.as_scores(scores, func)
+    t2i = Ranker.from_scores(np.ascontiguousarray(matrix.T), func, "scores", transposed=True)
+    i2t = Ranker.from_scores(matrix, func, "scores")
+    return _recall(func, t2i, i2t, caption_image, ks, name)
 
 
 def _num_rows(x: Any, func: str, name: str) -> int:

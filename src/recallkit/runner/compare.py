@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from recallkit.ranks import recall_from_ranks
+from recallkit.ground_truth import recall_from_ranks
 from recallkit.runner._errors import RunnerError
 from recallkit.runner.history import RUN_HINT, wrong_kind
 

@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image
 
 from recallkit._atomic import atomic_write
-from recallkit.result import RecallResult
+from recallkit.result import Result as RecallResult
 from recallkit.runner._errors import RunnerError
 from recallkit.runner.encode import load_image
 
@@ -77,7 +77,7 @@ def worst_queries(result: RecallResult, n: int) -> np.ndarray:
 
     Ordered by first-hit rank, largest first, then by query index.
 
-    >>> r = RecallResult((1,), (1,), np.array([0, 4, -1, 4, 2]), num_reference=9, embedding_dim=2)
+    >>> r = RecallResult({"recall@1": 0.25}, first_hit_ranks=np.array([0, 4, -1, 4, 2]))
     >>> worst_queries(r, 3).tolist()
     [1, 3, 4]
     """
