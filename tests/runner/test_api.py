@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from recallkit import runner
-from recallkit.runner.evaluate import run_evaluation, top_k, worst_classes
+from recallkit.runner.pipeline import run_evaluation, top_k, worst_classes
 from recallkit.runner.sources import ImageSet
 
 

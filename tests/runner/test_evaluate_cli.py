@@ -76,7 +76,8 @@ def test_json_schema(cli, hand_case, encoder_module, tmp_path, read_json):
     record = read_json(tmp_path / "run.json")
     assert record["format"] == "recallkit.evaluation/2"
     expected_keys = {
-        "format", "recallkit_version", "created", "tag", "metric", "ks", "effective_ks",
+        "format", "recallkit_version", "created", "tag", "metric", "definitions", "ks",
+        "effective_ks",
         "recall", "num_queries", "num_evaluated", "num_excluded", "num_gallery",
         "embedding_dim", "query_source", "gallery_source", "sources", "encoder", "cache",
         "seconds", "skipped_images", "worst_classes", "queries",
@@ -84,6 +85,8 @@ def test_json_schema(cli, hand_case, encoder_module, tmp_path, read_json):
     assert set(record) == expected_keys
     assert record["ks"] == [1, 2]
     assert record["metric"] == "cosine"
+    assert record["definitions"]["similarity"] == "cosine"
+    assert record["definitions"]["self_exclusion"] == "ids"  # path identities
     assert (record["num_queries"], record["num_gallery"], record["embedding_dim"]) == (3, 4, 3)
     assert record["num_excluded"] == 0
     assert record["cache"] == {"gallery": "miss", "query": "miss"}

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from recallkit.runner._errors import RunnerError
-from recallkit.runner.compare import compare_records, paired_bootstrap
+from recallkit.runner.bootstrap import compare_records, paired_bootstrap
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -258,7 +258,7 @@ def test_plot_and_compare_say_which_file_kind_they_expect(cli, tmp_path):
 
 
 def test_recall_plot_y_axis_fits_the_data():
-    from recallkit.runner.plot import history_figure
+    from recallkit.runner.history_plot import history_figure
 
     runs = [
         {"tag": "e1", "recall": {"recall@1": 0.73, "recall@5": 0.90}},

@@ -11,9 +11,10 @@ from typing import Any
 from recallkit._atomic import atomic_write
 from recallkit.commands._args import add_quiet, parse_ks, positive_int
 from recallkit.errors import UsageError
-from recallkit.runner.compare import (
+from recallkit.runner.bootstrap import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
+    MAX_RESAMPLES,
     compare_records,
     comparison_record,
     format_comparison,
@@ -31,7 +32,9 @@ def register(subparsers: Any) -> None:
             "difference a - b per K and its paired bootstrap confidence interval over the "
             "queries (fixed seed); the difference is significant when the interval excludes 0. "
             "Queries are paired by id and image path, so manifest ids shared by several images "
-            "pair image by image; both runs must hold the same queries."
+            "pair image by image; both runs must hold the same queries, computed under the "
+            "same definitions (similarity, tie rule, exclusions: the 'definitions' record of "
+            "the run files)."
         ),
         epilog="example:\n  recallkit compare finetuned.json baseline.json",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -44,7 +47,8 @@ def register(subparsers: Any) -> None:
         type=positive_int("--resamples"),
         default=DEFAULT_RESAMPLES,
         metavar="N",
-        help=f"bootstrap resamples (default {DEFAULT_RESAMPLES})",
+        help=f"bootstrap resamples (default {DEFAULT_RESAMPLES}, at most {MAX_RESAMPLES}; "
+        "drawn in batches, so memory does not grow with N)",
     )
     p.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed (default 0)")
@@ -57,6 +61,11 @@ def main(args: argparse.Namespace) -> int:
     """Run ``recallkit compare``; return the exit status."""
     if not 0 < args.confidence < 1:
         raise UsageError(f"--confidence must be between 0 and 1. Got {args.confidence}.")
+    if args.resamples > MAX_RESAMPLES:
+        raise UsageError(
+            f"--resamples takes at most {MAX_RESAMPLES} (about 20 s per K; the interval's own "
+            f"sampling error is then far below its four decimals). Got {args.resamples}."
+        )
     a, b = load_run(args.a), load_run(args.b)
     names = (Path(args.a).name, Path(args.b).name)
     if names[0] == names[1]:
@@ -70,6 +79,8 @@ def main(args: argparse.Namespace) -> int:
         confidence=args.confidence,
         seed=args.seed,
     )
+    for note in comparison.notes:
+        print(f"note: {note}", file=sys.stderr)
     print(format_comparison(comparison))
     if args.json is not None:
         text = json.dumps(comparison_record(comparison), indent=1) + "\n"

@@ -47,7 +47,7 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``recallkit demo``; return the exit status."""
-    from recallkit.runner.demo import run_demo
+    from recallkit.runner.digits_demo import run_demo
 
     run_demo(
         args.out, epochs=args.epochs, fast=args.fast, seed=args.seed, keep_images=args.keep_images

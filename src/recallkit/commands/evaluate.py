@@ -28,7 +28,8 @@ from recallkit.runner.encoders import (
     resolve_device,
     torchvision_encoder,
 )
-from recallkit.runner.evaluate import (
+from recallkit.runner.history import append_history, read_history
+from recallkit.runner.pipeline import (
     dumps_record,
     format_worst_classes,
     num_query_classes,
@@ -37,7 +38,6 @@ from recallkit.runner.evaluate import (
     run_record,
     worst_classes,
 )
-from recallkit.runner.history import append_history, read_history
 from recallkit.runner.sources import ImageSet, from_benchmark, from_path
 
 EXAMPLES = """\
@@ -110,6 +110,13 @@ def register(subparsers: Any) -> None:
     enc.add_argument("--gallery-embeddings", metavar="FILE", help="precomputed gallery embeddings")
     enc.add_argument("--model", metavar="NAME", help="a torchvision model name, e.g. resnet50")
     enc.add_argument("--weights", metavar="FILE", help="local state dict for --model")
+    enc.add_argument(
+        "--random-init",
+        action="store_true",
+        help="with --model, instead of --weights: the model's random initialisation from a "
+        "fixed seed (torch seed 0), the same weights and embeddings every run; a baseline "
+        "that needs no weights file",
+    )
     enc.add_argument(
         "--head",
         choices=("drop", "keep"),
@@ -259,6 +266,10 @@ def _encoder(
         )
     if args.weights is not None and args.model is None:
         raise UsageError("--weights goes with --model.")
+    if args.random_init and args.model is None:
+        raise UsageError("--random-init goes with --model.")
+    if args.random_init and args.weights is not None:
+        raise UsageError("Give --weights FILE or --random-init, not both.")
     if args.encoder_id is not None and kinds[0]:
         raise UsageError("--encoder-id goes with --model or --callable (it names an encoder).")
     if kinds[0]:
@@ -301,13 +312,15 @@ def _encoder(
         args.resize or None, args.crop or None, tuple(args.mean), tuple(args.std)
     )
     if args.model is not None:
-        if args.weights is None:
+        if args.weights is None and not args.random_init:
             raise UsageError(
-                "--model needs --weights FILE, a local state dict (nothing is downloaded)."
+                "--model needs --weights FILE, a local state dict (nothing is downloaded), or "
+                "--random-init for the model's random initialisation (fixed seed)."
             )
         encoder = torchvision_encoder(
             args.model,
             args.weights,
+            random_init=args.random_init,
             preprocessing=preprocessing,
             device=device,
             dtype=args.dtype,

@@ -8,7 +8,7 @@ from typing import Any
 
 from recallkit.commands._args import add_quiet, parse_ks
 from recallkit.errors import UsageError
-from recallkit.runner.plot import plot_history
+from recallkit.runner.history_plot import plot_history
 
 
 def register(subparsers: Any) -> None:
@@ -18,7 +18,9 @@ def register(subparsers: Any) -> None:
         help="draw recall@K across the runs of a history file",
         description=(
             "Draw one line per recall@K over the runs of a history file (written by "
-            "recallkit evaluate --history FILE --tag TAG), in file order, tags on the x axis."
+            "recallkit evaluate --history FILE --tag TAG), in file order, tags on the x axis. "
+            "Runs computed under other definitions than the first run (similarity, tie rule, "
+            "exclusions) are marked * and named in a note; runs that record none, ?."
         ),
         epilog="example:\n  recallkit plot runs.jsonl -o recall.png --ks 1 10",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -34,7 +36,13 @@ def register(subparsers: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     """Run ``recallkit plot``; return the exit status."""
     try:
-        out = plot_history(args.history, args.out, ks=parse_ks(args.ks), title=args.title)
+        out = plot_history(
+            args.history,
+            args.out,
+            ks=parse_ks(args.ks),
+            title=args.title,
+            log=lambda note: print(f"note: {note}", file=sys.stderr),
+        )
     except OSError as error:
         raise UsageError(
             f"Cannot write the plot '{args.out}': {error.strerror or error}."

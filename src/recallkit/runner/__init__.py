@@ -6,14 +6,14 @@
 """
 
 from recallkit.runner._errors import RunnerError
-from recallkit.runner.cache import EmbeddingCache, cache_key, default_cache_dir, encode_cached
-from recallkit.runner.compare import (
+from recallkit.runner.bootstrap import (
     Comparison,
     compare_records,
     format_comparison,
     load_run,
     paired_bootstrap,
 )
+from recallkit.runner.cache import EmbeddingCache, cache_key, default_cache_dir, encode_cached
 from recallkit.runner.encode import (
     BadImage,
     BadImagesError,
@@ -30,7 +30,10 @@ from recallkit.runner.encoders import (
     load_embeddings,
     torchvision_encoder,
 )
-from recallkit.runner.evaluate import (
+from recallkit.runner.grid import draw_grid, worst_queries
+from recallkit.runner.history import append_history, read_history
+from recallkit.runner.history_plot import plot_history
+from recallkit.runner.pipeline import (
     Run,
     evaluate,
     failure_grid,
@@ -39,9 +42,6 @@ from recallkit.runner.evaluate import (
     top_k,
     worst_classes,
 )
-from recallkit.runner.grid import draw_grid, worst_queries
-from recallkit.runner.history import append_history, read_history
-from recallkit.runner.plot import plot_history
 from recallkit.runner.sources import ImageSet, from_benchmark, from_folder, from_manifest
 
 __all__ = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import math
 import os
+import re
 import stat
 import sys
 import time
@@ -26,6 +27,7 @@ from recallkit.runner._errors import RunnerError
 
 EncoderFn = Callable[[list[Any]], Any]
 _MAX_LISTED = 5
+UNIDENTIFIED = "Pillow cannot identify it as any image format it reads"
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,9 @@ class BadImagesError(RunnerError):
 def load_image(path: str | os.PathLike[str]) -> Image.Image:
     """Open ``path``, decode it completely and return it as an RGB image.
 
-    Raises ``OSError`` (Pillow's ``UnidentifiedImageError`` is one) for a missing, unreadable,
-    truncated or non-image file, and for anything that is not a regular file (a FIFO, socket or
+    Raises ``OSError`` for a missing, unreadable, truncated or non-image file (for a file whose
+    format Pillow cannot identify, ``PIL.UnidentifiedImageError`` naming the file: "'x.png'
+    is not a readable image: ..."), and for anything that is not a regular file (a FIFO, socket or
     device named like an image is refused without being read, never waited on). An image
     over Pillow's decompression-bomb limit raises ``PIL.Image.DecompressionBombError``.
 
@@ -84,15 +87,28 @@ def load_image(path: str | os.PathLike[str]) -> Image.Image:
     except BaseException:
         os.close(fd)
         raise
-    with handle, Image.open(handle) as image:
-        image.load()
-        return image.convert("RGB")
+    name = os.fspath(path)
+    try:
+        with handle, Image.open(handle) as image:
+            image.load()
+            return image.convert("RGB")
+    except Image.UnidentifiedImageError:
+        message = f"'{name}' is not a readable image: {UNIDENTIFIED}"
+        raise Image.UnidentifiedImageError(message) from None
+    except (OSError, ValueError) as error:
+        text = str(error)
+        if "<_io." not in text:  # Pillow names the file object, not the file
+            raise
+        raise type(error)(re.sub(r"<_io\.\w+ name=[^>]*>", f"'{name}'", text)) from None
 
 
 def _reason(error: BaseException) -> str:
+    """Why an image could not be read, to follow its path in a listing."""
     text = str(error).strip() or type(error).__name__
     if isinstance(error, FileNotFoundError):
         return "no such file"
+    if isinstance(error, Image.UnidentifiedImageError):
+        return f"not a readable image: {UNIDENTIFIED}"
     if isinstance(error, OSError) and error.strerror == "not a regular file":
         return "not a regular file"
     return text.splitlines()[0]

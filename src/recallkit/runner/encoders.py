@@ -29,6 +29,8 @@ from recallkit.runner._errors import RunnerError
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+#: The seed of torch's generator for a randomly initialised torchvision model (``--random-init``).
+RANDOM_INIT_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -322,8 +324,9 @@ def _find_head(model: nn.Module) -> tuple[nn.Module, str | int, str] | None:
 
 def torchvision_encoder(
     name: str,
-    weights: str | os.PathLike[str],
+    weights: str | os.PathLike[str] | None = None,
     *,
+    random_init: bool = False,
     preprocessing: Preprocessing | None = None,
     device: str = "cpu",
     dtype: str = "float32",
@@ -332,36 +335,88 @@ def torchvision_encoder(
 ) -> Encoder:
     """A torchvision model by name (``torchvision.models.get_model``) with a local state dict.
 
+    ``weights`` is the state dict's file; with ``random_init=True`` (and no ``weights``) the
+    model keeps the random initialisation torchvision gives it, drawn from torch's generator
+    seeded with :data:`RANDOM_INIT_SEED` (the caller's generator is left as it was): a
+    baseline without a weights file, the same weights and embeddings on every run.
     ``head="drop"`` replaces the last linear classification layer (``fc``, ``classifier``,
     ``heads``, ``head``) by the identity, so the embedding is the penultimate feature; the
     weights file may then omit that layer. ``head="keep"`` embeds with the model's output.
-    The cache key holds the model name, the weights file's SHA-256, the head choice, the
+    The cache key holds the model name, the weights file's SHA-256 (for a random
+    initialisation, the seed and the SHA-256 of the initialised state), the head choice, the
     preprocessing, dtype and device, and ``encoder_id`` when given.
     """
     import torchvision
 
     if head not in ("drop", "keep"):
         raise RunnerError(f"--head must be 'drop' or 'keep'. Got {head!r}.")
+    if (weights is None) == (not random_init):
+        raise RunnerError(
+            f"The model {name} needs weights: a weights file (--weights FILE) or a random "
+            "initialisation (--random-init), one of the two."
+        )
     available = torchvision.models.list_models()
     if name not in available:
         close = difflib.get_close_matches(name, available, n=3)
         hint = f" Did you mean {', '.join(close)}?" if close else ""
         raise RunnerError(f"torchvision has no model named {name!r}.{hint}")
-    weights = Path(weights)
-    state = _read_state_dict(weights)
-    model = torchvision.models.get_model(name, weights=None)
+    if random_init:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(RANDOM_INIT_SEED)
+            model = torchvision.models.get_model(name, weights=None)
+    else:
+        weights = Path(weights)  # type: ignore[arg-type]
+        state = _read_state_dict(weights)
+        model = torchvision.models.get_model(name, weights=None)
     found = _find_head(model)
     if head == "drop" and found is None:
         raise RunnerError(
             f"Cannot find the classification layer of {name} to drop; use --head keep."
         )
+    if not random_init:
+        _load_weights(model, state, weights, name, found if head == "drop" else None)
+    if head == "drop" and found is not None:
+        parent, where, _ = found
+        if isinstance(where, int):
+            parent[where] = nn.Identity()
+        else:
+            setattr(parent, where, nn.Identity())
+    preprocessing = preprocessing or Preprocessing()
+    if random_init:
+        identity = f"torchvision:{name}:head={head}:random-init:seed={RANDOM_INIT_SEED}"
+        digest = state_digest(model)
+        info: dict[str, Any] = {"weights": f"random initialisation, seed {RANDOM_INIT_SEED}"}
+    else:
+        identity = f"torchvision:{name}:head={head}"
+        digest = file_digest(weights)  # type: ignore[arg-type]
+        info = {"weights": str(weights)}
+    return module_encoder(
+        model,
+        preprocessing.transform(),
+        identity=_with_id(identity, encoder_id),
+        digest=digest,
+        preprocessing=preprocessing.to_dict(),
+        device=device,
+        dtype=dtype,
+        info=info,
+    )
+
+
+def _load_weights(
+    model: nn.Module,
+    state: dict[str, torch.Tensor],
+    weights: Path,
+    name: str,
+    dropped: tuple[nn.Module, str | int, str] | None,
+) -> None:
+    """Load ``state`` into ``model``; the dropped head's keys may be absent."""
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as error:
         first = str(error).strip().splitlines()
         detail = " ".join(line.strip() for line in first[:3])
         raise RunnerError(f"The weights in '{weights}' do not fit {name}: {detail}") from None
-    prefix = found[2] if (found is not None and head == "drop") else None
+    prefix = dropped[2] if dropped is not None else None
     missing = [k for k in missing if not (prefix and k.startswith(prefix))]
     if missing or unexpected:
         parts = []
@@ -370,23 +425,6 @@ def torchvision_encoder(
         if unexpected:
             parts.append(f"{len(unexpected)} unexpected key(s), e.g. {', '.join(unexpected[:3])}")
         raise RunnerError(f"The weights in '{weights}' do not fit {name}: {'; '.join(parts)}.")
-    if head == "drop" and found is not None:
-        parent, where, _ = found
-        if isinstance(where, int):
-            parent[where] = nn.Identity()
-        else:
-            setattr(parent, where, nn.Identity())
-    preprocessing = preprocessing or Preprocessing()
-    return module_encoder(
-        model,
-        preprocessing.transform(),
-        identity=_with_id(f"torchvision:{name}:head={head}", encoder_id),
-        digest=file_digest(weights),
-        preprocessing=preprocessing.to_dict(),
-        device=device,
-        dtype=dtype,
-        info={"weights": str(weights)},
-    )
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """Run history: one JSON line per evaluation (``--history runs.jsonl --tag epoch-3``).
 
-Each line is a run record (see :func:`recallkit.runner.evaluate.run_record`) without the
+Each line is a run record (see :func:`recallkit.runner.pipeline.run_record`) without the
 per-query and per-class detail: the tag, the recall values, the counts and the setup.
 
 A run is appended as one line while the file is locked (``flock``), so runs that finish at the

@@ -187,18 +187,53 @@ def _listing(problems: list[str]) -> str:
     return shown + (f"; and {more} more" if more > 0 else "")
 
 
+_SEPARATORS = {",": "','", "\t": "tabs", ";": "';'", "|": "'|'"}
+
+
+def _other_separator(path: Path, lines: list[str], rows: list[list[str] | None], used: str) -> str:
+    """The hint for a manifest written with another separator, or ``""``.
+
+    It applies when no row splits on ``used`` while another separator is in every line.
+    """
+    if any(row is not None and len(row) > 1 for row in rows):
+        return ""
+    found = [s for s in _SEPARATORS if s != used and all(s in line for line in lines)]
+    if not found:
+        return ""
+    separator = found[0]
+    name = _SEPARATORS[separator]
+    suffix = path.suffix.lower()
+    if suffix == ".tsv":
+        reads = "recallkit reads .tsv files as tab-separated: separate the columns by tabs"
+        if separator == ",":
+            reads += ", or name the file .csv"
+    elif suffix == ".csv":
+        reads = "recallkit reads comma-separated files: separate the columns by commas"
+        if separator == "\t":
+            reads += ", or name the file .tsv"
+    else:
+        reads = (
+            "recallkit reads comma-separated files (tab-separated ones when the first line has "
+            "a tab, or the name ends in .tsv): separate the columns by commas"
+        )
+    return f"the file seems to use {name} as separator; {reads}"
+
+
 def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> ImageSet:
     """Read a CSV or TSV manifest with columns ``path,label[,id]``, one image per row.
 
     The delimiter is a tab for ``.tsv``, a comma for ``.csv``, else a tab if the first line has
-    one. A first row ``path,label[,id]`` is a header (then the columns may come in any order and
+    one. A manifest written with another separator (``;`` in a ``.csv``, commas in a ``.tsv``)
+    is refused with a message that names the separator it seems to use. A first row
+    ``path,label[,id]`` is a header (then the columns may come in any order and
     other columns are ignored). Blank lines and lines starting with ``#`` are skipped. Each
     line is one row: a quoted field cannot span lines, and an unterminated quote is an error
     naming the line. Relative paths are relative to the manifest's folder; a path that is not
     a regular file (a folder, a FIFO) is an error. The ``id`` column, when present, is the
     identity used for self-match exclusion (rows with equal ids never retrieve each other);
-    otherwise the resolved path is. Every row with a missing file or label is listed in the
-    error, with its line number.
+    otherwise the resolved path is. Every problem of the manifest is reported in one error,
+    by kind (lines that cannot be read, rows without a path or label, files that do not
+    exist), each kind with its first few rows and their line numbers, and a count.
 
     >>> import tempfile
     >>> root = Path(tempfile.mkdtemp())
@@ -224,21 +259,25 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
     if not numbered:
         raise RunnerError(f"The {what} '{path}' has no rows (expected path,label[,id]).")
     delimiter = _delimiter(path, numbered[0][1])
-    rows = []
+    kind = "TSV" if delimiter == "\t" else "CSV"
+    unreadable: list[str] = []
+    rows: list[list[str] | None] = []
     for line_no, line in numbered:
         if "\x00" in line:
-            raise RunnerError(f"The {what} '{path}' line {line_no} holds a NUL character.")
+            unreadable.append(f"line {line_no} holds a NUL character")
+            rows.append(None)
+            continue
         try:
             rows.append(next(csv.reader([line], delimiter=delimiter, strict=True)))
         except csv.Error as error:
-            raise RunnerError(
-                f"The {what} '{path}' line {line_no} cannot be read as "
-                f"{'TSV' if delimiter == chr(9) else 'CSV'}: {error} (an unterminated quote? "
-                "a quoted field cannot span lines)."
-            ) from None
+            unreadable.append(f"line {line_no} cannot be read as {kind}: {error}")
+            rows.append(None)
+    hint = _other_separator(path, [line for _, line in numbered], rows, delimiter)
+    if hint:
+        raise RunnerError(f"The {what} '{path}': {hint}.")
     columns = {"path": 0, "label": 1, "id": 2}
     width: int | None = None
-    first = [cell.strip().lower() for cell in rows[0]]
+    first = [cell.strip().lower() for cell in rows[0] or []]
     if "path" in first and "label" in first:
         columns = {name: first.index(name) for name in ("path", "label", "id") if name in first}
         numbered, rows = numbered[1:], rows[1:]
@@ -253,6 +292,8 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
     malformed: list[str] = []
     missing: list[str] = []
     for (line_no, _), row in zip(numbered, rows, strict=True):
+        if row is None:
+            continue
         cells = [cell.strip() for cell in row]
         if width is not None and len(cells) > width:
             malformed.append(f"line {line_no} has {len(cells)} fields, expected path,label[,id]")
@@ -279,15 +320,21 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
         items.append(full)
         labels.append(label)
         ids.append(ident or path_identity(full))
+    problems = []
+    if unreadable:
+        problems.append(
+            f"has {len(unreadable)} unreadable line(s) (an unterminated quote? a quoted field "
+            f"cannot span lines): {_listing(unreadable)}"
+        )
     if malformed:
-        raise RunnerError(
-            f"The {what} '{path}' has {len(malformed)} bad row(s): {_listing(malformed)}."
-        )
+        problems.append(f"has {len(malformed)} bad row(s): {_listing(malformed)}")
     if missing:
-        raise RunnerError(
-            f"The {what} '{path}' lists {len(missing)} file(s) that do not exist "
-            f"(relative paths are read from {base}): {_listing(missing)}."
+        problems.append(
+            f"lists {len(missing)} file(s) that do not exist (relative paths are read from "
+            f"{base}): {_listing(missing)}"
         )
+    if problems:
+        raise RunnerError(f"The {what} '{path}' " + ". It also ".join(problems) + ".")
     return ImageSet(tuple(items), tuple(labels), tuple(ids), f"{what} {path}", {"kind": "manifest"})
 
 

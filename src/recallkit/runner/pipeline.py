@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -24,6 +25,7 @@ import torch
 
 from recallkit import _checks
 from recallkit._codes import dense_codes
+from recallkit.definitions import definitions
 from recallkit.neighbors import nearest_neighbors
 from recallkit.retrieval import recall_at_k
 from recallkit.result import Result as RecallResult
@@ -63,6 +65,15 @@ class Run:
         if self.query.ids is None or self.gallery.ids is None:
             return None
         return self.query.ids, self.gallery.ids
+
+    @property
+    def definitions(self) -> dict[str, Any]:
+        """The definitions of the result (:func:`recallkit.definitions.definitions`).
+
+        Self-matches are excluded by identity (``"ids"``) when both sides have identities, and
+        not at all (``"none"``) otherwise; lone queries are skipped.
+        """
+        return definitions(self.metric, "ids" if self.ids is not None else "none")
 
 
 def _say(progress: bool | None) -> Callable[[str], None]:
@@ -492,11 +503,37 @@ def failure_grid(
 
     The worst queries are those whose first correct neighbour ranks lowest
     (:func:`~recallkit.runner.grid.worst_queries`); neighbours come from :func:`top_k`. The
-    file is a PNG or a self-contained HTML page, by its extension.
+    file is a PNG or a self-contained HTML page, by its extension. When no query misses (every
+    evaluated query's nearest gallery image shares its label) there is no failure to show:
+    the grid then shows the first queries under a title that says so
+    (:func:`grid_title`), and a ``UserWarning`` says it too.
     """
     from recallkit.runner.grid import draw_grid
 
-    return draw_grid(_grid_rows(run, k, queries), out, title=title)
+    return draw_grid(_grid_rows(run, k, queries), out, title=grid_title(run, title))
+
+
+def grid_title(run: Run, title: str | None = None) -> str | None:
+    """The failure grid's title: ``title``, or, when no query misses, one that says so.
+
+    With no miss a ``UserWarning`` says that there is no failure to show.
+    """
+    result = run.result
+    evaluated = int(result.num_evaluated)
+    if evaluated == 0 or bool((result.first_hit_ranks[result.evaluated] > 0).any()):
+        return title
+    warnings.warn(
+        f"no failure to show: each of the {evaluated} evaluated queries has a gallery image of "
+        "its label at rank 0 (recall@1 = 1); the failure grid shows the first queries, titled "
+        "so.",
+        UserWarning,
+        stacklevel=3,
+    )
+    text = (
+        f"No failures: each of the {evaluated} evaluated queries finds an image of its label "
+        "at rank 0; the first queries are shown"
+    )
+    return f"{text} ({title})" if title else text
 
 
 def _grid_rows(run: Run, k: int, queries: int) -> list[Any]:
@@ -521,7 +558,7 @@ def render_failure_grid(
     """The bytes of the :func:`failure_grid` file with extension ``suffix``, not written."""
     from recallkit.runner.grid import render_grid
 
-    return render_grid(_grid_rows(run, k, queries), suffix, title=title)
+    return render_grid(_grid_rows(run, k, queries), suffix, title=grid_title(run, title))
 
 
 # --- the run file (--json) -----------------------------------------------------------------
@@ -554,7 +591,10 @@ def run_record(
     ``queries`` holds, row for row, each query's identity, label, image path (absolute;
     ``null`` for an in-memory image) and first-hit rank (0-indexed, ``-1`` for an excluded
     query): what ``recallkit compare`` pairs two runs on (identity and path together, since a
-    manifest's ids may repeat).
+    manifest's ids may repeat). ``definitions`` holds the definitions the values rest on
+    (similarity, tie rule, exactness, self-exclusion, lone queries, K clamp, versions) and
+    their ``id`` (:mod:`recallkit.definitions`): ``compare`` refuses two runs whose
+    definitions differ, and ``plot`` marks them.
     """
     result = run.result
     q_ids = run.query.ids
@@ -570,6 +610,7 @@ def run_record(
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "tag": tag,
         "metric": run.metric,
+        "definitions": run.definitions,
         "ks": list(result.ks),
         "effective_ks": list(result.effective_ks),
         "recall": result.json_metrics(),

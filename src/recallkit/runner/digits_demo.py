@@ -32,7 +32,7 @@ from torch import nn
 from recallkit._atomic import atomic_write
 from recallkit.runner.encode import load_image
 from recallkit.runner.encoders import Encoder, state_digest
-from recallkit.runner.evaluate import (
+from recallkit.runner.pipeline import (
     Run,
     dumps_record,
     run_evaluation,
@@ -159,9 +159,9 @@ def run_demo(
     """Run the demo (see the module docstring); ``fast`` is one epoch on 40 images per class."""
     from pytorch_metric_learning import losses, miners
 
-    from recallkit.runner.evaluate import failure_grid
     from recallkit.runner.history import append_history
-    from recallkit.runner.plot import plot_history
+    from recallkit.runner.history_plot import plot_history
+    from recallkit.runner.pipeline import failure_grid
 
     started = time.perf_counter()
     out = Path(out)
@@ -246,7 +246,7 @@ def run_demo(
     return DemoResult(out, runs, history, plot, grid, seconds)
 
 
-def main() -> int:  # pragma: no cover - convenience for ``python -m recallkit.runner.demo``
+def main() -> int:  # pragma: no cover - convenience for ``python -m recallkit.runner.digits_demo``
     run_demo(fast="--fast" in sys.argv)
     return 0
 
