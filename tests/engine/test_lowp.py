@@ -1,0 +1,463 @@
+"""Low-precision CPU filter tiles (:mod:`recallkit.engine.lowp`): the error bounds hold against
+an independent float64 reference, on random and on adversarial rows.
+
+The reference is computed here: products of float32 values are exact in float64, summed with
+``math.fsum`` (correctly rounded) for small cases, or by a float64 GEMM less its own rounding
+bound ``γ_w Σ|x_k y_k|`` (``u = 2^-53``) for larger ones. Each assertion is ``|tile - x·y| <=
+eps`` with the reference's error subtracted from ``eps``; the adversarial cases also assert that
+the actual error comes close to ``eps`` (so that a bound half as large would fail them).
+
+Measured on Gaussian unit rows (256 × 256 rows; ``eps`` is the window half-width, the ratio is
+``eps_i / max_j |tile - x·y|``, medians over rows):
+
+============  ====  ========  ============
+precision     w     eps       bound/actual
+============  ====  ========  ============
+int8          128   0.021     5.8
+int8          512   0.027     11.2
+bfloat16      128   0.0076    9.3
+bfloat16      512   0.0074    17.9
+============  ====  ========  ============
+
+With ``value_relative=True``, bfloat16's bound is ``0.0037 + 0.0039 |tile|`` at ``w = 128``
+(``0.0043`` at each row's 10th best score of 256). For comparison, the engine's float32 bound
+on unit rows is ``2 (w + 9) 2^-24``: ``1.6e-5`` at ``w = 128``.
+
+A Cauchy–Schwarz bound against the worst row of the other side is loose by about ``sqrt(w)`` on
+random rows, whose rounding errors do not align; the adversarial rows show it is attained.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+
+from recallkit.engine import lowp
+
+LOW = ("int8", "bfloat16")
+WIDTHS = (1, 2, 7, 128, 513, 2049)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def unit_rows(rng: np.random.Generator, n: int, w: int) -> np.ndarray:
+    g = rng.standard_normal((n, w))
+    return (g / np.linalg.norm(g, axis=1, keepdims=True)).astype(np.float32)
+
+
+def exact_dots(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``x·y`` for every pair of rows in float64, and a bound on its distance to the exact value."""
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    w = x.shape[1]
+    if x.shape[0] * y.shape[0] <= 4096:
+        ref = np.array([[math.fsum(xi * yj) for yj in y64] for xi in x64]).reshape(
+            x.shape[0], y.shape[0]
+        )
+        return ref, 2.0**-52 * np.abs(ref) + 2.0**-1074
+    ref = x64 @ y64.T
+    return ref, 2.0 * (w + 2) * 2.0**-53 * (np.abs(x64) @ np.abs(y64).T) + 2.0**-1074
+
+
+def check(precision, x, y, a_rows=None, b_rows=None):
+    """Assert both bound forms for every pair; return (max error per row, eps)."""
+    a, b = lowp.prepare(x, precision), lowp.prepare(y, precision)
+    ra = range(*a_rows) if a_rows else range(x.shape[0])
+    rb = range(*b_rows) if b_rows else range(y.shape[0])
+    tile = np.full((len(ra), len(rb)), np.nan, np.float32)
+    lowp.tile_product(a, b, tile, a_rows, b_rows)
+    eps = lowp.row_bounds(a, b, a_rows, b_rows)
+    e, r = lowp.row_bounds(a, b, a_rows, b_rows, value_relative=True)
+    ref, ref_err = exact_dots(x[ra.start : ra.stop], y[rb.start : rb.stop])
+    err = np.abs(tile.astype(np.float64) - ref)
+    assert eps.shape == (len(ra),) and np.all(np.isfinite(eps))
+    assert np.all(err <= eps[:, None] - ref_err), np.max(err - eps[:, None])
+    assert np.all(err <= e[:, None] + r * np.abs(tile) - ref_err)
+    return (err + ref_err).max(axis=1), eps
+
+
+# --------------------------------------------------------------------------------------------
+# The bound holds
+
+
+@pytest.mark.parametrize("precision", LOW)
+@pytest.mark.parametrize("w", WIDTHS)
+def test_bound_on_gaussian_rows(precision, w):
+    rng = np.random.default_rng(w)
+    check(precision, unit_rows(rng, 48, w), unit_rows(rng, 40, w))
+
+
+def _pair(value_x, value_y, w, rows=8):
+    x = np.tile(np.asarray(value_x, np.float32).reshape(1, -1), (rows, 1))
+    y = np.tile(np.asarray(value_y, np.float32).reshape(1, -1), (rows, 1))
+    return np.broadcast_to(x, (rows, w)).copy(), np.broadcast_to(y, (rows, w)).copy()
+
+
+def _bf16_cases(w):
+    """Adversarial bfloat16 rows: name -> (x, y, minimal attained fraction of eps)."""
+    k = np.arange(w)
+    c = 2.0**-5
+    below = np.float32(c * (1 + 2.0**-8 - 2.0**-23))  # just below the midpoint: rounds down
+    above = np.float32(c * (1 + 2.0**-8 + 2.0**-23))  # just above: rounds up
+    signs = np.where(k % 3 == 0, -1.0, 1.0)
+    trunc = np.zeros(w)
+    trunc[0], trunc[1:2] = 1.0, 2.0**-3 * (1 - 2.0**-7)
+    one_large = np.full(w, 2.0**-12 * (1 + 2.0**-8 - 2.0**-23))
+    one_large[0] = 1.0
+    cases = {
+        # input roundings all of one sign along parallel rows; w = 257 also ties on output
+        "below": (*_pair(below, below, w), 0.99 if w == 257 else 0.6),
+        "above": (*_pair(above, above, w), 0.3),
+        "signed": (*_pair(below * signs, below * signs, w), 0.6),
+        "one_large": (*_pair(one_large, one_large, w), 0.0),
+        "truncation": (*_pair(trunc, trunc, w), 0.0),
+        "small_terms": (*_pair(np.where(k < 64, 1.0, 2.0**-8), np.ones(w), w), 0.0),
+    }
+    return cases
+
+
+def _int8_cases(w):
+    k = np.arange(w)
+    s = 2.0**-7
+    spike = np.full(w, 2.0**-12)
+    spike[0] = 1.0
+    cases = {
+        # residuals parallel to the rows: Cauchy–Schwarz is an equality
+        "below": (*_pair((100.5 - 2.0**-16) * s, (100.5 - 2.0**-16) * s, w), 0.999),
+        "above": (*_pair((100.5 + 2.0**-16) * s, (100.5 + 2.0**-16) * s, w), 0.999),
+        "ties": (*_pair(100.5 * s, 100.5 * s, w), 0.999),  # round half to even: down
+        "spike": (*_pair(spike, spike, w), 0.0),
+        "saturation": (*_pair(127 * s, np.where((k // 2) % 3 == 2, -127, 127) * s, w), 0.0),
+        "odd_codes": (*_pair(127 * s, (2 * (k % 64) - 63.0) * s, w), 0.0),
+    }
+    return cases
+
+
+@pytest.mark.parametrize("w", (1, 7, 63, 257, 2049))
+@pytest.mark.parametrize("precision", LOW)
+def test_bound_on_adversarial_rows(precision, w):
+    cases = _int8_cases(w) if precision == "int8" else _bf16_cases(w)
+    for name, (x, y, attained) in cases.items():
+        err, eps = check(precision, x, y)
+        if attained and w > 1:
+            assert np.all(err >= attained * eps), (name, np.min(err / eps))
+
+
+def test_bf16_output_rounding_is_to_8_bits():
+    """A sum that ties in bfloat16 (257 c², nearest even 256 c²) on top of aligned input
+    roundings: the error is 3.012 c², which a bound with output rounding 2^-9 (2.51 c²) misses."""
+    c = 2.0**-5
+    x, y = _pair(
+        np.float32(c * (1 + 2.0**-8 - 2.0**-23)), np.float32(c * (1 + 2.0**-8 - 2.0**-23)), 257
+    )
+    err, eps = check("bfloat16", x, y)
+    assert np.all(err > 3.01 * c * c) and np.all(err > 0.997 * eps)
+
+
+def _sequential_float32_bf16(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """bfloat16 tiles summed in float32 in index order (one legitimate kernel order)."""
+    xh = torch.from_numpy(x).bfloat16().float().numpy()
+    yh = torch.from_numpy(y).bfloat16().float().numpy()
+    acc = np.zeros((x.shape[0], y.shape[0]), np.float32)
+    for k in range(x.shape[1]):
+        acc += np.multiply.outer(xh[:, k], yh[:, k])  # exact products, float32 additions
+    return torch.from_numpy(acc).bfloat16().float().numpy()
+
+
+@pytest.mark.parametrize("w", (1025, 2049))
+def test_bf16_bound_covers_float32_accumulation(w):
+    """``1 + 2^-8`` then ``w - 2`` terms of ``2^-24`` along parallel rows: summed in index order
+    each small term ties and is dropped, and the result ties in bfloat16 too. The float32
+    accumulation error ``(w - 2) 2^-24`` is what ``γ_w ν̂ N̂`` is for; the bound is attained."""
+    row = np.full(w, 2.0**-12, np.float32)
+    row[:2] = 1.0, 2.0**-4
+    x, y = _pair(row, row, w)
+    a, b = lowp.prepare_bf16(x), lowp.prepare_bf16(y)
+    eps = lowp.row_bounds(a, b)
+    ref, ref_err = exact_dots(x, y)
+    tile = _sequential_float32_bf16(x, y)
+    assert np.all(tile == 1.0)
+    err = np.abs(tile - ref)
+    assert np.all(err <= eps[:, None] - ref_err) and np.all(err >= 0.99 * eps[:, None])
+    check("bfloat16", x, y)  # and torch's kernel, whatever its order
+
+
+def test_product_terms_follow_the_derivation():
+    assert lowp.product_terms("int8", 100) == (2.0**-24, 2.0**-125)
+    g = Fraction(257, 2**24) / (1 - Fraction(257, 2**24))
+    c, a = lowp.product_terms("bfloat16", 257)
+    exact = g + Fraction(1, 256) * (1 + g)
+    assert exact <= Fraction(c) <= exact * (1 + Fraction(1, 10**12))
+    assert a == 258 * 2.0**-123
+
+
+@pytest.mark.parametrize("precision", LOW)
+def test_rows_of_very_different_norms(precision):
+    """Per-row bounds: tiny rows get tiny windows and still hold, whatever shares their chunk."""
+    rng = np.random.default_rng(5)
+    w = 65
+    scales = np.array([1, 2.0**-10, 2.0**-40, 2.0**-100, 2.0**-120, 2.0**-126, 0, 1], np.float32)
+    x = unit_rows(rng, 8, w) * scales[:, None]
+    y = unit_rows(rng, 6, w)
+    y[1] *= 2.0**-30
+    _, eps = check(precision, x, y)
+    assert eps[1] < 2.0**-9 * eps[0] and eps[2] < 2.0**-30 * eps[0] and eps[6] < 2.0**-100
+
+
+@pytest.mark.parametrize("precision", LOW)
+def test_values_near_underflow(precision):
+    """Subnormal float32 inputs, and products far below float32's range, also of rows exactly
+    representable in low precision (no residual: only the underflow term covers them)."""
+    rng = np.random.default_rng(6)
+    w = 33
+    tiny = (rng.standard_normal((6, w)) * 2.0**-131).astype(np.float32)  # subnormal
+    small = (rng.standard_normal((6, w)) * 2.0**-70).astype(np.float32)
+    grid = (rng.integers(-127, 128, (6, w)) * 2.0**-80).astype(np.float32)  # tile ~ 2^-141
+    mixed = unit_rows(rng, 6, w)
+    mixed[:, ::2] = tiny[:, ::2]
+    x = np.concatenate([tiny, small, mixed])
+    for y in (x, unit_rows(rng, 5, w), small):
+        check(precision, x, y)
+    assert lowp.prepare(grid, precision).residual.max() == 0
+    check(precision, grid, grid)
+
+
+@pytest.mark.parametrize("precision", LOW)
+def test_ranges_and_strided_output(precision):
+    rng = np.random.default_rng(7)
+    x, y = unit_rows(rng, 50, 31), unit_rows(rng, 40, 31)
+    check(precision, x, y, (3, 41), (5, 17))
+    a, b = lowp.prepare(x, precision), lowp.prepare(y, precision)
+    big = np.full((64, 64), 7.0, np.float32)
+    lowp.tile_product(a, b, big[10:48, 20:32], (3, 41), (5, 17))
+    full = lowp.tile_product(a, b, np.empty((50, 40), np.float32))
+    assert np.all(big[:10] == 7) and np.all(big[:, :20] == 7) and np.all(big[:, 32:] == 7)
+    sub, ref = big[10:48, 20:32], full[3:41, 5:17]
+    if precision == "int8":
+        assert np.array_equal(sub, ref)  # exact int32 sums: the tile shape cannot matter
+    else:
+        eps = lowp.row_bounds(a, b)[3:41]
+        assert np.all(np.abs(sub - ref) <= 2 * eps[:, None])
+
+
+# --------------------------------------------------------------------------------------------
+# The bound is not absurdly loose
+
+
+@pytest.mark.parametrize(
+    ("precision", "w", "max_eps", "max_ratio"),
+    [
+        ("int8", 128, 0.03, 9),
+        ("int8", 512, 0.035, 17),
+        ("bfloat16", 128, 0.0085, 14),
+        ("bfloat16", 512, 0.0085, 27),
+    ],
+)
+def test_bound_is_not_absurdly_loose(precision, w, max_eps, max_ratio):
+    rng = np.random.default_rng(w)
+    x, y = unit_rows(rng, 256, w), unit_rows(rng, 256, w)
+    err, eps = check(precision, x, y)
+    ratio = np.median(eps / err)
+    assert 1 < ratio < max_ratio and np.median(eps) < max_eps
+
+
+# --------------------------------------------------------------------------------------------
+# Preparation
+
+
+def _norm_bound_ok(bound: float, v: np.ndarray) -> bool:
+    """``bound >= ‖v‖`` exactly (rationals), and not inflated beyond 1e-12."""
+    sq = sum((Fraction(float(t)) ** 2 for t in v), Fraction(0))
+    b = Fraction(float(bound))
+    return b * b >= sq and (sq == 0 or float(b * b / sq) < 1 + 1e-12)
+
+
+def test_int8_round_trip():
+    rng = np.random.default_rng(8)
+    x = np.concatenate([unit_rows(rng, 6, 37) * np.float32(2.0**-k) for k in (0, 3, 60)])
+    x[0] *= np.float32(0.1)
+    x[0, 5] = 127 * 2.0**-8  # a maximum exactly on 127 s
+    x[1, :] = 0
+    x[2, 0] = 1.0  # max 1: s = 2^-6 (127 · 2^-7 < 1)
+    x[3, :] = 1e-36  # below 127 · 2^-100: clamped scale, codes 0
+    side = lowp.prepare_int8(x)
+    codes = side.codes.numpy()
+    assert side.codes.dtype == torch.int8 and side.codes.is_contiguous()
+    for i, row in enumerate(x.astype(np.float64)):
+        m = float(np.abs(row).max())
+        s = 2.0**-100
+        while 127 * s < m:
+            s *= 2
+        assert side.scale[i] == s and side.scale32[i] == np.float32(s)
+        q = np.array([round(Fraction(float(t)) / Fraction(s)) for t in row])  # half to even
+        assert np.array_equal(codes[i], q) and np.abs(q).max() <= 127
+        deq = side.dequantised()[i]
+        assert all(Fraction(float(d)) == Fraction(s) * int(c) for d, c in zip(deq, q, strict=True))
+        assert _norm_bound_ok(side.norm[i], deq)
+        assert _norm_bound_ok(side.source_norm[i], row)
+        assert _norm_bound_ok(side.residual[i], row - deq)  # exact float64 residual
+    assert side.scale[2] == 2.0**-6 and side.scale[0] == 2.0**-8 and np.all(codes[3] == 0)
+
+
+def test_bf16_round_trip():
+    rng = np.random.default_rng(9)
+    x = unit_rows(rng, 4, 41)
+    # value -> its bfloat16: ties to even, just above a tie, subnormals (flushed), rounding up
+    # into the normal range, carry into the exponent
+    special = {
+        1 + 2.0**-8: 1.0,
+        1 + 3 * 2.0**-8: 1 + 2.0**-6,
+        1 + 2.0**-8 + 2.0**-23: 1 + 2.0**-7,
+        -(1 + 2.0**-8): -1.0,
+        2.0**-127: 0.0,
+        2.0**-126 * (1 - 2.0**-9): 2.0**-126,
+        2.0**-126 * (1 - 2.0**-7): 0.0,
+        -0.0: 0.0,
+        65504.0: 65536.0,
+    }
+    expect = list(special.values())
+    x = np.concatenate([x, np.resize(np.array(list(special), np.float32), (1, 41))])
+    side = lowp.prepare_bf16(x)
+    deq = side.dequantised()
+    assert deq[4, : len(expect)].tolist() == expect
+    reference = torch.from_numpy(x).bfloat16().float().numpy().astype(np.float64)
+    reference[np.abs(reference) < 2.0**-126] = 0.0  # subnormals flushed at preparation
+    assert np.array_equal(deq, reference)
+    for i, row in enumerate(x.astype(np.float64)):
+        assert _norm_bound_ok(side.norm[i], deq[i])
+        assert _norm_bound_ok(side.source_norm[i], row)
+        assert _norm_bound_ok(side.residual[i], row - deq[i])
+
+
+@pytest.mark.parametrize("precision", LOW)
+def test_preparation_is_per_row(precision, monkeypatch):
+    rng = np.random.default_rng(10)
+    x = unit_rows(rng, 30, 19) * (2.0 ** -rng.integers(0, 90, 30)).astype(np.float32)[:, None]
+    whole = lowp.prepare(x, precision)
+    monkeypatch.setattr(lowp, "_BATCH_ELEMENTS", 19 * 4)  # batches of 4 rows
+    batched = lowp.prepare(x, precision)
+    perm = rng.permutation(30)
+    shuffled = lowp.prepare(x[perm], precision)
+    for i in range(30):
+        alone = lowp.prepare(x[i : i + 1], precision)
+        j = int(np.flatnonzero(perm == i)[0])
+        for side, k in ((whole, i), (batched, i), (shuffled, j)):
+            assert np.array_equal(side.dequantised()[k], alone.dequantised()[0])
+            for field in ("norm", "residual", "source_norm"):
+                assert getattr(side, field)[k] == getattr(alone, field)[0]
+
+
+def test_int8_tile_is_exact_below_2_24():
+    """int32 sums converted exactly and scaled by powers of two: no rounding at all."""
+    rng = np.random.default_rng(11)
+    x = unit_rows(rng, 20, 1000) * np.float32(2.0**-3)
+    y = unit_rows(rng, 30, 1000) * np.float32(2.0**20)  # scales above 1
+    a, b = lowp.prepare_int8(x), lowp.prepare_int8(y)
+    tile = lowp.tile_product(a, b, np.empty((20, 30), np.float32))
+    v = a.codes.numpy().astype(np.int64) @ b.codes.numpy().astype(np.int64).T
+    assert np.abs(v).max() <= 2**24
+    assert np.array_equal(tile, (v * a.scale[:, None] * b.scale[None, :]).astype(np.float32))
+
+
+def test_int32_overflow_is_refused():
+    assert lowp.INT8_MAX_WIDTH * 255 * 128 < 2**31 <= (lowp.INT8_MAX_WIDTH + 1) * 255 * 128
+    assert lowp.INT8_MAX_WIDTH * 127**2 < 2**31
+    for w in (lowp.INT8_MAX_WIDTH, lowp.INT8_MAX_WIDTH + 1):
+        x = np.full((1, w), 127 * 2.0**-7, np.float32)
+        side = lowp.prepare_int8(x)
+        out = np.empty((1, 1), np.float32)
+        if w > lowp.INT8_MAX_WIDTH:
+            with pytest.raises(ValueError, match="int32"):
+                lowp.tile_product(side, side, out)
+        else:
+            lowp.tile_product(side, side, out)
+            assert out[0, 0] == np.float32(w * 127 * 127 * 2.0**-14)
+
+
+def test_invalid_inputs_are_refused():
+    x = np.ones((2, 4), np.float32)
+    with pytest.raises(ValueError):
+        lowp.prepare_int8(np.array([[np.inf, 0]], np.float32))
+    with pytest.raises(ValueError):
+        lowp.prepare_bf16(np.array([[np.nan, 0]], np.float32))
+    with pytest.raises(ValueError):
+        lowp.prepare_bf16(x.astype(np.float64))
+    with pytest.raises(ValueError):
+        lowp.prepare(x, "float16")
+    with pytest.raises(TypeError):
+        lowp.tile_product(lowp.prepare_int8(x), lowp.prepare_bf16(x), np.empty((2, 2), np.float32))
+    with pytest.raises(ValueError):
+        lowp.tile_product(
+            lowp.prepare_int8(x), lowp.prepare_int8(x[:, :3]), np.empty((2, 2), np.float32)
+        )
+    with pytest.raises(ValueError):
+        lowp.tile_product(lowp.prepare_int8(x), lowp.prepare_int8(x), np.empty((2, 3), np.float32))
+
+
+# --------------------------------------------------------------------------------------------
+# Capabilities, timing, self-check
+
+
+def _flags_here() -> set[str]:
+    try:
+        text = open("/proc/cpuinfo", encoding="utf-8").read()
+    except OSError:
+        return set()
+    return {
+        f
+        for line in text.splitlines()
+        if line.startswith("flags")
+        for f in line.split(":")[1].split()
+    }
+
+
+def test_worth_timing_follows_the_flags():
+    flags = _flags_here()
+    assert flags <= lowp.cpu_flags()
+    assert "torch:" + torch.backends.cpu.get_cpu_capability().lower() in lowp.cpu_flags()
+    expect = ["float32"]
+    if flags & {"avx512_bf16", "amx_bf16"}:
+        expect.append("bfloat16")
+    if flags & {"avx512_vnni", "avx_vnni", "amx_int8"}:
+        expect.append("int8")
+    assert lowp.worth_timing() == tuple(expect)
+    if not flags & {"avx512_bf16", "amx_bf16", "avx512_vnni", "avx_vnni", "amx_int8"}:
+        assert lowp.worth_timing() == ("float32",)  # this machine (AVX2 only)
+    assert lowp.worth_timing(frozenset({"amx_bf16", "amx_int8"})) == ("float32", "bfloat16", "int8")
+    assert lowp.worth_timing(frozenset({"avx_vnni"})) == ("float32", "int8")
+    assert lowp.worth_timing(frozenset()) == ("float32",)
+
+
+@pytest.mark.parametrize("precision", LOW)
+def test_verify_passes_here_and_catches_a_weaker_arithmetic(precision, monkeypatch):
+    assert lowp.verify(precision, widths=(1, 63, 257))
+    if precision == "bfloat16":  # a bound assuming output rounding to 9 bits is caught
+        monkeypatch.setattr(lowp, "BF16_UNIT", 2.0**-9)
+    else:  # and a bound half as large
+        monkeypatch.setattr(lowp, "_round_up", lambda v: v * 0.5)
+    assert not lowp.verify(precision, widths=(257,))
+
+
+def test_probe_rate():
+    threads = torch.get_num_threads()
+    for precision in lowp.PRECISIONS:
+        rate = lowp.probe_rate(precision, 33, rows=64, repeats=1)
+        assert math.isfinite(rate) and rate > 1e6
+    assert torch.get_num_threads() == threads
+    with pytest.raises(ValueError):
+        lowp.probe_rate("float16", 8)
+
+
+def test_window_ratio():
+    assert lowp.window_ratio(np.array([0.5, 1.5]), np.array([0.25, 0.25])) == 4.0
+    assert lowp.window_ratio(np.zeros(2), np.zeros(2)) == 1.0
+    assert lowp.window_ratio(np.ones(2), np.zeros(2)) == math.inf
