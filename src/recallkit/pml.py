@@ -17,7 +17,7 @@ from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
 from recallkit import _checks, engine, metrics
 from recallkit._codes import dense_codes
-from recallkit.neighbors import nearest_neighbors
+from recallkit.neighbors import id_codes, nearest_neighbors
 from recallkit.options import Options
 from recallkit.retrieval import retrieval_metrics
 
@@ -103,6 +103,8 @@ class ExactKNN:
             raise _checks.fail(
                 func, "reference", f"at least {n} rows when ref_includes_query=True", m
             )
+        if exclude_ids is not None:
+            id_codes(exclude_ids, n, m, func)  # checked here, to name ExactKNN
         if k == 0:
             on_query = tensor_input or self.device is None
             device = query.device if on_query else torch.device(self.device)

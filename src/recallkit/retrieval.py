@@ -107,7 +107,7 @@ def build(
     """Validate the label-form arguments of ``func`` and build its problem."""
     same = same_rows(query, reference)
     if query_in_reference is None:
-        if same:
+        if same and query_ids is None:
             raise _self_match_error(func)
         query_in_reference = False
     query_in_reference = check_flag(query_in_reference, func, "query_in_reference")

@@ -1,10 +1,9 @@
 import pytest
 
-from recallkit import _kernels
-
 
 @pytest.fixture(params=["numba", "torch"])
 def backend(request, monkeypatch):
-    """Run a test with each kernel back end (torch is the one CUDA uses)."""
-    monkeypatch.setattr(_kernels, "_use_numba", lambda scores, b: request.param == "numba")
+    """Run a test with each CPU back end: numba tiles, and the torch path that CUDA runs
+    (``RECALLKIT_BACKEND``, the engine's public switch)."""
+    monkeypatch.setenv("RECALLKIT_BACKEND", request.param)
     return request.param

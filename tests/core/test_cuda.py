@@ -31,9 +31,9 @@ def test_cuda_equals_cpu(precision):
         x, x, labels, labels, (1, 5), query_in_reference=True, device="cuda", precision=precision
     )
     np.testing.assert_array_equal(cpu.first_hit_ranks, gpu.first_hit_ranks)
-    assert map_at_r(x, x, labels, labels, query_in_reference=True) == map_at_r(
+    assert float(map_at_r(x, x, labels, labels, query_in_reference=True)) == float(map_at_r(
         x, x, labels, labels, query_in_reference=True, device="cuda", precision=precision
-    )
+    ))
     a = nearest_neighbors(x[:100], x, 10)
     b = nearest_neighbors(
         torch.from_numpy(x[:100]).cuda(), torch.from_numpy(x).cuda(), 10, precision=precision
@@ -89,8 +89,8 @@ def _results(x, labels, device, precision="float32", chunk_size=None, metric="co
     return {
         "ranks": recall_at_k(x, x, labels, labels, (1, 10), **gpu).first_hit_ranks.tolist(),
         "coarse": recall_at_k(x, x, coarse, coarse, (1,), **gpu).first_hit_ranks.tolist(),
-        "map_at_r": map_at_r(x, x, labels, labels, **gpu),
-        "r_precision": r_precision(x, x, labels, labels, **gpu),
+        "map_at_r": float(map_at_r(x, x, labels, labels, **gpu)),
+        "r_precision": float(r_precision(x, x, labels, labels, **gpu)),
         "slots": ground_truth_ranks_from_embeddings(
             x, x, targets, reduce="none", metric=metric, chunk_size=chunk_size,
             device=device, precision=precision,
@@ -133,7 +133,7 @@ def test_host_syncs_per_call_do_not_grow_with_chunks(precision):
         kw = dict(query_in_reference=True, chunk_size=chunk, precision=precision)
         return {
             "recall_at_k": lambda: recall_at_k(xc, xc, labels, labels, (1, 10), **kw),
-            "map_at_r": lambda: map_at_r(xc, xc, labels, labels, **kw),
+            "map_at_r": lambda: float(map_at_r(xc, xc, labels, labels, **kw)),
             "slots": lambda: ground_truth_ranks_from_embeddings(
                 xc, xc, targets, reduce="none", chunk_size=chunk, precision=precision
             ),

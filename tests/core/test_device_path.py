@@ -18,17 +18,19 @@ import pytest
 import torch
 
 from recallkit import (
-    _device,
-    _engine,
-    _kernels,
+    engine,
     ground_truth_ranks_from_embeddings,
     map_at_r,
     nearest_neighbors,
     recall_at_k,
 )
+from recallkit.engine import device, exact
 from tests import brute
 
-ENGINE = ("recallkit._engine", "recallkit._device", "recallkit._kernels")
+ENGINE = tuple(
+    f"recallkit.engine.{name}"
+    for name in ("device", "exact", "filters", "pairs", "ties", "space", "protocol")
+)
 HOST_READS = (
     "cpu",
     "item",
@@ -44,7 +46,7 @@ HOST_READS = (
 
 @pytest.fixture
 def torch_path(monkeypatch):
-    monkeypatch.setattr(_kernels, "_use_numba", lambda tensor, backend: False)
+    monkeypatch.setenv("RECALLKIT_BACKEND", "torch")
 
 
 def _count_host_reads(monkeypatch) -> collections.Counter:
@@ -87,16 +89,14 @@ def _calls(x, labels, coarse, targets, chunk, precision="float32"):
         "recall_at_k coarse": recall_at_k(
             x, x, coarse, coarse, (1,), **kw
         ).first_hit_ranks.tolist(),
-        "map_at_r": map_at_r(x, x, labels, labels, **kw),
+        "map_at_r": float(map_at_r(x, x, labels, labels, **kw)),
         "ground_truth_ranks min": ground_truth_ranks_from_embeddings(
             x, x, targets, chunk_size=chunk, precision=precision
         ).tolist(),
         "ground_truth_ranks none": ground_truth_ranks_from_embeddings(
             x, x, targets, reduce="none", chunk_size=chunk, precision=precision
         ).tolist(),
-        "nearest_neighbors": [
-            t.tolist() for t in nearest_neighbors(x, x, 6, **kw)
-        ],
+        "nearest_neighbors": [t.tolist() for t in nearest_neighbors(x, x, 6, **kw)],
     }
 
 
@@ -159,9 +159,9 @@ def test_host_reads_per_function(torch_path, monkeypatch):
                 seen.setdefault(chunk, {})[name] = sum(counts.values()) - before
     assert seen[32] == seen[128]
     # A handful per call, all outside the chunk loop: preparing the inputs (row norms, scales,
-    # exclusion and label pairs, most of them host tensors), and the one transfer of the results
-    # (ranked lists: the flags, then the lists).
-    assert max(seen[32].values()) <= 16
+    # exclusion and label pairs, most of them host tensors), the first chunk's exact window
+    # sizes (it learns the capacities), and one transfer per field of the results.
+    assert max(seen[32].values()) <= 24
 
 
 def _runs(x, labels, coarse, targets, chunk):
@@ -169,7 +169,7 @@ def _runs(x, labels, coarse, targets, chunk):
     return {
         "recall_at_k": lambda: recall_at_k(x, x, labels, labels, (1,), **kw),
         "recall_at_k coarse": lambda: recall_at_k(x, x, coarse, coarse, (1,), **kw),
-        "map_at_r": lambda: map_at_r(x, x, labels, labels, **kw),
+        "map_at_r": lambda: float(map_at_r(x, x, labels, labels, **kw)),
         "ground_truth_ranks none": lambda: ground_truth_ranks_from_embeddings(
             x, x, targets, reduce="none", chunk_size=chunk
         ),
@@ -179,40 +179,41 @@ def _runs(x, labels, coarse, targets, chunk):
 
 
 def test_overflowing_capacities_are_computed_again_exactly(torch_path, monkeypatch):
+    """Capacities of one slot after the learning chunk: every later chunk overflows its
+    windows and top-k widths, and is computed again with exact sizes."""
     x, labels, coarse, targets = _case(2)
     expected = _expected(x, labels, coarse, targets)
-    monkeypatch.setattr(_device, "WINDOW_ROWS", dict.fromkeys(_device.WINDOW_ROWS, 0))
-    monkeypatch.setattr(_device, "TOP_EXTRA", dict.fromkeys(_device.TOP_EXTRA, 0))
-    monkeypatch.setattr(_device, "EXACT_ROWS", 0)
-    monkeypatch.setattr(_device, "MIN_CAPACITY", 1)
-    redone = collections.Counter()
-    compact = _device._compact
+    monkeypatch.setattr(device, "MIN_CAPACITY", 1)
+    monkeypatch.setattr(device, "TOP_EXTRA", 0)
+    monkeypatch.setattr(device.Capacities, "record", lambda self, site, found, rows: None)
+    modes = collections.Counter()
+    compact = device._compact
 
-    def counting_compact(mask, capacity):
-        redone[capacity is None] += 1
-        return compact(mask, capacity)
+    def counting_compact(mask, caps, site):
+        modes["exact sizes" if caps.learning else "capacity"] += 1
+        return compact(mask, caps, site)
 
-    monkeypatch.setattr(_device, "_compact", counting_compact)
+    monkeypatch.setattr(device, "_compact", counting_compact)
     for precision in ("float32", "bfloat16"):
         _assert_expected(_calls(x, labels, coarse, targets, 37, precision), expected)
-    assert redone[True] > 0 and redone[False] > 0
+    assert modes["exact sizes"] > 0 and modes["capacity"] > 0
 
 
 def _count_work(monkeypatch) -> collections.Counter:
     """Pairs scored exactly in float64, and pairs re-scored in float32 by the cascade."""
     work: collections.Counter = collections.Counter()
-    exact_scores, refine = _kernels.exact_scores, _device._refine
+    exact_scores, dots = device.TorchKernels.exact, device.TorchKernels.dots
 
-    def counting_exact(query, q_aux, reference, r_aux, rows, cols, *args, **kwargs):
+    def counting_exact(self, space, chunk, block, rows, cols):
         work["float64"] += int((rows >= 0).sum())
-        return exact_scores(query, q_aux, reference, r_aux, rows, cols, *args, **kwargs)
+        return exact_scores(self, space, chunk, block, rows, cols)
 
-    def counting_refine(p, block, rows, cols):
+    def counting_dots(self, a, b, rows, cols):
         work["float32"] += int((rows >= 0).sum())
-        return refine(p, block, rows, cols)
+        return dots(self, a, b, rows, cols)
 
-    monkeypatch.setattr(_kernels, "exact_scores", counting_exact)
-    monkeypatch.setattr(_device, "_refine", counting_refine)
+    monkeypatch.setattr(device.TorchKernels, "exact", counting_exact)
+    monkeypatch.setattr(device.TorchKernels, "dots", counting_dots)
     return work
 
 
@@ -237,20 +238,23 @@ def test_low_precision_cascade_is_exact_and_keeps_float32s_exact_work(torch_path
         assert 0 < lists[low]["float64"] <= lists["float32"]["float64"] < lists[low]["float32"]
 
 
-def test_low_precision_filter_runs_on_the_cpu_only_on_the_torch_path(monkeypatch):
+def test_the_back_end_switch_is_public_and_checked(monkeypatch):
     x, _ = _near_duplicates(4, n=64)
-    space = _engine.prepare(x, x, "cosine", None, "f", precision="bfloat16")
-    assert space.single.low is None
-    monkeypatch.setattr(_kernels, "_use_numba", lambda tensor, backend: False)
-    space = _engine.prepare(x, x, "cosine", None, "f", precision="bfloat16")
-    assert space.single.low is not None and space.single.low.dtype == torch.bfloat16
+    space = engine.prepare(x, x, "cosine", None, "f")
+    monkeypatch.delenv("RECALLKIT_BACKEND", raising=False)
+    assert engine.backend_for(space).name == "numba"
+    monkeypatch.setenv("RECALLKIT_BACKEND", "torch")
+    assert engine.backend_for(space).name == "torch"
+    monkeypatch.setenv("RECALLKIT_BACKEND", "cuda-please")
+    with pytest.raises(ValueError, match="RECALLKIT_BACKEND environment variable must be one"):
+        engine.backend_for(space)
 
 
-def _wide_space(device: str, columns: int = 100_000) -> _engine.Space:
+def _wide_space(where: str, columns: int = 100_000) -> engine.Space:
     """A space of ``columns`` reference columns in blocks, d = 128 (sizing only: nothing runs)."""
-    rows = _engine.Rows(torch.ones(1, 128), torch.ones(1), torch.ones(1))
-    return _engine.Space(
-        rows, "cosine", columns, 128, torch.device(device), lambda: iter(()), block_rows=columns
+    rows = engine.Rows(torch.ones(1, 128), torch.ones(1), torch.ones(1))
+    return engine.Space(
+        rows, "cosine", columns, 128, torch.device(where), lambda: iter(()), block_rows=columns
     )
 
 
@@ -268,20 +272,20 @@ def _wide_space(device: str, columns: int = 100_000) -> _engine.Space:
 )
 def test_gpu_chunks_are_sized_from_the_memory_setting(monkeypatch, budget, rows):
     monkeypatch.setenv("RECALLKIT_GPU_MEMORY", budget)
-    assert _engine.chunk_rows(_wide_space("cuda"), None) == rows
+    assert engine.chunk_rows(_wide_space("cuda"), None) == rows
     # The CPU keeps its 256 MiB budget and has no mask bytes: 268,435,456 // 402,048 = 667.
-    assert _engine.chunk_rows(_wide_space("cpu"), None) == 640
-    assert _engine.chunk_rows(_wide_space("cuda"), 100) == 100
+    assert engine.chunk_rows(_wide_space("cpu"), None) == 640
+    assert engine.chunk_rows(_wide_space("cuda"), 100) == 100
 
 
 def test_gpu_chunks_stay_below_two_to_the_31_scores(monkeypatch):
     monkeypatch.setenv("RECALLKIT_GPU_MEMORY", "1TiB")
     # 10,000,000 columns: the budget allows 9,162 rows, 2**31 scores 214 -> 192.
-    assert _engine.chunk_rows(_wide_space("cuda", 10_000_000), None) == 192
+    assert engine.chunk_rows(_wide_space("cuda", 10_000_000), None) == 192
 
 
 @pytest.mark.parametrize("budget", ["lots", "-5", "0", "1.5 parsecs"])
 def test_a_bad_gpu_memory_setting_names_the_variable(monkeypatch, budget):
     monkeypatch.setenv("RECALLKIT_GPU_MEMORY", budget)
     with pytest.raises(ValueError, match=r"RECALLKIT_GPU_MEMORY environment variable must be"):
-        _engine.chunk_rows(_wide_space("cuda"), None)
+        engine.chunk_rows(_wide_space("cuda"), None)

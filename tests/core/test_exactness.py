@@ -12,15 +12,13 @@ import pytest
 import torch
 
 from recallkit import (
-    _engine,
-    _kernels,
-    _tiles,
     ground_truth_ranks_from_embeddings,
     map_at_r,
     nearest_neighbors,
     r_precision,
     recall_at_k,
 )
+from recallkit.engine import cpu, device, exact, filters
 from recallkit.io import open_embeddings
 from tests import brute
 
@@ -50,18 +48,27 @@ def test_torch_kernels_equal_numba_bit_for_bit(metric, dtype):
     x, _ = _near_ties(1)
     x = x.astype(dtype)
     t = torch.from_numpy(x)
-    sq = {b: _kernels.row_sq_norms(t, b) for b in ("numba", "torch")}
-    assert torch.equal(sq["numba"], sq["torch"])
-    np.testing.assert_array_equal(_kernels.row_norms(sq["numba"]).numpy(), np.sqrt(sq["numba"]))
-    aux = sq["numba"] if metric != "cosine" else _kernels.row_norms(sq["numba"])
+    sq = exact.row_sq_norms(t)  # numba on CPU tensors
+    np.testing.assert_array_equal(sq.numpy(), brute_sq(x))
+    np.testing.assert_array_equal(exact.row_norms(sq).numpy(), np.sqrt(sq.numpy()))
+    aux = sq if metric != "cosine" else exact.row_norms(sq)
     rows = torch.arange(len(x)).repeat_interleave(len(x))
     cols = torch.arange(len(x)).repeat(len(x))
-    exact = {
-        b: _kernels.exact_scores(t, aux, t, aux, rows, cols, metric, b) for b in ("numba", "torch")
+    scores = {
+        "numba": exact.exact_numba(t, aux, t, aux, rows, cols, metric),
+        "torch": exact.exact_torch(t, aux, t, aux, rows, cols, metric),
     }
-    assert torch.equal(exact["numba"], exact["torch"])
+    assert torch.equal(scores["numba"], scores["torch"])
     expected = brute.fixed_order_scores64(x, x, metric).reshape(-1)
-    np.testing.assert_array_equal(exact["numba"].numpy(), expected)
+    np.testing.assert_array_equal(scores["numba"].numpy(), expected)
+
+
+def brute_sq(x: np.ndarray) -> np.ndarray:
+    """``sq(x)`` as defined: float64 squares summed in index order."""
+    total = np.zeros(len(x))
+    for k in range(x.shape[1]):
+        total = total + x[:, k].astype(np.float64) * x[:, k].astype(np.float64)
+    return total
 
 
 @pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
@@ -84,40 +91,50 @@ def test_ranks_equal_the_definition_on_both_back_ends(backend, metric):
     for i in range(len(x)):
         order = brute.ranked(s[i], excluded[i])[:6]
         assert idx[i].tolist() == order
-        np.testing.assert_array_equal(val[i].numpy(), s[i, order])
+        np.testing.assert_array_equal(val[i], s[i, order])
 
 
 def _perturbed_filter(monkeypatch, seed: int = 0) -> None:
     """Replace the GEMM filter by one with another reduction order (columns reversed, float32
-    rows normalised by torch in float32) plus noise of half the error bound."""
+    rows normalised by torch in float32) plus noise of half the error bound, on both back
+    ends (the CPU's tiles and whole-block GEMMs, the torch path's product)."""
     rng = np.random.default_rng(seed)
-    real_filter = _engine._reference_filter
+    real_filter = filters.reference_filter
 
-    def reference_filter(rows, metric, dtype):
+    def reference_filter(raw, sq, norm, metric, dtype, scale=None):
         if metric != "cosine":
-            return real_filter(rows, metric, dtype)
-        x = rows.raw.to(torch.float32)
-        return (x / torch.linalg.vector_norm(x.flip(1), dim=1)[:, None]).to(dtype), 1.0
+            return real_filter(raw, sq, norm, metric, dtype, scale)
+        x = raw.to(torch.float32)
+        gemm = (x / torch.linalg.vector_norm(x.flip(1), dim=1)[:, None]).to(dtype)
+        return gemm, 1.0, float(filters.robust_norms(gemm).max())
+
+    def noisy(qf, gemm, max_norm, dim, scale, metric):
+        a = qf.rows.flip(1).to(torch.float64)
+        b = gemm.flip(1).to(torch.float64)
+        scores = (a @ b.T).to(gemm.dtype)
+        product = filters.Product.plain(gemm.dtype)
+        eps = filters.error_bound(product, qf, max_norm, dim, scale, metric)[:, None]
+        noise = torch.from_numpy(rng.uniform(-0.5, 0.5, tuple(scores.shape)))
+        return (scores + (noise * eps).to(scores.dtype)).contiguous()
 
     def block_scores(space, qf, block):
-        a = qf.rows.flip(1).to(torch.float64)
-        b = block.gemm.flip(1).to(torch.float64)
-        scores = (a @ b.T).to(block.gemm.dtype)
-        eps = _engine.error_bound(space, qf, block)[:, None].to(scores.dtype)
-        noise = torch.from_numpy(rng.uniform(-0.5, 0.5, tuple(scores.shape))).to(scores.dtype)
-        return (scores + noise * eps).contiguous()
+        return noisy(qf, block.gemm, block.max_norm, space.dim, block.scale, space.metric)
 
-    def tile_scores(space, qf, block, row0, col0, out):
+    def tile_scores(qf, block, row0, col0, out):
         rows, cols = out.shape
-        sub = _engine.QueryFilter(
-            qf.rows[row0 : row0 + rows], qf.scale, qf.norms[row0 : row0 + rows], qf.use_low
-        )
-        part = _engine.Block(**{**vars(block), "gemm": block.gemm[col0 : col0 + cols]})
-        out[:] = block_scores(space, sub, part).numpy()
+        sub = qf[torch.arange(row0, row0 + rows)]
+        gemm = block.gemm[col0 : col0 + cols]
+        out[:] = noisy(sub, gemm, block.max_norm, block.data.shape[1], block.scale,
+                       "cosine" if block.scale == 1.0 else "dot").numpy()  # fmt: skip
 
-    monkeypatch.setattr(_engine, "_reference_filter", reference_filter)
-    monkeypatch.setattr(_engine, "block_scores", block_scores)
-    monkeypatch.setattr(_tiles, "tile_scores", tile_scores)
+    def product(self, qf, block, low):
+        scores = noisy(qf, block.gemm, block.max_norm, block.data.shape[1], block.scale, "dot")
+        return scores, filters.Product.plain(block.gemm.dtype)
+
+    monkeypatch.setattr(filters, "reference_filter", reference_filter)
+    monkeypatch.setattr(cpu, "block_scores", block_scores)
+    monkeypatch.setattr(cpu, "tile_scores", tile_scores)
+    monkeypatch.setattr(device.TorchKernels, "product", product)
 
 
 @pytest.mark.parametrize("metric", ["cosine", "euclidean"])
@@ -131,15 +148,15 @@ def test_filter_rounding_and_normalisation_order_change_nothing(
     before = recall_at_k(x, x, labels, labels, (1, 5), query_in_reference=True, metric=metric)
     nn_before = nearest_neighbors(x, x, 8, query_in_reference=True, metric=metric)
     wide_before = nearest_neighbors(x, x, 40, query_in_reference=True, metric=metric)
-    map_before = map_at_r(x, x, labels, labels, query_in_reference=True, metric=metric)
+    map_before = float(map_at_r(x, x, labels, labels, query_in_reference=True, metric=metric))
     _perturbed_filter(monkeypatch)
     after = recall_at_k(x, x, labels, labels, (1, 5), query_in_reference=True, metric=metric)
     np.testing.assert_array_equal(before.first_hit_ranks, after.first_hit_ranks)
     nn_after = nearest_neighbors(x, x, 8, query_in_reference=True, metric=metric)
-    assert torch.equal(nn_before[0], nn_after[0]) and torch.equal(nn_before[1], nn_after[1])
+    assert np.array_equal(nn_before[0], nn_after[0]) and np.array_equal(nn_before[1], nn_after[1])
     wide_after = nearest_neighbors(x, x, 40, query_in_reference=True, metric=metric)
-    assert torch.equal(wide_before[0], wide_after[0])
-    assert map_at_r(x, x, labels, labels, query_in_reference=True, metric=metric) == map_before
+    assert np.array_equal(wide_before[0], wide_after[0])
+    assert float(map_at_r(x, x, labels, labels, query_in_reference=True, metric=metric)) == map_before
     expected, _, _ = _brute_first_hits(x, labels, metric)
     np.testing.assert_array_equal(after.first_hit_ranks, expected)
 
@@ -169,9 +186,9 @@ def test_scores_beyond_float32_do_not_overflow(backend, metric):
     assert dict(result) == {"recall@1": 0.75, "recall@3": 1.0}
     idx, val = nearest_neighbors(OVERFLOW, OVERFLOW, 3, query_in_reference=True, metric=metric)
     assert idx.tolist() == [[1, 3, 2], [0, 3, 2], [3, 0, 1], [0, 1, 2]]
-    assert torch.isfinite(val).all()
+    assert np.isfinite(val).all()
     s = brute.fixed_order_scores64(OVERFLOW, OVERFLOW, metric)
-    np.testing.assert_array_equal(val[0].numpy(), s[0, [1, 3, 2]])
+    np.testing.assert_array_equal(val[0], s[0, [1, 3, 2]])
 
 
 def test_float64_reference_is_scored_in_float64_in_memory_and_streamed(tmp_path):
@@ -199,13 +216,19 @@ def test_integer_embeddings_are_scored_exactly():
 def test_integer_embeddings_beyond_float64_precision_are_rejected():
     x = np.array([[2**53 + 1, 0], [1, 1]], dtype=np.int64)
     with pytest.raises(ValueError, match=r"'query' parameter of recall_at_k .* 2\*\*53"):
-        recall_at_k(x, x, [0, 1], [0, 1], (1,))
+        recall_at_k(x, x, [0, 1], [0, 1], (1,), query_in_reference=True)
 
 
-def test_huge_float64_values_are_rejected():
-    x = np.array([[1e300, 0.0], [1.0, 1.0]])
-    with pytest.raises(ValueError, match=r"'reference' parameter of recall_at_k .* row 0"):
-        recall_at_k(x, x, [0, 1], [0, 1], (1,))
+def test_huge_float64_values_are_rejected_where_scores_would_overflow():
+    # dot and euclidean scores of 1e300 rows overflow float64; cosine does not depend on a
+    # row's scale, and scores such rows exactly (scaled by a power of two first).
+    x = np.array([[1e300, 0.0], [1.0, 1.0], [1e-300, 0.0]])
+    for metric in ("dot", "euclidean"):
+        with pytest.raises(ValueError, match=r"'reference' parameter of recall_at_k .* row 0"):
+            recall_at_k(x, x, [0, 1, 0], [0, 1, 0], (1,), query_in_reference=True, metric=metric)
+    r = recall_at_k(x, x, [0, 1, 0], [0, 1, 0], (1,), query_in_reference=True)
+    # Rows 0 and 2 point along x (cosine 1), row 1 at 45 degrees: both label-0 rows hit first.
+    assert r.first_hit_ranks.tolist() == [0, -1, 0]
 
 
 def test_tiny_vectors_are_not_zero_vectors(backend):
@@ -217,10 +240,11 @@ def test_tiny_vectors_are_not_zero_vectors(backend):
 
 def test_huge_k_is_clamped_before_allocating():
     x = np.eye(6, dtype=np.float32)
-    idx, val = nearest_neighbors(x, x, 10**9, query_in_reference=True)
+    with pytest.warns(UserWarning, match="exceeds the 6 reference items"):
+        idx, val = nearest_neighbors(x, x, 10**9, query_in_reference=True)
     assert idx.shape == (6, 6)
     assert idx[0].tolist() == [1, 2, 3, 4, 5, -1]
-    assert val.dtype == torch.float64
+    assert val.dtype == np.float64
 
 
 @pytest.mark.parametrize("classes", [1, 2, 3])
@@ -237,10 +261,10 @@ def test_coarse_labels_agree_with_brute_force(backend, classes):
         np.testing.assert_array_equal(result.first_hit_ranks, expected)
     per_query = brute.top_r_metrics(s, labels, labels, excluded)
     ok = [row for row in per_query if row[0] > 0]
-    assert map_at_r(x, x, labels, labels, query_in_reference=True, chunk_size=50) == pytest.approx(
+    assert float(map_at_r(x, x, labels, labels, query_in_reference=True, chunk_size=50)) == pytest.approx(
         np.mean([row[2] for row in ok]), abs=1e-15
     )
-    assert r_precision(x, x, labels, labels, query_in_reference=True) == pytest.approx(
+    assert float(r_precision(x, x, labels, labels, query_in_reference=True)) == pytest.approx(
         np.mean([row[1] for row in ok]), abs=1e-15
     )
 
@@ -264,19 +288,22 @@ def test_precision_is_accepted_everywhere_and_changes_nothing_on_the_cpu():
     from recallkit.pml import ExactKNN
 
     x, _ = _near_ties(5, n=200)
-    a = nearest_neighbors(x, x, 5, precision="bfloat16")
     b = nearest_neighbors(x, x, 5)
-    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    for precision in ("bfloat16", "int8", "float32", "auto"):
+        a = nearest_neighbors(x, x, 5, precision=precision)
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]), precision
     gt = np.arange(200)
     assert (
-        ground_truth_ranks_from_embeddings(x, x, gt, precision="float16").tolist()
+        ground_truth_ranks_from_embeddings(x, x, gt, precision="int8").tolist()
         == ground_truth_ranks_from_embeddings(x, x, gt).tolist()
     )
     assert torch.equal(
         ExactKNN(precision="bfloat16")(x, 3, x, True)[1], ExactKNN()(x, 3, x, True)[1]
     )
     with pytest.raises(ValueError, match="'precision' parameter of nearest_neighbors"):
-        nearest_neighbors(x, x, 5, precision="int8")
+        nearest_neighbors(x, x, 5, precision="int4")
+    with pytest.raises(ValueError, match="precision='float16' runs on CUDA"):
+        nearest_neighbors(x, x, 5, precision="float16")
 
 
 def _duplicate_heavy(seed: int = 5, n: int = 300, d: int = 12) -> tuple[np.ndarray, np.ndarray]:
@@ -299,7 +326,7 @@ def test_tiles_overflow_and_exclusions_across_tiles_equal_the_definition(
 ):
     # Tiles of 7 x 5 split every row and every exclusion list; 150 identical rows overflow the
     # window (32) and the top-k buffer (2 k + 64) of the queries that meet them.
-    monkeypatch.setattr(_tiles, "TILE", tile)
+    monkeypatch.setattr(cpu, "TILE", tile)
     x, labels = _duplicate_heavy()
     ids = np.arange(len(x)) // 3  # each query excludes its own id group (3 rows)
     s = brute.fixed_order_scores64(x, x, metric)
@@ -313,17 +340,17 @@ def test_tiles_overflow_and_exclusions_across_tiles_equal_the_definition(
     )
     per_query = brute.top_r_metrics(s, labels, labels, excluded)
     expected_map = np.mean([ap for r, _, ap in per_query if r > 0])
-    assert map_at_r(x, x, labels, labels, **options) == pytest.approx(expected_map, abs=1e-15)
-    assert r_precision(x, x, labels, labels, **options) == pytest.approx(
+    assert float(map_at_r(x, x, labels, labels, **options)) == pytest.approx(expected_map, abs=1e-15)
+    assert float(r_precision(x, x, labels, labels, **options)) == pytest.approx(
         np.mean([p for r, p, _ in per_query if r > 0]), abs=1e-15
     )
     groups = [[j for j in range(len(x)) if ids[j] == ids[i]] for i in range(len(x))]
-    for k in (5, 40):  # a heap per row, and a reservoir (k > _tiles.HEAP_K)
+    for k in (5, 40):  # a heap per row, and a reservoir (k > cpu.HEAP_K)
         idx, val = nearest_neighbors(x, x, k, exclude=groups, metric=metric, chunk_size=chunk_size)
         for i in range(len(x)):
             order = brute.ranked(s[i], excluded[i])[:k]
             assert idx[i].tolist() == order
-            np.testing.assert_array_equal(val[i].numpy(), s[i, order])
+            np.testing.assert_array_equal(val[i], s[i, order])
     targets = [[j for j in range(len(x)) if labels[j] == labels[i]][:5] for i in range(len(x))]
     ranks = ground_truth_ranks_from_embeddings(
         x, x, targets, reduce="none", metric=metric, chunk_size=chunk_size
@@ -336,8 +363,8 @@ def test_tiles_overflow_and_exclusions_across_tiles_equal_the_definition(
 @pytest.mark.parametrize("product", ["numpy", "torch"])
 def test_either_blas_gives_the_definition(monkeypatch, product):
     # The tile GEMM is numpy's or torch's BLAS, whichever is faster on the machine.
-    monkeypatch.setattr(_tiles, "choose_product", lambda dtype, width: product)
-    monkeypatch.setattr(_tiles, "TILE", 64)
+    monkeypatch.setattr(cpu, "choose_product", lambda dtype, width: product)
+    monkeypatch.setattr(cpu, "TILE", 64)
     x, _ = _near_ties(6)
     labels = np.arange(len(x)) // 3
     expected, s, _ = _brute_first_hits(x, labels, "cosine")
@@ -366,16 +393,17 @@ def test_top_r_keeps_a_negative_tied_with_the_last_positive_whatever_its_filter_
     labels = np.full(100, 2)
     labels[[1, 2, 3]] = 0
     labels[0] = 1
-    assert map_at_r(q, reference, [0], labels) == pytest.approx(2 / 3, abs=1e-15)
-    real = _tiles.tile_scores
+    assert float(map_at_r(q, reference, [0], labels)) == pytest.approx(2 / 3, abs=1e-15)
+    real = cpu.tile_scores
 
-    def lowered(space, qf, block, row0, col0, out):
-        real(space, qf, block, row0, col0, out)
+    def lowered(qf, block, row0, col0, out):
+        real(qf, block, row0, col0, out)
         if col0 == 0:
-            eps = _engine.error_bound(space, qf, block).numpy()[row0 : row0 + out.shape[0]]
-            out[:, 0] -= (0.5 * eps).astype(out.dtype)
+            product = filters.Product.plain(qf.rows.dtype)
+            eps = filters.error_bound(product, qf, block.max_norm, 8, block.scale, "cosine")
+            out[:, 0] -= (0.5 * eps.numpy()[row0 : row0 + out.shape[0]]).astype(out.dtype)
 
-    monkeypatch.setattr(_tiles, "tile_scores", lowered)
-    assert map_at_r(q, reference, [0], labels) == pytest.approx(2 / 3, abs=1e-15)
+    monkeypatch.setattr(cpu, "tile_scores", lowered)
+    assert float(map_at_r(q, reference, [0], labels)) == pytest.approx(2 / 3, abs=1e-15)
     idx, _ = nearest_neighbors(q, reference, 3)
     assert idx.tolist() == [[1, 2, 0]]

@@ -98,12 +98,19 @@ def test_nearest_neighbors_against_brute_force(backend):
 
 
 def test_nearest_neighbors_pads_when_k_exceeds_candidates(backend):
-    # k is clamped to the 2 reference rows; the excluded self leaves one slot empty.
+    # k is clamped to the 2 reference rows, with a warning; the excluded self leaves one slot
+    # empty (-1, -inf). numpy in, numpy out; torch in, torch out.
     x = np.eye(2, dtype=np.float32)
-    idx, val = nearest_neighbors(x, x, 3, query_in_reference=True)
+    with pytest.warns(UserWarning, match="k = 3 exceeds the 2 reference items"):
+        idx, val = nearest_neighbors(x, x, 3, query_in_reference=True)
+    assert isinstance(idx, np.ndarray) and isinstance(val, np.ndarray)
     assert idx.tolist() == [[1, -1], [0, -1]]
     assert val[:, 0].tolist() == [0.0, 0.0]
-    assert torch.isinf(val[:, 1:]).all()
+    assert np.isneginf(val[:, 1:]).all()
+    with pytest.warns(UserWarning, match="exceeds"):
+        idx_t, val_t = nearest_neighbors(torch.from_numpy(x), torch.from_numpy(x), 3,
+                                         query_in_reference=True)  # fmt: skip
+    assert isinstance(idx_t, torch.Tensor) and idx_t.tolist() == idx.tolist()
 
 
 def test_recall_from_ranks_and_errors():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from recallkit import RecallResult, recall_at_k
+from recallkit import Result, recall_at_k
 from tests import brute
 
 
@@ -133,12 +133,21 @@ def test_report_and_dict():
         "\n"
         "[recall]\n"
         "  recall@1:  0.5000\n"
-        "  recall@10: 1.0000"
+        "  recall@10: 1.0000\n"
+        "\n"
+        "[ties] 2 of 4 queries depend on the tie rule (lower reference index first); "
+        "pessimistic - optimistic:\n"
+        "  recall@1:  0.2500 - 0.7500"
     )
+    # Query 2 (score 2) ties rows 0 (its label) and 1 at 2: a hit by the lower index, a miss
+    # against it; query 3 (score 0 with everything) finds its positive, row 1, after row 0:
+    # a miss by the lower index, a hit in its favour. recall@10 does not depend on ties.
     d = json.loads(json.dumps(r.to_dict()))
     assert d["first_hit_ranks"] == [0, 2, 0, 1]
+    assert d["num_tied"] == 2 and d["bounds"]["recall@1"] == [0.25, 0.75]
+    assert d["bounds"]["recall@10"] == [1.0, 1.0]
     assert d["effective_ks"] == [1, 3]
-    assert isinstance(r, RecallResult)
+    assert isinstance(r, Result)
     with pytest.raises(TypeError):
         r["recall@1"] = 0.0  # read-only mapping
 

@@ -1,4 +1,4 @@
-"""One result base and one glossary of counts for every result the library returns.
+"""One result type and one glossary of counts for every result the library returns.
 
 ``num_queries`` is every query given, ``num_evaluated`` those counted in the means and
 ``num_excluded`` the lone ones: the same in the attributes, ``report()`` and ``to_dict()``.
@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recallkit import recall_at_k
-from recallkit.datasets import BenchmarkResult, evaluate_benchmark
+from recallkit import map_at_r, recall_at_k, recall_from_ranks, retrieval_metrics
+from recallkit.datasets import evaluate_benchmark
 from recallkit.datasets.base import BENCHMARK_INFO, Benchmark, Split
-from recallkit.protocols import ProtocolResult, genecis_recall
-from recallkit.result import MetricResult, RecallResult
+from recallkit.protocols import genecis_recall
+from recallkit.protocols._common import protocol_result
+from recallkit.result import Result
 
 # Rows 0 and 1 (label 0) point along x, row 2 (label 1) along y. With the own row removed, query 0
 # finds row 1 first (rank 0), query 1 finds row 0 (rank 0); query 2 is lone (no other label-1 row).
@@ -26,7 +27,7 @@ X = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
 LABELS = [0, 0, 1]
 
 
-def _with_a_lone_query() -> RecallResult:
+def _with_a_lone_query() -> Result:
     return recall_at_k(X, X, LABELS, LABELS, ks=(1,), query_in_reference=True)
 
 
@@ -50,7 +51,8 @@ def test_counts_mean_the_same_in_attributes_report_and_dict():
 
 
 def test_report_without_lone_queries_is_the_three_line_template():
-    r = RecallResult((1,), (1,), np.array([0, 2]), num_reference=4, embedding_dim=3)
+    r = Result({"recall@1": 0.5}, first_hit_ranks=np.array([0, 2]), num_reference=4,
+               embedding_dim=3)  # fmt: skip
     assert r.report().splitlines()[:4] == [
         "[evaluation]",
         "  num queries:   2",
@@ -69,7 +71,7 @@ def test_benchmark_result_uses_the_same_counts():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # K = 2, 4 and 8 exceed the 2 candidates
         result = evaluate_benchmark(_benchmark(), X)
-    assert isinstance(result, MetricResult)
+    assert isinstance(result, Result)
     d = result.to_dict()
     assert (d["num_queries"], d["num_evaluated"], d["num_excluded"]) == (3, 2, 1)
     assert d["num_reference"] == 3
@@ -94,27 +96,50 @@ def test_nan_becomes_none_in_every_result():
     assert recall.to_dict()["recall"] == {"recall@1": None}
     assert (recall.num_queries, recall.num_evaluated, recall.num_excluded) == (3, 0, 3)
 
-    benchmark = BenchmarkResult(
-        "cub", "CUB", BENCHMARK_INFO["cub"].protocol, recall, math.nan, math.nan, False
-    )
-    assert benchmark.to_dict()["metrics"] == {"recall@1": None, "MAP@R": None, "R-precision": None}
+    with pytest.warns(RuntimeWarning, match="all 3 queries are lone"):
+        both = retrieval_metrics(
+            X, X, labels, labels, ["recall@1", "MAP@R"], query_in_reference=True
+        )
+    assert both.to_dict()["metrics"] == {"recall@1": None, "MAP@R": None}
 
-    protocol = ProtocolResult("toy", {"recall@1": math.nan}, convention="c", num_queries=0)
+    protocol = protocol_result("toy", {"recall@1": math.nan}, convention="c", num_queries=0)
     assert protocol.to_dict()["metrics"] == {"recall@1": None}
     assert json.dumps(protocol.to_dict())  # JSON has no NaN: nothing left to refuse
+
+
+def test_one_lone_query_policy_for_every_metric():
+    """The same behaviour for every metric when no query can be evaluated: NaN and a warning
+    (``lone_queries="skip"``), 0 (``"zero"``), or an error (``"error"``)."""
+    labels = [0, 1, 2]
+    for func in (recall_at_k, map_at_r):
+        args = (X, X, labels, labels) + (((1,),) if func is recall_at_k else ())
+        with pytest.warns(RuntimeWarning, match="lone"):
+            assert math.isnan(float(func(*args, query_in_reference=True)))
+        zero = func(*args, query_in_reference=True, lone_queries="zero")
+        assert float(zero) == 0.0 and zero.num_excluded == 3
+        with pytest.raises(ValueError, match="3 lone queries, the first at row 0"):
+            func(*args, query_in_reference=True, lone_queries="error")
+    # Two evaluated queries of three: "zero" averages over all three, "skip" over the two.
+    partial = [0, 0, 1]
+    skip = map_at_r(X, X, partial, partial, query_in_reference=True)
+    zero = map_at_r(X, X, partial, partial, query_in_reference=True, lone_queries="zero")
+    assert float(skip) == 1.0 and float(zero) == pytest.approx(2 / 3, abs=1e-15)
 
 
 @pytest.mark.parametrize(
     "result",
     [
-        RecallResult((1,), (1,), np.array([0]), num_reference=1, embedding_dim=1),
-        ProtocolResult("toy", {"recall@1": 0.5}, convention="c", num_queries=2),
+        Result({"recall@1": 0.5}, first_hit_ranks=np.array([0])),
+        protocol_result("toy", {"recall@1": 0.5}, convention="c", num_queries=2),
         genecis_recall(np.array([[0.9, 0.1], [0.2, 0.8]]), ks=(1,)),
+        recall_from_ranks([0, 2], [1]),
+        recall_at_k(X, X, LABELS, LABELS, ks=(1,), query_in_reference=True),
     ],
-    ids=["RecallResult", "ProtocolResult", "genecis_recall"],
+    ids=["Result", "protocol", "genecis_recall", "recall_from_ranks", "recall_at_k"],
 )
 def test_results_are_read_only_metric_mappings(result):
-    assert isinstance(result, MetricResult)
+    assert isinstance(result, Result)
     with pytest.raises(TypeError):
         result["recall@1"] = 0.0
     assert list(result) == ["recall@1"]
+    assert float(result) == result["recall@1"]

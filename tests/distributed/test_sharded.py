@@ -131,8 +131,8 @@ def _single(seed, kwargs):
     return {
         "ranks": r.first_hit_ranks.tolist(),
         "values": dict(r),
-        "map": recallkit.map_at_r(*args, metric="dot", **extra),
-        "rprec": recallkit.r_precision(*args, metric="dot", **extra),
+        "map": float(recallkit.map_at_r(*args, metric="dot", **extra)),
+        "rprec": float(recallkit.r_precision(*args, metric="dot", **extra)),
         "ids": q.tolist(),
     }
 

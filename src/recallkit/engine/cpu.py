@@ -182,7 +182,11 @@ def _choice(dtype: torch.dtype, width: int) -> _Choice:
 
 def choose_product(dtype: torch.dtype, width: int) -> str:
     """The BLAS for the next tile of this type and inner dimension (:class:`_Choice`): they
-    differ by machine (OpenBLAS is the faster on some AMD servers, MKL on Intel)."""
+    differ by machine (OpenBLAS is the faster on some AMD servers, MKL on Intel). torch's is a
+    candidate only while its float32 matmuls are IEEE (``torch.set_float32_matmul_precision``
+    ``"highest"``): otherwise oneDNN may multiply in bfloat16, beyond the float32 bound."""
+    if dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest":
+        return "numpy"
     return _choice(dtype, width).pick()
 
 
@@ -271,10 +275,12 @@ def run_tiles(
     symmetric: bool,
     consumers: Sequence[_Consumer],
     cached: torch.Tensor | None = None,
+    product: Any = None,
 ) -> list[list[Any]]:
     """One pass over the chunk's filter scores against ``block``, tile by tile; returns each
     worker's states (one per consumer). ``cached``: the chunk's scores already computed (skipped
-    pairs at ``-inf``), read instead of computing the tiles."""
+    pairs at ``-inf``), read instead of computing the tiles; ``product(row0, col0, out)``
+    computes a tile another way (a low-precision filter) instead of :func:`tile_scores`."""
     rows, cols = qf.rows.shape[0], block.rows
     tasks = [
         (r0, c0)
@@ -302,7 +308,10 @@ def run_tiles(
             shape = (min(TILE, rows - r0), min(TILE, cols - c0))
             if source is None:
                 tile = buffer[: shape[0] * shape[1]].reshape(shape)
-                tile_scores(qf, block, r0, c0, tile)
+                if product is None:
+                    tile_scores(qf, block, r0, c0, tile)
+                else:
+                    product(r0, c0, tile)
                 kernels.mask_tile(tile, r0, c0, ptr, excluded_cols)
                 if has_codes:
                     kernels.mask_ranges(tile, r0, c0, code_lo, code_hi, members)
@@ -484,6 +493,56 @@ def _torch_dtype(dtype: np.dtype) -> torch.dtype:
 
 
 # ----------------------------------------------------------------------------------------------
+# Low precision: which filter the tiles use, chosen by timing passes as they run.
+
+
+class _Precisions:
+    """Which precision computes the tiles of float32 filter rows of one width, when the caller
+    says ``precision="auto"``: float32, and the low precisions this CPU has instructions for
+    (:func:`lowp.worth_timing`) whose arithmetic passed :func:`lowp.verify`. The first passes of
+    the process take turns; each records its time per tile, the GEMM and every re-scoring its
+    window caused included; then the fastest is used."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.candidates: tuple[str, ...] | None = None
+        self.times: dict[tuple[int, str], list[float]] = {}
+        self.chosen: dict[int, str] = {}
+
+    def _candidates(self) -> tuple[str, ...]:
+        with self.lock:
+            if self.candidates is None:
+                from recallkit.engine import lowp
+
+                found = [p for p in lowp.worth_timing() if p == "float32" or lowp.verify(p)]
+                self.candidates = tuple(found)
+            return self.candidates
+
+    def pick(self, width: int) -> str:
+        candidates = self._candidates()
+        if len(candidates) == 1:
+            return candidates[0]
+        with self.lock:
+            if width in self.chosen:
+                return self.chosen[width]
+            return min(candidates, key=lambda p: len(self.times.get((width, p), [])))
+
+    def record(self, width: int, precision: str, seconds_per_tile: float) -> None:
+        candidates = self._candidates()
+        if len(candidates) == 1:
+            return
+        with self.lock:
+            self.times.setdefault((width, precision), []).append(seconds_per_tile)
+            if all(len(self.times.get((width, p), [])) >= SAMPLES for p in candidates):
+                self.chosen[width] = min(
+                    candidates, key=lambda p: min(self.times[(width, p)])
+                )
+
+
+PRECISION_CHOICE = _Precisions()
+
+
+# ----------------------------------------------------------------------------------------------
 # The back end.
 
 
@@ -523,6 +582,40 @@ class CpuBackend:
             chunk.raw, chunk.aux(space.metric), block.data, block.aux(space.metric),
             rows, cols, space.metric,
         )  # fmt: skip
+
+    def _tile_precision(self, space: Space, qf: filters.QueryFilter, cached: bool) -> str:
+        """The filter the tiles of this pass use (float64 filters stay float64)."""
+        if qf.rows.dtype != torch.float32 or cached:
+            return "float32"
+        precision = space.precision
+        if precision == "float16":
+            raise ValueError(
+                "precision='float16' runs on CUDA; on the CPU use 'auto', 'float32', "
+                "'bfloat16' or 'int8'."
+            )
+        if precision == "auto":
+            precision = PRECISION_CHOICE.pick(qf.rows.shape[1])
+        if precision == "int8":
+            from recallkit.engine import lowp
+
+            if qf.rows.shape[1] > lowp.INT8_MAX_WIDTH:
+                return "float32"
+        return precision
+
+    def _low_sides(
+        self, space: Space, qf: filters.QueryFilter, block: Block, precision: str, start: int
+    ) -> tuple[Any, Any, int]:
+        """The low-precision filter rows of the chunk and of the block (cached on the block),
+        and the chunk's first row in its side (the block's own rows for leave-one-out)."""
+        from recallkit.engine import lowp
+
+        key = ("lowp", precision)
+        if key not in block.cache:
+            block.cache[key] = lowp.prepare(block.gemm, precision)
+        b_side = block.cache[key]
+        if space.own_rows(block):
+            return b_side, b_side, start
+        return lowp.prepare(qf.rows, precision), b_side, 0
 
     # -- step 1: threshold items --------------------------------------------------------------
 
@@ -666,9 +759,25 @@ class CpuBackend:
             tail_i = torch.full((c, 0), -1, dtype=torch.int64)
             tail_v = torch.full((c, 0), -torch.inf, dtype=torch.float64)
         for i, block in enumerate(space.blocks()):
+            began = time.perf_counter()
             qf = self._filter(space, chunk, block, start, stop)
-            eps = self._bound(space, qf, block)
+            eps32 = self._bound(space, qf, block)
+            eps = eps32
             dtype = qf.rows.numpy().dtype
+            precision = self._tile_precision(space, qf, i in cached)
+            product = None
+            if precision != "float32":
+                from recallkit.engine import lowp
+
+                a_side, b_side, first = self._low_sides(space, qf, block, precision, start)
+                low = lowp.row_bounds(a_side, b_side, (first, first + c))
+                eps = eps32 + torch.from_numpy(low)
+
+                def product(r0, c0, out, a=a_side, b=b_side, first=first):
+                    rows, cols = out.shape
+                    lowp.tile_product(a, b, out, (first + r0, first + r0 + rows),
+                                      (c0, c0 + cols))  # fmt: skip
+
             consumers: list[_Consumer] = []
             window = top = None
             if request.thresholds:
@@ -685,7 +794,11 @@ class CpuBackend:
                     and block is space.single
                     and self.exact_is_cheaper(positives, block, start, stop)
                 ):
-                    floor = self._kth_floor(positives, qf, block, start, stop, excluded, kb, eps)
+                    # An item of the top-k has a tile score at least the k-th positive's float32
+                    # filter score minus its bound and the tiles' (``2 eps`` in float32).
+                    margin = (eps32 + eps) / 2.0
+                    floor = self._kth_floor(positives, qf, block, start, stop, excluded, kb,
+                                            margin)  # fmt: skip
                 top = Top(kb, eps, dtype, _threads(), floor)
                 consumers.append(top)
             symmetric = (
@@ -693,7 +806,7 @@ class CpuBackend:
                 and i not in cached
                 and self._symmetric(space, qf, block, excluded)
             )
-            states = run_tiles(qf, block, excluded, symmetric, consumers, cached.get(i))
+            states = run_tiles(qf, block, excluded, symmetric, consumers, cached.get(i), product)
             per_consumer = list(zip(*states, strict=True)) if states else [[]] * len(consumers)
 
             def rescore(rows: np.ndarray, qf=qf, block=block) -> torch.Tensor:
@@ -701,6 +814,9 @@ class CpuBackend:
 
             if window is not None:
                 above, wr, wt, wj = window.finish(list(per_consumer[0]), rescore)
+                if precision != "float32":  # the cascade: the window's float32 scores
+                    above, wr, wt, wj = self._refine_window(qf, block, best, eps32, above, wr,
+                                                            wt, wj)  # fmt: skip
                 wr_t, wj_t = torch.from_numpy(wr), torch.from_numpy(wj)
                 scores = self._exact(space, chunk, block, wr_t, wj_t)
                 glob = globals_of(block, wj_t)
@@ -713,6 +829,8 @@ class CpuBackend:
                 before += counts(tie & (glob < w))
             if top is not None:
                 tr, tj = top.finish(rescore, block.rows)
+                if precision != "float32":
+                    tr, tj = self._refine_top(qf, block, kb, eps32, tr, tj)
                 tr_t, tj_t = torch.from_numpy(tr), torch.from_numpy(tj)
                 scores = self._exact(space, chunk, block, tr_t, tj_t)
                 glob = globals_of(block, tj_t)
@@ -723,6 +841,11 @@ class CpuBackend:
                     index, value, tail_i, tail_v = merge_lists(
                         (index, value, tail_i, tail_v), parts, ks
                     )
+            if cached.get(i) is None and qf.rows.dtype == torch.float32:
+                tiles = -(-c // TILE) * -(-block.rows // TILE)
+                PRECISION_CHOICE.record(
+                    qf.rows.shape[1], precision, (time.perf_counter() - began) / max(tiles, 1)
+                )
         if request.thresholds:
             if reducer is not None:
                 total = reducer.reduce("sum", total)
@@ -738,6 +861,50 @@ class CpuBackend:
             out.top_index, out.top_score = index, value
             out.tail_index, out.tail_score = tail_i, tail_v
         return out
+
+    def _refine_window(
+        self,
+        qf: filters.QueryFilter,
+        block: Block,
+        best: torch.Tensor,
+        eps32: torch.Tensor,
+        above: np.ndarray,
+        wr: np.ndarray,
+        wt: np.ndarray,
+        wj: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The low-precision window scored in float32: items certainly above float32's window
+        are counted, float32's window is kept for the exact scores."""
+        f32 = kernels.pair_dots(qf.rows.numpy(), block.gemm.numpy(), wr, wj)
+        centre = filters.scaled_centre(best, qf, block.scale)
+        lo, hi = filters.bounds(centre, eps32[:, None], torch.float32)
+        lo, hi = lo.numpy()[wr, wt], hi.numpy()[wr, wt]
+        g = above.shape[1]
+        up = f32 > hi
+        above = above + np.bincount(wr[up] * g + wt[up], minlength=above.size).reshape(
+            above.shape
+        )
+        keep = (f32 >= lo) & ~up
+        return above, wr[keep], wt[keep], wj[keep]
+
+    def _refine_top(
+        self,
+        qf: filters.QueryFilter,
+        block: Block,
+        ks: np.ndarray,
+        eps32: torch.Tensor,
+        tr: np.ndarray,
+        tj: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The low-precision top-k candidates narrowed by their float32 scores: no item of the
+        exact top-k (or tied with its k-th) lies below the k-th float32 score among the
+        candidates minus ``2 eps``."""
+        f32 = kernels.pair_dots(qf.rows.numpy(), block.gemm.numpy(), tr, tj)
+        kth = kernels.segment_kth(tr, f32, ks)
+        floor = filters.top_floor(torch.from_numpy(kth), eps32, torch.float32,
+                                  torch.from_numpy(ks))  # fmt: skip
+        keep = f32 >= floor.numpy()[tr]
+        return tr[keep], tj[keep]
 
     def _symmetric(
         self, space: Space, qf: filters.QueryFilter, block: Block, excluded: ChunkExclusions

@@ -783,3 +783,44 @@ def collect_top(
     _collect_fill(scores, cols, fills, lo, over, starts, out_rows, out_cols)
     return out_rows, out_cols
 
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _pair_dots_numba(a, b, rows, cols, out):  # pragma: no cover - compiled
+    for p in numba.prange(rows.shape[0]):
+        out[p] = _dot(a[rows[p]], b[cols[p]])
+
+
+def pair_dots(a: np.ndarray, b: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """float32 filter scores of the pairs ``(a[rows[p]], b[cols[p]])``, in any summation order
+    (SIMD): the float32 stage of the low-precision cascade, within the float32 filter's bound."""
+    out = np.empty(len(rows), dtype=np.float32)
+    if len(rows):
+        _pair_dots_numba(a, b, np.ascontiguousarray(rows, dtype=np.int64),
+                         np.ascontiguousarray(cols, dtype=np.int64), out)  # fmt: skip
+    return out
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _segment_kth_numba(starts, values, ks, out):  # pragma: no cover - compiled
+    for i in numba.prange(starts.shape[0] - 1):
+        lo = starts[i]
+        hi = starts[i + 1]
+        k = ks[i]
+        if k <= 0:
+            out[i] = np.inf
+        elif hi - lo < k:
+            out[i] = -np.inf
+        else:
+            out[i] = np.partition(values[lo:hi], hi - lo - k)[hi - lo - k]
+
+
+def segment_kth(rows: np.ndarray, values: np.ndarray, ks: np.ndarray) -> np.ndarray:
+    """Per row ``0..len(ks)-1``, the ``ks[i]``-th largest of its ``values`` (``rows`` sorted;
+    ``-inf`` with fewer, ``+inf`` where k = 0)."""
+    c = len(ks)
+    starts = np.zeros(c + 1, dtype=np.int64)
+    starts[1:] = np.cumsum(np.bincount(rows, minlength=c))
+    out = np.empty(c, dtype=np.float64)
+    _segment_kth_numba(starts, values.astype(np.float64), np.ascontiguousarray(ks, np.int64), out)
+    return out

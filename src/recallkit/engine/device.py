@@ -777,7 +777,7 @@ class DeviceBackend:
                     held = (empty, torch.full((c, kmax), -torch.inf, dtype=torch.float64,
                                               device=dev))  # fmt: skip
                 top_i, top_s, tail_i, tail_s = ties.split_tail(
-                    held[0], held[1], ks, tail_width=max(held[0].shape[1] - kmax, 0)
+                    held[0], held[1], ks, tail_width=max(held[0].shape[1] - kmax, 0), kmax=kmax
                 )
                 out.update(top_index=top_i, top_score=top_s, tail_index=tail_i,
                            tail_score=tail_s)  # fmt: skip
@@ -790,17 +790,41 @@ class DeviceBackend:
         request: Request,
         held: list[tuple[int, int, dict[str, torch.Tensor], torch.Tensor]],
     ) -> Iterator[ChunkResult]:
-        """The held chunks' answers on the host, their flags read in one transfer; flagged
+        """The held chunks' answers on the host: their flags in one transfer, then each field
+        of every chunk in one transfer (ranked lists stay on the device when asked); flagged
         chunks are computed again with exact sizes."""
         if not held:
             return
         flags = torch.stack([h[3] for h in held]).cpu().numpy()
+        outs = []
         for (start, stop, out, _), flag in zip(held, flags, strict=True):
             if flag:
                 again = Capacities()
                 out, _ = self._chunk(space, inputs, request, space.chunk(start, stop), start,
                                      stop, again)  # fmt: skip
-            yield _result(start, stop, out, request.lists_on_device)
+            outs.append(out)
+        host: list[dict[str, Any]] = [{} for _ in outs]
+        for name in outs[0]:
+            values = [out[name] for out in outs]
+            if name.startswith(("top_", "tail_")) and request.lists_on_device:
+                for part, value in zip(host, values, strict=True):
+                    part[name] = value
+                continue
+            flat = torch.cat([v.reshape(-1) for v in values]).cpu().numpy()
+            cuts = np.cumsum([v.numel() for v in values])[:-1]
+            for part, value, piece in zip(host, values, np.split(flat, cuts), strict=True):
+                part[name] = piece.reshape(tuple(value.shape))
+        for part in host:
+            if "tail_index" in part and not request.lists_on_device:
+                # Drop the padding columns of the fixed-width tails.
+                tail = part["tail_index"]
+                width = int((tail >= 0).sum(axis=1).max()) if tail.size else 0
+                part["tail_index"], part["tail_score"] = tail[:, :width], part["tail_score"][:, :width]
+            for name in ("top_index", "top_score", "tail_index", "tail_score"):
+                if name in part and isinstance(part[name], np.ndarray):
+                    part[name] = torch.from_numpy(np.ascontiguousarray(part[name]))
+        for (start, stop, _, _), part in zip(held, host, strict=True):
+            yield _result(start, stop, part)
 
     def run(self, space: Space, request: Request, size: int | None) -> Iterator[ChunkResult]:
         inputs = _Inputs(space, request)
@@ -832,21 +856,16 @@ class DeviceBackend:
         inputs = _Inputs(space, request)
         c = chunk.raw.shape[0]
         out, _ = self._chunk(space, inputs, request, chunk, 0, c, Capacities(), reducer)
-        return _result(0, c, out, request.lists_on_device)
+        host = {
+            name: value if name.startswith(("top_", "tail_")) and request.lists_on_device
+            else (value.cpu() if name.startswith(("top_", "tail_")) else value.cpu().numpy())
+            for name, value in out.items()
+        }  # fmt: skip
+        return _result(0, c, host)
 
 
-def _result(start: int, stop: int, out: dict[str, torch.Tensor], on_device: bool) -> ChunkResult:
-    host = {}
-    for name, value in out.items():
-        if name.startswith(("top_", "tail_")):
-            host[name] = value if on_device else value.cpu()
-        else:
-            host[name] = value.cpu().numpy()
-    if "tail_index" in host:  # drop the padding columns of the fixed-width tails
-        tail = host["tail_index"]
-        width = int((tail >= 0).sum(dim=1).max()) if tail.numel() else 0
-        host["tail_index"] = tail[:, :width]
-        host["tail_score"] = host["tail_score"][:, :width]
+def _result(start: int, stop: int, host: dict[str, Any]) -> ChunkResult:
+    """A chunk's answer from its fields on the host (lists: CPU or device tensors)."""
     if "tied_positives" in host:
         host["tied_positives"] = host["tied_positives"].reshape(-1)
     return ChunkResult(start, stop, **host)

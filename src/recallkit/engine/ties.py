@@ -55,13 +55,13 @@ def segment_best(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per row ``0..count-1``, the best of the items ``(rows[p], score[p], index[p])`` by the
     tie rule, and how many items score exactly that best: ``(best, where, equal)``, with
-    ``(-inf, SENTINEL, 0)`` for a row without items. Items with a negative row are padding."""
+    ``(-inf, SENTINEL, 0)`` for a row without items. Items with a negative row are padding.
+    Every shape is known in advance (no host synchronisation on a GPU)."""
     device = score.device
-    best = torch.full((count,), -torch.inf, dtype=score.dtype, device=device)
-    where = torch.full((count,), SENTINEL, dtype=torch.int64, device=device)
-    equal = torch.zeros(count, dtype=torch.int64, device=device)
     if rows.numel() == 0:
-        return best, where, equal
+        best = torch.full((count,), -torch.inf, dtype=score.dtype, device=device)
+        where = torch.full((count,), SENTINEL, dtype=torch.int64, device=device)
+        return best, where, torch.zeros(count, dtype=torch.int64, device=device)
     valid = rows >= 0
     key_row = torch.where(valid, rows, torch.full_like(rows, count))
     key_index = torch.where(valid, index, torch.full_like(index, SENTINEL))
@@ -69,15 +69,18 @@ def segment_best(
     order = torch.sort(key_index, stable=True).indices
     order = order[torch.sort(-value[order], stable=True).indices]
     order = order[torch.sort(key_row[order], stable=True).indices]
-    r = key_row[order]
-    first = torch.ones_like(r, dtype=torch.bool)
-    first[1:] = r[1:] != r[:-1]
-    pick = order[first & (r < count)]
-    best[key_row[pick]] = value[pick]
-    where[key_row[pick]] = key_index[pick]
-    at_best = valid & (value == best[rows.clamp(min=0)]) & torch.isfinite(value)
-    equal += torch.bincount(rows[at_best], minlength=count)
-    return best, where, equal
+    sizes = torch.zeros(count + 1, dtype=torch.int64, device=device)
+    sizes.scatter_add_(0, key_row, torch.ones_like(key_row))
+    first = (torch.cumsum(sizes, 0) - sizes)[:count].clamp(max=rows.numel() - 1)
+    pick = order[first]
+    has = sizes[:count] > 0
+    best = torch.where(has, value[pick], torch.full_like(value[pick], -torch.inf))
+    where = torch.where(has, key_index[pick], torch.full_like(pick, SENTINEL))
+    at_best = valid & (value == best[rows.clamp(min=0, max=max(count - 1, 0))])
+    at_best &= torch.isfinite(value)
+    equal = torch.zeros(count + 1, dtype=torch.int64, device=device)
+    equal.scatter_add_(0, key_row, at_best.to(torch.int64))
+    return best, where, equal[:count]
 
 
 def merge_ranked(
@@ -94,16 +97,22 @@ def merge_ranked(
 
 
 def split_tail(
-    index: torch.Tensor, score: torch.Tensor, ks: torch.Tensor, tail_width: int | None = None
+    index: torch.Tensor,
+    score: torch.Tensor,
+    ks: torch.Tensor,
+    tail_width: int | None = None,
+    kmax: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rows of ranked candidates (best first by the tie rule, ``-1`` padding) cut at
     ``ks[i]``: the top-``k`` list ``(c, max ks)`` and its *tail*, the candidates beyond ``k``
     whose score equals the ``k``-th's (``(c, t)``, ``-1``/``-inf`` padding). The tail holds
     every item that a tie rule other than the lower index could have put in the list. A fixed
-    ``tail_width`` keeps the shapes known in advance (no host synchronisation)."""
+    ``tail_width`` and ``kmax`` (the largest k, if the host knows it) keep the shapes known in
+    advance (no host synchronisation)."""
     c, width = index.shape
     device = index.device
-    kmax = int(ks.max()) if c else 0
+    if kmax is None:
+        kmax = int(ks.max()) if c else 0
     ks = ks.to(device)[:, None]
     position = torch.arange(width, device=device)[None, :]
     inside = position < ks
