@@ -52,7 +52,25 @@ _HOMES = {
     "retrieval_metrics": "recallkit.retrieval",
 }
 
-__all__ = sorted(_HOMES)
+__all__ = [
+    "Evaluator",
+    "Options",
+    "Ranks",
+    "Result",
+    "average_precision_at_k",
+    "evaluate_sharded",
+    "ground_truth_ranks",
+    "ground_truth_ranks_from_embeddings",
+    "map_at_k",
+    "map_at_r",
+    "nearest_neighbors",
+    "nearest_neighbors_from_scores",
+    "r_precision",
+    "recall_at_k",
+    "recall_at_k_from_scores",
+    "recall_from_ranks",
+    "retrieval_metrics",
+]
 __version__ = "0.1.0"
 
 

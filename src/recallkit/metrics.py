@@ -67,12 +67,12 @@ class Kind:
 KINDS = {
     kind.key: kind
     for kind in (
-        Kind("recall", "recall@{K}", ("hit@{K}", "recall_at_{K}", "r@{K}"), "recall_at_{K}", "rank"),
+        Kind(
+            "recall", "recall@{K}", ("hit@{K}", "recall_at_{K}", "r@{K}"), "recall_at_{K}", "rank"
+        ),
         Kind("precision", "precision@{K}", ("ir_precision@{K}",), None, "k"),
         Kind("ir_recall", "IR-recall@{K}", ("ir_recall@{K}",), None, "k"),
-        Kind(
-            "map_at_k", "MAP@{K}", ("map_at_{K}", "mean_average_precision_at_{K}"), None, "k"
-        ),
+        Kind("map_at_k", "MAP@{K}", ("map_at_{K}", "mean_average_precision_at_{K}"), None, "k"),
         Kind(
             "map_at_r",
             "MAP@R",
@@ -192,9 +192,7 @@ def relevant_in(relevant: np.ndarray, cutoff: np.ndarray) -> np.ndarray:
     return (relevant & (position < np.asarray(cutoff)[:, None])).sum(axis=1)
 
 
-def ap_at_k(
-    relevant: np.ndarray, num_relevant: np.ndarray, k: int, divisor: str
-) -> np.ndarray:
+def ap_at_k(relevant: np.ndarray, num_relevant: np.ndarray, k: int, divisor: str) -> np.ndarray:
     """AP@K per row of a ``(c, w)`` relevance matrix (``w >= K``); a row with ``D = 0`` scores 0.
 
     >>> ap_at_k(np.array([[True, False, True]]), np.array([2]), 3, "min_k_r").tolist()

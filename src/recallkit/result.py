@@ -106,7 +106,9 @@ class Result(Mapping[str, float]):
             parts=parts, plain=plain, info=info, style=style,
         )  # fmt: skip
         self._values = {str(k): float(v) for k, v in values.items()}
-        self.first_hit_ranks = None if first_hit_ranks is None else _frozen(first_hit_ranks, np.int64)
+        self.first_hit_ranks = (
+            None if first_hit_ranks is None else _frozen(first_hit_ranks, np.int64)
+        )
         if evaluated is None and self.first_hit_ranks is not None:
             evaluated = self.first_hit_ranks >= 0
         if num_queries is None:
@@ -323,11 +325,11 @@ class Result(Mapping[str, float]):
         return "\n".join(lines)
 
     def _ties_report(self) -> str:
-        lines = [
-            "",
+        head = (
             f"[ties] {self.num_tied} of {self.num_queries} queries depend on the tie rule "
-            "(lower reference index first); pessimistic - optimistic:",
-        ]
+            "(lower reference index first); pessimistic - optimistic:"
+        )
+        lines = ["", head]
         width = max((len(k) for k in self.bounds), default=0) + 1
         for name, (low, high) in self.bounds.items():
             if name in self._values and low != high:

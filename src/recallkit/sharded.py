@@ -429,7 +429,7 @@ def _global_lists(
     all_score = torch.where(all_index >= 0, all_score, torch.full_like(all_score, -torch.inf))
     order = ties.ranked_order(all_score, all_index)
     all_index, all_score, all_rel = (t.gather(1, order) for t in (all_index, all_score, all_rel))
-    top_i, top_s, tail_i, tail_s = ties.split_tail(all_index, all_score, torch.from_numpy(ks))
+    top_i, top_s, tail_i, _ = ties.split_tail(all_index, all_score, torch.from_numpy(ks))
     width = top_i.shape[1]
     rel_top = (all_rel[:, :width] > 0) & (top_i >= 0)
     # The tail's relevance: the items after the list that split_tail kept (equal to the k-th).
@@ -437,9 +437,7 @@ def _global_lists(
     return relevance(top_i.numpy(), top_s.numpy(), rel_top.numpy(), tail_i.numpy(), tail_rel)
 
 
-def _tail_relevance(
-    index: torch.Tensor, rel: torch.Tensor, tail: torch.Tensor
-) -> np.ndarray:
+def _tail_relevance(index: torch.Tensor, rel: torch.Tensor, tail: torch.Tensor) -> np.ndarray:
     """The relevance of the tail items, looked up by index in the merged candidates."""
     out = np.zeros(tail.shape, dtype=bool)
     if tail.numel() == 0:

@@ -1,5 +1,6 @@
-"""CUDA runs give the CPU's exact results (skipped without a GPU); host synchronisations per
-call do not grow with the number of chunks."""
+"""CUDA runs give the CPU's exact results (skipped without a GPU), with the torch kernels and
+with the fused Triton kernels, inside autocast, under TF32 and deterministic settings; host
+synchronisations per call do not grow with the number of chunks."""
 
 from __future__ import annotations
 
@@ -20,8 +21,20 @@ from recallkit import (
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
+@pytest.fixture(params=["torch", "triton"])
+def kernels(request, monkeypatch):
+    """Each device back end: the torch kernels, and the Triton kernels (where they compile)."""
+    if request.param == "triton":
+        from recallkit.engine import triton_kernels
+
+        if not triton_kernels.available(torch.device("cuda")):
+            pytest.skip("Triton cannot compile here (TRITON_INTERPRET set, or no Triton)")
+    monkeypatch.setenv("RECALLKIT_BACKEND", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("precision", ["float32", "float16", "bfloat16"])
-def test_cuda_equals_cpu(precision):
+def test_cuda_equals_cpu(precision, kernels):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3000, 64)).astype(np.float32)
     x[1500:] = x[:1500] + rng.standard_normal((1500, 64)).astype(np.float32) * 1e-5
@@ -31,36 +44,42 @@ def test_cuda_equals_cpu(precision):
         x, x, labels, labels, (1, 5), query_in_reference=True, device="cuda", precision=precision
     )
     np.testing.assert_array_equal(cpu.first_hit_ranks, gpu.first_hit_ranks)
-    assert float(map_at_r(x, x, labels, labels, query_in_reference=True)) == float(map_at_r(
-        x, x, labels, labels, query_in_reference=True, device="cuda", precision=precision
-    ))
+    assert float(map_at_r(x, x, labels, labels, query_in_reference=True)) == float(
+        map_at_r(x, x, labels, labels, query_in_reference=True, device="cuda", precision=precision)
+    )
     a = nearest_neighbors(x[:100], x, 10)
     b = nearest_neighbors(
         torch.from_numpy(x[:100]).cuda(), torch.from_numpy(x).cuda(), 10, precision=precision
     )
-    assert torch.equal(a[0], b[0].cpu()) and torch.equal(a[1], b[1].cpu())
+    assert np.array_equal(a[0], b[0].cpu().numpy()) and np.array_equal(a[1], b[1].cpu().numpy())
 
 
 @pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
 def test_cuda_exact_scores_equal_numba_bit_for_bit(metric):
-    from recallkit import _kernels
+    from recallkit.engine import exact, triton_kernels
 
     rng = np.random.default_rng(1)
     x = rng.standard_normal((500, 96)).astype(np.float32)
     x[250:] = np.nextafter(x[:250], np.float32(np.inf))
     for dtype in (torch.float32, torch.float64):
         t = torch.from_numpy(x).to(dtype)
-        sq = _kernels.row_sq_norms(t)
-        sq_cuda = _kernels.row_sq_norms(t.cuda())
+        sq = exact.row_sq_norms(t)
+        sq_cuda = exact.row_sq_norms(t.cuda())
         assert torch.equal(sq, sq_cuda.cpu())
-        aux = _kernels.row_norms(sq) if metric == "cosine" else sq
-        aux_cuda = _kernels.row_norms(sq_cuda) if metric == "cosine" else sq_cuda
+        aux = exact.row_norms(sq) if metric == "cosine" else sq
+        aux_cuda = exact.row_norms(sq_cuda) if metric == "cosine" else sq_cuda
         assert torch.equal(aux, aux_cuda.cpu())
         rows = torch.arange(500).repeat_interleave(500)
         cols = torch.arange(500).repeat(500)
-        cpu = _kernels.exact_scores(t, aux, t, aux, rows, cols, metric)
-        gpu = _kernels.exact_scores(t.cuda(), aux_cuda, t.cuda(), aux_cuda, rows, cols, metric)
+        cpu = exact.exact_numba(t, aux, t, aux, rows, cols, metric)
+        tc = t.cuda()
+        gpu = exact.exact_torch(tc, aux_cuda, tc, aux_cuda, rows.cuda(), cols.cuda(), metric)
         assert torch.equal(cpu, gpu.cpu())
+        if triton_kernels.available(torch.device("cuda")):
+            fused = triton_kernels.exact_scores(
+                tc, aux_cuda, tc, aux_cuda, rows.cuda(), cols.cuda(), metric
+            )
+            assert torch.equal(cpu, fused.cpu())
 
 
 def _duplicate_heavy(seed: int = 2, n: int = 4000, d: int = 48, classes: int = 400):
@@ -92,15 +111,21 @@ def _results(x, labels, device, precision="float32", chunk_size=None, metric="co
         "map_at_r": float(map_at_r(x, x, labels, labels, **gpu)),
         "r_precision": float(r_precision(x, x, labels, labels, **gpu)),
         "slots": ground_truth_ranks_from_embeddings(
-            x, x, targets, reduce="none", metric=metric, chunk_size=chunk_size,
-            device=device, precision=precision,
+            x,
+            x,
+            targets,
+            reduce="none",
+            metric=metric,
+            chunk_size=chunk_size,
+            device=device,
+            precision=precision,
         ).tolist(),
         "neighbors": [nn[0].cpu().tolist(), nn[1].cpu().tolist()],
     }
 
 
 @pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
-def test_every_precision_gives_the_cpu_results_on_near_duplicates(metric):
+def test_every_precision_gives_the_cpu_results_on_near_duplicates(metric, kernels):
     x, labels = _duplicate_heavy()
     cpu = _results(x, labels, "cpu", metric=metric)
     for precision in ("float32", "bfloat16", "float16"):
@@ -124,7 +149,7 @@ def _syncs(fn) -> int:
 
 
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
-def test_host_syncs_per_call_do_not_grow_with_chunks(precision):
+def test_host_syncs_per_call_do_not_grow_with_chunks(precision, kernels):
     x, labels = _duplicate_heavy(n=4096)
     xc = torch.from_numpy(x).cuda()
     targets = np.random.default_rng(6).integers(0, len(x), size=(len(x), 3))
@@ -145,3 +170,22 @@ def test_host_syncs_per_call_do_not_grow_with_chunks(precision):
     two = {name: _syncs(fn) for name, fn in calls(2048).items()}
     eight = {name: _syncs(fn) for name, fn in calls(512).items()}
     assert two == eight
+
+
+def test_common_torch_settings_change_no_result(kernels):
+    """Inside an autocast region, with TF32 matmuls (new and legacy APIs) and with
+    deterministic algorithms on: the same results as the CPU."""
+    x, labels = _duplicate_heavy(n=1500)
+    cpu = _results(x, labels, "cpu")
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.fp32_precision
+    try:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            assert _results(x, labels, "cuda") == cpu
+        matmul.fp32_precision = "tf32"
+        assert _results(x, labels, "cuda") == cpu
+        torch.use_deterministic_algorithms(True)
+        assert _results(x, labels, "cuda", "bfloat16") == cpu
+    finally:
+        torch.use_deterministic_algorithms(False)
+        matmul.fp32_precision = saved

@@ -24,7 +24,7 @@ from recallkit import (
     nearest_neighbors,
     recall_at_k,
 )
-from recallkit.engine import device, exact
+from recallkit.engine import device
 from tests import brute
 
 ENGINE = tuple(

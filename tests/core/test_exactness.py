@@ -156,7 +156,9 @@ def test_filter_rounding_and_normalisation_order_change_nothing(
     assert np.array_equal(nn_before[0], nn_after[0]) and np.array_equal(nn_before[1], nn_after[1])
     wide_after = nearest_neighbors(x, x, 40, query_in_reference=True, metric=metric)
     assert np.array_equal(wide_before[0], wide_after[0])
-    assert float(map_at_r(x, x, labels, labels, query_in_reference=True, metric=metric)) == map_before
+    assert (
+        float(map_at_r(x, x, labels, labels, query_in_reference=True, metric=metric)) == map_before
+    )
     expected, _, _ = _brute_first_hits(x, labels, metric)
     np.testing.assert_array_equal(after.first_hit_ranks, expected)
 
@@ -261,9 +263,9 @@ def test_coarse_labels_agree_with_brute_force(backend, classes):
         np.testing.assert_array_equal(result.first_hit_ranks, expected)
     per_query = brute.top_r_metrics(s, labels, labels, excluded)
     ok = [row for row in per_query if row[0] > 0]
-    assert float(map_at_r(x, x, labels, labels, query_in_reference=True, chunk_size=50)) == pytest.approx(
-        np.mean([row[2] for row in ok]), abs=1e-15
-    )
+    assert float(
+        map_at_r(x, x, labels, labels, query_in_reference=True, chunk_size=50)
+    ) == pytest.approx(np.mean([row[2] for row in ok]), abs=1e-15)
     assert float(r_precision(x, x, labels, labels, query_in_reference=True)) == pytest.approx(
         np.mean([row[1] for row in ok]), abs=1e-15
     )
@@ -340,7 +342,9 @@ def test_tiles_overflow_and_exclusions_across_tiles_equal_the_definition(
     )
     per_query = brute.top_r_metrics(s, labels, labels, excluded)
     expected_map = np.mean([ap for r, _, ap in per_query if r > 0])
-    assert float(map_at_r(x, x, labels, labels, **options)) == pytest.approx(expected_map, abs=1e-15)
+    assert float(map_at_r(x, x, labels, labels, **options)) == pytest.approx(
+        expected_map, abs=1e-15
+    )
     assert float(r_precision(x, x, labels, labels, **options)) == pytest.approx(
         np.mean([p for r, p, _ in per_query if r > 0]), abs=1e-15
     )

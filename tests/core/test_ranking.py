@@ -26,12 +26,12 @@ def test_map_at_r_and_r_precision_against_brute_force(seed, backend):
     s = brute.scores64(x, x, "dot")
     rows = brute.top_r_metrics(s, labels, labels, brute.excluded_sets(len(x), len(x), True))
     ok = [row for row in rows if row[0] > 0]
-    assert float(map_at_r(
-        x, x, labels, labels, query_in_reference=True, metric="dot", chunk_size=7
-    )) == pytest.approx(np.mean([r[2] for r in ok]), abs=1e-15)
-    assert float(r_precision(
-        x, x, labels, labels, query_in_reference=True, metric="dot"
-    )) == pytest.approx(np.mean([r[1] for r in ok]), abs=1e-15)
+    assert float(
+        map_at_r(x, x, labels, labels, query_in_reference=True, metric="dot", chunk_size=7)
+    ) == pytest.approx(np.mean([r[2] for r in ok]), abs=1e-15)
+    assert float(
+        r_precision(x, x, labels, labels, query_in_reference=True, metric="dot")
+    ) == pytest.approx(np.mean([r[1] for r in ok]), abs=1e-15)
 
 
 @pytest.mark.parametrize("divisor", ["min_k_r", "r", "hits"])
@@ -46,9 +46,9 @@ def test_map_at_k_divisors_against_brute_force(divisor, backend):
         rel = [labels[j] == labels[i] for j in order]
         if sum(rel):
             expected.append(brute.ap_at_k(rel, sum(rel), 5, divisor))
-    got = float(map_at_k(
-        x, x, labels, labels, k=5, divisor=divisor, query_in_reference=True, metric="dot"
-    ))
+    got = float(
+        map_at_k(x, x, labels, labels, k=5, divisor=divisor, query_in_reference=True, metric="dot")
+    )
     assert got == pytest.approx(np.mean(expected), abs=1e-15)
 
 
@@ -80,9 +80,9 @@ def test_pml_values_match_on_tie_free_data():
         device=torch.device("cpu"),
     )
     pml = calc.get_accuracy(torch.from_numpy(x), torch.from_numpy(labels))
-    assert float(map_at_r(
-        x, x, labels, labels, query_in_reference=True, metric="euclidean"
-    )) == pytest.approx(pml["mean_average_precision_at_r"], abs=1e-12)
-    assert float(r_precision(
-        x, x, labels, labels, query_in_reference=True, metric="euclidean"
-    )) == pytest.approx(pml["r_precision"], abs=1e-12)
+    assert float(
+        map_at_r(x, x, labels, labels, query_in_reference=True, metric="euclidean")
+    ) == pytest.approx(pml["mean_average_precision_at_r"], abs=1e-12)
+    assert float(
+        r_precision(x, x, labels, labels, query_in_reference=True, metric="euclidean")
+    ) == pytest.approx(pml["r_precision"], abs=1e-12)

@@ -108,9 +108,11 @@ def test_nearest_neighbors_pads_when_k_exceeds_candidates(backend):
     assert val[:, 0].tolist() == [0.0, 0.0]
     assert np.isneginf(val[:, 1:]).all()
     with pytest.warns(UserWarning, match="exceeds"):
-        idx_t, val_t = nearest_neighbors(torch.from_numpy(x), torch.from_numpy(x), 3,
-                                         query_in_reference=True)  # fmt: skip
+        idx_t, val_t = nearest_neighbors(
+            torch.from_numpy(x), torch.from_numpy(x), 3, query_in_reference=True
+        )
     assert isinstance(idx_t, torch.Tensor) and idx_t.tolist() == idx.tolist()
+    assert isinstance(val_t, torch.Tensor) and val_t.dtype == torch.float64
 
 
 def test_recall_from_ranks_and_errors():

@@ -48,12 +48,12 @@ def test_streamed_equals_in_memory(tmp_path, data, fmt, monkeypatch):
         b = recall_at_k(query, streamed, q_labels, labels, (1, 5, 50), metric=metric)
         np.testing.assert_array_equal(a.first_hit_ranks, b.first_hit_ranks)
         assert dict(a) == dict(b)
-        assert float(map_at_r(query, memory, q_labels, labels, metric=metric)) == float(map_at_r(
-            query, streamed, q_labels, labels, metric=metric
-        ))
-    assert float(r_precision(query, memory, q_labels, labels)) == float(r_precision(
-        query, streamed, q_labels, labels
-    ))
+        assert float(map_at_r(query, memory, q_labels, labels, metric=metric)) == float(
+            map_at_r(query, streamed, q_labels, labels, metric=metric)
+        )
+    assert float(r_precision(query, memory, q_labels, labels)) == float(
+        r_precision(query, streamed, q_labels, labels)
+    )
     gt = np.arange(70) * 7
     np.testing.assert_array_equal(
         ground_truth_ranks_from_embeddings(query, memory, gt),

@@ -16,8 +16,8 @@ import numpy as np
 
 from recallkit.errors import UsageError
 from recallkit.io import read_array
-from recallkit.result import Result
 from recallkit.protocols._common import write_json
+from recallkit.result import Result
 
 T = TypeVar("T")
 

@@ -38,6 +38,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+import torch
+
 from recallkit.engine.pairs import (
     ChunkExclusions,
     Exclusions,
@@ -64,6 +66,28 @@ from recallkit.engine.space import (
 
 BACKEND_VARIABLE = "RECALLKIT_BACKEND"
 BACKENDS = ("numba", "torch", "triton")
+#: The oldest torch the engine runs on: ``torch.mm(..., out_dtype=)`` (the float32 accumulation
+#: of the low-precision filter on CUDA) arrived in 2.8, ``nonzero_static`` on CUDA before it.
+MIN_TORCH = (2, 8)
+
+
+def check_torch(version: str | None = None) -> None:
+    """Raise ``ImportError`` if torch (``version``, default the installed one) is older than
+    :data:`MIN_TORCH`."""
+    text = torch.__version__ if version is None else version
+    parts = []
+    for piece in text.split("+")[0].split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    if tuple(parts) < MIN_TORCH:
+        floor = ".".join(map(str, MIN_TORCH))
+        raise ImportError(
+            f"recallkit needs torch >= {floor} (torch.mm with out_dtype, CUDA nonzero_static); "
+            f"found torch {text}. Upgrade it: pip install 'torch>={floor}'."
+        )
+
+
+check_torch()
 
 __all__ = [
     "BACKENDS",
@@ -102,8 +126,7 @@ def forced_backend() -> str | None:
         return None
     if name not in BACKENDS:
         raise ValueError(
-            f"The {BACKEND_VARIABLE} environment variable must be one of {BACKENDS}. "
-            f"Got {name!r}."
+            f"The {BACKEND_VARIABLE} environment variable must be one of {BACKENDS}. Got {name!r}."
         )
     return name
 
@@ -124,9 +147,36 @@ def backend_for(space: Space) -> Backend:
         from recallkit.engine import cpu
 
         return cpu.BACKEND
+    return _device_backend(name, space.device)
+
+
+_DEVICE_BACKENDS: dict[str, Backend] = {}
+
+
+def _device_backend(name: str, where: torch.device) -> Backend:
+    """The torch back end, with the Triton kernels where they run (``name`` "triton", the
+    default on CUDA; an error when forced and Triton cannot run)."""
     from recallkit.engine import device
 
-    return device.backend(triton=name == "triton")
+    if name == "triton":
+        from recallkit.engine import triton_backend
+
+        if not triton_backend.usable(where):
+            if forced_backend() == "triton":
+                raise ValueError(
+                    f"{BACKEND_VARIABLE}=triton, but Triton cannot run on {where} here (on the "
+                    "CPU it runs under TRITON_INTERPRET=1; on CUDA it needs triton installed "
+                    "and TRITON_INTERPRET unset)."
+                )
+            name = "torch"
+    if name not in _DEVICE_BACKENDS:
+        if name == "triton":
+            from recallkit.engine import triton_backend
+
+            _DEVICE_BACKENDS[name] = device.DeviceBackend(triton_backend.TritonKernels())
+        else:
+            _DEVICE_BACKENDS[name] = device.DeviceBackend(device.TorchKernels())
+    return _DEVICE_BACKENDS[name]
 
 
 def run(space: Space, request: Request, chunk_size: int | None = None) -> Iterator[ChunkResult]:

@@ -185,7 +185,7 @@ def choose_product(dtype: torch.dtype, width: int) -> str:
     differ by machine (OpenBLAS is the faster on some AMD servers, MKL on Intel). torch's is a
     candidate only while its float32 matmuls are IEEE (``torch.set_float32_matmul_precision``
     ``"highest"``): otherwise oneDNN may multiply in bfloat16, beyond the float32 bound."""
-    if dtype == torch.float32 and torch.get_float32_matmul_precision() != "highest":
+    if dtype == torch.float32 and filters.float32_matmul_rounding(torch.device("cpu")) != 0.0:
         return "numpy"
     return _choice(dtype, width).pick()
 
@@ -379,9 +379,7 @@ class Window(_Consumer):
             over |= count > cap
         rows, slots, columns = [], [], []
         for _, count, index in states:
-            r, t, n = np.nonzero(
-                np.arange(cap)[None, None, :] < np.minimum(count, cap)[:, :, None]
-            )
+            r, t, n = np.nonzero(np.arange(cap)[None, None, :] < np.minimum(count, cap)[:, :, None])
             keep = ~over[r, t]
             rows.append(r[keep])
             slots.append(t[keep])
@@ -534,9 +532,7 @@ class _Precisions:
         with self.lock:
             self.times.setdefault((width, precision), []).append(seconds_per_tile)
             if all(len(self.times.get((width, p), [])) >= SAMPLES for p in candidates):
-                self.chosen[width] = min(
-                    candidates, key=lambda p: min(self.times[(width, p)])
-                )
+                self.chosen[width] = min(candidates, key=lambda p: min(self.times[(width, p)]))
 
 
 PRECISION_CHOICE = _Precisions()
@@ -881,9 +877,7 @@ class CpuBackend:
         lo, hi = lo.numpy()[wr, wt], hi.numpy()[wr, wt]
         g = above.shape[1]
         up = f32 > hi
-        above = above + np.bincount(wr[up] * g + wt[up], minlength=above.size).reshape(
-            above.shape
-        )
+        above = above + np.bincount(wr[up] * g + wt[up], minlength=above.size).reshape(above.shape)
         keep = (f32 >= lo) & ~up
         return above, wr[keep], wt[keep], wj[keep]
 

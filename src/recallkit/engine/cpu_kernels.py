@@ -25,6 +25,7 @@ import torch
 WINDOW_CAP = 32
 _NO_CODES = np.zeros(0, dtype=np.int64)
 
+
 @numba.njit(nogil=True, cache=True, boundscheck=False, fastmath=True)
 def _dot(x, y):  # pragma: no cover - compiled
     s = 0.0
@@ -98,8 +99,8 @@ def label_best_candidates(
 
     Row ``i``'s positives are the columns ``members[lo[i]:hi[i]]`` (ascending), less its
     excluded columns ``ex_cols[ex_ptr[i]:ex_ptr[i+1]]`` (ascending) and the columns whose
-    exclusion code equals its own (``codes_x = (row codes, column codes)``). A pair's filter score is
-    the dot product of its filter rows in any summation order (SIMD), within the filter's error
+    exclusion code equals its own (``codes_x = (row codes, column codes)``). A pair's filter
+    score is the dot product of its filter rows in any summation order (SIMD), within the filter's error
     bound like the GEMM's; rows are visited class by class (``codes``) for the cache."""
     order = np.argsort(codes, kind="stable")
     e = eps.numpy().astype(np.float64)
@@ -164,9 +165,7 @@ def label_kth(
     order = np.argsort(codes, kind="stable")
     ks = np.ascontiguousarray(ks, dtype=np.int64)
     qx, rx = codes_x if codes_x is not None else (_NO_CODES, _NO_CODES)
-    _label_kth_numba(
-        a.numpy(), b.numpy(), order, lo, hi, members, ex_ptr, ex_cols, qx, rx, ks, out
-    )
+    _label_kth_numba(a.numpy(), b.numpy(), order, lo, hi, members, ex_ptr, ex_cols, qx, rx, ks, out)
     return out
 
 
@@ -782,7 +781,6 @@ def collect_top(
     out_cols = np.empty(int(starts[-1]), dtype=np.int64)
     _collect_fill(scores, cols, fills, lo, over, starts, out_rows, out_cols)
     return out_rows, out_cols
-
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)

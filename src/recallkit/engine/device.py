@@ -36,7 +36,6 @@ float32's.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -57,47 +56,23 @@ FIRST_ROWS = 8
 TOP_EXTRA = 32  # a ranked list's topk width beyond k, at least
 
 
-@contextlib.contextmanager
-def no_autocast(device: torch.device) -> Iterator[None]:
-    """The engine's GEMMs outside any caller's autocast region (CPU and the device)."""
-    with torch.autocast(device_type="cpu", enabled=False):
-        if device.type not in ("cpu", "meta"):
-            with torch.autocast(device_type=device.type, enabled=False):
-                yield
-        else:
-            yield
-
-
-def float32_matmul_rounding(device: torch.device) -> float:
-    """The relative rounding of a float32 ``torch.mm`` input on ``device``: 0 in IEEE float32;
-    ``2**-10`` where TF32 may be used; ``2**-8`` where bfloat16 may (``"medium"``); an unknown
-    state counts as TF32."""
-    precision = torch.get_float32_matmul_precision()
-    if precision == "medium":
-        return 2.0**-8
-    if device.type != "cuda":
-        return 0.0 if precision == "highest" else 2.0**-10
-    matmul = torch.backends.cuda.matmul
-    new = getattr(matmul, "fp32_precision", None)
-    if new is not None:
-        new = str(new).lower()
-        inherited = str(getattr(torch.backends, "fp32_precision", "none")).lower()
-        if new == "tf32" or (new == "none" and inherited == "tf32"):
-            return 2.0**-10
-        if new == "ieee" or (new == "none" and inherited == "ieee"):
-            return 0.0 if precision == "highest" else 2.0**-10
-    try:
-        tf32 = bool(matmul.allow_tf32)
-    except RuntimeError:  # legacy and new APIs mixed: assume the wider rounding
-        return 2.0**-10
-    return 2.0**-10 if tf32 or precision != "highest" else 0.0
-
-
 def _fp16_accumulation() -> bool:
     try:
         return bool(getattr(torch.backends.cuda.matmul, "allow_fp16_accumulation", False))
     except RuntimeError:
         return True
+
+
+def check_low_precision(low: torch.dtype, device_type: str) -> None:
+    """Refuse a float16 filter on a device whose float16 GEMMs may accumulate in float16
+    (``torch.backends.cuda.matmul.allow_fp16_accumulation``): beyond the filter's bound."""
+    if low == torch.float16 and device_type != "cpu" and _fp16_accumulation():
+        raise ValueError(
+            "precision='float16' cannot run while "
+            "torch.backends.cuda.matmul.allow_fp16_accumulation is True: float16 accumulation "
+            "is beyond the filter's error bound. Use precision='bfloat16' or 'float32', or "
+            "unset it."
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -108,6 +83,7 @@ class TorchKernels:
     """Exact scores and float32 re-scores with torch operations (any device)."""
 
     name = "torch"
+    fused = False  # no fused threshold pass: the chunk's scores are a torch.mm
 
     def exact(
         self, space: Space, chunk: Rows, block: Block, rows: torch.Tensor, cols: torch.Tensor
@@ -141,20 +117,14 @@ class TorchKernels:
             if a.device.type == "cpu":  # the same products, summed in float32
                 scores = a.to(low).to(torch.float32) @ b_low.to(torch.float32).T
             else:
-                if low == torch.float16 and _fp16_accumulation():
-                    raise ValueError(
-                        "precision='float16' cannot run while "
-                        "torch.backends.cuda.matmul.allow_fp16_accumulation is True: float16 "
-                        "accumulation is beyond the filter's error bound. Use "
-                        "precision='bfloat16' or 'float32', or unset it."
-                    )
+                check_low_precision(low, a.device.type)
                 scores = torch.mm(a.to(low), b_low.T, out_dtype=torch.float32)
             unit = 2.0**-23 if a.device.type != "cpu" else 2.0**-24
             return scores, filters.Product(low, unit, filters.INPUT_ROUNDING[low])
         scores = a @ block.gemm.T
         if a.dtype == torch.float64:
             return scores, filters.Product.plain(torch.float64)
-        rounding = float32_matmul_rounding(a.device)
+        rounding = filters.float32_matmul_rounding(a.device)
         unit = 2.0**-23 if rounding else 2.0**-24
         return scores, filters.Product(torch.float32, unit, rounding)
 
@@ -202,9 +172,7 @@ def _no_flag(device: torch.device) -> torch.Tensor:
     return torch.zeros((), dtype=torch.bool, device=device)
 
 
-def _compact(
-    mask: torch.Tensor, caps: Capacities, site: str
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _compact(mask: torch.Tensor, caps: Capacities, site: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Positions of the True entries of ``mask`` (2-D or 1-D), row-major, as ``(p, ndim)``.
 
     With a capacity: exactly that many (no synchronisation), padded with ``-1``, and a device
@@ -289,6 +257,21 @@ class _Skipped:
             same = (self.codes[:, None] >= 0) & (self.codes[:, None] == self.ref_codes[None, :])
             scores = scores.masked_fill(same, -torch.inf)
         return scores
+
+    def lists(self, block: Block, c: int, width: int) -> torch.Tensor | None:
+        """The explicit pairs in ``block`` as ``(c, width)`` local columns, ``-1`` padded
+        (``width``: the most pairs of a row, known on the host), or ``None``."""
+        if self.rows.numel() == 0:
+            return None
+        local, inside = locals_of(block, self.cols)
+        dev = self.rows.device
+        sizes = torch.zeros(c, dtype=torch.int64, device=dev)
+        sizes.scatter_add_(0, self.rows, torch.ones_like(self.rows))
+        starts = torch.cumsum(sizes, 0) - sizes
+        position = torch.arange(self.rows.numel(), device=dev) - starts[self.rows]
+        out = torch.full((c, max(width, 1)), -1, dtype=torch.int64, device=dev)
+        out[self.rows, position] = torch.where(inside, local, torch.full_like(local, -1))
+        return out
 
     def contains(self, rows: torch.Tensor, glob: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
         """Which of the pairs ``(rows, global cols)`` are skipped."""
@@ -375,6 +358,12 @@ class _Inputs:
             self.ks = torch.from_numpy(self.ks_host).to(dev)
         self._ref_codes: dict[tuple[int, int], torch.Tensor] = {}
 
+    def list_width(self, start: int, stop: int) -> int:
+        """The most explicit skipped pairs of a query of ``start:stop`` (host arithmetic)."""
+        if self.pairs is None or stop <= start:
+            return 0
+        return int(np.diff(self.pairs.indptr[start : stop + 1]).max(initial=0))
+
     def skipped(self, block: Block, start: int, stop: int) -> _Skipped:
         empty = torch.empty(0, dtype=torch.int64, device=self.device)
         rows, cols = (empty, empty) if self.pairs is None else self.pairs.chunk(start, stop)
@@ -436,9 +425,7 @@ class DeviceBackend:
             return own[torch.arange(start, stop, device=block.gemm.device)]
         low = self._low_dtype(space, block)
         dtype = block.gemm.dtype
-        qf = filters.query_filter(
-            chunk.raw, chunk.sq, chunk.norm, space.metric, block.scale, dtype
-        )
+        qf = filters.query_filter(chunk.raw, chunk.sq, chunk.norm, space.metric, block.scale, dtype)
         if low == torch.float16 and space.metric == "euclidean":  # float16's narrow range
             qf = filters.query_filter(
                 chunk.raw, chunk.sq, chunk.norm, space.metric, block.scale, torch.float16
@@ -457,7 +444,7 @@ class DeviceBackend:
     ) -> _Pass:
         qf = self._filter(space, chunk, block, start, stop)
         low = self._low_dtype(space, block)
-        with no_autocast(space.device):
+        with filters.no_autocast(space.device):
             scores, product = self.kernels.product(qf, block, low)
         scores = skipped.mask(scores, block)
         eps = filters.error_bound(product, qf, block.max_norm, space.dim, block.scale,
@@ -483,7 +470,9 @@ class DeviceBackend:
         if isinstance(positives, Pairs):
             return True
         pairs = positives.pair_count(block, start, stop)
-        return pairs * self._exact_cost(space, block) <= (stop - start) * block.rows * self._gemm_cost(space, block)
+        return pairs * self._exact_cost(space, block) <= (
+            stop - start
+        ) * block.rows * self._gemm_cost(space, block)
 
     def _exact_cost(self, space: Space, block: Block) -> float:
         key = ("exact", space.device.type, space.dim, block.data.dtype)
@@ -492,9 +481,10 @@ class DeviceBackend:
             rows = torch.zeros(p, dtype=torch.int64, device=space.device)
             cols = torch.arange(p, device=space.device) % max(block.rows, 1)
             chunk = Rows(block.data[:1], block.sq[:1], block.norm[:1])
-            self._costs[key] = _timed(
-                lambda: self.kernels.exact(space, chunk, block, rows, cols), space.device
-            ) / p
+            self._costs[key] = (
+                _timed(lambda: self.kernels.exact(space, chunk, block, rows, cols), space.device)
+                / p
+            )
         return self._costs[key]
 
     def _gemm_cost(self, space: Space, block: Block) -> float:
@@ -503,7 +493,7 @@ class DeviceBackend:
             c, m = 256, min(block.rows, 4096)
             a = block.gemm[:1].expand(c, -1).contiguous()
             b = block.gemm[:m]
-            with no_autocast(space.device):
+            with filters.no_autocast(space.device):
                 self._costs[key] = _timed(lambda: a @ b.T, space.device) / max(c * m, 1)
         return self._costs[key]
 
@@ -656,6 +646,74 @@ class DeviceBackend:
         before = _count_into(c * g, at, tie & (glob < w)).view(c, g)
         return total, tied, before, over
 
+    def _fused_counts(
+        self,
+        space: Space,
+        inputs: _Inputs,
+        chunk: Rows,
+        block: Block,
+        start: int,
+        stop: int,
+        best: torch.Tensor,
+        where: torch.Tensor,
+        caps: Capacities,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`_counts` with the fused threshold pass: the filter GEMM, the counts above
+        and the windows of every slot in one launch, the chunk's score matrix never written."""
+        c, g = best.shape
+        dev = space.device
+        qf = self._filter(space, chunk, block, start, stop)
+        low = self._low_dtype(space, block)
+        product = self.kernels.window_product(qf, low)
+        eps = filters.error_bound(product, qf, block.max_norm, space.dim, block.scale,
+                                  space.metric)  # fmt: skip
+        centre = filters.scaled_centre(best, qf, block.scale)
+        lo, hi = filters.bounds(centre, eps[:, None], torch.float32)
+        skipped = inputs.skipped(block, start, stop)
+        codes = None if skipped.codes is None else (skipped.codes, skipped.ref_codes)
+        lists = skipped.lists(block, c, inputs.list_width(start, stop))
+        capacity = caps.size("window", c * g, block.rows)
+        guess = capacity if capacity is not None else MIN_CAPACITY * max(1, c * g // 64)
+        above, window, count = self.kernels.window(qf, block, low, lo, hi, guess, codes, lists)
+        if capacity is None:  # learning: exact sizes
+            found = int(count)
+            caps.record("window", found, c * g)
+            if found > guess:
+                above, window, count = self.kernels.window(qf, block, low, lo, hi, found, codes,
+                                                           lists)  # fmt: skip
+            over = _no_flag(dev)
+        else:
+            over = count > capacity
+        rows, local, slot = window[:, 0], window[:, 1], window[:, 2]
+        total = above.clone()
+        if low is not None:
+            # Cascade: the low-precision window scored in float32; certain ones counted, the
+            # float32 window scored exactly.
+            eps32 = filters.error_bound(filters.Product.plain(torch.float32), qf, block.max_norm,
+                                        space.dim, block.scale, space.metric)  # fmt: skip
+            lo32, hi32 = filters.bounds(centre, eps32[:, None], torch.float32)
+            f32 = self.kernels.dots(qf.rows, block.gemm, rows, local)
+            at = rows.clamp(min=0) * g + slot.clamp(min=0)
+            lo_at, hi_at = lo32.reshape(-1)[at], hi32.reshape(-1)[at]
+            valid = rows >= 0
+            total += _count_into(c * g, at, valid & (f32 > hi_at)).view(c, g)
+            keep = valid & (f32 >= lo_at) & (f32 <= hi_at)
+            picked, flag = _compact(keep, caps, "window32")
+            over = over | flag
+            sel = picked[:, 0]
+            rows = torch.where(sel >= 0, rows[sel.clamp(min=0)], -1)
+            local, slot = local[sel.clamp(min=0)], slot[sel.clamp(min=0)]
+        scores = self.kernels.exact(space, chunk, block, rows, local)
+        glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
+        at = rows.clamp(min=0) * g + slot.clamp(min=0)
+        b, w = best.reshape(-1)[at], where.reshape(-1)[at]
+        valid = rows >= 0
+        tie = valid & (scores == b)
+        total += _count_into(c * g, at, valid & ties.beats(scores, glob, b, w)).view(c, g)
+        tied = _count_into(c * g, at, tie & (glob != w)).view(c, g)
+        before = _count_into(c * g, at, tie & (glob < w)).view(c, g)
+        return total, tied, before, over
+
     def _ranked_block(
         self,
         space: Space,
@@ -723,7 +781,7 @@ class DeviceBackend:
         out: dict[str, torch.Tensor] = {}
         passes: dict[int, _Pass] = {}
         over = _no_flag(dev)
-        with no_autocast(dev):
+        with filters.no_autocast(dev):
             if request.thresholds:
                 best, where, equal, over = self._thresholds(
                     space, inputs, chunk, start, stop, passes, caps
@@ -744,9 +802,15 @@ class DeviceBackend:
                     continue
                 skipped = inputs.skipped(block, start, stop)
                 p = passes.get(i)
-                if p is None and (request.thresholds or kmax):
+                fused = self.kernels.fused and p is None and not kmax
+                if p is None and not fused and (request.thresholds or kmax):
                     p = self._pass(space, chunk, block, skipped, start, stop)
-                if request.thresholds:
+                if request.thresholds and fused:
+                    a, b, d, flag = self._fused_counts(space, inputs, chunk, block, start, stop,
+                                                       best, where, caps)  # fmt: skip
+                    total, tied, before = total + a, tied + b, before + d
+                    over = over | flag
+                elif request.thresholds:
                     a, b, d, flag = self._counts(space, chunk, block, p, best, where, caps)
                     total, tied, before = total + a, tied + b, before + d
                     over = over | flag
@@ -819,7 +883,10 @@ class DeviceBackend:
                 # Drop the padding columns of the fixed-width tails.
                 tail = part["tail_index"]
                 width = int((tail >= 0).sum(axis=1).max()) if tail.size else 0
-                part["tail_index"], part["tail_score"] = tail[:, :width], part["tail_score"][:, :width]
+                part["tail_index"], part["tail_score"] = (
+                    tail[:, :width],
+                    part["tail_score"][:, :width],
+                )
             for name in ("top_index", "top_score", "tail_index", "tail_score"):
                 if name in part and isinstance(part[name], np.ndarray):
                     part[name] = torch.from_numpy(np.ascontiguousarray(part[name]))
@@ -900,24 +967,3 @@ def _timed(f: Callable[[], Any], device: torch.device) -> float:
             torch.cuda.synchronize(device)
         best = min(best, time.perf_counter() - start)
     return max(best, 1e-9)
-
-
-_BACKENDS: dict[str, DeviceBackend] = {}
-
-
-def backend(triton: bool) -> DeviceBackend:
-    """The device back end with torch kernels, or with the Triton kernels where they run."""
-    name = "torch"
-    if triton:
-        from recallkit.engine import triton_backend
-
-        if triton_backend.usable():
-            name = "triton"
-    if name not in _BACKENDS:
-        if name == "triton":
-            from recallkit.engine import triton_backend
-
-            _BACKENDS[name] = DeviceBackend(triton_backend.TritonKernels())
-        else:
-            _BACKENDS[name] = DeviceBackend(TorchKernels())
-    return _BACKENDS[name]

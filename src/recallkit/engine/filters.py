@@ -30,7 +30,10 @@ GEMM has.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -235,3 +238,64 @@ def scaled_centre(best: torch.Tensor, qf: QueryFilter, block_scale: float) -> to
     """Threshold items' exact scores ``(c, g)`` on the filter's scale."""
     factor = (qf.scale.to(best.device) * block_scale)[:, None]
     return best * factor
+
+
+@contextlib.contextmanager
+def no_autocast(device: torch.device) -> Iterator[None]:
+    """The engine's GEMMs outside any caller's autocast region (CPU and the device): autocast
+    would run them in bfloat16 under a bound made for float32."""
+    with torch.autocast(device_type="cpu", enabled=False):
+        if device.type not in ("cpu", "meta"):
+            with torch.autocast(device_type=device.type, enabled=False):
+                yield
+        else:
+            yield
+
+
+def _legacy_precision() -> str | None:
+    """``torch.get_float32_matmul_precision()``, or ``None`` where the new precision API is in
+    use (reading the legacy setting then raises)."""
+    try:
+        return torch.get_float32_matmul_precision()
+    except RuntimeError:
+        return None
+
+
+def _new_precision(backend: Any) -> str | None:
+    """The new API's float32 precision of a backend (``"ieee"``, ``"tf32"``, ``"bf16"``), its
+    inherited global one where it says ``"none"``, or ``None`` without the new API."""
+    value = getattr(backend, "fp32_precision", None)
+    if value is None:
+        return None
+    value = str(value).lower()
+    if value == "none":
+        value = str(getattr(torch.backends, "fp32_precision", "none")).lower()
+    return None if value == "none" else value
+
+
+_ROUNDING = {"ieee": 0.0, "tf32": 2.0**-10, "bf16": 2.0**-8}
+
+
+def float32_matmul_rounding(device: torch.device) -> float:
+    """The relative rounding of a float32 ``torch.mm`` input on ``device``: 0 in IEEE float32;
+    ``2**-10`` where TF32 may be used; ``2**-8`` where bfloat16 may (``"medium"``, ``"bf16"``).
+    Read through the new precision API (``torch.backends.*.matmul.fp32_precision``) where it is
+    set, else the legacy one; an unknown state counts as TF32."""
+    if device.type == "cuda":
+        new = _new_precision(torch.backends.cuda.matmul)
+    else:
+        new = _new_precision(getattr(getattr(torch.backends, "mkldnn", None), "matmul", None))
+    if new is not None:
+        return _ROUNDING.get(new, 2.0**-8)
+    legacy = _legacy_precision()
+    if legacy == "medium":
+        return 2.0**-8
+    if legacy not in (None, "highest"):
+        return 2.0**-10
+    if device.type != "cuda":
+        return 0.0 if legacy == "highest" else 2.0**-10
+    try:
+        tf32 = bool(torch.backends.cuda.matmul.allow_tf32)
+    except RuntimeError:  # legacy and new APIs mixed: assume the wider rounding
+        return 2.0**-10
+    return 2.0**-10 if tf32 or legacy is None else 0.0

@@ -9,7 +9,6 @@ Nothing here ranks anything: every rank comes from :func:`recallkit.ground_truth
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path

@@ -522,7 +522,12 @@ def circo_rankings_from_scores(
     """:func:`circo_rankings` from a ``(queries, images)`` similarity matrix."""
     func = "circo_rankings_from_scores"
     return _rankings(
-        func, lambda e: Ranker.from_scores(scores, func, expect=e), image_ids, data, k, exclude_reference
+        func,
+        lambda e: Ranker.from_scores(scores, func, expect=e),
+        image_ids,
+        data,
+        k,
+        exclude_reference,
     )
 
 

@@ -317,7 +317,10 @@ def _skipped(ranker: Ranker, idx: _Indices) -> Any:
 
 
 def _prepared(
-    func: str, make: Callable[[tuple[int, str, int, str]], Ranker], data: CIRRSplit, need_targets: bool
+    func: str,
+    make: Callable[[tuple[int, str, int, str]], Ranker],
+    data: CIRRSplit,
+    need_targets: bool,
 ) -> tuple[Ranker, _Indices]:
     idx = _indices(data, func, need_targets=need_targets)
     ranker = make((len(data.queries), "query of 'data'", len(data.image_names), "image of 'data'"))
@@ -393,7 +396,9 @@ def cirr_recall_from_scores(
     {'recall@1': 1.0, 'recall_subset@1': 1.0}
     """
     func = "cirr_recall_from_scores"
-    return _recall(func, lambda e: Ranker.from_scores(scores, func, expect=e), data, ks, subset_ks, target)
+    return _recall(
+        func, lambda e: Ranker.from_scores(scores, func, expect=e), data, ks, subset_ks, target
+    )
 
 
 def _rankings(
@@ -453,7 +458,10 @@ def cirr_rankings(
     func = "cirr_rankings"
     opts = Options.of(func, **options)
     return _ranked(
-        func, lambda e: Ranker.from_embeddings(query, images, func, opts, "query", "images", e), data, k
+        func,
+        lambda e: Ranker.from_embeddings(query, images, func, opts, "query", "images", e),
+        data,
+        k,
     )
 
 

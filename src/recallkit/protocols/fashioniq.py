@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 
 from recallkit import _checks, engine
+from recallkit.ground_truth import Ranker, Ranks, recall_from_ranks
+from recallkit.options import Options
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, protocol_result
 from recallkit.result import Result
-from recallkit.ground_truth import Ranker, Ranks, recall_from_ranks
-from recallkit.options import Options
 
 __all__ = [
     "FASHIONIQ_CATEGORIES",

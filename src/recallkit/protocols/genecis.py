@@ -47,11 +47,11 @@ from typing import Any
 import numpy as np
 
 from recallkit import _checks
+from recallkit.ground_truth import ground_truth_ranks, recall_from_ranks
+from recallkit.options import Options
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, protocol_result
-from recallkit.options import Options
 from recallkit.result import Result
-from recallkit.ground_truth import ground_truth_ranks, recall_from_ranks
 
 __all__ = [
     "GENECIS_TASKS",

@@ -27,8 +27,8 @@ from recallkit import _checks
 from recallkit._codes import dense_codes
 from recallkit.definitions import definitions
 from recallkit.neighbors import nearest_neighbors
-from recallkit.retrieval import recall_at_k
 from recallkit.result import Result as RecallResult
+from recallkit.retrieval import recall_at_k
 from recallkit.runner._errors import RunnerError
 from recallkit.runner.cache import encode_cached
 from recallkit.runner.encode import BadImage
