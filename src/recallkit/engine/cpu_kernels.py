@@ -100,8 +100,9 @@ def label_best_candidates(
     Row ``i``'s positives are the columns ``members[lo[i]:hi[i]]`` (ascending), less its
     excluded columns ``ex_cols[ex_ptr[i]:ex_ptr[i+1]]`` (ascending) and the columns whose
     exclusion code equals its own (``codes_x = (row codes, column codes)``). A pair's filter
-    score is the dot product of its filter rows in any summation order (SIMD), within the filter's error
-    bound like the GEMM's; rows are visited class by class (``codes``) for the cache."""
+    score is the dot product of its filter rows in any summation order (SIMD), within the
+    filter's error bound like the GEMM's; rows are visited class by class (``codes``) for the
+    cache."""
     order = np.argsort(codes, kind="stable")
     e = eps.numpy().astype(np.float64)
     x, y = a.numpy(), b.numpy()
