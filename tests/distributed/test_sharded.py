@@ -14,7 +14,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import recallkit
-from recallkit import _device, _kernels
+from recallkit.engine import device
 
 
 def _data(seed: int, n: int = 130):
@@ -79,15 +79,10 @@ def _run_case(rank, world, mode, kwargs, seed, out):
             extra.update(ids=ids[q], reference_ids=ids[gallery])
         mine = q
     with contextlib.ExitStack() as stack:
-        if kwargs.get("torch_path"):  # the kernels CUDA runs, with windows that overflow
-            stack.enter_context(mock.patch.object(_kernels, "_use_numba", lambda t, b: False))
-            for name, value in {
-                "WINDOW_ROWS": dict.fromkeys(_device.WINDOW_ROWS, 0),
-                "TOP_EXTRA": dict.fromkeys(_device.TOP_EXTRA, 0),
-                "EXACT_ROWS": 0,
-                "MIN_CAPACITY": 1,
-            }.items():
-                stack.enter_context(mock.patch.object(_device, name, value))
+        if kwargs.get("torch_path"):  # the path CUDA runs, with capacities of one slot
+            stack.enter_context(mock.patch.dict("os.environ", {"RECALLKIT_BACKEND": "torch"}))
+            stack.enter_context(mock.patch.object(device, "MIN_CAPACITY", 1))
+            stack.enter_context(mock.patch.object(device, "TOP_EXTRA", 0))
         result = recallkit.evaluate_sharded(
             torch.from_numpy(x[mine]),
             labels[mine],
@@ -98,14 +93,16 @@ def _run_case(rank, world, mode, kwargs, seed, out):
             **extra,
         )
     with open(f"{out}.{rank}", "wb") as handle:
+        recall = {k: v for k, v in result.items() if k.startswith("recall@")}
         pickle.dump(
             {
-                "ranks": result.recall.first_hit_ranks.tolist(),
-                "values": dict(result.recall),
-                "map": result.map_at_r,
-                "rprec": result.r_precision,
-                "ids": result.recall.query_ids,
-                "bytes": result.bytes_communicated,
+                "ranks": result.first_hit_ranks.tolist(),
+                "values": recall,
+                "map": result["MAP@R"],
+                "rprec": result["R-precision"],
+                "bounds": result.bounds,
+                "ids": result.query_ids,
+                "bytes": result.info["bytes_communicated"],
             },
             handle,
         )
@@ -127,12 +124,14 @@ def _single(seed, kwargs):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = recallkit.recall_at_k(*args, ks=(1, 2, 5, 20), metric="dot", **extra)
+        names = ["recall@1", "recall@2", "recall@5", "recall@20", "MAP@R", "R-precision"]
+        r = recallkit.retrieval_metrics(*args, names, metric="dot", **extra)
     return {
         "ranks": r.first_hit_ranks.tolist(),
-        "values": dict(r),
-        "map": float(recallkit.map_at_r(*args, metric="dot", **extra)),
-        "rprec": float(recallkit.r_precision(*args, metric="dot", **extra)),
+        "values": {k: v for k, v in r.items() if k.startswith("recall@")},
+        "map": r["MAP@R"],
+        "rprec": r["R-precision"],
+        "bounds": r.bounds,
         "ids": q.tolist(),
     }
 
@@ -171,6 +170,7 @@ def _check_case(out, world, expected):
         assert got["values"] == expected["values"]  # bit for bit
         assert got["map"] == expected["map"]
         assert got["rprec"] == expected["rprec"]
+        assert got["bounds"] == expected["bounds"]  # ties broken both ways, exactly
         assert got["bytes"] > 0
 
 

@@ -840,8 +840,9 @@ class DeviceBackend:
                     empty = torch.full((c, kmax), -1, dtype=torch.int64, device=dev)
                     held = (empty, torch.full((c, kmax), -torch.inf, dtype=torch.float64,
                                               device=dev))  # fmt: skip
+                kmin = int(ks_host.min(initial=0)) if len(ks_host) else 0
                 top_i, top_s, tail_i, tail_s = ties.split_tail(
-                    held[0], held[1], ks, tail_width=max(held[0].shape[1] - kmax, 0), kmax=kmax
+                    held[0], held[1], ks, tail_width=max(held[0].shape[1] - kmin, 0), kmax=kmax
                 )
                 out.update(top_index=top_i, top_score=top_s, tail_index=tail_i,
                            tail_score=tail_s)  # fmt: skip
