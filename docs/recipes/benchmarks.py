@@ -32,11 +32,11 @@ import torch
 from recallkit.datasets import (
     BENCHMARK_INFO,
     Benchmark,
-    BenchmarkResult,
     Split,
     evaluate_benchmark,
     load_benchmark,
 )
+from recallkit.result import Result
 
 __all__ = ["StandInEncoder", "embed", "main", "run", "write_miniatures"]
 
@@ -181,9 +181,9 @@ def embed(split: Split, encoder: torch.nn.Module, batch_size: int = 64) -> torch
 
 def run(
     folder: Path,
-) -> dict[str, tuple[Benchmark, torch.Tensor, torch.Tensor | None, BenchmarkResult]]:
+) -> dict[str, tuple[Benchmark, torch.Tensor, torch.Tensor | None, Result]]:
     """Write, load, embed and evaluate every benchmark; name -> (benchmark, query embeddings,
-    gallery embeddings or None, BenchmarkResult)."""
+    gallery embeddings or None, Result)."""
     encoder = StandInEncoder().eval()
     out = {}
     for name, root in write_miniatures(folder).items():
@@ -199,20 +199,20 @@ def run(
     return out
 
 
-def _describe(benchmark: Benchmark, result: BenchmarkResult) -> str:
+def _describe(benchmark: Benchmark, result: Result) -> str:
     query, gallery, _ = benchmark.evaluation_splits()
     if gallery is query:
         searched = f"{query.name} ({len(query)} images) against itself, self excluded"
     else:
         searched = f"{query.name} ({len(query)}) against {gallery.name} ({len(gallery)})"
     clamped = [
-        k for k, e in zip(result.recall.ks, result.recall.effective_ks, strict=True) if k != e
+        k for k, e in zip(result.ks, result.effective_ks, strict=True) if k != e
     ]
     note = f"; K {', '.join(map(str, clamped))} clamped to the candidates" if clamped else ""
     return f"{benchmark.title} ({benchmark.name}): {searched}{note}"
 
 
-def main() -> dict[str, tuple[Benchmark, torch.Tensor, torch.Tensor | None, BenchmarkResult]]:
+def main() -> dict[str, tuple[Benchmark, torch.Tensor, torch.Tensor | None, Result]]:
     """Write the miniatures to a temporary folder, evaluate each, print its recall@K table.
 
     Returns what :func:`run` returns (the folder is gone by then; the embeddings are kept).
