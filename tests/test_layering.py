@@ -38,7 +38,7 @@ LIBRARY = sorted(
 
 
 def test_the_library_is_what_remains():
-    assert "recallkit.recall" in LIBRARY and "recallkit.protocols.cirr" in LIBRARY
+    assert "recallkit.retrieval" in LIBRARY and "recallkit.protocols.cirr" in LIBRARY
     assert "recallkit.datasets.base" in LIBRARY and "recallkit.io" in LIBRARY
     assert not [name for name in LIBRARY if "runner" in name or "commands" in name]
 
@@ -108,15 +108,139 @@ def test_importing_the_library_loads_no_app_images_or_plots():
 def test_the_root_loads_names_on_first_use():
     script = (
         "import sys, recallkit\n"
-        "before = 'torch' in sys.modules or 'recallkit.recall' in sys.modules\n"
+        "before = 'torch' in sys.modules or 'recallkit.retrieval' in sys.modules\n"
         "f = recallkit.recall_at_k\n"
         "from recallkit import map_at_r\n"
         "print(before, f.__module__, map_at_r.__module__, 'recallkit.runner' in sys.modules,\n"
-        "      recallkit.ranks.__name__, hasattr(recallkit, 'nope'))\n"
+        "      recallkit.ground_truth.__name__, hasattr(recallkit, 'nope'))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert done.stdout.split() == [
-        "False", "recallkit.recall", "recallkit.ranking", "False", "recallkit.ranks", "False"
+        "False", "recallkit.retrieval", "recallkit.retrieval", "False", "recallkit.ground_truth",
+        "False",
     ]  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# The import graph: no circle, no upward arrow, no private name across the engine's modules.
+
+#: Layers, lowest first: a module imports only its own layer or lower ones. Inside the engine,
+#: the shared pieces come first, the back ends beside each other above them, the dispatcher
+#: (the package itself) on top.
+LAYERS = (
+    ("recallkit._checks", "recallkit._codes", "recallkit._atomic"),
+    ("recallkit.engine.exact", "recallkit.engine.ties", "recallkit.engine.cpu_kernels",
+     "recallkit.engine.lowp", "recallkit.engine.triton_kernels"),
+    ("recallkit.engine.filters",),
+    ("recallkit.engine.space",),
+    ("recallkit.engine.pairs",),
+    ("recallkit.engine.protocol",),
+    ("recallkit.engine.cpu", "recallkit.engine.device", "recallkit.engine.matrix"),
+    ("recallkit.engine.triton_backend",),
+    ("recallkit.engine",),
+)  # fmt: skip
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the recallkit modules it imports (any depth of its code)."""
+    names = set(map(_module_name, PACKAGE.rglob("*.py")))
+    out: dict[str, set[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = _module_name(path)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        found = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                # ``from a.b import c``: the module a.b.c if it is one, else names of a.b.
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    found.add(sub if sub in names else node.module)
+        out[name] = {m for m in found if m in names and m != name}
+    return out
+
+
+def _layer(name: str) -> int | None:
+    for i, layer in enumerate(LAYERS):
+        if name in layer:
+            return i
+    return None
+
+
+def test_the_import_graph_has_no_circle():
+    graph = _graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert circles == []
+
+
+def test_no_module_imports_upwards():
+    graph = _graph()
+    upward = []
+    for name, imported in graph.items():
+        mine = _layer(name)
+        for other in imported:
+            theirs = _layer(other)
+            if mine is not None and theirs is not None and theirs > mine:
+                upward.append((name, other))
+            # The engine never reaches into the library above it.
+            if name.startswith("recallkit.engine") and theirs is None and other != "recallkit":
+                upward.append((name, other))
+            if name.startswith("recallkit.engine") and other == "recallkit":
+                upward.append((name, other))
+    assert upward == []
+    assert {m for m in graph if m.startswith("recallkit.engine")} <= {
+        m for layer in LAYERS for m in layer
+    }
+
+
+def test_no_private_name_crosses_the_engines_modules():
+    crossing = []
+    engine = PACKAGE / "engine"
+    for path in engine.glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("recallkit"):
+                for alias in node.names:
+                    if alias.name.startswith("_") and node.module != "recallkit":
+                        crossing.append((path.name, alias.name))
+                    modules.add(alias.asname or alias.name)
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in modules
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
+                crossing.append((path.name, f"{node.value.id}.{node.attr}"))
+    assert crossing == []

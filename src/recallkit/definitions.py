@@ -74,9 +74,7 @@ def _version() -> str:
     try:
         return metadata.version("recallkit")
     except metadata.PackageNotFoundError:  # pragma: no cover - a source tree without install
-        from recallkit import __version__
-
-        return __version__
+        return "unknown"
 
 
 def _shown(value: Any) -> str:

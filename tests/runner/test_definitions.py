@@ -59,7 +59,7 @@ def test_fields_and_id():
     [
         (("cosin", "ids"), "The 'metric' parameter of definitions must be one of 'cosine'"),
         (("cosine", "id"), "The 'self_exclusion' parameter of definitions must be one of"),
-        (("cosine", "ids", "zero"), "The 'lone_queries' parameter of definitions must be one of"),
+        (("cosine", "ids", "one"), "The 'lone_queries' parameter of definitions must be one of"),
     ],
 )
 def test_bad_arguments(args, fragment):
@@ -131,8 +131,18 @@ def test_api_runs_without_ids_say_none():
 
     emb = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
     s = ImageSet((0, 1, 2), ("x", "x", "y"), None, "toy")
-    run = run_evaluation(s, s, None, (1,), query_embeddings=emb, gallery_embeddings=emb)
+    run = run_evaluation(s, s, None, (1,), query_embeddings=emb, gallery_embeddings=emb.copy())
     assert run_record(run)["definitions"] == definitions("cosine", "none")
+
+
+def test_api_refuses_one_array_as_both_sides_without_ids():
+    from recallkit.runner.pipeline import run_evaluation
+    from recallkit.runner.sources import ImageSet
+
+    emb = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
+    s = ImageSet((0, 1, 2), ("x", "x", "y"), None, "toy")
+    with pytest.raises(ValueError, match="each query would retrieve itself: give query_ids"):
+        run_evaluation(s, s, None, (1,), query_embeddings=emb, gallery_embeddings=emb)
 
 
 # ------------------------------------------------------------------------------ compare

@@ -113,7 +113,7 @@ class TorchKernels:
         :class:`filters.Product`."""
         a = qf.rows
         if low is not None:
-            b_low = _low(block, low)
+            b_low = low_rows(block, low)
             if a.device.type == "cpu":  # the same products, summed in float32
                 scores = a.to(low).to(torch.float32) @ b_low.to(torch.float32).T
             else:
@@ -129,7 +129,8 @@ class TorchKernels:
         return scores, filters.Product(torch.float32, unit, rounding)
 
 
-def _low(block: Block, dtype: torch.dtype) -> torch.Tensor:
+def low_rows(block: Block, dtype: torch.dtype) -> torch.Tensor:
+    """The block's filter rows in a low-precision type, kept on the block."""
     key = ("low", dtype)
     if key not in block.cache:
         block.cache[key] = block.gemm.to(dtype)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from recallkit.engine import filters, triton_kernels
-from recallkit.engine.device import TorchKernels, _low
+from recallkit.engine.device import TorchKernels, low_rows
 from recallkit.engine.space import Block, Rows, Space
 
 
@@ -66,7 +66,7 @@ class TritonKernels(TorchKernels):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(above, window, count)`` of :func:`triton_kernels.filter_window`."""
         a = qf.rows if low is None else qf.rows.to(low)
-        b = block.gemm if low is None else _low(block, low)
+        b = block.gemm if low is None else low_rows(block, low)
         a, b, lo, hi, exclude_lists = _own(a, b, lo, hi, exclude_lists)
         if exclude_codes is not None:
             exclude_codes = tuple(_own(*exclude_codes))

@@ -28,7 +28,7 @@ from recallkit._codes import dense_codes
 from recallkit.definitions import definitions
 from recallkit.neighbors import nearest_neighbors
 from recallkit.result import Result as RecallResult
-from recallkit.retrieval import recall_at_k
+from recallkit.retrieval import recall_at_k, same_rows
 from recallkit.runner._errors import RunnerError
 from recallkit.runner.cache import encode_cached
 from recallkit.runner.encode import BadImage
@@ -157,6 +157,12 @@ def run_evaluation(
     ids: dict[str, Any] = {}
     if q_set.ids is not None and g_set.ids is not None:
         ids = {"query_ids": list(q_set.ids), "reference_ids": list(g_set.ids)}
+    elif same_rows(q_emb, g_emb):
+        raise RunnerError(
+            "The query and gallery are the same embeddings and the images carry no ids, so "
+            "each query would retrieve itself: give query_ids and gallery_ids (a query never "
+            "retrieves a gallery image with its own id)."
+        )
     start = time.perf_counter()
     result = recall_at_k(
         q_emb,
@@ -363,21 +369,20 @@ def top_k(run: Run, query_rows: Sequence[int] | np.ndarray, k: int) -> np.ndarra
     rows = np.asarray(query_rows, dtype=np.int64)
     if len(rows) == 0:
         return np.zeros((0, k), dtype=np.int64)
-    exclude = None
+    exclude_ids = None
     if run.ids is not None:
         q_ids, g_ids = run.ids
-        positions: dict[Any, list[int]] = {}
-        for j, gallery_id in enumerate(g_ids):
-            positions.setdefault(gallery_id, []).append(j)
-        exclude = [positions.get(q_ids[int(i)], -1) for i in rows]
+        exclude_ids = ([q_ids[int(i)] for i in rows], list(g_ids))
     indices, _ = nearest_neighbors(
         run.query_embeddings[rows],
         run.gallery_embeddings,
         min(k, len(run.gallery)),
-        exclude=exclude,
+        exclude_ids=exclude_ids,
         metric=run.metric,
     )
-    return np.asarray(indices.cpu().numpy(), dtype=np.int64)
+    if isinstance(indices, torch.Tensor):
+        indices = indices.cpu().numpy()
+    return np.asarray(indices, dtype=np.int64)
 
 
 @dataclass(frozen=True)
