@@ -162,9 +162,7 @@ def run_scale(name: str, device: torch.device, clock: Clock) -> None:
         elif isinstance(value, float):
             shown = round(value, 6)
         count = "-" if syncs is None else str(syncs)
-        print(
-            f"{label:<34}{seconds:9.3f}{ratio:13.2f}{peak:10.2f}{count:>7}  {shown}", flush=True
-        )
+        print(f"{label:<34}{seconds:9.3f}{ratio:13.2f}{peak:10.2f}{count:>7}  {shown}", flush=True)
         return value
 
     row("GEMM floor float32", lambda: gemm_floor(x, chunk, torch.float32, False), "fp32")
@@ -193,8 +191,9 @@ def run_scale(name: str, device: torch.device, clock: Clock) -> None:
         row(
             f"nearest_neighbors k=100 {p}",
             lambda p=p: tuple(
-                recallkit.nearest_neighbors(x, x, 100, query_in_reference=True, precision=p)[0]
-                .shape
+                recallkit.nearest_neighbors(x, x, 100, query_in_reference=True, precision=p)[
+                    0
+                ].shape
             ),
         )
 

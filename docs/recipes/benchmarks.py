@@ -205,9 +205,7 @@ def _describe(benchmark: Benchmark, result: Result) -> str:
         searched = f"{query.name} ({len(query)} images) against itself, self excluded"
     else:
         searched = f"{query.name} ({len(query)}) against {gallery.name} ({len(gallery)})"
-    clamped = [
-        k for k, e in zip(result.ks, result.effective_ks, strict=True) if k != e
-    ]
+    clamped = [k for k, e in zip(result.ks, result.effective_ks, strict=True) if k != e]
     note = f"; K {', '.join(map(str, clamped))} clamped to the candidates" if clamped else ""
     return f"{benchmark.title} ({benchmark.name}): {searched}{note}"
 

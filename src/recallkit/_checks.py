@@ -16,9 +16,32 @@ import torch
 METRICS = ("cosine", "dot", "euclidean")
 
 
-def fail(func: str, name: str, requirement: str, got: Any) -> ValueError:
+class ParameterError(ValueError):
+    """A bad argument: parameter ``name`` of ``func`` must be ``requirement``; it got ``got``.
+
+    The message is ``"The '{name}' parameter of {func} must be {requirement}. Got {got}."``; the
+    parts stay available as attributes, so that a caller (the command line) can say the same in
+    its own words, naming the option that supplied the parameter.
+
+    >>> error = ParameterError("recall_at_k", "ks", "positive integers", "0")
+    >>> str(error), error.name, error.got
+    ("The 'ks' parameter of recall_at_k must be positive integers. Got 0.", 'ks', '0')
+    """
+
+    def __init__(self, func: str, name: str, requirement: str, got: Any) -> None:
+        self.func = func
+        self.name = name
+        self.requirement = requirement
+        self.got = got
+        super().__init__(f"The '{name}' parameter of {func} must be {requirement}. Got {got}.")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.func, self.name, self.requirement, self.got))
+
+
+def fail(func: str, name: str, requirement: str, got: Any) -> ParameterError:
     """Build the library's standard error for parameter ``name`` of ``func``."""
-    return ValueError(f"The '{name}' parameter of {func} must be {requirement}. Got {got}.")
+    return ParameterError(func, name, requirement, got)
 
 
 def as_embeddings(x: Any, name: str, func: str, *, ndim: int = 2) -> torch.Tensor:

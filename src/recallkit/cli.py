@@ -1,23 +1,44 @@
 """The ``recallkit`` command line: the sub-commands of the modules in :mod:`recallkit.commands`.
 
 Each module in ``recallkit/commands/`` exposes ``register(subparsers)``, which adds its
-sub-commands and sets ``func`` (``args -> int`` exit status) as the parser default. Bad input is
-a ``ValueError`` (the commands' :class:`recallkit.errors.UsageError`, the runner's
-:class:`recallkit.runner.RunnerError`, the library's own) and is printed as one line, never as a
-traceback, with exit status 2; so is an ``OSError`` from the system (a full disk, a read-only
-folder). A command run with ``--quiet`` prints nothing but that error line: its report,
-progress, notes and warnings are dropped.
+sub-commands and sets ``func`` (``args -> int`` exit status) and ``parameters`` (the library's
+parameter names -> the options that supply them) as the parser defaults.
+
+Every error is one line on stderr, ``recallkit COMMAND: error: ...``, with exit status 2, never
+a traceback:
+
+- bad input is a ``ValueError`` (the commands' :class:`recallkit.errors.UsageError`, the
+  runner's ``RunnerError``, the library's own) or an ``OSError`` from the system (a full disk, a
+  read-only folder); a library message is said in the command line's words, naming options
+  rather than Python parameters (:func:`recallkit.errors.error_text`);
+- argparse's own errors (an unknown option or command, an invalid choice, a bad number) are one
+  line too, without the usage, with "did you mean ...?" when an option, a choice or a command
+  is close to a known one.
+
+An interrupted command (Ctrl-C) prints ``recallkit COMMAND: interrupted`` and exits with status
+130; outputs are written atomically, so it leaves no partial file. A command run with
+``--quiet`` prints nothing but that error line: its report, progress, notes and warnings are
+dropped. ``recallkit`` alone prints the help; ``recallkit --version`` the version.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import importlib
 import io
+import os
+import re
+import signal
 import sys
+import threading
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NoReturn
+
+from recallkit import __version__
+from recallkit.errors import error_text, translate
 
 # (command, module of recallkit.commands that registers it, one-line help), in the order of
 # ``recallkit --help``: the image runner first, the benchmark protocols after. The help line is
@@ -32,16 +53,103 @@ COMMANDS = (
         "demo",
         "the whole path on real images that ship with scikit-learn (no download)",
     ),
-    ("cirr", "cir", "CIRR recall@K, recall_subset@K, avg; test-server submission files"),
+    ("cirr", "protocols", "CIRR recall@K, recall_subset@K, avg; test-server submission files"),
     (
         "circo",
-        "cir",
+        "protocols",
         "CIRCO mAP@K, recall@K and mAP@10 per semantic aspect; test-server submission file",
     ),
-    ("fashioniq", "cir", "FashionIQ recall@10/50 per category and their means (validation)"),
-    ("genecis", "cir", "GeneCIS recall@1/2/3 per task and the average recall@1"),
-    ("image-text", "image_text", "image-text retrieval recall@K (COCO 5k, Flickr30k 1k)"),
+    ("fashioniq", "protocols", "FashionIQ recall@10/50 per category and their means (validation)"),
+    ("genecis", "protocols", "GeneCIS recall@1/2/3 per task and the average recall@1"),
+    ("image-text", "protocols", "image-text retrieval recall@K (COCO 5k, Flickr30k 1k)"),
 )
+NAMES = tuple(name for name, _, _ in COMMANDS)
+PROG = "recallkit"
+#: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as a shell reports it.
+INTERRUPTED = 130
+
+
+class CommandLineError(Exception):
+    """An argparse error, raised instead of printed: ``prog`` is the (sub-)command's name."""
+
+    def __init__(self, prog: str, message: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+        self.message = message
+
+
+def did_you_mean(word: str, candidates: Sequence[str]) -> str:
+    """``"; did you mean X?"`` for the candidate closest to ``word``, or ``""``.
+
+    Leading dashes are ignored in the comparison (every option has them); a word that begins
+    exactly one candidate suggests it too.
+
+    >>> did_you_mean("--imgaes", ["--images", "--query", "--gallery"])
+    '; did you mean --images?'
+    >>> did_you_mean("euc", ["cosine", "dot", "euclidean"])
+    '; did you mean euclidean?'
+    >>> did_you_mean("zzz", ["cosine", "dot"])
+    ''
+    """
+    bare = {candidate.lstrip("-"): candidate for candidate in candidates}
+    key = word.lstrip("-")
+    matches = difflib.get_close_matches(key, list(bare), n=1, cutoff=0.6)
+    if not matches and key:
+        matches = [c for c in bare if c.startswith(key)]
+        if len(matches) != 1:
+            matches = []
+    return f"; did you mean {bare[matches[0]]}?" if matches else ""
+
+
+def _choices(values: Any) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+_ARGUMENT = re.compile(r"^argument ([^:]+): (.*)$", re.S)
+_BAD_NUMBER = re.compile(r"^invalid (int|float) value: (.*)$", re.S)
+
+
+def _argparse_text(message: str) -> str:
+    """argparse's message on one line: ``--opt: what`` (``argument`` dropped), or the type's own
+    message when it already names the option.
+
+    >>> _argparse_text("argument --epochs: --epochs takes a positive integer. Got '0'.")
+    "--epochs takes a positive integer. Got '0'."
+    >>> _argparse_text("argument --resize: invalid int value: 'big'")
+    "--resize takes an integer. Got 'big'."
+    """
+    match = _ARGUMENT.match(message)
+    if match:
+        option, rest = match.groups()
+        number = _BAD_NUMBER.match(rest)
+        if number:
+            kind = "an integer" if number.group(1) == "int" else "a number"
+            message = f"{option} takes {kind}. Got {number.group(2)}."
+        elif rest.startswith(option.split("/")[0]):
+            message = rest
+        else:
+            message = f"{option}: {rest}"
+    return " ".join(message.split())
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are raised as :class:`CommandLineError` (not printed with
+    the usage) and whose invalid choices say which known choice is closest."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CommandLineError(self.prog, _argparse_text(message))
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        choices = action.choices
+        if choices is None or value in choices:
+            return
+        names = [str(c) for c in choices]
+        hint = did_you_mean(str(value), names)
+        if isinstance(action, argparse._SubParsersAction):
+            message = f"unknown command {value!r} (choose from {_choices(names)}){hint}"
+            raise argparse.ArgumentError(None, message)
+        message = f"invalid choice {value!r} (choose from {_choices(names)}){hint}"
+        raise argparse.ArgumentError(action, message)
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -50,9 +158,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     With no ``command``, every sub-command is registered in full. With one, only the module of
     that sub-command is imported and registered; the others are listed by name and help line.
     """
-    parser = argparse.ArgumentParser(
-        prog="recallkit",
+    parser = _Parser(
+        prog=PROG,
         description="Exact, reproducible recall@K and retrieval metrics.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}", help="print the version"
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     wanted = {module for name, module, _ in COMMANDS if command is None or name == command}
@@ -66,31 +177,206 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _command(argv: Sequence[str]) -> str | None:
-    """The sub-command named in ``argv`` (the first word that is not an option), if known."""
+def _subparser(parser: argparse.ArgumentParser, command: str) -> argparse.ArgumentParser:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[command]
+
+
+def _options(parser: argparse.ArgumentParser) -> list[str]:
+    return [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
+
+
+def _unrecognized(extras: Sequence[str], parser: argparse.ArgumentParser) -> str:
+    """``unrecognized arguments: ...`` with a suggestion for each option close to a known one."""
+    options = [w.split("=", 1)[0] for w in extras if w.startswith("-") and len(w) > 1]
+    hints = []
+    for option in options:
+        hint = did_you_mean(option, _options(parser))
+        if hint:
+            hints.append(f"{option}: {hint[2:]}" if len(options) > 1 else hint[2:])
+    text = f"unrecognized arguments: {' '.join(extras)}"
+    return text + (f" ({'; '.join(hints)})" if hints else "")
+
+
+def _first_word(argv: Sequence[str]) -> str | None:
+    """The first word of ``argv`` that is not an option: the sub-command, if one was given."""
     for word in argv:
         if not word.startswith("-"):
-            return word if any(word == name for name, _, _ in COMMANDS) else None
+            return word
     return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status (0 success, 2 user error)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    command = _command(argv)
-    if command is None:  # help, or a mistyped command: no module is needed to say so
-        build_parser("").parse_args(argv)
-        return 2
-    args = build_parser(command).parse_args(argv)
+def _usage_error(prog: str, message: str) -> int:
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _top_level(argv: Sequence[str], word: str | None) -> int:
+    """``--help``, ``--version``, an unknown option or command: no command module is needed."""
+    parser = build_parser("")
+    if word is not None:
+        message = f"unknown command {word!r} (choose from {_choices(NAMES)})"
+        return _usage_error(PROG, message + did_you_mean(word, NAMES))
+    known = {"-h", "--help", "--version"}
+    unknown = [w for w in argv if w.startswith("-") and w.split("=", 1)[0] not in known]
+    if unknown:
+        return _usage_error(PROG, _unrecognized(unknown, parser))
     try:
-        with _silenced(getattr(args, "quiet", False)):
+        parser.parse_args(argv)
+    except CommandLineError as error:
+        return _usage_error(error.prog, error.message)
+    except SystemExit as exit_:  # --help, --version
+        return int(exit_.code or 0)
+    return 0  # pragma: no cover - a sub-command is required, so parsing always stops above
+
+
+def _parameters(args: argparse.Namespace) -> dict[str, str]:
+    """The command's parameter names -> options, each value resolved for these arguments."""
+    table: Mapping[str, str | Callable[[argparse.Namespace], str]] = (
+        getattr(args, "parameters", None) or {}
+    )
+    return {name: value(args) if callable(value) else value for name, value in table.items()}
+
+
+def _unknown_options(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
+    """The words of ``argv`` that look like long options ``parser`` does not know.
+
+    A unique prefix of an option is known (argparse accepts it); words after ``--`` are values.
+    """
+    known = _options(parser)
+    unknown = []
+    for word in argv:
+        if word == "--":
+            break
+        name = word.split("=", 1)[0]
+        if name.startswith("--") and not any(option.startswith(name) for option in known):
+            unknown.append(word)
+    return unknown
+
+
+def _run(argv: list[str], command: str) -> int:
+    parser = build_parser(command)
+    try:
+        args, extras = parser.parse_known_args(argv)
+    except CommandLineError as error:
+        # A misspelt option is the likelier cause of, say, a required option found missing.
+        unknown = _unknown_options(argv, _subparser(parser, command))
+        if unknown:
+            return _usage_error(
+                f"{PROG} {command}", _unrecognized(unknown, _subparser(parser, command))
+            )
+        return _usage_error(error.prog, error.message)
+    except SystemExit as exit_:  # COMMAND --help
+        return int(exit_.code or 0)
+    if extras:
+        return _usage_error(f"{PROG} {command}", _unrecognized(extras, _subparser(parser, command)))
+    try:
+        with (
+            _reader_may_leave(),
+            _warnings_on_one_line(command),
+            _silenced(getattr(args, "quiet", False)),
+        ):
             return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as error:  # UsageError, RunnerError, library errors
-        print(f"recallkit {args.command}: error: {error}", file=sys.stderr)
+    except (ValueError, OSError) as error:  # UsageError, RunnerError, library errors, the system
+        line = error_text(error, _parameters(args))
+        print(f"{PROG} {command}: error: {line}", file=sys.stderr)
         return 2
-    except OSError as error:  # a full disk, a read-only folder: the system's reason, one line
-        print(f"recallkit {args.command}: error: {os_error_text(error)}", file=sys.stderr)
+    except (MemoryError, RuntimeError) as error:
+        # Running out of memory (numpy's MemoryError, torch's OutOfMemoryError) is the input's
+        # size meeting the machine, not a fault of the program; any other RuntimeError is.
+        if not isinstance(error, MemoryError) and type(error).__name__ != "OutOfMemoryError":
+            raise
+        reason = error_text(error) if str(error).strip() else "the allocation failed."
+        print(f"{PROG} {command}: error: Not enough memory: {reason}", file=sys.stderr)
         return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status (0 success, 2 user error, 130 interrupted)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    word = _first_word(argv)
+    command = word if word in NAMES else None
+    try:
+        if not argv:
+            build_parser("").print_help()
+            return 0
+        if command is None:
+            return _top_level(argv, word)
+        return _run(argv, command)
+    except KeyboardInterrupt:
+        with _second_ctrl_c_ignored():  # a second Ctrl-C must not turn this into a traceback
+            print(f"{PROG}{' ' + command if command else ''}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+
+
+@contextlib.contextmanager
+def _second_ctrl_c_ignored() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+class _ToleratingStdout:
+    """stdout that carries on when its reader goes away (``recallkit ... | head -3``).
+
+    The first write or flush that meets a closed pipe points the real stdout at the null device
+    (so that nothing fails later, when Python flushes it on exit); what follows is dropped, and
+    the command finishes its work (its ``--json`` and other files are still written).
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.broken = False
+
+    def _guard(self, call: Callable[[], Any], default: Any) -> Any:
+        if self.broken:
+            return default
+        try:
+            return call()
+        except BrokenPipeError:
+            self.broken = True
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, self._stream.fileno())
+                os.close(null)
+            return default
+
+    def write(self, text: str) -> int:
+        return self._guard(lambda: self._stream.write(text), len(text))
+
+    def flush(self) -> None:
+        self._guard(self._stream.flush, None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _reader_may_leave() -> Iterator[None]:
+    """Run with a stdout that tolerates a reader that stopped reading (see above)."""
+    with contextlib.redirect_stdout(_ToleratingStdout(sys.stdout)):
+        yield
+
+
+@contextlib.contextmanager
+def _warnings_on_one_line(command: str) -> Iterator[None]:
+    """Show each Python warning as one line, ``recallkit COMMAND: warning: ...``, when raised.
+
+    The text is said in the command line's words (:func:`recallkit.errors.translate`).
+    """
+    with warnings.catch_warnings():
+
+        def show(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
+            text = translate(str(message), full_stop=False)
+            print(f"{PROG} {command}: warning: {text}", file=sys.stderr)
+
+        warnings.showwarning = show
+        yield
 
 
 @contextlib.contextmanager
@@ -109,19 +395,6 @@ def _silenced(quiet: bool) -> Iterator[None]:
     ):
         warnings.simplefilter("ignore")
         yield
-
-
-def os_error_text(error: OSError) -> str:
-    """One line for an ``OSError``: the system's reason and the file it concerns.
-
-    >>> import errno
-    >>> os_error_text(OSError(errno.ENOSPC, "No space left on device", "out.json"))
-    "No space left on device: 'out.json'."
-    """
-    reason = error.strerror or str(error) or type(error).__name__
-    if error.filename is not None:
-        return f"{reason}: {str(error.filename)!r}."
-    return f"{reason}."
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Embedding files: load whole, or open for streaming (``.npy`` memory map, ``.safetensors``).
+"""Embedding files: load whole, or open for streaming (``.npy``, ``.safetensors``).
 
 A gallery larger than memory is opened with :func:`open_embeddings` and passed to the metric
 functions as the reference: it is then read and scored block by block, with bounded resident
@@ -8,20 +8,31 @@ A file must hold a 2-D array of real numbers: float16, float32, float64 or integ
 bfloat16 in ``.safetensors``, read as float32). Big-endian ``.npy`` files are converted to the
 native byte order as they are read. Strings, bytes, objects, booleans, complex numbers, dates,
 structured records and float types wider than float64 are refused with a ``ValueError`` naming
-the file and its dtype. A ``.npy`` file shorter than its header says (an interrupted copy or
-download) is refused when it is opened, and a read that returns fewer bytes than asked (the file
-shrank afterwards) raises instead of returning uninitialised rows; a damaged ``.safetensors``
-file raises a ``ValueError`` naming the file.
+the file and its dtype. A file shorter than its header says (an interrupted copy or download)
+is refused when it is opened, and a damaged ``.safetensors`` header raises a ``ValueError``
+naming the file.
+
+An opened file is pinned: it is read through the descriptor opened first, at the offset and
+with the dtype of the header read then. Replacing the file (a new file renamed over the path)
+does not change what is read; rewriting it in place (a new size, modification time or header)
+makes the next read raise a ``ValueError`` saying the file changed since it was opened, and a
+read that returns fewer bytes than asked raises instead of returning uninitialised rows.
 
 :func:`read_array` is the one whole-file reader of ``.npy``, ``.pt``/``.pth`` and
 ``.safetensors`` arrays of any shape (a file holding several named tensors included); the
 command line's embedding, score and index files are read through it, each command adding its
-own rules on shape and values.
+own rules on shape and values. A tensor saved in another layout than dense (sparse, quantized,
+nested) is refused with a ``ValueError`` naming the file.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import os
+import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +41,25 @@ import torch
 
 from recallkit._checks import fail
 
-# safetensors dtype names accepted for embeddings (BF16 is read as float32).
-_SAFETENSORS_DTYPES = (
-    *("F16", "BF16", "F32", "F64"),
-    *("I8", "I16", "I32", "I64", "U8", "U16", "U32", "U64"),
-)
+# safetensors dtype names accepted for embeddings -> their (little-endian) numpy dtype. BF16 is
+# read as its 16-bit patterns and widened to float32 exactly.
+_SAFETENSORS_DTYPES = {
+    "F16": "<f2",
+    "BF16": "<u2",
+    "F32": "<f4",
+    "F64": "<f8",
+    "I8": "i1",
+    "I16": "<i2",
+    "I32": "<i4",
+    "I64": "<i8",
+    "U8": "u1",
+    "U16": "<u2",
+    "U32": "<u4",
+    "U64": "<u8",
+}
+# A header longer than this is a damaged file (safetensors itself stops at 100 MB).
+_MAX_HEADER = 100_000_000
+_SEEK_LOCK = threading.Lock()
 
 
 def _check_npy_dtype(dtype: np.dtype, path: Path, func: str) -> None:
@@ -48,12 +73,52 @@ def _check_npy_dtype(dtype: np.dtype, path: Path, func: str) -> None:
         )
 
 
+def _read_at(fd: int, view: memoryview, offset: int) -> int:
+    """Read into ``view`` from ``offset`` of the open file ``fd``; return the bytes read.
+
+    The file's own position is not used (``os.preadv``/``os.pread``), so blocks may be read
+    from several threads at once; fewer bytes than asked means the file ended.
+    """
+    wanted = len(view)
+    got = 0
+    while got < wanted:
+        if hasattr(os, "preadv"):
+            count = os.preadv(fd, [view[got:]], offset + got)
+        elif hasattr(os, "pread"):
+            chunk = os.pread(fd, wanted - got, offset + got)
+            view[got : got + len(chunk)] = chunk
+            count = len(chunk)
+        else:  # no positional reads (Windows): seek and read under one lock
+            with _SEEK_LOCK:
+                os.lseek(fd, offset + got, os.SEEK_SET)
+                chunk = os.read(fd, wanted - got)
+            view[got : got + len(chunk)] = chunk
+            count = len(chunk)
+        if not count:
+            break
+        got += count
+    return got
+
+
+def _read_bytes(fd: int, size: int, offset: int) -> bytes:
+    buffer = bytearray(size)
+    got = _read_at(fd, memoryview(buffer), offset)
+    return bytes(buffer[:got])
+
+
 class EmbeddingFile:
     """A 2-D embedding array on disk, read in row slices: ``file[start:stop]`` -> numpy.
 
     Passed as ``reference`` to :func:`recallkit.recall_at_k` and the other metric functions,
     it is streamed in blocks instead of being loaded. Rows come back in the native byte order.
     A truncated ``.npy`` is refused when it is opened; a short read raises ``ValueError``.
+
+    The file is pinned when it is opened: its descriptor stays open (until :meth:`close`, or
+    the end of a ``with`` block) and every block is read through it, at the offset and with the
+    dtype its header gave. A file replaced by another one afterwards (a new file renamed over
+    the path) therefore still reads as the file that was opened. A file rewritten in place
+    (the same file with another size, modification time or header) is detected on every read
+    and raises ``ValueError`` naming it, rather than mixing old layout and new bytes.
     """
 
     is_streamed_embeddings = True
@@ -66,34 +131,55 @@ class EmbeddingFile:
         _func: str = "open_embeddings",
     ) -> None:
         self._func = _func
+        self._fd: int | None = None
         self.path = Path(path)
         if not self.path.is_file():
             raise fail(self._func, "path", "an existing file", str(self.path))
         suffix = self.path.suffix.lower()
-        if suffix == ".npy":
-            shape = self._open_npy()
-            self._slice = None
-        elif suffix == ".safetensors":
-            shape = self._open_safetensors(key)
-        else:
+        if suffix not in (".npy", ".safetensors"):
             raise fail(self._func, "path", "a .npy or .safetensors file", str(path))
-        if len(shape) != 2:
-            raise fail(self._func, "path", "a 2-D array", f"shape {shape} in {self.path}")
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except OSError as error:
+            reason = error.strerror or str(error)
+            raise fail(self._func, "path", "a readable file", f"{self.path}: {reason}") from None
+        try:
+            stat = os.fstat(self._fd)
+            self._stamp = (stat.st_size, stat.st_mtime_ns)
+            self._widen_bf16 = False
+            if suffix == ".npy":
+                shape = self._open_npy(stat.st_size)
+            else:
+                shape = self._open_safetensors(key, stat.st_size)
+            if len(shape) != 2:
+                raise fail(self._func, "path", "a 2-D array", f"shape {shape} in {self.path}")
+        except BaseException:
+            self.close()
+            raise
         self.shape = tuple(int(s) for s in shape)
 
-    def _open_npy(self) -> tuple[int, ...]:
+    def _open_npy(self, size: int) -> tuple[int, ...]:
         # Read the header only; rows are read with explicit reads, so that resident memory
         # holds one block at a time (a memory map would keep every page it touched).
+        assert self._fd is not None
+        # The magic string, the version and the header's length (2 bytes in version 1, else 4).
+        prefix = _read_bytes(self._fd, 12, 0)
+        length = len(prefix)
+        if prefix[:6] == b"\x93NUMPY" and prefix[6:7] == b"\x01" and len(prefix) >= 10:
+            length = 10 + int.from_bytes(prefix[8:10], "little")
+        elif prefix[:6] == b"\x93NUMPY" and len(prefix) >= 12:
+            length = 12 + int.from_bytes(prefix[8:12], "little")
+        self._header = _read_bytes(self._fd, min(length, _MAX_HEADER), 0)
         try:
-            with open(self.path, "rb") as handle:
-                version = np.lib.format.read_magic(handle)
-                read_header = (
-                    np.lib.format.read_array_header_1_0
-                    if version == (1, 0)
-                    else np.lib.format.read_array_header_2_0
-                )
-                shape, fortran, dtype = read_header(handle)
-                self._data_offset = handle.tell()
+            handle = io.BytesIO(self._header)
+            version = np.lib.format.read_magic(handle)
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
+            shape, fortran, dtype = read_header(handle)
+            self._data_offset = handle.tell()
         except ValueError as error:
             raise fail(
                 self._func, "path", "a readable .npy file", f"{self.path}: {error}"
@@ -103,7 +189,6 @@ class EmbeddingFile:
             raise fail(self._func, "path", "a C-ordered .npy", f"{self.path} (Fortran)")
         self._dtype = dtype
         expected = self._data_offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        size = os.path.getsize(self.path)
         if size < expected:
             raise fail(
                 self._func,
@@ -113,22 +198,41 @@ class EmbeddingFile:
             )
         return tuple(shape)
 
-    def _open_safetensors(self, key: str | None) -> tuple[int, ...]:
-        from safetensors import safe_open
+    def _open_safetensors(self, key: str | None, size: int) -> tuple[int, ...]:
+        # The format: an 8-byte little-endian header length N, N bytes of JSON
+        # {name: {"dtype", "shape", "data_offsets": [begin, end]}}, then the data.
+        assert self._fd is not None
 
+        def damaged(reason: str) -> ValueError:
+            return fail(
+                self._func, "path", "a readable .safetensors file", f"{self.path}: {reason}"
+            )
+
+        prefix = _read_bytes(self._fd, 8, 0)
+        if len(prefix) < 8:
+            raise damaged(f"{size} bytes, shorter than the 8-byte header length")
+        length = int.from_bytes(prefix, "little")
+        if length > min(size - 8, _MAX_HEADER):
+            raise damaged(f"a header of {length} bytes in a file of {size} bytes (truncated?)")
+        self._header = prefix + _read_bytes(self._fd, length, 8)
         try:
-            self._handle = safe_open(str(self.path), framework="pt")
-            keys = list(self._handle.keys())
-        except Exception as error:  # safetensors raises its own error types
-            raise fail(
-                self._func, "path", "a readable .safetensors file", f"{self.path}: {error}"
-            ) from None
+            header = json.loads(self._header[8:].decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as error:
+            raise damaged(f"the header is not JSON ({error})") from None
+        if not isinstance(header, dict):
+            raise damaged("the header is not a JSON object")
+        tensors = {name: entry for name, entry in header.items() if name != "__metadata__"}
+        keys = list(tensors)
         if key is None and len(keys) != 1:
             raise fail(self._func, "key", f"one of {keys}", None)
         if key is not None and key not in keys:
             raise fail(self._func, "key", f"one of {keys}", repr(key))
-        self._slice = self._handle.get_slice(key if key is not None else keys[0])
-        dtype = self._slice.get_dtype()
+        entry = tensors[key if key is not None else keys[0]]
+        try:
+            dtype, shape = entry["dtype"], tuple(int(n) for n in entry["shape"])
+            begin, end = (int(n) for n in entry["data_offsets"])
+        except (TypeError, KeyError, ValueError):
+            raise damaged("a tensor entry without dtype, shape and data_offsets") from None
         if dtype not in _SAFETENSORS_DTYPES:
             raise fail(
                 self._func,
@@ -136,44 +240,80 @@ class EmbeddingFile:
                 "a .safetensors tensor of real numbers (floats or integers)",
                 f"dtype {dtype} in {self.path}",
             )
-        return tuple(self._slice.get_shape())
+        self._dtype = np.dtype(_SAFETENSORS_DTYPES[dtype])
+        self._widen_bf16 = dtype == "BF16"
+        nbytes = int(np.prod(shape, dtype=np.int64)) * self._dtype.itemsize
+        if min(shape, default=0) < 0 or not 0 <= begin <= end or end - begin != nbytes:
+            raise damaged(f"data offsets {begin}:{end} do not fit shape {shape} {dtype}")
+        self._data_offset = 8 + length + begin
+        if self._data_offset + nbytes > size:
+            raise damaged(
+                f"{size} bytes, but its tensor ends at byte {self._data_offset + nbytes} "
+                "(truncated)"
+            )
+        return shape
+
+    def _check_unchanged(self) -> int:
+        """The open descriptor, once the file is known to be as it was opened."""
+        if self._fd is None:
+            raise ValueError(f"The embedding file '{self.path}' was closed.")
+        stat = os.fstat(self._fd)
+        now = (stat.st_size, stat.st_mtime_ns)
+        changed = []
+        if now[0] != self._stamp[0]:
+            changed.append(f"size {self._stamp[0]} -> {now[0]} bytes")
+        if now[1] != self._stamp[1]:
+            changed.append("modification time")
+        if _read_bytes(self._fd, len(self._header), 0) != self._header:
+            changed.append("header")
+        if changed:
+            raise ValueError(
+                f"The embedding file '{self.path}' changed since it was opened (it was "
+                f"rewritten in place: {', '.join(changed)}); open it again to read it."
+            )
+        return self._fd
 
     def __len__(self) -> int:
         return self.shape[0]
 
     def __getitem__(self, rows: slice) -> np.ndarray:
-        if self._slice is not None:
-            try:
-                tensor = self._slice[rows]
-            except Exception as error:  # safetensors raises its own error types
-                raise ValueError(f"Cannot read rows {rows} of {self.path}: {error}") from None
-            if tensor.dtype == torch.bfloat16:
-                tensor = tensor.float()
-            return tensor.numpy()
-        start, stop, step = rows.indices(self.shape[0]) if isinstance(rows, slice) else (0, 0, 0)
-        if not isinstance(rows, slice) or step != 1:
+        if not isinstance(rows, slice) or rows.indices(self.shape[0])[2] != 1:
             raise TypeError("EmbeddingFile supports contiguous row slices: file[start:stop]")
+        start, stop, _ = rows.indices(self.shape[0])
+        fd = self._check_unchanged()
         row_bytes = self.shape[1] * self._dtype.itemsize
         out = np.empty((max(stop - start, 0), self.shape[1]), dtype=self._dtype)
         wanted = out.nbytes
-        with open(self.path, "rb") as handle:
-            handle.seek(self._data_offset + start * row_bytes)
-            view = memoryview(out).cast("B")
-            got = 0
-            while got < wanted:
-                count = handle.readinto(view[got:])
-                if not count:
-                    break
-                got += count
+        got = 0
+        if wanted:
+            got = _read_at(fd, memoryview(out).cast("B"), self._data_offset + start * row_bytes)
         if got != wanted:
             raise ValueError(
                 f"{self.path} ended early: rows {start}:{stop} need {wanted} bytes at offset "
                 f"{self._data_offset + start * row_bytes}, read {got} (was the file truncated "
                 "after it was opened?)."
             )
+        if self._widen_bf16:  # bfloat16 is the upper half of a float32
+            return (out.astype(np.uint32) << 16).view(np.float32)
         if not out.dtype.isnative:
             out = out.astype(out.dtype.newbyteorder("="))
         return out
+
+    def close(self) -> None:
+        """Close the file; reading afterwards raises ``ValueError``."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __enter__(self) -> EmbeddingFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
 
     def __repr__(self) -> str:
         return f"EmbeddingFile({str(self.path)!r}, shape={self.shape})"
@@ -198,8 +338,26 @@ ARRAY_SUFFIXES = (".npy", ".pt", ".pth", ".safetensors")
 
 
 def _load_pt(path: Path) -> Any:
-    """The object of a ``.pt``/``.pth`` file (tensors, dicts and lists only: no pickled code)."""
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """The object of a ``.pt``/``.pth`` file (tensors, dicts and lists only: no pickled code).
+
+    torch's own warnings on loading (deprecated storages, sparse checks) are not shown.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def _not_dense(tensor: torch.Tensor) -> str:
+    """What keeps ``tensor`` from being read as a numpy array, or ``""`` for a dense tensor."""
+    if getattr(tensor, "is_nested", False):
+        return "a nested tensor"
+    if tensor.layout != torch.strided:
+        return f"a tensor of layout {tensor.layout} (not dense)"
+    if tensor.is_quantized:
+        return f"a quantized tensor ({tensor.dtype})"
+    if tensor.device.type == "meta":
+        return "a tensor without data (on the meta device)"
+    return ""
 
 
 def _names(data: dict[Any, Any]) -> str:
@@ -238,11 +396,24 @@ def read_array(
     """
     path = Path(path)
     name = f"The {what} file '{path}'"
+    if path.is_dir():
+        raise ValueError(f"{name} is a folder, not a file.")
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{name} is not a regular file (a device, a pipe or a socket).")
     if not path.is_file():
         raise ValueError(f"{name} does not exist.")
     suffix = path.suffix.lower()
     if suffix not in ARRAY_SUFFIXES:
         raise ValueError(f"{name} must end in {', '.join(ARRAY_SUFFIXES)}.")
+    if path.stat().st_size == 0:
+        raise ValueError(f"{name} cannot be read: it is empty.")
+    if suffix == ".npy":
+        with open(path, "rb") as handle:
+            if handle.read(6) != b"\x93NUMPY":
+                raise ValueError(
+                    f"{name} cannot be read: it is not a .npy file (it does not begin with numpy's "
+                    "header)."
+                )
     try:
         if suffix == ".npy":
             data: Any = np.load(path, allow_pickle=False)
@@ -264,12 +435,16 @@ def read_array(
         elif len(data) == 1:
             data = next(iter(data.values()))
         else:
-            raise ValueError(
-                f"{name} holds {len(data)} tensors ({_names(data)}); {several_hint}."
-            )
+            raise ValueError(f"{name} holds {len(data)} tensors ({_names(data)}); {several_hint}.")
     elif key is not None:
         raise ValueError(f"{name} holds one array, not several named ones; drop '#{key}'.")
     if isinstance(data, torch.Tensor):
+        kind = _not_dense(data)
+        if kind:
+            raise ValueError(
+                f"{name} holds {kind}; save it as a dense tensor (tensor.to_dense() for a "
+                "sparse one, tensor.dequantize() for a quantized one)."
+            )
         data = data.detach().cpu()
         if data.dtype == torch.bfloat16:
             data = data.float()
@@ -316,6 +491,5 @@ def load_embeddings(path: str | os.PathLike[str], key: str | None = None) -> tor
         if isinstance(value, dict):
             value = value[key] if key else next(iter(value.values()))
         return torch.as_tensor(value)
-    return torch.from_numpy(
-        np.ascontiguousarray(EmbeddingFile(path, key, _func="load_embeddings")[:])
-    )
+    with EmbeddingFile(path, key, _func="load_embeddings") as file:
+        return torch.from_numpy(np.ascontiguousarray(file[:]))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -66,12 +69,38 @@ def test_errors_name_the_file(tmp_path):
         ("s.npy", {}, "The ranks file '{d}/s.npy' " + real + " Got dtype <U1."),
         ("z.npy", {}, "The ranks file '{d}/z.npy' " + real + " Got dtype complex64."),
     ]
+    (tmp_path / "folder.npy").mkdir()
+    os.mkfifo(tmp_path / "pipe.npy")
+    cases += [
+        ("folder.npy", {}, "The ranks file '{d}/folder.npy' is a folder, not a file."),
+        (
+            "pipe.npy",
+            {},
+            "The ranks file '{d}/pipe.npy' is not a regular file (a device, a pipe or a socket).",
+        ),
+    ]
     for name, kwargs, message in cases:
         with pytest.raises(ValueError) as caught:
             read_array(tmp_path / name, what="ranks", **kwargs)
         assert str(caught.value) == message.format(d=tmp_path)
-    with pytest.raises(ValueError, match=r"The ranks file '.*bad\.npy' cannot be read: "):
-        read_array(tmp_path / "bad.npy", what="ranks")
+    (tmp_path / "empty.pt").write_bytes(b"")
+    (tmp_path / "bad.pt").write_bytes(b"nope")
+    more = [
+        (
+            "bad.npy",
+            (
+                "The ranks file '{d}/bad.npy' cannot be read: it is not a .npy file (it does not "
+                "begin with numpy's header)."
+            ),
+        ),
+        ("empty.pt", "The ranks file '{d}/empty.pt' cannot be read: it is empty."),
+    ]
+    for name, message in more:
+        with pytest.raises(ValueError) as caught:
+            read_array(tmp_path / name, what="ranks")
+        assert str(caught.value) == message.format(d=tmp_path)
+    with pytest.raises(ValueError, match=r"The ranks file '.*bad\.pt' cannot be read: "):
+        read_array(tmp_path / "bad.pt", what="ranks")
 
 
 def test_bfloat16_safetensors_through_both_command_line_readers(tmp_path):
@@ -83,3 +112,47 @@ def test_bfloat16_safetensors_through_both_command_line_readers(tmp_path):
     expected = [[1.5, -2.0], [0.25, 4.0]]
     assert load_embeddings(tmp_path / "e.safetensors").tolist() == expected
     assert load_array(f"{tmp_path / 'e.safetensors'}#embeddings", "scores").tolist() == expected
+
+
+def _sparse(dense):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's notes on sparse tensors
+        return dense.to_sparse()
+
+
+@pytest.mark.parametrize(
+    ("make", "kind"),
+    [
+        (lambda: _sparse(torch.eye(3)), "a tensor of layout torch.sparse_coo (not dense)"),
+        (lambda: {"embeddings": _sparse(torch.eye(3))}, "a tensor of layout torch.sparse_coo"),
+        (lambda: _sparse_csr(torch.eye(3)), "a tensor of layout torch.sparse_csr (not dense)"),
+        (lambda: torch.empty(2, 2, device="meta"), "a tensor without data (on the meta device)"),
+        (lambda: _quantized(torch.eye(2)), "a quantized tensor (torch.qint8)"),
+    ],
+    ids=["sparse", "sparse-in-dict", "csr", "meta", "quantized"],
+)
+def test_tensors_that_are_not_dense_are_refused_naming_the_file(tmp_path, make, kind):
+    path = tmp_path / "e.pt"
+    torch.save(make(), path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's own loading warnings are not shown either
+        with pytest.raises(ValueError) as caught:
+            read_array(path, what="embeddings", default_key="embeddings")
+    text = str(caught.value)
+    assert text.startswith(f"The embeddings file '{path}' holds {kind}")
+    assert text.endswith(
+        "; save it as a dense tensor (tensor.to_dense() for a sparse one, "
+        "tensor.dequantize() for a quantized one)."
+    )
+
+
+def _sparse_csr(dense):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return dense.to_sparse_csr()
+
+
+def _quantized(dense):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.quantize_per_tensor(dense, 0.1, 0, torch.qint8)

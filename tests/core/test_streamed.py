@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 
 import numpy as np
@@ -16,6 +17,7 @@ from recallkit import (
     r_precision,
     recall_at_k,
 )
+from recallkit import io as recallkit_io
 from recallkit.engine import space
 from recallkit.io import load_embeddings, open_embeddings
 
@@ -127,17 +129,142 @@ def test_truncated_npy_is_refused_naming_the_file(tmp_path):
         recall_at_k(query, open_embeddings(half), [0, 1], np.arange(1000) % 2, (1,))
 
 
-def test_file_truncated_after_opening_raises_on_read(tmp_path):
+def _rewritten(path, old_stat):
+    """Give a file rewritten in place a modification time 1 s after the one it had when opened,
+    so that the test does not depend on the clock's resolution."""
+    os.utime(path, ns=(old_stat.st_atime_ns, old_stat.st_mtime_ns + 10**9))
+
+
+def test_file_truncated_after_opening_is_refused_on_read(tmp_path):
     path, array = _gallery(tmp_path)
     file = open_embeddings(path)
     np.testing.assert_array_equal(file[998:1000], array[998:])
+    before = os.stat(path)
     with open(path, "r+b") as handle:
         handle.truncate(128 + 999 * 16)  # the last row is gone
-    np.testing.assert_array_equal(file[0:999], array[:999])
-    with pytest.raises(
-        ValueError, match=rf"{re.escape(str(path))} ended early: rows 998:1000 need 32 bytes"
-    ):
+    _rewritten(path, before)
+    message = (
+        f"The embedding file '{path}' changed since it was opened (it was rewritten in place: "
+        "size 16128 -> 16112 bytes, modification time); open it again to read it."
+    )
+    for rows in (slice(0, 999), slice(998, 1000)):
+        with pytest.raises(ValueError) as caught:
+            file[rows]
+        assert str(caught.value) == message
+
+
+def test_a_short_read_raises_instead_of_returning_uninitialised_rows(tmp_path, monkeypatch):
+    path, array = _gallery(tmp_path)
+    file = open_embeddings(path)
+    real = recallkit_io._read_at
+
+    def half(fd, view, offset):  # rows (after the 128-byte header) stop halfway
+        return real(fd, view[: len(view) // 2] if offset >= 128 else view, offset)
+
+    monkeypatch.setattr(recallkit_io, "_read_at", half)
+    np.testing.assert_array_equal(file[0:0], array[0:0])  # nothing asked, nothing missing
+    with pytest.raises(ValueError) as caught:
         file[998:1000]
+    # Rows 998:1000 are 2 x 4 float32 = 32 bytes at 128 + 998 * 16 = 16096; half came back.
+    assert str(caught.value) == (
+        f"{path} ended early: rows 998:1000 need 32 bytes at offset 16096, read 16 (was the "
+        "file truncated after it was opened?)."
+    )
+
+
+def test_npy_rewritten_in_place_with_another_dtype_is_refused(tmp_path):
+    # The reported case: float32 (1000, 16) opened, then float64 data saved at the same path.
+    # Reading the new bytes with the old dtype and offset gave recall@1 0.02 instead of 1.0.
+    rng = np.random.default_rng(5)
+    gallery = rng.standard_normal((1000, 16)).astype(np.float32)
+    path = tmp_path / "g.npy"
+    np.save(path, gallery)
+    file = open_embeddings(path)
+    labels = np.arange(1000)
+    assert recall_at_k(gallery[:50], file, labels[:50], labels, (1,))["recall@1"] == 1.0
+    before = os.stat(path)
+    np.save(path, gallery.astype(np.float64))  # np.save truncates and rewrites the same file
+    _rewritten(path, before)
+    assert os.stat(path).st_ino == before.st_ino
+    message = (
+        f"The embedding file '{path}' changed since it was opened (it was rewritten in place: "
+        "size 64128 -> 128128 bytes, modification time, header); open it again to read it."
+    )
+    with pytest.raises(ValueError) as caught:
+        recall_at_k(gallery[:50], file, labels[:50], labels, (1,))
+    assert str(caught.value) == message
+    # Opened again, the new file is read with its own header: the same rows, in float64.
+    again = open_embeddings(path)
+    np.testing.assert_array_equal(again[0:1000], gallery.astype(np.float64))
+
+
+def test_npy_rewritten_in_place_with_the_same_layout_is_refused(tmp_path):
+    # Same size and header: only the modification time tells the rewrite apart.
+    path, array = _gallery(tmp_path)
+    file = open_embeddings(path)
+    before = os.stat(path)
+    np.save(path, array[::-1].copy())
+    _rewritten(path, before)
+    with pytest.raises(ValueError, match="rewritten in place: modification time\\);"):
+        file[0:10]
+
+
+@pytest.mark.parametrize("fmt", ["npy", "safetensors"])
+def test_a_file_replaced_after_opening_still_reads_as_opened(tmp_path, fmt):
+    # A new file renamed over the path (np.save to a temporary file, then os.replace) leaves
+    # the opened file as it was: its rows are read, exactly.
+    rng = np.random.default_rng(6)
+    gallery = rng.standard_normal((300, 8)).astype(np.float32)
+    path = tmp_path / f"g.{fmt}"
+    save = np.save if fmt == "npy" else lambda p, a: save_file({"embeddings": a}, str(p))
+    save(path, gallery)
+    file = open_embeddings(path)
+    fresh = tmp_path / f"fresh.{fmt}"
+    save(fresh, rng.standard_normal((500, 4)))  # another dtype, shape and size
+    os.replace(fresh, path)
+    assert file.shape == (300, 8)
+    np.testing.assert_array_equal(file[0:300], gallery)
+    labels = np.arange(300)
+    assert recall_at_k(gallery[:40], file, labels[:40], labels, (1,))["recall@1"] == 1.0
+    assert open_embeddings(path).shape == (500, 4)  # opened again: the new file
+
+
+def test_safetensors_rewritten_in_place_is_refused(tmp_path):
+    path = tmp_path / "g.safetensors"
+    gallery = np.arange(40, dtype=np.float32).reshape(10, 4)
+    save_file({"embeddings": gallery}, str(path))
+    file = open_embeddings(path)
+    np.testing.assert_array_equal(file[2:4], gallery[2:4])
+    before = os.stat(path)
+    with open(path, "r+b") as handle:  # overwrite the data in place, as a writer reusing it
+        handle.seek(before.st_size - 16)
+        handle.write(np.zeros(4, dtype=np.float32).tobytes())
+    _rewritten(path, before)
+    with pytest.raises(ValueError) as caught:
+        file[0:10]
+    assert str(caught.value) == (
+        f"The embedding file '{path}' changed since it was opened (it was rewritten in place: "
+        "modification time); open it again to read it."
+    )
+
+
+def test_embedding_file_closes(tmp_path):
+    path, array = _gallery(tmp_path)
+    with open_embeddings(path) as file:
+        np.testing.assert_array_equal(file[5:7], array[5:7])
+    with pytest.raises(ValueError) as caught:
+        file[5:7]
+    assert str(caught.value) == f"The embedding file '{path}' was closed."
+
+
+def test_bfloat16_safetensors_streams_as_float32(tmp_path):
+    from safetensors.torch import save_file as save_torch
+
+    values = torch.tensor([[1.5, -2.0], [0.25, 3.0], [-0.5, 8.0]], dtype=torch.bfloat16)
+    save_torch({"e": values}, str(tmp_path / "b.safetensors"))
+    file = open_embeddings(tmp_path / "b.safetensors")
+    rows = file[1:3]
+    assert rows.dtype == np.float32 and rows.tolist() == [[0.25, 3.0], [-0.5, 8.0]]
 
 
 def test_truncated_safetensors_names_the_file(tmp_path):

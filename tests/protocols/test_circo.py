@@ -129,9 +129,7 @@ def test_random_ties_against_the_official_evaluation(seed, divisor):
     gts = {q.id: list(q.gt_img_ids) for q in data.queries}
     targets = {q.id: q.target_img_id for q in data.queries}
     aspects = {q.id: q.semantic_aspects for q in data.queries}
-    expected = official.circo_official(
-        predictions, gts, targets, (5, 10, 25, 50), divisor, aspects
-    )
+    expected = official.circo_official(predictions, gts, targets, (5, 10, 25, 50), divisor, aspects)
     r = circo_metrics(
         query, images, ids, data, metric="dot", divisor=divisor, chunk_size=int(rng.integers(1, 9))
     )

@@ -24,9 +24,18 @@ def _metrics(path):
 
 
 def _assert_usage_error(capsys, argv, message):
+    """Exit status 2 and one line on stderr, ``recallkit CMD: error: ...`` holding ``message``."""
     code, _, err = _run(capsys, *argv)
     assert code == 2
-    assert err.count("\n") == 1 and "error:" in err and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"recallkit {argv[0]}: error: ") and message in err, err
+    return err.rstrip("\n")
+
+
+def _assert_error_line(capsys, argv, line):
+    """Exit status 2 and exactly ``line`` on stderr, nothing else."""
+    code, _, err = _run(capsys, *argv)
+    assert (code, err) == (2, line + "\n")
 
 
 # ----------------------------------------------------------------------------------- image-text
@@ -119,7 +128,7 @@ def test_image_text_embeddings_and_scores(tmp_path, capsys, karpathy):
 
 
 def test_image_text_user_errors(tmp_path, capsys, karpathy):
-    path, _, _ = karpathy
+    path, _, caption_image = karpathy
     _assert_usage_error(
         capsys,
         ["image-text", "--karpathy", path, "--images", tmp_path / "img.npy"],
@@ -136,7 +145,9 @@ def test_image_text_user_errors(tmp_path, capsys, karpathy):
             "--texts",
             tmp_path / "img.npy",
         ],
-        "'texts' parameter",
+        # img.npy holds 9 rows, one per test image; the split has one row per caption.
+        f"--texts must be one row per caption of the --karpathy split ({len(caption_image)} "
+        "rows). Got 9 rows.",
     )
     _assert_usage_error(
         capsys,
@@ -282,10 +293,12 @@ def test_cirr_user_errors(tmp_path, capsys, cirr_root):
         ],
         "img.safetensors' holds 2 tensors (embeddings, other); name one as '",
     )
-    _assert_usage_error(
+    _assert_error_line(
         capsys,
         ["cirr", "--root", root, "--scores", tmp_path / "q.npy"],
-        "'scores' parameter of cirr_recall_from_scores",
+        # q.npy is (12 queries, 3): as scores it has 3 columns instead of one per image (30).
+        "recallkit cirr: error: --scores must be one column per image of the CIRR split of "
+        "--root (30 columns). Got 3 columns.",
     )
     _assert_usage_error(
         capsys,
@@ -430,7 +443,8 @@ def test_circo_embeddings_predictions_and_submission(tmp_path, capsys):
             "--image-ids",
             tmp_path / "few_ids.npy",
         ],
-        "is not among the 'image_ids'",
+        f"CIRCO query 4: ground-truth image {entries[4]['gt_img_ids'][-1]} is not among the "
+        "--image-ids.",
     )
 
 
@@ -556,3 +570,232 @@ def test_genecis_tasks(tmp_path, capsys):
         ["genecis", "--root", tmp_path, "--task", "change_object", tmp_path / "narrow.npy"],
         "sample 0: the sample has no target",
     )
+
+
+# ------------------------------------------------------------- errors said with the options
+
+
+def test_a_count_mismatch_names_no_count_check(tmp_path, capsys, karpathy):
+    path, _, caption_image = karpathy
+    coco = tmp_path / "dataset_coco.json"
+    coco.write_text(path.read_text().replace('"toy"', '"coco"'))
+    np.save(tmp_path / "sim.npy", np.zeros((9, len(caption_image)), dtype=np.float32))
+    argv = ["image-text", "--karpathy", coco, "--scores", tmp_path / "sim.npy"]
+    # The toy file has 9 test images; COCO's Karpathy test split has 5000 and 25010 captions.
+    _assert_error_line(
+        capsys,
+        argv,
+        f"recallkit image-text: error: {coco}: the Karpathy 'test' split of coco has 9 images "
+        f"and {len(caption_image)} captions; expected 5000 and 25010 (pass --no-count-check to "
+        "evaluate partial data).",
+    )
+    code, out, _ = _run(capsys, *argv, "--no-count-check")
+    assert code == 0 and "coco test" in out
+
+
+def test_protocol_inputs_checked_before_scoring(tmp_path, capsys, karpathy):
+    path, _, caption_image = karpathy
+    n = len(caption_image)
+    np.save(tmp_path / "txt4.npy", np.ones((n, 4), dtype=np.float32))
+    base = ["image-text", "--karpathy", path, "--images", tmp_path / "img.npy"]
+    _assert_error_line(
+        capsys,
+        [*base, "--texts", tmp_path / "txt4.npy"],
+        "recallkit image-text: error: --images has embeddings of dimension 3 but --texts has 4; "
+        "both must come from the same embedding space.",
+    )
+    with_texts = [*base, "--texts", tmp_path / "txt.npy"]
+    _assert_error_line(
+        capsys,
+        [*with_texts, "--device", "gpu0"],
+        "recallkit image-text: error: --device takes a torch device such as cpu, cuda or "
+        "cuda:1. Got 'gpu0'.",
+    )
+    _assert_error_line(
+        capsys,
+        [*with_texts, "--json", tmp_path],
+        f"recallkit image-text: error: --json takes a file name; '{tmp_path}' is a folder.",
+    )
+    _assert_error_line(
+        capsys,
+        [*with_texts, "--json", "/dev/null"],
+        "recallkit image-text: error: --json '/dev/null' is not a regular file (a device, a "
+        "pipe or a socket); give the name of a file to write.",
+    )
+    _assert_error_line(
+        capsys,
+        [*with_texts, "--chunk-size", "0"],
+        "recallkit image-text: error: --chunk-size must be a positive integer. Got 0.",
+    )
+    _assert_error_line(
+        capsys,
+        [*with_texts, "--ks", "0"],
+        "recallkit image-text: error: --ks must be positive integers. Got 0.",
+    )
+
+
+def test_annotation_files_that_are_not_utf8_are_named(tmp_path, capsys, karpathy):
+    path, _, _ = karpathy
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(path.read_bytes().replace(b'"raw": "x"', b'"raw": "caf\xe9"', 1))
+    np.save(tmp_path / "sim.npy", np.zeros((9, 9), dtype=np.float32))
+    start = latin.read_bytes().index(b"\xe9")
+    _assert_error_line(
+        capsys,
+        ["image-text", "--karpathy", latin, "--scores", tmp_path / "sim.npy"],
+        f"recallkit image-text: error: The file '{latin}' is not UTF-8 text (byte {start}: "
+        "invalid continuation byte); annotation files are JSON in UTF-8.",
+    )
+
+
+def test_cirr_and_circo_outputs_and_inputs(tmp_path, capsys, cirr_root):
+    root = cirr_root[0]
+    scores = np.zeros((12, 30), dtype=np.float32)
+    np.save(tmp_path / "sim.npy", scores)
+    _assert_error_line(
+        capsys,
+        [
+            "cirr",
+            "--root",
+            root,
+            "--split",
+            "test1",
+            "--scores",
+            tmp_path / "sim.npy",
+            "--submission-dir",
+            tmp_path / "q.npy",
+        ],
+        f"recallkit cirr: error: --submission-dir takes a folder; '{tmp_path / 'q.npy'}' is a "
+        "file.",
+    )
+    np.save(tmp_path / "img4.npy", np.ones((30, 4), dtype=np.float32))
+    _assert_error_line(
+        capsys,
+        [
+            "cirr",
+            "--root",
+            root,
+            "--queries",
+            tmp_path / "q.npy",
+            "--images",
+            tmp_path / "img4.npy",
+        ],
+        "recallkit cirr: error: --queries has embeddings of dimension 3 but --images has 4; both "
+        "must come from the same embedding space.",
+    )
+    (tmp_path / "ann").mkdir()
+    (tmp_path / "ann" / "val.json").write_text(
+        json.dumps(
+            [
+                {
+                    "id": 0,
+                    "reference_img_id": 1,
+                    "target_img_id": 2,
+                    "relative_caption": "c",
+                    "shared_concept": "s",
+                    "gt_img_ids": [2],
+                }
+            ]
+        )
+    )
+    (tmp_path / "p.json").write_text("{0: [1]}")
+    _assert_error_line(
+        capsys,
+        [
+            "circo",
+            "--annotations",
+            tmp_path / "ann" / "val.json",
+            "--predictions",
+            tmp_path / "p.json",
+        ],
+        f"recallkit circo: error: The predictions file '{tmp_path / 'p.json'}' is not valid "
+        "JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1).",
+    )
+
+
+def test_a_failed_json_write_names_the_option(tmp_path, capsys, karpathy, monkeypatch):
+    import errno
+
+    from recallkit.commands import _protocol_io
+
+    def full_disk(path, payload):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(_protocol_io, "write_json", full_disk)
+    path, _, _ = karpathy
+    code, out, err = _run(
+        capsys,
+        "image-text",
+        "--karpathy",
+        path,
+        "--images",
+        tmp_path / "img.npy",
+        "--texts",
+        tmp_path / "txt.npy",
+        "--json",
+        tmp_path / "m.json",
+    )
+    assert code == 2 and "t2i_recall@1" in out  # the table was printed before the write
+    assert err == (
+        f"recallkit image-text: error: Cannot write --json '{tmp_path / 'm.json'}': No space "
+        "left on device. Nothing was written.\n"
+    )
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_genecis_needs_recall_at_1_and_dense_scores(tmp_path, capsys):
+    item = {"val_image_id": 1}
+    sample = {"reference": item, "condition": "c", "target": item, "gallery": [item] * 4}
+    (tmp_path / "focus_object.json").write_text(json.dumps([sample] * 3))
+    np.save(tmp_path / "s.npy", np.zeros((3, 5), dtype=np.float32))
+    base = ["genecis", "--root", tmp_path, "--task", "focus_object"]
+    _assert_error_line(
+        capsys,
+        [*base, tmp_path / "s.npy", "--ks", "2", "3"],
+        "recallkit genecis: error: --ks must include 1: the GeneCIS summary is the average "
+        "recall@1. Got 2 3.",
+    )
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.save(torch.zeros(3, 5).to_sparse(), tmp_path / "s.pt")
+    _assert_error_line(
+        capsys,
+        [*base, tmp_path / "s.pt"],
+        f"recallkit genecis: error: The focus_object scores file '{tmp_path / 's.pt'}' holds a "
+        "tensor of layout torch.sparse_coo (not dense); save it as a dense tensor "
+        "(tensor.to_dense() for a sparse one, tensor.dequantize() for a quantized one).",
+    )
+
+
+def test_image_ids_must_be_integers(tmp_path):
+    from recallkit.commands._protocol_io import load_ids
+    from recallkit.errors import UsageError
+
+    np.save(tmp_path / "f.npy", np.array([1.0, 2.5]))
+    (tmp_path / "b.json").write_text("[true, 2]")
+    (tmp_path / "big.json").write_text(f"[{2**70}]")
+    (tmp_path / "ok.json").write_text('{"images": [{"id": 7}, {"id": 3}]}')
+    (tmp_path / "ok.txt").write_text("unlabeled2017/000000000012.jpg\n34\n")
+    cases = {
+        "f.npy": "cannot be read: ids must be integers, not float64.",
+        "b.json": "cannot be read: ids must be integers, not True.",
+        "big.json": "holds an id beyond 64-bit integers.",
+    }
+    for name, end in cases.items():
+        with pytest.raises(UsageError) as caught:
+            load_ids(str(tmp_path / name))
+        assert str(caught.value) == f"The image ids file '{tmp_path / name}' {end}"
+    assert load_ids(str(tmp_path / "ok.json")).tolist() == [7, 3]
+    assert load_ids(str(tmp_path / "ok.txt")).tolist() == [12, 34]
+
+
+def test_a_file_name_with_a_hash_is_read_whole(tmp_path):
+    from recallkit.commands._protocol_io import load_array
+
+    np.save(tmp_path / "run#3.npy", np.eye(2, dtype=np.float32))
+    assert load_array(str(tmp_path / "run#3.npy"), "scores").tolist() == [[1, 0], [0, 1]]
+    save_file({"a": np.ones((1, 2), np.float32), "b": np.zeros((1, 2), np.float32)},
+              str(tmp_path / "two#x.safetensors"))  # fmt: skip
+    assert load_array(f"{tmp_path / 'two#x.safetensors'}#b", "scores").tolist() == [[0, 0]]

@@ -13,3 +13,9 @@ def one_error_line(res, *fragments):
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
     return lines[0]
+
+
+def only_error_line(res, line):
+    """The command failed with exactly ``line`` on stderr (nothing else) and nothing on stdout."""
+    assert "Traceback" not in res.err, res.err
+    assert (res.rc, res.out, res.err) == (2, "", line + "\n")

@@ -8,6 +8,7 @@ import pytest
 from recallkit.runner import encode_all
 from recallkit.runner.encode import BadImagesError
 from tests.runner.checks import one_error_line as _assert_user_error
+from tests.runner.checks import only_error_line
 
 
 def _callable(encoder_module):
@@ -204,3 +205,261 @@ def test_encode_all_lists_bad_images(tmp_path, make_image):
         encode_all([good], lambda b: np.zeros((2, 2)), progress=False)
     with pytest.raises(ValueError, match="'images' parameter of encode_all must be non-empty"):
         encode_all([], encoder)
+
+
+# ------------------------------------------------------------------ errors said with the options
+
+
+def _images_and_embeddings(tmp_path, make_image, embeddings):
+    """Two cats and two dogs, with ``embeddings`` saved as e.npy beside them."""
+    for i, (label, rgb) in enumerate([("cat", (9, 0, 0)), ("cat", (8, 1, 0)), ("dog", (0, 0, 9))]):
+        make_image(tmp_path / "imgs" / label / f"{i}.png", rgb)
+    make_image(tmp_path / "imgs" / "dog" / "3.png", (0, 1, 8))
+    np.save(tmp_path / "e.npy", np.asarray(embeddings, dtype=np.float32))
+    return tmp_path / "imgs", tmp_path / "e.npy"
+
+
+def test_a_zero_embedding_names_the_option_and_the_metric(cli, tmp_path, make_image):
+    images, embeddings = _images_and_embeddings(
+        tmp_path, make_image, [[1, 0], [0, 0], [0, 1], [0.1, 0.9]]
+    )
+    res = cli("evaluate", "--images", images, "--embeddings", embeddings)
+    only_error_line(
+        res,
+        "recallkit evaluate: error: --embeddings must be non-zero rows under --metric cosine. "
+        "Got a zero vector in row 1.",
+    )
+
+
+def test_bad_images_name_the_flag_only(cli, broken_gallery, encoder_module, tmp_path):
+    query, gallery = broken_gallery
+    res = cli(
+        "evaluate", "--query", query, "--gallery", gallery, "--callable",
+        _callable(encoder_module), "--no-cache",
+    )  # fmt: skip
+    line = _assert_user_error(res, "or pass --skip-bad to continue without them.")
+    assert "skip_bad" not in line
+
+
+@pytest.mark.parametrize(
+    ("option", "env"),
+    [
+        (["--cache-dir", "~rk_no_such_user/cache"], {}),
+        ([], {"RECALLKIT_CACHE": "~rk_no_such_user/cache"}),
+    ],
+    ids=["option", "variable"],
+)
+def test_a_cache_dir_in_an_unknown_users_home(
+    cli, hand_case, encoder_module, monkeypatch, option, env
+):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    query, gallery = hand_case
+    res = cli(
+        "evaluate", "--query", query, "--gallery", gallery,
+        "--callable", _callable(encoder_module), *option,
+    )  # fmt: skip
+    source = "--cache-dir" if option else "The environment variable RECALLKIT_CACHE"
+    only_error_line(
+        res,
+        f"recallkit evaluate: error: {source} '~rk_no_such_user/cache' starts with the home "
+        "folder of user 'rk_no_such_user', who is not known here; give the folder's full path.",
+    )
+
+
+def test_an_empty_cache_dir_is_refused(cli, hand_case, encoder_module):
+    query, gallery = hand_case
+    res = cli(
+        "evaluate", "--query", query, "--gallery", gallery,
+        "--callable", _callable(encoder_module), "--cache-dir", "",
+    )  # fmt: skip
+    only_error_line(
+        res, "recallkit evaluate: error: --cache-dir is empty; give a folder (or --no-cache)."
+    )
+
+
+def test_an_encoder_that_raises_is_named_with_its_error(cli, hand_case, encoder_module, tmp_path):
+    module, path = encoder_module
+    with path.open("a") as handle:
+        handle.write(
+            "\n\ndef failing(images):\n"
+            "    raise ValueError(f'cannot embed {len(images)} images:\\n  out of cheese')\n"
+        )
+    query, gallery = hand_case
+    res = cli(
+        "evaluate", "--query", query, "--gallery", gallery, "--callable", f"{module}:failing",
+        "--no-cache", "--json", tmp_path / "r.json",
+    )  # fmt: skip
+    line = _assert_user_error(res)
+    # The gallery (4 images, one batch) is encoded first; the message is on one line.
+    assert line == (
+        f"recallkit evaluate: error: The encoder --callable {module}:failing raised ValueError on "
+        "a batch of 4 image(s): cannot embed 4 images: out of cheese."
+    )
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_a_sparse_tensor_as_embeddings(cli, tmp_path, make_image):
+    import warnings
+
+    import torch
+
+    images, _ = _images_and_embeddings(tmp_path, make_image, np.eye(4, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.save(torch.eye(4, 2).to_sparse(), tmp_path / "sparse.pt")
+    res = cli("evaluate", "--images", images, "--embeddings", tmp_path / "sparse.pt")
+    only_error_line(
+        res,
+        f"recallkit evaluate: error: The embeddings file '{tmp_path / 'sparse.pt'}' holds a "
+        "tensor of layout torch.sparse_coo (not dense); save it as a dense tensor "
+        "(tensor.to_dense() for a sparse one, tensor.dequantize() for a quantized one).",
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["--json", "/dev/null"],
+            (
+                "--json '/dev/null' is not a regular file (a device, a pipe or a socket); give "
+                "the name of a file to write."
+            ),
+        ),
+        (["--history", "{tmp}/imgs"], "--history takes a file name; '{tmp}/imgs' is a folder."),
+        (
+            ["--show-out", "{tmp}/e.npy/grid.png"],
+            "--show-out '{tmp}/e.npy/grid.png': '{tmp}/e.npy' is a file, not a folder.",
+        ),
+        (
+            ["--embeddings", "{tmp}/imgs"],
+            "The embeddings file '{tmp}/imgs' is a folder, not a file.",
+        ),
+        (["--device", "gpu0"], "Unknown device 'gpu0' (use cpu, cuda, cuda:N or auto)."),
+        (["--allow-partial"], "--allow-partial goes with --benchmark."),
+    ],
+)
+def test_outputs_inputs_and_devices_checked_first(cli, tmp_path, make_image, args, line):
+    images, embeddings = _images_and_embeddings(
+        tmp_path, make_image, [[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]]
+    )
+    argv = ["--images", images, *[a.format(tmp=tmp_path) for a in args]]
+    if "--embeddings" not in args:
+        argv += ["--embeddings", embeddings]
+    res = cli("evaluate", *argv)
+    only_error_line(res, "recallkit evaluate: error: " + line.format(tmp=tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["e.npy", "imgs"]
+
+
+# -------------------------------------------------------------------- a partial benchmark copy
+
+
+@pytest.fixture
+def partial_cub(tmp_path, make_image):
+    """A CUB-200-2011 folder with 2 test classes of 2 images and 1 training image.
+
+    Embeddings of the test split (classes 101 and 102, in file order): each image is nearest to
+    the other image of its class, so recall@1 is 1.
+    """
+    root = tmp_path / "CUB"
+    rows = [
+        (1, "101.A/a1.jpg", 101, (200, 0, 0)),
+        (2, "101.A/a2.jpg", 101, (190, 10, 0)),
+        (3, "102.B/b1.jpg", 102, (0, 0, 200)),
+        (4, "102.B/b2.jpg", 102, (0, 10, 190)),
+        (5, "001.C/c1.jpg", 1, (9, 9, 9)),
+    ]
+    root.mkdir()
+    (root / "images.txt").write_text("".join(f"{i} {p}\n" for i, p, _, _ in rows))
+    (root / "image_class_labels.txt").write_text("".join(f"{i} {c}\n" for i, _, c, _ in rows))
+    for _, rel, _, rgb in rows:
+        make_image(root / "images" / rel, rgb)
+    np.save(tmp_path / "cub.npy", np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]], np.float32))
+    return root, tmp_path / "cub.npy"
+
+
+def test_a_partial_benchmark_copy_names_allow_partial(cli, partial_cub, tmp_path):
+    root, embeddings = partial_cub
+    res = cli("evaluate", "--benchmark", "cub", "--root", root, "--embeddings", embeddings)
+    only_error_line(
+        res,
+        f"recallkit evaluate: error: {root / 'images.txt'} gives the CUB-200-2011 train split 1 "
+        "images of 1 classes; the benchmark has 5,864 images of 100 classes. Pass "
+        "--allow-partial to load a partial or modified copy (its results are not comparable "
+        "with published numbers).",
+    )
+
+
+def test_allow_partial_evaluates_and_says_the_copy_is_incomplete(
+    cli, partial_cub, tmp_path, read_json
+):
+    root, embeddings = partial_cub
+    res = cli(
+        "evaluate", "--benchmark", "cub", "--root", root, "--embeddings", embeddings,
+        "--allow-partial", "--ks", "1", "--json", tmp_path / "r.json",
+    )  # fmt: skip
+    assert res.rc == 0, res.err
+    assert res.out.startswith(
+        "[evaluation]\n"
+        "  num queries:   4\n"
+        "  num gallery:   4\n"
+        "  embedding_dim: 2\n"
+        "\n"
+        "[recall]\n"
+        "  recall@1: 1.0000\n"
+        "\n"
+        "[benchmark]\n"
+        "  CUB-200-2011: incomplete (a partial or modified copy); the numbers are not "
+        "comparable with published ones\n"
+    )
+    record = read_json(tmp_path / "r.json")
+    assert record["sources"]["benchmark"] == {
+        "name": "cub",
+        "title": "CUB-200-2011",
+        "complete": False,
+    }
+    assert record["sources"]["options"]["allow_partial"] is True
+    assert record["queries"]["first_hit_rank"] == [0, 0, 0, 0]
+
+
+def test_a_missing_benchmark_root_is_one_sentence(cli, tmp_path):
+    np.save(tmp_path / "e.npy", np.eye(2, dtype=np.float32))
+    res = cli("evaluate", "--benchmark", "cub", "--root", tmp_path / "nowhere", "--embeddings",
+              tmp_path / "e.npy")  # fmt: skip
+    only_error_line(
+        res,
+        f"recallkit evaluate: error: --root must be an existing folder. Got "
+        f"'{tmp_path / 'nowhere'}', which does not exist or is not a folder.",
+    )
+    res = cli("evaluate", "--benchmark", "cubs", "--root", tmp_path, "--embeddings",
+              tmp_path / "e.npy")  # fmt: skip
+    only_error_line(
+        res,
+        "recallkit evaluate: error: --benchmark must be one of 'cub', 'cars196', 'sop', "
+        "'inaturalist', 'inshop'. Got 'cubs'.",
+    )
+
+
+def test_skip_bad_leaves_out_missing_benchmark_images(cli, partial_cub, tmp_path):
+    root, _ = partial_cub
+    (root / "images" / "102.B" / "b2.jpg").unlink()
+    args = ("evaluate", "--benchmark", "cub", "--root", root, "--allow-partial", "--callable",
+            "recallkit.runner.encoders:pixels", "--no-cache", "--ks", "1")  # fmt: skip
+    res = cli(*args)
+    only_error_line(
+        res,
+        f"recallkit evaluate: error: 1 of the 5 images listed in {root / 'images.txt'} are not "
+        f"on disk (e.g. {root / 'images' / '102.B' / 'b2.jpg'}). Pass --skip-bad to leave them "
+        "out.",
+    )
+    res = cli(*args, "--skip-bad")
+    assert res.rc == 0, res.err
+    assert res.err.splitlines()[0] == (
+        f"recallkit evaluate: warning: CUB-200-2011: left out 1 of the 5 images listed in "
+        f"{root / 'images.txt'} that are not on disk (e.g. {root / 'images' / '102.B' / 'b2.jpg'});"
+        " results are not comparable with published numbers."
+    )
+    # b1 is now alone in class 102: 3 queries, 1 excluded, the two of class 101 hit at rank 0.
+    assert "  num queries:   3\n  num excluded:  1\n" in res.out
+    assert "  recall@1: 1.0000\n\n[benchmark]\n  CUB-200-2011: incomplete" in res.out

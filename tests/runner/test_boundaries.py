@@ -353,9 +353,7 @@ def test_encoder_id_needs_an_encoder(cli, tmp_path, make_image):
 def test_unusable_cache_dir_warns_and_goes_on(cli, hand_case, encoder_module, tmp_path):
     not_a_folder = tmp_path / "cache-file"
     not_a_folder.write_text("a file, not a folder")
-    res = _evaluate(
-        cli, hand_case, encoder_module[0], not_a_folder, "--json", tmp_path / "r.json"
-    )
+    res = _evaluate(cli, hand_case, encoder_module[0], not_a_folder, "--json", tmp_path / "r.json")
     assert res.rc == 0, res.err
     warnings = [line for line in res.err.splitlines() if "warning:" in line]
     assert len(warnings) == 2  # gallery and query

@@ -266,9 +266,7 @@ def test_plot_marks_runs_under_other_definitions(cli, tmp_path, make_image):
     assert marks == ["", "*", "", "?"]
     (ax,) = history_figure(records, ["recall@1"], "t", marks).axes
     assert [t.get_text() for t in ax.get_xticklabels()] == ["e1", "e2 *", "e3", "old ?"]
-    assert ax.get_xlabel() == (
-        "run   (* other definitions than run 1; ? definitions not recorded)"
-    )
+    assert ax.get_xlabel() == ("run   (* other definitions than run 1; ? definitions not recorded)")
 
 
 def test_plot_of_runs_under_one_set_of_definitions_marks_nothing(cli, tmp_path, make_image):

@@ -1,17 +1,23 @@
-"""Small helpers shared by the runner's sub-commands."""
+"""Small helpers shared by the sub-commands: option types, output checks, warnings, Ctrl-C."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any
 
-from recallkit.errors import UsageError
+from recallkit.errors import UsageError, translate
 
-T = TypeVar("T")
+#: The largest image side ``--resize`` and ``--crop`` take, far above any model's input size.
+MAX_PIXELS = 2**16
+#: Seeds are taken by numpy and torch alike: non-negative and below 2**63.
+MAX_SEED = 2**63 - 1
 
 
 def parse_ks(values: Sequence[str] | None, option: str = "--ks") -> tuple[int, ...] | None:
@@ -28,7 +34,7 @@ def parse_ks(values: Sequence[str] | None, option: str = "--ks") -> tuple[int, .
             part = part.strip()
             if not part:
                 continue
-            if not part.isdigit() or int(part) <= 0:
+            if not (part.isdigit() and part.isascii()) or int(part) <= 0:
                 raise UsageError(
                     f"{option} takes positive integers, like {option} 1 5 10. Got {part!r}."
                 )
@@ -41,7 +47,10 @@ def parse_ks(values: Sequence[str] | None, option: str = "--ks") -> tuple[int, .
 
 @contextmanager
 def warnings_as_lines(command: str) -> Iterator[None]:
-    """Print each Python warning raised inside as one line ``recallkit CMD: warning: ...``."""
+    """Print each Python warning raised inside as one line ``recallkit CMD: warning: ...``.
+
+    The text is said in the command line's words (:func:`recallkit.errors.translate`).
+    """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -49,21 +58,81 @@ def warnings_as_lines(command: str) -> Iterator[None]:
         finally:
             seen: set[str] = set()
             for w in caught:
-                text = str(w.message)
+                text = translate(str(w.message), full_stop=False)
                 if text not in seen:
                     seen.add(text)
                     print(f"recallkit {command}: warning: {text}", file=sys.stderr)
 
 
-def positive_int(option: str) -> Callable[[str], int]:
-    """An argparse ``type`` for positive integers that names the option."""
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) until the block has run, then act on it as it would have.
+
+    For the last steps of a write that must happen all together (a history line and the
+    renames of the files written beside it): an interrupt there takes effect once they are
+    done, never between them. Outside the main thread, where signals are not handled, the
+    block runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught and callable(previous):
+        previous(signal.SIGINT, None)
+    elif caught and previous == signal.SIG_DFL:
+        signal.raise_signal(signal.SIGINT)
+
+
+def bounded_int(option: str, low: int, high: int, what: str) -> Callable[[str], int]:
+    """An argparse ``type`` for integers in ``[low, high]``; ``what`` says which, in words.
+
+    >>> bounded_int("--seed", 0, 9, "a seed from 0 to 9")("7")
+    7
+    >>> bounded_int("--seed", 0, 9, "a seed from 0 to 9")("-1")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: --seed takes a seed from 0 to 9. Got '-1'.
+    """
 
     def parse(text: str) -> int:
-        if not text.strip().isdigit() or int(text) <= 0:
-            raise argparse.ArgumentTypeError(f"{option} takes a positive integer. Got {text!r}.")
-        return int(text)
+        word = text.strip()
+        digits = word[1:] if word[:1] in "+-" else word
+        if not (digits.isdigit() and digits.isascii()) or not low <= int(word) <= high:
+            raise argparse.ArgumentTypeError(f"{option} takes {what}. Got {text!r}.")
+        return int(word)
 
     return parse
+
+
+def positive_int(option: str) -> Callable[[str], int]:
+    """An argparse ``type`` for positive integers that names the option.
+
+    >>> positive_int("--epochs")("3")
+    3
+    """
+
+    def parse(text: str) -> int:
+        word = text.strip()
+        if not (word.isdigit() and word.isascii()) or int(word) <= 0:
+            raise argparse.ArgumentTypeError(f"{option} takes a positive integer. Got {text!r}.")
+        return int(word)
+
+    return parse
+
+
+def size_in_pixels(option: str) -> Callable[[str], int]:
+    """An argparse ``type`` for an image side in pixels, 0 (off) to :data:`MAX_PIXELS`."""
+    return bounded_int(option, 0, MAX_PIXELS, f"a size in pixels from 0 (off) to {MAX_PIXELS}")
+
+
+def seed(option: str = "--seed") -> Callable[[str], int]:
+    """An argparse ``type`` for a random seed, 0 to :data:`MAX_SEED`."""
+    return bounded_int(option, 0, MAX_SEED, "a seed, an integer from 0 to 2**63 - 1")
 
 
 def add_quiet(parser: argparse.ArgumentParser | Any) -> None:
@@ -75,6 +144,10 @@ def add_quiet(parser: argparse.ArgumentParser | Any) -> None:
     )
 
 
+#: The library parameters of the runner's commands -> their options (see ``recallkit.errors``).
+PARAMETERS = {"ks": "--ks", "seed": "--seed"}
+
+
 def jsonable(value: Any) -> Any:
     """Command-line options as JSON values (paths and other objects as strings)."""
     if value is None or isinstance(value, bool | int | float | str):
@@ -82,3 +155,65 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [jsonable(v) for v in value]
     return str(value)
+
+
+def check_output_file(path: str | None, option: str) -> None:
+    """Refuse an output ``path`` that cannot be written as a file: a folder, a device, a pipe,
+    or a path under a file. Outputs are written atomically (a temporary file renamed over the
+    target), which would put a plain file in place of a device or a pipe.
+    """
+    if path is None:
+        return
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{option} takes a file name; '{path}' is a folder.")
+    if target.exists() and not target.is_file():
+        raise UsageError(
+            f"{option} '{path}' is not a regular file (a device, a pipe or a socket); give the "
+            "name of a file to write."
+        )
+    _check_parent(target, option, path)
+
+
+def check_output_folder(path: str | None, option: str) -> None:
+    """Refuse an output folder ``path`` that is a file (or lies under one)."""
+    if path is None:
+        return
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"{option} takes a folder; '{path}' is a file.")
+    _check_parent(target, option, path)
+
+
+def _check_parent(target: Path, option: str, given: str) -> None:
+    """Refuse ``target`` when the nearest existing folder above it is in fact a file."""
+    for parent in target.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UsageError(f"{option} '{given}': '{parent}' is a file, not a folder.")
+            return
+
+
+def usable_device(text: str | None, option: str = "--device") -> str | None:
+    """``text`` if torch can allocate on that device here; else a UsageError naming the option.
+
+    >>> usable_device("cpu"), usable_device(None)
+    ('cpu', None)
+    """
+    if text is None:
+        return None
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, TypeError, ValueError):
+        raise UsageError(
+            f"{option} takes a torch device such as cpu, cuda or cuda:1. Got {text!r}."
+        ) from None
+    if device.type != "cpu":
+        try:
+            torch.empty(1, device=device)
+        except (RuntimeError, AssertionError, AttributeError, ValueError) as error:
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise UsageError(f"{option} {text}: this machine cannot use it ({reason}).") from None
+    return text

@@ -1,6 +1,6 @@
 """File helpers of the benchmark-protocol sub-commands: arrays, image ids, JSON reports.
 
-Every user error is a :class:`recallkit.errors.UsageError` (one line, exit status 2).
+Every user error is a ``ValueError`` naming the file (one line, exit status 2).
 """
 
 from __future__ import annotations
@@ -8,18 +8,18 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
+from recallkit.commands._args import check_output_file, usable_device
 from recallkit.errors import UsageError
 from recallkit.io import read_array
 from recallkit.protocols._common import write_json
 from recallkit.result import Result
-
-T = TypeVar("T")
 
 
 def load_array(
@@ -35,7 +35,9 @@ def load_array(
     several (a dict for ``.pt``). A file with one tensor needs no name. ``integer=True`` asks
     for integer values (indices), returned as int64 without passing through floats.
     """
-    path_text, _, key = spec.partition("#")
+    path_text, _, key = spec.rpartition("#") if "#" in spec else (spec, "", "")
+    if Path(spec).is_file():  # a file whose name holds '#' is read whole
+        path_text, key = spec, ""
     path = Path(path_text)
     try:
         array = read_array(
@@ -72,11 +74,14 @@ def load_ids(spec: str, what: str = "image ids") -> np.ndarray:
     """
     path = Path(spec)
     if not path.is_file():
-        raise UsageError(f"the {what} file '{path}' does not exist")
+        raise UsageError(f"The {what} file '{path}' does not exist or is not a file.")
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":
-            values: list[Any] = np.load(path, allow_pickle=False).reshape(-1).tolist()
+            array = np.load(path, allow_pickle=False)
+            if array.dtype.kind not in "iu":
+                raise ValueError(f"ids must be integers, not {array.dtype}")
+            values: list[Any] = array.reshape(-1).tolist()
         elif suffix == ".json":
             data = json.loads(path.read_text(encoding="utf-8"))
             if isinstance(data, dict) and isinstance(data.get("images"), list):
@@ -93,11 +98,16 @@ def load_ids(spec: str, what: str = "image ids") -> np.ndarray:
             ]
         else:
             raise ValueError("the file must end in .npy, .json or .txt")
-        ids = np.array([int(v) for v in values], dtype=np.int64)
+        wrong = next((v for v in values if isinstance(v, bool) or not isinstance(v, int)), None)
+        if wrong is not None:
+            raise ValueError(f"ids must be integers, not {wrong!r}")
+        ids = np.array(values, dtype=np.int64)
+    except OverflowError:
+        raise UsageError(f"The {what} file '{path}' holds an id beyond 64-bit integers.") from None
     except (ValueError, TypeError, KeyError, json.JSONDecodeError) as error:
-        raise UsageError(f"the {what} file '{path}' cannot be read: {error}") from None
+        raise UsageError(f"The {what} file '{path}' cannot be read: {error}.") from None
     if ids.size == 0:
-        raise UsageError(f"the {what} file '{path}' holds no id")
+        raise UsageError(f"The {what} file '{path}' holds no id.")
     return ids
 
 
@@ -112,19 +122,86 @@ def report(result: Result, json_path: str | None) -> int:
     """Print the result's table; write its JSON report atomically when asked."""
     print(result.table())
     if json_path:
-        write_json(json_path, result.to_dict())
+        try:
+            write_json(json_path, result.to_dict())
+        except OSError as error:
+            raise cannot_write("--json", json_path, error) from None
         print(f"wrote {json_path}")
     return 0
 
 
-def user_errors(call: Callable[[], T]) -> T:
-    """Run ``call``; a ValueError or missing file becomes a one-line UsageError."""
+def cannot_write(option: str, path: str | Path, error: OSError) -> UsageError:
+    """The one-line error for an output that could not be written (nothing was written)."""
+    reason = error.strerror or str(error)
+    return UsageError(f"Cannot write {option} '{path}': {reason}. Nothing was written.")
+
+
+def check_common(args: argparse.Namespace) -> None:
+    """Check the options of :func:`add_common` before anything is read: the device can be used
+    here, and ``--json`` names a file that can be written."""
+    if getattr(args, "device", None) is not None:
+        usable_device(args.device)
+    check_output_file(args.json, "--json")
+
+
+def same_dimension(a: np.ndarray, b: np.ndarray, option_a: str, option_b: str) -> None:
+    """Refuse two embedding arrays whose rows have different dimensions."""
+    if a.shape[-1] != b.shape[-1]:
+        raise UsageError(
+            f"{option_a} has embeddings of dimension {a.shape[-1]} but {option_b} has "
+            f"{b.shape[-1]}; both must come from the same embedding space."
+        )
+
+
+@contextmanager
+def reading(*files: str | Path) -> Iterator[None]:
+    """Name the file when a library reader meets text that is not UTF-8.
+
+    ``files`` are the files the reader may open, in the order it opens them; the first one that
+    is not UTF-8 text is named in the error.
+    """
     try:
-        return call()
-    except UsageError:
-        raise
-    except (ValueError, FileNotFoundError) as error:
-        raise UsageError(str(error)) from None
+        yield
+    except UnicodeDecodeError as error:
+        bad = next((Path(f) for f in files if _not_utf8(Path(f))), None)
+        where = f"The file '{bad}'" if bad is not None else "An annotation file"
+        raise UsageError(
+            f"{where} is not UTF-8 text (byte {error.start}: {error.reason}); annotation files "
+            "are JSON in UTF-8."
+        ) from None
+
+
+def _not_utf8(path: Path) -> bool:
+    try:
+        path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def load_json(spec: str, what: str) -> Any:
+    """The JSON value of the ``what`` file ``spec``; a UsageError names the file otherwise."""
+    path = Path(spec)
+    if not path.is_file():
+        raise UsageError(f"The {what} file '{path}' does not exist or is not a file.")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(f"The {what} file '{path}' is not UTF-8 text.") from None
+    except json.JSONDecodeError as error:
+        raise UsageError(f"The {what} file '{path}' is not valid JSON: {error}.") from None
+
+
+#: The parameters every protocol command supplies with the same option (see ``add_common``).
+PARAMETERS = {
+    "ks": "--ks",
+    "k": "the submission size",
+    "metric": "--metric",
+    "device": "--device",
+    "chunk_size": "--chunk-size",
+}
 
 
 def add_common(

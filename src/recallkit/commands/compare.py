@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from recallkit._atomic import atomic_write
-from recallkit.commands._args import add_quiet, parse_ks, positive_int
+from recallkit.commands._args import (
+    PARAMETERS,
+    add_quiet,
+    check_output_file,
+    parse_ks,
+    positive_int,
+    seed,
+)
 from recallkit.errors import UsageError
 from recallkit.runner.bootstrap import (
     DEFAULT_RESAMPLES,
@@ -51,10 +58,20 @@ def register(subparsers: Any) -> None:
         "drawn in batches, so memory does not grow with N)",
     )
     p.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
-    p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed (default 0)")
+    p.add_argument("--seed", type=seed(), default=DEFAULT_SEED, help="bootstrap seed (default 0)")
     p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
     add_quiet(p)
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, parameters=COMPARE_PARAMETERS)
+
+
+#: The runner's parameters -> the options of ``recallkit compare``.
+COMPARE_PARAMETERS = {
+    **PARAMETERS,
+    "n_resamples": "--resamples",
+    "confidence": "--confidence",
+    "a": "A.json",
+    "b": "B.json",
+}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -66,6 +83,7 @@ def main(args: argparse.Namespace) -> int:
             f"--resamples takes at most {MAX_RESAMPLES} (about 20 s per K; the interval's own "
             f"sampling error is then far below its four decimals). Got {args.resamples}."
         )
+    check_output_file(args.json, "--json")
     a, b = load_run(args.a), load_run(args.b)
     names = (Path(args.a).name, Path(args.b).name)
     if names[0] == names[1]:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from recallkit.commands._args import add_quiet, positive_int
+from recallkit.commands._args import (
+    PARAMETERS,
+    add_quiet,
+    check_output_folder,
+    positive_int,
+    seed,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -31,7 +37,7 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="training epochs, one run each in the history (default 5)",
     )
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--seed", type=seed(), default=0, help="random seed (default 0)")
     p.add_argument(
         "--fast", action="store_true", help="one epoch on 40 images per class (for tests)"
     )
@@ -42,11 +48,12 @@ def register(subparsers: Any) -> None:
         "instead of a temporary folder",
     )
     add_quiet(p)
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, parameters={**PARAMETERS, "epochs": "--epochs", "out": "--out"})
 
 
 def main(args: argparse.Namespace) -> int:
     """Run ``recallkit demo``; return the exit status."""
+    check_output_folder(args.out, "--out")
     from recallkit.runner.digits_demo import run_demo
 
     run_demo(

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -10,9 +13,13 @@ from typing import Any
 from recallkit._atomic import Staged, stage
 from recallkit.commands._args import (
     add_quiet,
+    check_output_file,
+    interrupts_deferred,
     jsonable,
     parse_ks,
     positive_int,
+    size_in_pixels,
+    usable_device,
     warnings_as_lines,
 )
 from recallkit.errors import UsageError
@@ -50,7 +57,7 @@ examples:
   # tracking a fine-tune: one history line per checkpoint
   recallkit evaluate --images data/test --callable mypkg.models:load_epoch3 \\
       --history runs.jsonl --tag epoch-3
-  # a benchmark's own protocol
+  # a benchmark's own protocol (--allow-partial for a partial or modified copy)
   recallkit evaluate --benchmark cub --root ~/data/CUB_200_2011 --embeddings cub.npy
 
 PATH is a folder of class subfolders (PATH/<label>/<image>; symbolic links are followed and
@@ -91,12 +98,21 @@ def register(subparsers: Any) -> None:
     )
     data.add_argument("--root", metavar="DIR", help="the benchmark's folder")
     data.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="with --benchmark: accept split sizes that differ from the benchmark's (a partial or "
+        "modified copy); the report says the benchmark is incomplete",
+    )
+    data.add_argument(
         "--allow-missing-labels",
         action="store_true",
         help="exclude (and count) queries whose label no gallery image has, instead of stopping",
     )
     data.add_argument(
-        "--skip-bad", action="store_true", help="leave unreadable images out and report them"
+        "--skip-bad",
+        action="store_true",
+        help="leave unreadable images out and report them (with --benchmark, also the listed "
+        "images that are not on disk; the benchmark is then incomplete)",
     )
 
     enc = p.add_argument_group("encoder (one of)")
@@ -139,8 +155,20 @@ def register(subparsers: Any) -> None:
     )
 
     pre = p.add_argument_group("preprocessing (torch models without their own transform)")
-    pre.add_argument("--resize", type=int, default=256, metavar="N", help="shorter side (0: off)")
-    pre.add_argument("--crop", type=int, default=224, metavar="N", help="center crop (0: off)")
+    pre.add_argument(
+        "--resize",
+        type=size_in_pixels("--resize"),
+        default=256,
+        metavar="N",
+        help="shorter side (0: off)",
+    )
+    pre.add_argument(
+        "--crop",
+        type=size_in_pixels("--crop"),
+        default=224,
+        metavar="N",
+        help="center crop (0: off)",
+    )
     pre.add_argument(
         "--mean",
         type=float,
@@ -171,6 +199,13 @@ def register(subparsers: Any) -> None:
         help="images per encoder call (default 32)",
     )
     run.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
+    run.add_argument(
+        "--precision",
+        choices=("auto", "float32", "bfloat16", "float16", "int8"),
+        default="auto",
+        help="precision of the filter GEMM (default auto: the fastest measured here); every "
+        "decision is still made on exact float64 scores, so the results do not change",
+    )
     run.add_argument("--dtype", choices=tuple(DTYPES), default="float32", help="model dtype")
     run.add_argument(
         "--cache-dir",
@@ -207,10 +242,49 @@ def register(subparsers: Any) -> None:
         help="queries in the failure grid: those whose first correct neighbour ranks lowest "
         "(default 8)",
     )
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, parameters=PARAMETERS)
 
 
-def _data(args: argparse.Namespace) -> tuple[ImageSet, ImageSet, tuple[int, ...] | None]:
+def _embedding_option(args: argparse.Namespace, side: str) -> str:
+    """What supplied the ``side`` ("query" or "gallery") embeddings, in command-line words."""
+    if args.embeddings is not None:
+        return "--embeddings"
+    if getattr(args, f"{side}_embeddings") is not None:
+        return f"--{side}-embeddings"
+    return f"the {side} embeddings of {_encoder_option(args)}"
+
+
+def _encoder_option(args: argparse.Namespace) -> str:
+    if args.callable is not None:
+        return f"--callable {args.callable}"
+    return f"--model {args.model}"
+
+
+#: The runner's and the library's parameters -> the options of ``recallkit evaluate``.
+PARAMETERS = {
+    "ks": "--ks",
+    "metric": "--metric",
+    "device": "--device",
+    "precision": "--precision",
+    "batch_size": "--batch-size",
+    "cache_dir": "--cache-dir",
+    "root": "--root",
+    "name": "--benchmark",
+    "query": lambda args: _embedding_option(args, "query"),
+    "reference": lambda args: _embedding_option(args, "gallery"),
+    "query_embeddings": lambda args: _embedding_option(args, "query"),
+    "gallery_embeddings": lambda args: _embedding_option(args, "gallery"),
+    "query_labels": "the query labels",
+    "reference_labels": "the gallery labels",
+    "encoder_fn": _encoder_option,
+}
+
+
+Data = tuple[ImageSet, ImageSet, tuple[int, ...] | None, dict[str, Any] | None]
+
+
+def _data(args: argparse.Namespace) -> Data:
+    """Query set, gallery set, the protocol's K values and, for a benchmark, what it is."""
     pair = args.query is not None or args.gallery is not None
     chosen = [pair, args.images is not None, args.benchmark is not None]
     if sum(chosen) != 1:
@@ -220,20 +294,33 @@ def _data(args: argparse.Namespace) -> tuple[ImageSet, ImageSet, tuple[int, ...]
         )
     if args.root is not None and args.benchmark is None:
         raise UsageError("--root goes with --benchmark.")
+    if args.allow_partial and args.benchmark is None:
+        raise UsageError("--allow-partial goes with --benchmark.")
     if pair:
         if args.query is None or args.gallery is None:
             missing = "--gallery" if args.gallery is None else "--query"
             raise UsageError(f"--query and --gallery go together; {missing} is missing.")
         query = from_path(args.query, what="query manifest")
         gallery = from_path(args.gallery, what="gallery manifest")
-        return query, gallery, None
+        return query, gallery, None, None
     if args.images is not None:
         images = from_path(args.images, what="manifest")
-        return images, images, None
+        return images, images, None, None
     if args.root is None:
         raise UsageError("--benchmark needs --root DIR, the folder holding its files.")
-    sets = from_benchmark(args.benchmark, args.root)
-    return sets.query, sets.gallery, sets.ks
+    return _benchmark(args)
+
+
+def _benchmark(args: argparse.Namespace) -> Data:
+    """The benchmark's query and gallery splits (``recallkit.runner.from_benchmark``):
+    ``--allow-partial`` and ``--skip-bad`` are the loader's ``allow_partial`` and
+    ``skip_missing``; the last item says whether the copy loaded so is complete."""
+    with warnings_as_lines("evaluate"):
+        sets = from_benchmark(
+            args.benchmark, args.root, allow_partial=args.allow_partial, skip_missing=args.skip_bad
+        )
+    info = {"name": args.benchmark, "title": sets.title, "complete": sets.complete}
+    return sets.query, sets.gallery, sets.ks, info
 
 
 def _check_labels(query: ImageSet, gallery: ImageSet, allow: bool) -> None:
@@ -251,7 +338,7 @@ def _check_labels(query: ImageSet, gallery: ImageSet, allow: bool) -> None:
 
 
 def _encoder(
-    args: argparse.Namespace, query: ImageSet, gallery: ImageSet
+    args: argparse.Namespace, query: ImageSet, gallery: ImageSet, device: str
 ) -> tuple[Encoder | None, Any, Any]:
     precomputed = [args.embeddings, args.query_embeddings, args.gallery_embeddings]
     kinds = [
@@ -300,14 +387,10 @@ def _encoder(
                 f"have {g.shape[1]}."
             )
         return None, q, g
-    device = resolve_device(args.device)
-    for name in ("resize", "crop"):
-        if getattr(args, name) < 0:
-            raise UsageError(
-                f"--{name} takes a size in pixels (0: off). Got {getattr(args, name)}."
-            )
-    if any(s <= 0 for s in args.std):
-        raise UsageError(f"--std takes three positive numbers. Got {args.std}.")
+    if not all(math.isfinite(m) for m in args.mean):
+        raise UsageError(f"--mean takes three finite numbers. Got {args.mean}.")
+    if not all(math.isfinite(s) and s > 0 for s in args.std):
+        raise UsageError(f"--std takes three positive finite numbers. Got {args.std}.")
     preprocessing = Preprocessing(
         args.resize or None, args.crop or None, tuple(args.mean), tuple(args.std)
     )
@@ -335,7 +418,52 @@ def _encoder(
             dtype=args.dtype,
             encoder_id=args.encoder_id,
         )
-    return encoder, None, None
+    return _named_errors(encoder, _encoder_option(args)), None, None
+
+
+def _named_errors(encoder: Encoder, option: str) -> Encoder:
+    """``encoder`` whose errors (from the user's code or model) are one line naming ``option``.
+
+    Only the call of the encoder is wrapped: its identity, weights digest and cache key stay.
+    """
+    fn = encoder.fn
+
+    def call(batch: list[Any]) -> Any:
+        try:
+            return fn(batch)
+        except Exception as error:  # the encoder's own code: any error is the encoder's
+            reason = str(error).strip() or "no message"
+            raise UsageError(
+                f"The encoder {option} raised {type(error).__name__} on a batch of "
+                f"{len(batch)} image(s): {reason}"
+            ) from error
+
+    return dataclasses.replace(encoder, fn=call)
+
+
+def _cache_dir(args: argparse.Namespace) -> Path:
+    """The embedding cache folder: ``--cache-dir``, else ``$RECALLKIT_CACHE``, else the default.
+
+    ``~`` and ``~user`` are expanded; one that names no known home folder is a UsageError
+    naming the option or the variable.
+    """
+    if args.cache_dir is not None:
+        text, source = args.cache_dir, "--cache-dir"
+    elif os.environ.get("RECALLKIT_CACHE"):
+        text, source = os.environ["RECALLKIT_CACHE"], "The environment variable RECALLKIT_CACHE"
+    else:
+        return default_cache_dir()
+    if not text.strip():
+        raise UsageError(f"{source} is empty; give a folder (or --no-cache).")
+    expanded = os.path.expanduser(text)
+    if expanded.startswith("~"):
+        user = text[1:].split("/", 1)[0]
+        whose = f"user {user!r}, who is not known here" if user else "the current user"
+        raise UsageError(
+            f"{source} '{text}' starts with the home folder of {whose}; give the folder's full "
+            "path."
+        )
+    return Path(expanded)
 
 
 def _rows(array: Any, expected: int, path: str, what: str) -> None:
@@ -355,10 +483,8 @@ def _check_outputs(args: argparse.Namespace) -> None:
             raise UsageError(f"--show-out must end in .png or .html. Got '{args.show_out}'.")
     if args.worst < 0:
         raise UsageError(f"--worst takes a number of classes, 0 or more. Got {args.worst}.")
-    for option in ("json", "history"):
-        value = getattr(args, option)
-        if value is not None and Path(value).is_dir():
-            raise UsageError(f"--{option} takes a file name; '{value}' is a folder.")
+    for option in ("json", "history", "show_out"):
+        check_output_file(getattr(args, option), "--" + option.replace("_", "-"))
     if args.history is not None and Path(args.history).exists():
         read_history(args.history)  # a damaged history stops the run before anything is written
 
@@ -367,13 +493,14 @@ def main(args: argparse.Namespace) -> int:
     """Run ``recallkit evaluate``; return the exit status."""
     ks = parse_ks(args.ks)
     _check_outputs(args)
-    query, gallery, protocol_ks = _data(args)
+    query, gallery, protocol_ks, benchmark = _data(args)
     ks = ks or protocol_ks or (1, 5, 10)
     _check_labels(query, gallery, args.allow_missing_labels)
-    encoder, q_emb, g_emb = _encoder(args, query, gallery)
+    device = usable_device(resolve_device(args.device))
+    encoder, q_emb, g_emb = _encoder(args, query, gallery, device)
     cache_dir = None
     if encoder is not None and not args.no_cache:
-        cache_dir = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+        cache_dir = _cache_dir(args)
     progress = False if args.quiet else None
     with warnings_as_lines("evaluate"):
         run = run_evaluation(
@@ -384,7 +511,8 @@ def main(args: argparse.Namespace) -> int:
             query_embeddings=q_emb,
             gallery_embeddings=g_emb,
             metric=args.metric,
-            device=resolve_device(args.device),
+            device=device,
+            precision=args.precision,
             batch_size=args.batch_size,
             cache_dir=cache_dir,
             skip_bad=args.skip_bad,
@@ -398,6 +526,13 @@ def main(args: argparse.Namespace) -> int:
         )
     worst = worst_classes(run, args.worst)
     print(result.report())
+    if benchmark is not None and not benchmark["complete"]:
+        print()
+        print("[benchmark]")
+        print(
+            f"  {benchmark['title']}: incomplete (a partial or modified copy); the numbers are "
+            "not comparable with published ones"
+        )
     if worst:
         print()
         print(format_worst_classes(worst, num_query_classes(run), result.ks[0]))
@@ -408,8 +543,12 @@ def main(args: argparse.Namespace) -> int:
             "with their label and are excluded (counted in num_excluded of the JSON).",
             file=sys.stderr,
         )
-    options = {k: jsonable(v) for k, v in vars(args).items() if k != "func"}
-    record = run_record(run, tag=args.tag, worst=worst, sources={"options": options})
+    internal = ("func", "parameters")
+    options = {k: jsonable(v) for k, v in vars(args).items() if k not in internal}
+    sources: dict[str, Any] = {"options": options}
+    if benchmark is not None:
+        sources["benchmark"] = benchmark
+    record = run_record(run, tag=args.tag, worst=worst, sources=sources)
     _write_outputs(args, run, record)
     return 0
 
@@ -424,7 +563,9 @@ def _write_outputs(args: argparse.Namespace, run: Any, record: dict[str, Any]) -
 
     The grid and the run file are first written in full to temporary files; then the history
     line is appended (under its lock; cut back if it fails); only then are the temporary
-    files renamed into place. A failure on the way (a full disk) leaves no output.
+    files renamed into place. A failure on the way (a full disk) leaves no output; Ctrl-C
+    while the temporary files are written leaves none, and once the history line is being
+    appended it waits until every output is in place.
     """
     pending: list[Staged] = []
     done: list[str] = []
@@ -449,18 +590,20 @@ def _write_outputs(args: argparse.Namespace, run: Any, record: dict[str, Any]) -
             except OSError as error:
                 raise _cannot_write("run file", args.json, error) from None
             done.append(f"run file: {args.json}")
-        if args.history is not None:
-            try:
-                with warnings_as_lines("evaluate"):
-                    count = append_history(args.history, record)
-            except OSError as error:
-                raise _cannot_write("history file", args.history, error) from None
-            done.append(f"history: {args.history} ({count} runs)")
-        for item in pending:
-            try:
-                item.commit()
-            except OSError as error:
-                raise _cannot_write("output", str(item.target), error) from None
+        # From here on Ctrl-C waits until every output is in place: all of them, or none.
+        with interrupts_deferred():
+            if args.history is not None:
+                try:
+                    with warnings_as_lines("evaluate"):
+                        count = append_history(args.history, record)
+                except OSError as error:
+                    raise _cannot_write("history file", args.history, error) from None
+                done.append(f"history: {args.history} ({count} runs)")
+            for item in pending:
+                try:
+                    item.commit()
+                except OSError as error:
+                    raise _cannot_write("output", str(item.target), error) from None
     finally:
         for item in pending:
             item.discard()

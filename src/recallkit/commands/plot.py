@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from recallkit.commands._args import add_quiet, parse_ks
+from recallkit.commands._args import PARAMETERS, add_quiet, check_output_file, parse_ks
 from recallkit.errors import UsageError
 from recallkit.runner.history_plot import plot_history
 
@@ -30,11 +30,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--ks", nargs="+", metavar="K", help="only these K (default: all)")
     p.add_argument("--title", help="the plot's title")
     add_quiet(p)
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, parameters={**PARAMETERS, "title": "--title", "out": "--out"})
 
 
 def main(args: argparse.Namespace) -> int:
     """Run ``recallkit plot``; return the exit status."""
+    check_output_file(args.out, "--out")
     try:
         out = plot_history(
             args.history,

@@ -84,8 +84,8 @@ def prepare_rows(
             raise _checks.fail(
                 func,
                 name,
-                f"of magnitude at most 2**400 under metric={metric!r} (exact float64 scores "
-                "would overflow; metric='cosine' accepts any magnitude)",
+                f"of magnitude at most 2**400 under the {metric!r} metric (exact float64 "
+                "scores would overflow; metric='cosine' accepts any magnitude)",
                 f"a larger value in row {row}",
             )
     rows = Rows.of(raw)

@@ -222,22 +222,22 @@ def _read_fd(fd: int, size: int) -> bytes:
 def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> int:
     """Append ``record`` (compacted) as one line; return the number of records now in the file.
 
-    Under an exclusive lock the existing lines are checked (a damaged file is not appended
-    to), the line is appended and synced, and the records are counted, so concurrent runs get
-    distinct counts. A record without a tag is named ``run-N`` after its position; a tag that
-the file already holds gives a ``UserWarning`` naming the tag and the file (both runs are
-kept, and ``recallkit plot`` shows both under that tag). On a
-    failed write (``OSError``, e.g. a full disk) the file is cut back to its previous length
-    (and removed if this call created it) before the error is raised.
+        Under an exclusive lock the existing lines are checked (a damaged file is not appended
+        to), the line is appended and synced, and the records are counted, so concurrent runs get
+        distinct counts. A record without a tag is named ``run-N`` after its position; a tag that
+    the file already holds gives a ``UserWarning`` naming the tag and the file (both runs are
+    kept, and ``recallkit plot`` shows both under that tag). On a
+        failed write (``OSError``, e.g. a full disk) the file is cut back to its previous length
+        (and removed if this call created it) before the error is raised.
 
-    >>> import tempfile, pathlib
-    >>> p = pathlib.Path(tempfile.mkdtemp()) / "runs.jsonl"
-    >>> append_history(p, {"tag": "epoch-1", "recall": {"recall@1": 0.5}, "queries": {}})
-    1
-    >>> append_history(p, {"tag": None, "recall": {"recall@1": 0.75}})
-    2
-    >>> [r["tag"] for r in read_history(p)]
-    ['epoch-1', 'run-2']
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "runs.jsonl"
+        >>> append_history(p, {"tag": "epoch-1", "recall": {"recall@1": 0.5}, "queries": {}})
+        1
+        >>> append_history(p, {"tag": None, "recall": {"recall@1": 0.75}})
+        2
+        >>> [r["tag"] for r in read_history(p)]
+        ['epoch-1', 'run-2']
     """
     path = Path(path)
     if path.is_dir():

@@ -112,6 +112,7 @@ def run_evaluation(
     gallery_embeddings: Any = None,
     metric: str = "cosine",
     device: Any = None,
+    precision: str = "auto",
     batch_size: int = 32,
     cache_dir: str | os.PathLike[str] | None = None,
     skip_bad: bool = False,
@@ -172,6 +173,7 @@ def run_evaluation(
         ks,
         metric=metric,
         device=device,
+        precision=precision,
         **ids,
     )
     seconds["recall"] = time.perf_counter() - start

@@ -361,15 +361,25 @@ def from_path(path: str | os.PathLike[str], *, what: str) -> ImageSet:
 
 @dataclass(frozen=True)
 class BenchmarkSets:
-    """A benchmark's evaluation protocol as image sets."""
+    """A benchmark's evaluation protocol as image sets: the splits, the protocol's K values,
+    the benchmark's title and whether the copy loaded is complete."""
 
     query: ImageSet
     gallery: ImageSet
     ks: tuple[int, ...]
+    title: str = ""
+    complete: bool = True
 
 
-def from_benchmark(name: str, root: str | os.PathLike[str]) -> BenchmarkSets:
-    """Load a benchmark's query and gallery splits with :func:`recallkit.datasets.load_benchmark`.
+def from_benchmark(
+    name: str,
+    root: str | os.PathLike[str],
+    *,
+    allow_partial: bool = False,
+    skip_missing: bool = False,
+) -> BenchmarkSets:
+    """Load a benchmark's query and gallery splits with :func:`recallkit.datasets.load_benchmark`
+    (``allow_partial`` and ``skip_missing`` are its options).
 
     Identities are the resolved paths, so when the gallery is the query split itself (SOP,
     CUB, Cars: leave-one-out) each query's own image is excluded.
@@ -378,9 +388,14 @@ def from_benchmark(name: str, root: str | os.PathLike[str]) -> BenchmarkSets:
         from recallkit.datasets import load_benchmark
     except ImportError as error:  # pragma: no cover - depends on the installation
         raise RunnerError(f"Benchmarks are not available in this installation: {error}.") from None
+    options = {"allow_partial": True} if allow_partial else {}
+    if skip_missing:
+        options["skip_missing"] = True
     try:
-        benchmark = load_benchmark(name, root)
+        benchmark = load_benchmark(name, root, **options)
         query_split, gallery_split, _ = benchmark.evaluation_splits()
+    except ValueError:  # the loader's own errors name the argument and the file
+        raise
     except (OSError, KeyError) as error:
         raise RunnerError(f"Cannot load benchmark {name!r} from '{root}': {error}.") from None
 
@@ -393,4 +408,6 @@ def from_benchmark(name: str, root: str | os.PathLike[str]) -> BenchmarkSets:
     query = as_set(query_split, "query split")
     gallery = as_set(gallery_split, "gallery split")
     ks = tuple(int(k) for k in benchmark.protocol.ks)
-    return BenchmarkSets(query, gallery, ks)
+    title = str(getattr(benchmark, "title", name))
+    complete = bool(getattr(benchmark, "complete", True))
+    return BenchmarkSets(query, gallery, ks, title, complete)

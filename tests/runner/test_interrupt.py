@@ -1,0 +1,236 @@
+"""Ctrl-C: one line, ``recallkit CMD: interrupted``, exit status 130, and no partial file.
+
+An interrupt is raised from inside the pipeline (the encoder, the evaluation, the writes), and
+once as a real SIGINT sent to a ``recallkit`` process while it encodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from recallkit import _atomic
+from recallkit.commands import evaluate as evaluate_command
+
+INTERRUPTED = "recallkit evaluate: interrupted\n"
+
+
+def _outputs(tmp_path):
+    return {
+        "json": tmp_path / "out" / "run.json",
+        "history": tmp_path / "out" / "runs.jsonl",
+        "grid": tmp_path / "out" / "grid.png",
+    }
+
+
+def _run(cli, hand_case, tmp_path, callable_spec, *extra):
+    query, gallery = hand_case
+    out = _outputs(tmp_path)
+    return cli(
+        "evaluate", "--query", query, "--gallery", gallery, "--callable", callable_spec,
+        "--ks", "1", "2", "--cache-dir", tmp_path / "cache", "--json", out["json"],
+        "--history", out["history"], "--show-out", out["grid"], *extra,
+    )  # fmt: skip
+
+
+def _leftovers(tmp_path):
+    """Every file written under the outputs' folder and the cache (temporary ones included)."""
+    found = []
+    for folder in (tmp_path / "out", tmp_path / "cache"):
+        if folder.exists():
+            found += sorted(p.name for p in folder.rglob("*") if p.is_file())
+    return found
+
+
+@pytest.fixture
+def interrupting_encoder(tmp_path, monkeypatch):
+    """A module whose encoder raises KeyboardInterrupt, as Ctrl-C during encoding does."""
+    folder = tmp_path / "interrupting"
+    folder.mkdir()
+    (folder / "rk_interrupting.py").write_text("def encode(images):\n    raise KeyboardInterrupt\n")
+    monkeypatch.syspath_prepend(str(folder))
+    yield "rk_interrupting:encode"
+    sys.modules.pop("rk_interrupting", None)
+
+
+def test_interrupt_while_encoding(cli, hand_case, tmp_path, interrupting_encoder):
+    res = _run(cli, hand_case, tmp_path, interrupting_encoder)
+    assert (res.rc, res.out) == (130, "")
+    assert res.err.endswith(INTERRUPTED) and "Traceback" not in res.err
+    assert [line for line in res.err.splitlines() if "interrupted" in line] == [INTERRUPTED[:-1]]
+    assert _leftovers(tmp_path) == []
+
+
+def test_interrupt_while_evaluating(cli, hand_case, encoder_module, tmp_path, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluate_command, "run_evaluation", interrupted)
+    res = _run(cli, hand_case, tmp_path, f"{encoder_module[0]}:mean_rgb")
+    assert (res.rc, res.out, res.err) == (130, "", INTERRUPTED)
+    assert _leftovers(tmp_path) == []
+
+
+def test_interrupt_while_the_run_file_is_written(
+    cli, hand_case, encoder_module, tmp_path, monkeypatch
+):
+    # The grid is staged first, then the run file: Ctrl-C once half the run file is written.
+    real_stage = evaluate_command.stage
+
+    def stage(path, write, mode="w"):
+        if not str(path).endswith("run.json"):
+            return real_stage(path, write, mode)
+
+        def half_then_ctrl_c(handle):
+            handle.write("{")
+            handle.flush()
+            raise KeyboardInterrupt
+
+        return real_stage(path, half_then_ctrl_c, mode)
+
+    monkeypatch.setattr(evaluate_command, "stage", stage)
+    res = _run(cli, hand_case, tmp_path, f"{encoder_module[0]}:mean_rgb")
+    assert res.rc == 130 and res.err.endswith(INTERRUPTED), res.err
+    # The staged grid and the half run file are removed; nothing was renamed into place.
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_interrupt_while_the_cache_is_written(
+    cli, hand_case, encoder_module, tmp_path, monkeypatch
+):
+    # The gallery's cache entry is its .json, then its .npy (the .npy completes the entry):
+    # Ctrl-C while the .npy is synced leaves no entry, so the next run encodes again.
+    real_sync, calls = _atomic.sync, []
+
+    def sync(fd):
+        calls.append(fd)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real_sync(fd)
+
+    monkeypatch.setattr(_atomic, "sync", sync)
+    res = _run(cli, hand_case, tmp_path, f"{encoder_module[0]}:mean_rgb")
+    assert res.rc == 130 and res.err.endswith(INTERRUPTED), res.err
+    assert _leftovers(tmp_path) == []
+    monkeypatch.setattr(_atomic, "sync", real_sync)
+    again = _run(cli, hand_case, tmp_path, f"{encoder_module[0]}:mean_rgb")
+    assert again.rc == 0, again.err
+    assert "cache hit" not in again.err
+    assert json.loads(_outputs(tmp_path)["json"].read_text())["queries"]["first_hit_rank"] == [
+        0,
+        1,
+        1,
+    ]
+
+
+def test_interrupt_raised_in_the_history_append(
+    cli, hand_case, encoder_module, tmp_path, monkeypatch
+):
+    def interrupted(path, record):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluate_command, "append_history", interrupted)
+    res = _run(cli, hand_case, tmp_path, f"{encoder_module[0]}:mean_rgb")
+    assert res.rc == 130 and res.err.endswith(INTERRUPTED), res.err
+    assert list((tmp_path / "out").iterdir()) == []  # staged files removed, nothing renamed
+
+
+def test_ctrl_c_during_the_final_writes_waits_until_every_output_is_in_place(
+    cli, hand_case, encoder_module, tmp_path, monkeypatch
+):
+    # A real SIGINT while the history line is appended: it takes effect once the run file
+    # and the grid are renamed into place too, so the three outputs are all there.
+    real_append = evaluate_command.append_history
+
+    def append_then_ctrl_c(path, record):
+        count = real_append(path, record)
+        os.kill(os.getpid(), signal.SIGINT)
+        return count
+
+    monkeypatch.setattr(evaluate_command, "append_history", append_then_ctrl_c)
+    res = _run(cli, hand_case, tmp_path, f"{encoder_module[0]}:mean_rgb")
+    assert res.rc == 130 and res.err.endswith(INTERRUPTED), res.err
+    out = _outputs(tmp_path)
+    assert json.loads(out["json"].read_text())["queries"]["first_hit_rank"] == [0, 1, 1]
+    assert len(out["history"].read_text().splitlines()) == 1
+    assert out["grid"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "grid.png",
+        "run.json",
+        "runs.jsonl",
+    ]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_interrupt_in_a_protocol_command(capsys, tmp_path, monkeypatch):
+    from recallkit.cli import main
+    from recallkit.protocols import image_text
+
+    np.save(tmp_path / "sim.npy", np.eye(2, dtype=np.float32))
+    np.save(tmp_path / "ci.npy", np.arange(2))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(image_text, "image_text_recall_from_scores", interrupted)
+    argv = ["image-text", "--caption-image", tmp_path / "ci.npy", "--scores", tmp_path / "sim.npy"]
+    code = main([str(a) for a in [*argv, "--json", tmp_path / "m.json"]])
+    out, err = capsys.readouterr()
+    assert (code, out, err) == (130, "", "recallkit image-text: interrupted\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ci.npy", "sim.npy"]
+
+
+def test_a_real_sigint_to_a_running_command(tmp_path, hand_case):
+    """``recallkit evaluate`` in its own process, interrupted with SIGINT while it encodes."""
+    query, gallery = hand_case
+    started = tmp_path / "encoding-started"
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / "rk_slow.py").write_text(
+        textwrap.dedent(
+            f"""
+            import pathlib, time
+
+            def encode(images):
+                pathlib.Path({str(started)!r}).write_text("yes")
+                time.sleep(120)
+            """
+        )
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tmp_path / "slow"),
+        "RECALLKIT_CACHE": str(tmp_path / "cache"),
+    }
+    out = _outputs(tmp_path)
+    command = [
+        sys.executable, "-m", "recallkit", "evaluate", "--query", str(query), "--gallery",
+        str(gallery), "--callable", "rk_slow:encode", "--json", str(out["json"]),
+        "--history", str(out["history"]),
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not started.exists():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the encoder was never called"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert stdout == ""
+    assert "Traceback" not in stderr
+    assert stderr.splitlines()[-1] == "recallkit evaluate: interrupted"
+    assert not out["json"].exists() and not out["history"].exists()
