@@ -282,7 +282,8 @@ class Collector:
                    and s.kind in ("recall", "precision") and s.k > max(candidates, 1)]  # fmt: skip
         if clamped:
             warnings.warn(
-                f"{func}: {', '.join(clamped)} ask for more than the {candidates} candidates "
+                f"{func}: {', '.join(clamped)} {'asks' if len(clamped) == 1 else 'ask'} for more "
+                f"than the {candidates} candidates "
                 "per query; K is clamped to them (every query with a correct neighbour is a "
                 "hit there).",
                 UserWarning,

@@ -80,9 +80,13 @@ def test_json_schema(cli, hand_case, encoder_module, tmp_path, read_json):
         "effective_ks",
         "recall", "num_queries", "num_evaluated", "num_excluded", "num_gallery",
         "embedding_dim", "query_source", "gallery_source", "sources", "encoder", "cache",
-        "seconds", "skipped_images", "worst_classes", "queries",
+        "seconds", "skipped_images", "worst_classes", "queries", "num_tied", "bounds",
     }  # fmt: skip
     assert set(record) == expected_keys
+    # q2 (0, 0, 250) scores 0 against cat/a, cat/b and dog/a alike: its first hit (cat/a, rank
+    # 1) is tied with dog/a, so rank 1 or 2 by the tie rule; recall@2 is 2/3 or 1.
+    assert record["num_tied"] == 1
+    assert record["bounds"] == {"recall@1": [1 / 3, 1 / 3], "recall@2": [2 / 3, 1.0]}
     assert record["ks"] == [1, 2]
     assert record["metric"] == "cosine"
     assert record["definitions"]["similarity"] == "cosine"

@@ -3,143 +3,57 @@
 Each line is a run record (see :func:`recallkit.runner.pipeline.run_record`) without the
 per-query and per-class detail: the tag, the recall values, the counts and the setup.
 
-A run is appended as one line while the file is locked (``flock``), so runs that finish at the
-same time on one history file each add their line and each learns its own position ("(N
-runs)"); nothing is lost or counted twice. The file is appended to in place: a history given
-as a symbolic link stays a link (its target grows), and the file keeps its owner and mode.
-When the line cannot be written whole (a full disk), the file is cut back to its previous
-length. On a file system without ``flock`` the line is still appended in one ``O_APPEND``
-write, but concurrent runs may then report the same count.
+The format and the locked, atomic append live in the library, :mod:`recallkit.records`, which
+:class:`recallkit.Evaluator` writes with too; this module gives the runner's errors
+(:class:`~recallkit.runner.RunnerError`). A run is appended as one line while the file is
+locked (``flock``), so runs that finish at the same time on one history file each add their
+line and each learns its own position ("(N runs)"); nothing is lost or counted twice. The file
+is appended to in place: a history given as a symbolic link stays a link (its target grows),
+and the file keeps its owner and mode. When the line cannot be written whole (a full disk), the
+file is cut back to its previous length. On a file system without ``flock`` the line is still
+appended in one ``O_APPEND`` write, but concurrent runs may then report the same count.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
-import json
 import os
-import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from recallkit import _atomic
+from recallkit import records
+from recallkit.records import HISTORY_HINT, RUN_HINT, file_kind, history_record
 from recallkit.runner._errors import RunnerError
 
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not on POSIX
-    fcntl = None  # type: ignore[assignment]
-
-_DETAIL = ("queries", "worst_classes", "skipped_images", "sources")
-
-
-def history_record(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The compact form of a run record kept in the history file.
-
-    >>> history_record({"tag": "e1", "recall": {"recall@1": 0.5}, "queries": {"ids": []}})
-    {'tag': 'e1', 'recall': {'recall@1': 0.5}}
-    """
-    out = {k: v for k, v in record.items() if k not in _DETAIL}
-    if record.get("skipped_images"):
-        out["num_skipped_images"] = len(record["skipped_images"])
-    return out
+__all__ = [
+    "HISTORY_HINT",
+    "RUN_HINT",
+    "append_history",
+    "file_kind",
+    "history_record",
+    "read_history",
+    "wrong_kind",
+]
 
 
-HISTORY_HINT = "a history file has one run record per line (recallkit evaluate --history)"
-RUN_HINT = "a run file is written by recallkit evaluate --json"
-
-
-def _is_history_line(record: Any) -> bool:
-    return (
-        isinstance(record, dict)
-        and "tag" in record
-        and isinstance(record.get("recall"), dict)
-        and "queries" not in record
-    )
-
-
-def file_kind(text: str) -> str | None:
-    """``"run"``, ``"history"`` or ``"comparison"``: the kind of recallkit file ``text`` is.
-
-    A run file (``evaluate --json``) is one JSON object with per-query ``queries``; a history
-    file (``evaluate --history``) one run record per line, without them; a comparison file
-    (``compare --json``) one object with ``a``, ``b`` and ``ks``. ``None`` for anything else.
-
-    >>> file_kind('{"tag": "a", "recall": {}}\\n{"tag": "b", "recall": {}}\\n')
-    'history'
-    >>> file_kind('{\\n "tag": "a",\\n "recall": {},\\n "queries": {"ids": []}\\n}\\n')
-    'run'
-    >>> file_kind("tag,recall") is None
-    True
-    """
+@contextlib.contextmanager
+def _as_runner_error() -> Iterator[None]:
     try:
-        whole = json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        whole = None
-    if isinstance(whole, dict):
-        if isinstance(whole.get("queries"), dict):
-            return "run"
-        if {"a", "b", "ks"} <= whole.keys():
-            return "comparison"
-    lines = [line for line in text.splitlines() if line.strip()]
-    try:
-        if lines and all(_is_history_line(json.loads(line)) for line in lines):
-            return "history"
-    except (json.JSONDecodeError, RecursionError):
-        pass
-    return None
-
-
-# Each kind of recallkit file with the option that writes it.
-_WRITTEN_BY = {
-    "run": "recallkit evaluate --json",
-    "history": "recallkit evaluate --history",
-    "comparison": "recallkit compare --json",
-}
+        yield
+    except records.RecordError as error:
+        raise RunnerError(str(error)) from None
 
 
 def wrong_kind(path: Path, text: str, expected: str) -> RunnerError | None:
-    """The error for a recallkit file of another kind than ``expected`` (``None`` otherwise)."""
-    kind = file_kind(text)
-    if kind is None or kind == expected:
-        return None
-    return RunnerError(
-        f"'{path}' is a {kind} file ({_WRITTEN_BY[kind]}); pass a {expected} file "
-        f"({_WRITTEN_BY[expected]})."
-    )
+    """The error for a recallkit file of another kind than ``expected`` (``None`` otherwise).
 
-
-def _not_a_history(path: Path, text: str, problem: str) -> RunnerError:
-    return wrong_kind(path, text, "history") or RunnerError(
-        f"The history file '{path}' {problem}; {HISTORY_HINT}."
-    )
-
-
-def _parse(text: str, path: Path) -> list[dict[str, Any]]:
-    records = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise _not_a_history(path, text, f"line {number} is not JSON: {error}") from None
-        if not _is_history_line(record):
-            raise _not_a_history(
-                path, text, f"line {number} is not a run record (it needs 'tag' and 'recall')"
-            )
-        records.append(record)
-    return records
-
-
-def _decode(data: bytes, path: Path) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise RunnerError(
-            f"The history file '{path}' is not UTF-8 text (byte {error.start} cannot be decoded)."
-        ) from None
+    >>> print(wrong_kind(Path("runs.jsonl"), '{"tag": "a", "recall": {}}', "run"))
+    'runs.jsonl' is a history file (recallkit evaluate --history); pass a run file (recallkit \
+evaluate --json).
+    """
+    error = records.wrong_kind(path, text, expected)
+    return None if error is None else RunnerError(str(error))
 
 
 def read_history(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -151,84 +65,20 @@ def read_history(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     >>> read_history(p)[0]["recall"]
     {'recall@1': 0.25}
     """
-    path = Path(path)
-    if not path.is_file():
-        raise RunnerError(f"The history file '{path}' does not exist.")
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise RunnerError(
-            f"The history file '{path}' cannot be read: {error.strerror or error}."
-        ) from None
-    return _parse(_decode(data, path), path)
-
-
-def _lock(fd: int) -> None:
-    if fcntl is None:  # pragma: no cover - not on POSIX
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError as error:  # a file system without locks: the single O_APPEND write remains
-        if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
-            raise
-
-
-def _open_locked(path: Path) -> tuple[int, bool]:
-    """Open ``path`` for appending, locked; create it if needed. Returns ``(fd, created)``.
-
-    After the lock is taken the descriptor is checked to still be the file at ``path``: a
-    writer that removed or replaced it meanwhile would otherwise leave this one appending to
-    a file nobody reads.
-    """
-    flags = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
-    while True:
-        created = False
-        target = _atomic.resolve_target(path)  # O_EXCL would not follow a dangling link
-        try:
-            fd = os.open(target, flags)
-        except FileNotFoundError:
-            try:
-                fd = os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o666)
-                created = True
-            except FileExistsError:
-                continue
-        try:
-            _lock(fd)
-            here = os.fstat(fd)
-            try:
-                there = os.stat(target)
-            except FileNotFoundError:
-                there = None
-        except BaseException:
-            os.close(fd)
-            raise
-        if there is not None and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
-            return fd, created
-        os.close(fd)
-
-
-def _read_fd(fd: int, size: int) -> bytes:
-    chunks = []
-    offset = 0
-    while offset < size:
-        chunk = os.pread(fd, min(size - offset, 1 << 20), offset)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        offset += len(chunk)
-    return b"".join(chunks)
+    with _as_runner_error():
+        return records.read_history(path)
 
 
 def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> int:
     """Append ``record`` (compacted) as one line; return the number of records now in the file.
 
-        Under an exclusive lock the existing lines are checked (a damaged file is not appended
-        to), the line is appended and synced, and the records are counted, so concurrent runs get
-        distinct counts. A record without a tag is named ``run-N`` after its position; a tag that
+    Under an exclusive lock the existing lines are checked (a damaged file is not appended
+    to), the line is appended and synced, and the records are counted, so concurrent runs get
+    distinct counts. A record without a tag is named ``run-N`` after its position; a tag that
     the file already holds gives a ``UserWarning`` naming the tag and the file (both runs are
-    kept, and ``recallkit plot`` shows both under that tag). On a
-        failed write (``OSError``, e.g. a full disk) the file is cut back to its previous length
-        (and removed if this call created it) before the error is raised.
+    kept, and ``recallkit plot`` shows both under that tag). On a failed write (``OSError``,
+    e.g. a full disk) the file is cut back to its previous length (and removed if this call
+    created it) before the error is raised (:func:`recallkit.records.append_history`).
 
         >>> import tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "runs.jsonl"
@@ -239,40 +89,5 @@ def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> i
         >>> [r["tag"] for r in read_history(p)]
         ['epoch-1', 'run-2']
     """
-    path = Path(path)
-    if path.is_dir():
-        raise RunnerError(f"The history file '{path}' is a folder.")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    compact = history_record(record)
-    fd, created = _open_locked(path)
-    size = 0
-    try:
-        size = os.fstat(fd).st_size
-        text = _decode(_read_fd(fd, size), path)
-        old = _parse(text, path)
-        if compact.get("tag") is None:
-            compact["tag"] = f"run-{len(old) + 1}"
-        reused = [n for n, r in enumerate(old, start=1) if r.get("tag") == compact["tag"]]
-        line = json.dumps(compact) + "\n"
-        if text and not text.endswith("\n"):
-            line = "\n" + line
-        _atomic.write_all(fd, line.encode("utf-8"))
-        _atomic.sync(fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, size)
-            if created and size == 0:
-                os.unlink(_atomic.resolve_target(path))
-        os.close(fd)
-        raise
-    os.close(fd)
-    if reused:
-        runs = "run" if len(reused) == 1 else "runs"
-        warnings.warn(
-            f"The tag {compact['tag']!r} is already in the history file '{path}' "
-            f"({runs} {', '.join(map(str, reused))}); run {len(old) + 1} is added under the "
-            "same tag.",
-            UserWarning,
-            stacklevel=2,
-        )
-    return len(old) + 1
+    with _as_runner_error():
+        return records.append_history(path, record, stacklevel=3)

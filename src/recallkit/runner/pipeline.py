@@ -8,15 +8,12 @@ from the core's exact k-NN.
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import os
 import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +24,7 @@ from recallkit import _checks
 from recallkit._codes import dense_codes
 from recallkit.definitions import definitions
 from recallkit.neighbors import nearest_neighbors
+from recallkit.records import dumps_run, evaluation_record
 from recallkit.result import Result as RecallResult
 from recallkit.retrieval import recall_at_k, same_rows
 from recallkit.runner._errors import RunnerError
@@ -34,8 +32,6 @@ from recallkit.runner.cache import encode_cached
 from recallkit.runner.encode import BadImage
 from recallkit.runner.encoders import Encoder, function_encoder
 from recallkit.runner.sources import ImageSet, path_identity
-
-RUN_FORMAT = "recallkit.evaluation/2"
 
 
 @dataclass
@@ -571,13 +567,6 @@ def render_failure_grid(
 # --- the run file (--json) -----------------------------------------------------------------
 
 
-def _version() -> str:
-    try:
-        return metadata.version("recallkit")
-    except metadata.PackageNotFoundError:  # pragma: no cover - source checkout without install
-        return "unknown"
-
-
 def _json_label(value: Any) -> Any:
     if isinstance(value, np.generic):
         return value.item()
@@ -611,21 +600,7 @@ def run_record(
         os.path.abspath(item) if isinstance(item, str | os.PathLike) else None
         for item in run.query.items
     ]
-    return {
-        "format": RUN_FORMAT,
-        "recallkit_version": _version(),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "tag": tag,
-        "metric": run.metric,
-        "definitions": run.definitions,
-        "ks": list(result.ks),
-        "effective_ks": list(result.effective_ks),
-        "recall": result.json_metrics(),
-        "num_queries": result.num_queries,
-        "num_evaluated": result.num_evaluated,
-        "num_excluded": result.num_excluded,
-        "num_gallery": result.num_reference,
-        "embedding_dim": result.embedding_dim,
+    extra = {
         "query_source": run.query.source,
         "gallery_source": run.gallery.source,
         "sources": sources or {},
@@ -644,28 +619,17 @@ def run_record(
             }
             for r in worst
         ],
-        "queries": {
-            "ids": [str(i) for i in q_ids],
-            "labels": [_json_label(v) for v in run.query.labels],
-            "paths": q_paths,
-            "first_hit_rank": result.first_hit_ranks.tolist(),
-        },
     }
-
-
-def dumps_record(record: dict[str, Any]) -> str:
-    """JSON text of a run record: indented, with the long per-query lists kept on one line each.
-
-    >>> print(dumps_record({"tag": "a", "queries": {"ids": ["x"], "first_hit_rank": [0]}}), end="")
-    {
-     "tag": "a",
-     "queries": {"ids": ["x"], "first_hit_rank": [0]}
+    record = evaluation_record(result, tag=tag, metric=run.metric, extra=extra, queries=False)
+    record["definitions"] = run.definitions
+    record["queries"] = {
+        "ids": [str(i) for i in q_ids],
+        "labels": [_json_label(v) for v in run.query.labels],
+        "paths": q_paths,
+        "first_hit_rank": result.first_hit_ranks.tolist(),
     }
-    """
-    head = {k: v for k, v in record.items() if k != "queries"}
-    text = json.dumps(head, indent=1)
-    if "queries" not in record:
-        return text + "\n"
-    queries = json.dumps(record["queries"])
-    body = text[:-2] + ",\n" if head else "{\n"
-    return body + f' "queries": {queries}\n}}\n'
+    return record
+
+
+#: JSON text of a run record (:func:`recallkit.records.dumps_run`).
+dumps_record = dumps_run

@@ -1,0 +1,8 @@
+"""Thin adapters of :class:`recallkit.Evaluator` to training frameworks, each loaded only when
+imported (``import recallkit`` loads none of them):
+
+* :mod:`recallkit.integrations.torchmetrics`: a torchmetrics ``Metric``
+  (``pip install recallkit[torchmetrics]``);
+* :mod:`recallkit.integrations.lightning`: a Lightning ``Callback``
+  (``pip install recallkit[lightning]``).
+"""

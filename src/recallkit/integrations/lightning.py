@@ -1,0 +1,159 @@
+"""A Lightning callback that logs exact retrieval metrics of each validation epoch:
+:class:`RetrievalCallback`.
+
+Requires Lightning (``pip install recallkit[lightning]``).
+
+The callback collects the validation embeddings batch by batch in a
+:class:`recallkit.Evaluator` (from the ``validation_step`` outputs, or a ``collect`` hook),
+computes the metrics of the whole validation split at ``on_validation_epoch_end`` (under DDP
+with the sharded exact evaluation: each rank keeps its own rows, every rank gets the same
+values) and logs them with ``pl_module.log`` (``val/recall@1``, ...). Under DDP the rows need
+their dataset indices (``ids``), by which the rows Lightning's ``DistributedSampler`` repeats
+are counted once: let the validation dataset yield each item's index.
+
+``import recallkit.integrations.lightning`` alone does not load Lightning (which loads Pillow
+and matplotlib): the class is built from Lightning's ``Callback`` when it is first looked up
+(``from recallkit.integrations.lightning import RetrievalCallback``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from recallkit import _checks
+from recallkit.evaluator import Evaluator
+from recallkit.result import Result
+
+__all__ = ["RetrievalCallback"]  # noqa: F822 (built on first use: __getattr__)
+
+Collect = Callable[[Any, Any, Any, int, int], Any]
+
+
+def _from_outputs(pl_module: Any, outputs: Any, batch: Any, batch_idx: int, idx: int) -> Any:
+    """The default ``collect``: ``validation_step`` returns a dict with ``embeddings``,
+    ``labels`` and (under DDP, required) ``ids``."""
+    if not isinstance(outputs, Mapping) or not {"embeddings", "labels"} <= outputs.keys():
+        got = type(outputs).__name__
+        if isinstance(outputs, Mapping):
+            got = f"a dict with keys {sorted(outputs)}"
+        raise _checks.fail(
+            "RetrievalCallback", "collect", "given, or validation_step must return a dict with "
+            "'embeddings', 'labels' and optionally 'ids' (dataset indices)", got,
+        )  # fmt: skip
+    return outputs["embeddings"], outputs["labels"], outputs.get("ids")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RetrievalCallback":
+        cls = _define()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _define() -> type:
+    """The callback class, on Lightning's ``Callback``."""
+    from lightning.pytorch import Callback
+
+    class RetrievalCallback(Callback):
+        """Log exact recall@K (and MAP@R, R-precision, ...) of the validation split every epoch.
+
+        Args:
+            ks, metrics, query_in_reference: as in :class:`recallkit.Evaluator`.
+            collect: ``collect(pl_module, outputs, batch, batch_idx, dataloader_idx)`` returns a
+                batch's ``(embeddings, labels, ids)`` (``ids`` may be ``None`` in one process), or
+                ``None`` to skip the batch. Default: the ``validation_step`` output's
+                ``"embeddings"``, ``"labels"`` and ``"ids"``.
+            gallery_dataloader: with ``query_in_reference=False``, the index of the validation
+                dataloader whose batches are the gallery (default 1; the others give the queries).
+            prefix: what the logged names start with (``"val/"``: ``val/recall@1``).
+            history, run_file: as in :class:`recallkit.Evaluator`; each epoch is tagged
+                ``epoch-N``, ``N`` the trainer's ``current_epoch``.
+            **options: ``metric``, ``chunk_size``, ``device``, ``precision``, ``lone_queries``.
+
+        The sanity-check validation Lightning runs before training is not evaluated.
+        :attr:`result` holds the last epoch's whole :class:`recallkit.Result` (logged values are
+        converted to tensors by Lightning; the result keeps them as Python floats).
+        """
+
+        def __init__(
+            self,
+            ks: Any = (1, 2, 4, 8),
+            metrics: Sequence[str] | None = None,
+            *,
+            query_in_reference: bool = True,
+            collect: Collect | None = None,
+            gallery_dataloader: int | None = None,
+            prefix: str = "val/",
+            history: str | os.PathLike[str] | None = None,
+            run_file: str | None = None,
+            **options: Any,
+        ) -> None:
+            func = "RetrievalCallback"
+            self.evaluator = Evaluator(
+                ks, metrics, query_in_reference=query_in_reference, history=history,
+                run_file=run_file, **options,
+            )  # fmt: skip
+            if collect is not None and not callable(collect):
+                raise _checks.fail(func, "collect", "a callable or None", repr(collect))
+            if not isinstance(prefix, str):
+                raise _checks.fail(func, "prefix", "a string", repr(prefix))
+            if query_in_reference and gallery_dataloader is not None:
+                raise _checks.fail(
+                    func, "gallery_dataloader", "None with query_in_reference=True",
+                    repr(gallery_dataloader),
+                )  # fmt: skip
+            if not query_in_reference:
+                if gallery_dataloader is None:
+                    gallery_dataloader = 1
+                if (
+                    isinstance(gallery_dataloader, bool)
+                    or not isinstance(gallery_dataloader, int)
+                    or gallery_dataloader < 0
+                ):
+                    raise _checks.fail(
+                        func, "gallery_dataloader", "a dataloader index (0, 1, ...)",
+                        repr(gallery_dataloader),
+                    )  # fmt: skip
+            self.collect = collect or _from_outputs
+            self.gallery_dataloader = gallery_dataloader
+            self.prefix = prefix
+            self.result: Result | None = None
+
+        def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+            self.evaluator.reset()
+
+        def on_validation_batch_end(
+            self,
+            trainer: Any,
+            pl_module: Any,
+            outputs: Any,
+            batch: Any,
+            batch_idx: int,
+            dataloader_idx: int = 0,
+        ) -> None:
+            if trainer.sanity_checking:
+                return
+            rows = self.collect(pl_module, outputs, batch, batch_idx, dataloader_idx)
+            if rows is None:
+                return
+            embeddings, labels, ids = rows
+            if dataloader_idx == self.gallery_dataloader:
+                self.evaluator.update_reference(embeddings, labels, ids)
+            else:
+                self.evaluator.update(embeddings, labels, ids)
+
+        def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            if trainer.sanity_checking:
+                return
+            self.result = self.evaluator.compute(tag=f"epoch-{trainer.current_epoch}")
+            for name, value in self.result.items():
+                # Every rank holds the same values: no reduction across ranks.
+                pl_module.log(f"{self.prefix}{name}", value, sync_dist=False)
+            self.evaluator.reset()
+
+    RetrievalCallback.__module__ = __name__
+    RetrievalCallback.__qualname__ = "RetrievalCallback"  # pickled by name, as a top-level class
+    return RetrievalCallback

@@ -1,0 +1,126 @@
+"""A torchmetrics ``Metric`` of exact retrieval metrics: :class:`RetrievalMetrics`.
+
+Requires torchmetrics (``pip install recallkit[torchmetrics]``).
+
+torchmetrics synchronises a metric by all-gathering its states onto every process
+(``sync_on_compute``, ``dist_sync_on_step``): for a retrieval metric the states are the
+embeddings, so every rank would hold every embedding. This metric keeps its rows in a
+:class:`recallkit.Evaluator` instead, outside torchmetrics' states, with both kinds of sync
+off, and :meth:`RetrievalMetrics.compute` runs the sharded exact evaluation across the process
+group itself (:func:`recallkit.evaluate_sharded`): each rank keeps its own rows, and every rank
+gets the same values, equal to the single-process ones.
+
+``import recallkit.integrations.torchmetrics`` alone does not load torchmetrics (which loads
+Pillow and matplotlib): the class is built from torchmetrics' ``Metric`` when it is first
+looked up (``from recallkit.integrations.torchmetrics import RetrievalMetrics``).
+
+>>> import torch
+>>> from recallkit.integrations.torchmetrics import RetrievalMetrics
+>>> metric = RetrievalMetrics(ks=(1, 2), metrics=["recall@1", "recall@2"])
+>>> x = torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [0.6, 0.8]])
+>>> metric.update(x, torch.tensor([0, 1, 1, 0]))
+>>> {k: float(v) for k, v in metric.compute().items()}
+{'recall@1': 0.0, 'recall@2': 0.5}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from recallkit import _checks
+from recallkit.evaluator import Evaluator
+from recallkit.result import Result
+
+__all__ = ["RetrievalMetrics"]  # noqa: F822 (built on first use: __getattr__)
+
+_SYNC = ("dist_sync_on_step", "sync_on_compute", "dist_sync_fn")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RetrievalMetrics":
+        cls = _define()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _define() -> type:
+    """The metric class, on torchmetrics' ``Metric``."""
+    from torchmetrics import Metric
+
+    class RetrievalMetrics(Metric):
+        """Exact recall@K (and MAP@R, R-precision, ...) of the rows given to :meth:`update`.
+
+        ``ks``, ``metrics``, ``query_in_reference`` and the options (``metric``, ``chunk_size``,
+        ``device``, ``precision``, ``lone_queries``) are those of :class:`recallkit.Evaluator`;
+        ``process_group`` is the ``torch.distributed`` group. :meth:`update` takes
+        ``(embeddings, labels, ids=None)`` (``ids``: dataset indices, required under
+        ``torch.distributed``), :meth:`update_reference` a separate gallery's batches;
+        :meth:`compute` returns ``{name: 0-dim float64 tensor}`` and keeps the whole
+        :class:`recallkit.Result` in :attr:`result`. ``forward`` only accumulates (a retrieval
+        metric of one batch is not the split's) and returns ``None``.
+        """
+
+        is_differentiable = False
+        higher_is_better = True
+        full_state_update = False
+
+        def __init__(
+            self,
+            ks: Any = (1, 2, 4, 8),
+            metrics: Sequence[str] | None = None,
+            *,
+            query_in_reference: bool = True,
+            process_group: Any = None,
+            **options: Any,
+        ) -> None:
+            for name in _SYNC:
+                if name in options and options[name] not in (None, False):
+                    raise _checks.fail(
+                        "RetrievalMetrics", name, "left unset: torchmetrics' sync would gather "
+                        "every embedding onto every rank; compute() evaluates across the ranks "
+                        "itself", repr(options[name]),
+                    )  # fmt: skip
+                options.pop(name, None)
+            metric_keywords = {
+                k: options.pop(k) for k in ("compute_on_cpu", "compute_with_cache") if k in options
+            }
+            super().__init__(
+                dist_sync_on_step=False, sync_on_compute=False, process_group=process_group,
+                **metric_keywords,
+            )  # fmt: skip
+            self.evaluator = Evaluator(
+                ks, metrics, query_in_reference=query_in_reference, group=process_group, **options
+            )
+            self.result: Result | None = None
+
+        def update(self, embeddings: Any, labels: Any, ids: Any = None) -> None:
+            """Add a batch (see :meth:`recallkit.Evaluator.update`)."""
+            self.evaluator.update(embeddings, labels, ids)
+
+        def update_reference(self, embeddings: Any, labels: Any, ids: Any = None) -> None:
+            """Add a batch of the separate gallery (``query_in_reference=False``)."""
+            self.evaluator.update_reference(embeddings, labels, ids)
+            self._computed = None
+
+        def compute(self) -> dict[str, torch.Tensor]:
+            """The metrics of every row since the last :meth:`reset`, on every rank alike."""
+            self.result = self.evaluator.compute()
+            return {k: torch.tensor(v, dtype=torch.float64) for k, v in self.result.items()}
+
+        def forward(self, *args: Any, **kwargs: Any) -> None:
+            """Accumulate the batch (as :meth:`update`); returns ``None``."""
+            self.update(*args, **kwargs)
+
+        def reset(self) -> None:
+            """Forget the rows (torchmetrics calls it after each epoch's compute when logging)."""
+            super().reset()
+            self.evaluator.reset()
+            self.result = None
+
+    RetrievalMetrics.__module__ = __name__
+    RetrievalMetrics.__qualname__ = "RetrievalMetrics"  # pickled by name, as a top-level class
+    return RetrievalMetrics

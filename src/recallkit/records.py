@@ -1,0 +1,391 @@
+"""Run records and history files: the JSON that ``recallkit plot`` and ``recallkit compare`` read.
+
+A *run record* is one evaluation as a JSON object: the values (under ``recall``), the K values,
+the counts, the definitions the values rest on (:mod:`recallkit.definitions`) and, in a *run
+file*, the per-query first-hit ranks (``queries``) that ``recallkit compare`` pairs two runs
+on. A *history file* holds one compact run record per line (the per-query detail left out):
+``recallkit plot`` draws its recall@K across the runs, tags (``epoch-3``) on the x axis.
+``recallkit evaluate --json/--history`` and :class:`recallkit.Evaluator` (``history=``,
+``run_file=``) write the same format.
+
+A run is appended to a history file as one line while the file is locked (``flock``), so runs
+that finish at the same time on one history file each add their line and each learns its own
+position ("(N runs)"); nothing is lost or counted twice. The file is appended to in place: a
+history given as a symbolic link stays a link (its target grows), and the file keeps its owner
+and mode. When the line cannot be written whole (a full disk), the file is cut back to its
+previous length. On a file system without ``flock`` the line is still appended in one
+``O_APPEND`` write, but concurrent runs may then report the same count. A run file is written
+atomically (:mod:`recallkit._atomic`).
+
+This module uses the standard library only (and reads a :class:`recallkit.Result`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import errno
+import json
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from recallkit import _atomic
+from recallkit.definitions import _version
+
+if TYPE_CHECKING:
+    from recallkit.result import Result
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not on POSIX
+    fcntl = None  # type: ignore[assignment]
+
+#: The ``format`` field of a run record.
+RUN_FORMAT = "recallkit.evaluation/2"
+_DETAIL = ("queries", "worst_classes", "skipped_images", "sources")
+HISTORY_HINT = "a history file has one run record per line (recallkit evaluate --history)"
+RUN_HINT = "a run file is written by recallkit evaluate --json"
+
+
+class RecordError(ValueError):
+    """A history or run file that cannot be read or appended to; the message names the file."""
+
+
+def history_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The compact form of a run record kept in the history file.
+
+    >>> history_record({"tag": "e1", "recall": {"recall@1": 0.5}, "queries": {"ids": []}})
+    {'tag': 'e1', 'recall': {'recall@1': 0.5}}
+    """
+    out = {k: v for k, v in record.items() if k not in _DETAIL}
+    if record.get("skipped_images"):
+        out["num_skipped_images"] = len(record["skipped_images"])
+    return out
+
+
+def evaluation_record(
+    result: Result,
+    *,
+    tag: str | None,
+    metric: str | None = None,
+    query_ids: Sequence[Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    queries: bool = True,
+) -> dict[str, Any]:
+    """A label-form :class:`recallkit.Result` as a run record (the ``--json`` run file).
+
+    ``metric`` is the similarity (default: the result's definitions'), ``query_ids`` the
+    queries' ids (default: ``result.query_ids``, else their positions ``0, 1, ...``), ``extra``
+    further fields (an ``epoch``, a ``source``). With ``queries`` (the default) the record holds
+    the per-query ids and first-hit ranks that ``recallkit compare`` pairs runs on; the history
+    file keeps the record without them (:func:`history_record`).
+
+    >>> import numpy as np
+    >>> from recallkit.result import Result
+    >>> r = Result({"recall@1": 0.5}, first_hit_ranks=np.array([0, 2]), ks=[1], num_reference=3)
+    >>> record = evaluation_record(r, tag="epoch-1", metric="cosine")
+    >>> record["recall"], record["num_gallery"], record["queries"]["first_hit_rank"]
+    ({'recall@1': 0.5}, 3, [0, 2])
+    """
+    definitions = dict(result.definitions) if result.definitions is not None else None
+    if metric is None and definitions is not None:
+        metric = definitions.get("similarity")
+    record: dict[str, Any] = {
+        "format": RUN_FORMAT,
+        "recallkit_version": _version(),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "tag": tag,
+        "metric": metric,
+        "definitions": definitions,
+        "ks": list(result.ks or ()),
+        "effective_ks": list(result.effective_ks or result.ks or ()),
+        "recall": result.json_metrics(),
+        "num_queries": result.num_queries,
+        "num_evaluated": result.num_evaluated,
+        "num_excluded": result.num_excluded,
+        "num_gallery": result.num_reference,
+        "embedding_dim": result.embedding_dim,
+        **dict(extra or {}),
+    }
+    if result.num_tied:
+        tied = result.to_dict()
+        record["num_tied"], record["bounds"] = tied["num_tied"], tied["bounds"]
+    if queries and result.first_hit_ranks is not None:
+        ids = query_ids if query_ids is not None else result.query_ids
+        if ids is None:
+            ids = range(result.num_queries)
+        record["queries"] = {
+            "ids": [str(i) for i in ids],
+            "first_hit_rank": result.first_hit_ranks.tolist(),
+        }
+    return record
+
+
+def dumps_run(record: Mapping[str, Any]) -> str:
+    """JSON text of a run record: indented, with the long per-query lists kept on one line each.
+
+    >>> print(dumps_run({"tag": "a", "queries": {"ids": ["x"], "first_hit_rank": [0]}}), end="")
+    {
+     "tag": "a",
+     "queries": {"ids": ["x"], "first_hit_rank": [0]}
+    }
+    """
+    head = {k: v for k, v in record.items() if k != "queries"}
+    text = json.dumps(head, indent=1)
+    if "queries" not in record:
+        return text + "\n"
+    queries = json.dumps(record["queries"])
+    body = text[:-2] + ",\n" if head else "{\n"
+    return body + f' "queries": {queries}\n}}\n'
+
+
+def write_run(path: str | os.PathLike[str], record: Mapping[str, Any]) -> Path:
+    """Write ``record`` as a run file (:func:`dumps_run`), atomically; return its path.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "epoch-1.json"
+    >>> record = {"tag": "epoch-1", "recall": {}, "queries": {"ids": ["0"], "first_hit_rank": [0]}}
+    >>> file_kind(write_run(p, record).read_text())
+    'run'
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise RecordError(f"The run file '{path}' is a folder.")
+    text = dumps_run(record)
+    with _atomic.atomic_write(path, "w") as handle:
+        handle.write(text)
+    return path
+
+
+def _is_history_line(record: Any) -> bool:
+    return (
+        isinstance(record, dict)
+        and "tag" in record
+        and isinstance(record.get("recall"), dict)
+        and "queries" not in record
+    )
+
+
+def file_kind(text: str) -> str | None:
+    """``"run"``, ``"history"`` or ``"comparison"``: the kind of recallkit file ``text`` is.
+
+    A run file (``evaluate --json``) is one JSON object with per-query ``queries``; a history
+    file (``evaluate --history``) one run record per line, without them; a comparison file
+    (``compare --json``) one object with ``a``, ``b`` and ``ks``. ``None`` for anything else.
+
+    >>> file_kind('{"tag": "a", "recall": {}}\\n{"tag": "b", "recall": {}}\\n')
+    'history'
+    >>> file_kind('{\\n "tag": "a",\\n "recall": {},\\n "queries": {"ids": []}\\n}\\n')
+    'run'
+    >>> file_kind("tag,recall") is None
+    True
+    """
+    try:
+        whole = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        whole = None
+    if isinstance(whole, dict):
+        if isinstance(whole.get("queries"), dict):
+            return "run"
+        if {"a", "b", "ks"} <= whole.keys():
+            return "comparison"
+    lines = [line for line in text.splitlines() if line.strip()]
+    try:
+        if lines and all(_is_history_line(json.loads(line)) for line in lines):
+            return "history"
+    except (json.JSONDecodeError, RecursionError):
+        pass
+    return None
+
+
+# Each kind of recallkit file with the option that writes it.
+_WRITTEN_BY = {
+    "run": "recallkit evaluate --json",
+    "history": "recallkit evaluate --history",
+    "comparison": "recallkit compare --json",
+}
+
+
+def wrong_kind(path: Path, text: str, expected: str) -> RecordError | None:
+    """The error for a recallkit file of another kind than ``expected`` (``None`` otherwise)."""
+    kind = file_kind(text)
+    if kind is None or kind == expected:
+        return None
+    return RecordError(
+        f"'{path}' is a {kind} file ({_WRITTEN_BY[kind]}); pass a {expected} file "
+        f"({_WRITTEN_BY[expected]})."
+    )
+
+
+def _not_a_history(path: Path, text: str, problem: str) -> RecordError:
+    return wrong_kind(path, text, "history") or RecordError(
+        f"The history file '{path}' {problem}; {HISTORY_HINT}."
+    )
+
+
+def _parse(text: str, path: Path) -> list[dict[str, Any]]:
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise _not_a_history(path, text, f"line {number} is not JSON: {error}") from None
+        if not _is_history_line(record):
+            raise _not_a_history(
+                path, text, f"line {number} is not a run record (it needs 'tag' and 'recall')"
+            )
+        records.append(record)
+    return records
+
+
+def _decode(data: bytes, path: Path) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise RecordError(
+            f"The history file '{path}' is not UTF-8 text (byte {error.start} cannot be decoded)."
+        ) from None
+
+
+def read_history(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a history file, in order; each must have a ``tag`` and a ``recall`` dict.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "runs.jsonl"
+    >>> _ = p.write_text('{"tag": "a", "recall": {"recall@1": 0.25}}\\n')
+    >>> read_history(p)[0]["recall"]
+    {'recall@1': 0.25}
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise RecordError(f"The history file '{path}' does not exist.")
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise RecordError(
+            f"The history file '{path}' cannot be read: {error.strerror or error}."
+        ) from None
+    return _parse(_decode(data, path), path)
+
+
+def _lock(fd: int) -> None:
+    if fcntl is None:  # pragma: no cover - not on POSIX
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as error:  # a file system without locks: the single O_APPEND write remains
+        if error.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            raise
+
+
+def _open_locked(path: Path) -> tuple[int, bool]:
+    """Open ``path`` for appending, locked; create it if needed. Returns ``(fd, created)``.
+
+    After the lock is taken the descriptor is checked to still be the file at ``path``: a
+    writer that removed or replaced it meanwhile would otherwise leave this one appending to
+    a file nobody reads.
+    """
+    flags = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        created = False
+        target = _atomic.resolve_target(path)  # O_EXCL would not follow a dangling link
+        try:
+            fd = os.open(target, flags)
+        except FileNotFoundError:
+            try:
+                fd = os.open(target, flags | os.O_CREAT | os.O_EXCL, 0o666)
+                created = True
+            except FileExistsError:
+                continue
+        try:
+            _lock(fd)
+            here = os.fstat(fd)
+            try:
+                there = os.stat(target)
+            except FileNotFoundError:
+                there = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if there is not None and (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
+            return fd, created
+        os.close(fd)
+
+
+def _read_fd(fd: int, size: int) -> bytes:
+    chunks = []
+    offset = 0
+    while offset < size:
+        chunk = os.pread(fd, min(size - offset, 1 << 20), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def append_history(
+    path: str | os.PathLike[str], record: Mapping[str, Any], *, stacklevel: int = 2
+) -> int:
+    """Append ``record`` (compacted) as one line; return the number of records now in the file.
+
+    Under an exclusive lock the existing lines are checked (a damaged file is not appended
+    to), the line is appended and synced, and the records are counted, so concurrent runs get
+    distinct counts. A record without a tag is named ``run-N`` after its position; a tag that
+    the file already holds gives a ``UserWarning`` naming the tag and the file (both runs are
+    kept, and ``recallkit plot`` shows both under that tag; ``stacklevel`` as in
+    :func:`warnings.warn`). On a failed write (``OSError``, e.g. a full disk) the file is cut
+    back to its previous length (and removed if this call created it) before the error is
+    raised.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "runs.jsonl"
+    >>> append_history(p, {"tag": "epoch-1", "recall": {"recall@1": 0.5}, "queries": {}})
+    1
+    >>> append_history(p, {"tag": None, "recall": {"recall@1": 0.75}})
+    2
+    >>> [r["tag"] for r in read_history(p)]
+    ['epoch-1', 'run-2']
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise RecordError(f"The history file '{path}' is a folder.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    compact = history_record(record)
+    fd, created = _open_locked(path)
+    size = 0
+    try:
+        size = os.fstat(fd).st_size
+        text = _decode(_read_fd(fd, size), path)
+        old = _parse(text, path)
+        if compact.get("tag") is None:
+            compact["tag"] = f"run-{len(old) + 1}"
+        reused = [n for n, r in enumerate(old, start=1) if r.get("tag") == compact["tag"]]
+        line = json.dumps(compact) + "\n"
+        if text and not text.endswith("\n"):
+            line = "\n" + line
+        _atomic.write_all(fd, line.encode("utf-8"))
+        _atomic.sync(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+            if created and size == 0:
+                os.unlink(_atomic.resolve_target(path))
+        os.close(fd)
+        raise
+    os.close(fd)
+    if reused:
+        runs = "run" if len(reused) == 1 else "runs"
+        warnings.warn(
+            f"The tag {compact['tag']!r} is already in the history file '{path}' "
+            f"({runs} {', '.join(map(str, reused))}); run {len(old) + 1} is added under the "
+            "same tag.",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+    return len(old) + 1

@@ -1,0 +1,73 @@
+"""recallkit.records: the library's run-record writer, shared by the runner and Evaluator."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+
+import pytest
+
+from recallkit import records
+from recallkit.runner import RunnerError, read_history
+
+
+def _run(path: str, worker: int, epochs: int, barrier, results) -> None:
+    try:
+        import torch
+
+        from recallkit import Evaluator
+
+        torch.set_num_threads(1)
+        g = torch.Generator().manual_seed(worker)
+        x, y = torch.randn(30, 4, generator=g), torch.randint(0, 3, (30,), generator=g)
+        ev = Evaluator(ks=(1,), metrics=["recall@1"], history=path)
+        ev.update(x, y)
+        barrier.wait()
+        got = [(ev.compute(tag=f"w{worker}-e{e}")["recall@1"]) for e in range(epochs)]
+    except BaseException as error:  # reported to the test, which must not wait forever
+        got = [f"{type(error).__name__}: {error}"]
+    results.put((worker, got))
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="flock is POSIX")
+def test_two_training_runs_sharing_a_history_lose_no_record(tmp_path):
+    history = tmp_path / "runs.jsonl"
+    workers, epochs = 2, 15
+    # Fresh interpreters: a fork after this process ran torch's thread pool could hang.
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(workers), context.Queue()
+    processes = [
+        context.Process(target=_run, args=(str(history), w, epochs, barrier, results))
+        for w in range(workers)
+    ]
+    for p in processes:
+        p.start()
+    returned = dict(results.get(timeout=240) for _ in range(workers))
+    for p in processes:
+        p.join(timeout=60)
+    assert all(isinstance(v, float) for got in returned.values() for v in got), returned
+    lines = read_history(history)
+    assert len(lines) == workers * epochs
+    by_tag = {r["tag"]: r["recall"]["recall@1"] for r in lines}
+    assert by_tag == {f"w{w}-e{e}": returned[w][e] for w in range(workers) for e in range(epochs)}
+
+
+def test_the_runner_reports_record_errors_as_its_own(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"tag": "a", "recall": {}}\nnot json\n')
+    with pytest.raises(records.RecordError, match="line 2 is not JSON"):
+        records.read_history(bad)
+    with pytest.raises(RunnerError, match="line 2 is not JSON"):
+        read_history(bad)
+    with pytest.raises(records.RecordError, match="line 2 is not JSON"):
+        records.append_history(bad, {"tag": "b", "recall": {}})
+    assert bad.read_text() == '{"tag": "a", "recall": {}}\nnot json\n'  # not appended to
+
+
+def test_a_run_file_is_not_a_history(tmp_path):
+    queries = {"ids": [], "first_hit_rank": []}
+    run = records.write_run(tmp_path / "e.json", {"tag": "e", "recall": {}, "queries": queries})
+    with pytest.raises(records.RecordError, match=r"is a run file .*pass a history file"):
+        records.read_history(run)
+    with pytest.raises(records.RecordError, match="is a folder"):
+        records.write_run(tmp_path, {"tag": "e", "recall": {}})
