@@ -305,3 +305,19 @@ def check_block_shape(block: np.ndarray, rows: int, dim: int, name: str, func: s
             func, name, f"rows of dimension {dim} as its shape says",
             f"a block of shape {block.shape} where ({rows}, {dim}) was expected",
         )  # fmt: skip
+
+
+def like_input(given: Any, *values: Any) -> Any:
+    """``values`` in the kind of array ``given`` is: numpy arrays for anything but a torch
+    tensor, torch tensors on ``given``'s device for a tensor (numpy in, numpy out; torch in,
+    torch out). One value is returned as itself, several as a tuple."""
+    out = []
+    for value in values:
+        if isinstance(given, torch.Tensor):
+            tensor = (
+                value if isinstance(value, torch.Tensor) else torch.from_numpy(np.asarray(value))
+            )
+            out.append(tensor.to(given.device))
+        else:
+            out.append(value.cpu().numpy() if isinstance(value, torch.Tensor) else value)
+    return out[0] if len(out) == 1 else tuple(out)

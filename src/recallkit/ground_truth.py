@@ -303,6 +303,13 @@ def score_matrix(scores: Any, func: str, name: str = "scores") -> torch.Tensor:
     return matrix
 
 
+def _output(ranks: Ranks, tie_bounds: bool, given: Any) -> Any:
+    """The ranks (or all three with ``tie_bounds``) as numpy arrays, or as torch tensors on
+    ``given``'s device when ``given`` is a tensor."""
+    out = ranks.map(lambda r: _checks.like_input(given, r))
+    return out if tie_bounds else out.ranks
+
+
 def ground_truth_ranks(
     scores: Any,
     ground_truth: Any,
@@ -310,7 +317,7 @@ def ground_truth_ranks(
     exclude: Any = None,
     reduce: str = "min",
     tie_bounds: bool = False,
-) -> np.ndarray | Ranks:
+) -> np.ndarray | torch.Tensor | Ranks:
     """0-indexed rank of each query's ground-truth item in its row of a similarity matrix.
 
     ``rank = |{j : s[j] > s[g]}| + |{j < g : s[j] == s[g]}|`` over the candidates ``j`` that are
@@ -321,7 +328,8 @@ def ground_truth_ranks(
     as candidates. ``exclude`` removes candidates per query (an index, or a list, per query).
     Indices are integers (Python, numpy or torch): floats are refused even when integral
     (``2.0``), as numpy indexing refuses them, rather than truncated. ``tie_bounds=True`` returns
-    a :class:`Ranks` with the optimistic and pessimistic ranks beside them.
+    a :class:`Ranks` with the optimistic and pessimistic ranks beside them. numpy in, numpy
+    out: a torch tensor of scores gives torch tensors on its device.
 
     >>> ground_truth_ranks([[0.2, 0.9, 0.2], [0.5, 0.5, 0.5]], [0, 2])
     array([1, 2])
@@ -334,7 +342,7 @@ def ground_truth_ranks(
     targets, single = _targets(ground_truth, ranker.num_query, ranker.num_reference, func)
     excluded = ranker.exclusions(_exclusion(exclude, targets, ranker.num_reference, func))
     ranks = _reduce(ranker.ranks(targets, excluded, reduce), single, reduce)
-    return ranks if tie_bounds else ranks.ranks
+    return _output(ranks, tie_bounds, scores)
 
 
 def ground_truth_ranks_from_embeddings(
@@ -349,7 +357,7 @@ def ground_truth_ranks_from_embeddings(
     chunk_size: int | None = None,
     device: Any = None,
     precision: str = "auto",
-) -> np.ndarray | Ranks:
+) -> np.ndarray | torch.Tensor | Ranks:
     """:func:`ground_truth_ranks` from embeddings, chunked: the full matrix is never built.
 
     Scores are the exact scores of :func:`recallkit.recall_at_k` (``metric`` cosine, dot or
@@ -369,7 +377,7 @@ def ground_truth_ranks_from_embeddings(
     targets, single = _targets(ground_truth, ranker.num_query, ranker.num_reference, func)
     excluded = ranker.exclusions(_exclusion(exclude, targets, ranker.num_reference, func))
     ranks = _reduce(ranker.ranks(targets, excluded, reduce), single, reduce)
-    return ranks if tie_bounds else ranks.ranks
+    return _output(ranks, tie_bounds, query)
 
 
 def recall_from_ranks(
@@ -500,7 +508,8 @@ def average_precision_at_k(
     array padded with ``-1``. A query with ``D = 0`` scores 0. Ranks and counts are integers:
     floats (even integral ones such as ``2.0``) and a rank repeated within a query raise
     ``ValueError``. Memory grows with the ranks given, not with ``K``: the ``j``-th smallest
-    relevant rank ``r_(j)`` (0-indexed ``j``) contributes ``(j + 1) / (r_(j) + 1)``.
+    relevant rank ``r_(j)`` (0-indexed ``j``) contributes ``(j + 1) / (r_(j) + 1)``. A torch
+    tensor of ranks gives a float64 tensor on its device, anything else a numpy array.
 
     >>> average_precision_at_k([[0, 2], [5]], k=5).tolist()  # (1 + 2/3)/2 and no hit
     [0.8333333333333333, 0.0]
@@ -540,4 +549,5 @@ def average_precision_at_k(
         denominator = counts.astype(np.float64)
     else:
         denominator = inside.sum(axis=1).astype(np.float64)
-    return np.where(denominator > 0, total / np.where(denominator > 0, denominator, 1.0), 0.0)
+    values = np.where(denominator > 0, total / np.where(denominator > 0, denominator, 1.0), 0.0)
+    return _checks.like_input(relevant_ranks, values)

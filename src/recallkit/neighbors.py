@@ -6,18 +6,10 @@ import warnings
 from typing import Any
 
 import numpy as np
-import torch
 
 from recallkit import _checks, engine
 from recallkit.ground_truth import Ranker, _exclusion_pairs
 from recallkit.options import Options, check_flag
-
-
-def _like(query: Any, index: torch.Tensor, value: torch.Tensor) -> tuple[Any, Any]:
-    """numpy in, numpy out; torch in, torch out (on the device the work ran on)."""
-    if isinstance(query, torch.Tensor):
-        return index, value
-    return index.cpu().numpy(), value.cpu().numpy()
 
 
 def _clamped(func: str, k: int, m: int) -> int:
@@ -87,7 +79,7 @@ def nearest_neighbors(
     k = _clamped(func, k, m)
     exclusions = engine.Exclusions.of(parts, n, m, codes)
     index, value = ranker.lists(k, exclusions)
-    return _like(query, index, value)
+    return _checks.like_input(query, index, value)
 
 
 def id_codes(exclude_ids: Any, n: int, m: int, func: str) -> tuple[np.ndarray, np.ndarray]:
@@ -123,4 +115,4 @@ def nearest_neighbors_from_scores(scores: Any, k: int, *, exclude: Any = None) -
     k = _clamped(func, k, m)
     pairs = _exclusion_pairs(exclude, n, m, func) if exclude is not None else None
     index, value = ranker.lists(k, ranker.exclusions(pairs))
-    return _like(scores, index, value)
+    return _checks.like_input(scores, index, value)

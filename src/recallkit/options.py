@@ -4,7 +4,7 @@
 mean the same everywhere: in :func:`recallkit.recall_at_k` and the other metric functions, the
 benchmark protocols (``cirr_recall(..., metric="dot", precision="bfloat16")``), the benchmark
 splits (:func:`recallkit.datasets.evaluate_benchmark`), sharded evaluation, the PML layer, the
-runner and the command line (``--metric``, ``--chunk-size``, ``--device``, ``--precision``).
+runner and the command line (``--metric``, ``--device``, ``--precision``).
 Entry points that pass them on take them as keywords and build one :class:`Options` with
 :meth:`Options.of`, which names the function called in every error.
 """

@@ -10,9 +10,10 @@ mean, becomes ``None``) and ``report()`` is the text to print.
 The counts have one meaning wherever they appear (attributes, ``report()``, ``to_dict()``):
 
 * ``num_queries``: every query given, lone ones included;
-* ``num_evaluated``: the queries counted in the means, those with at least one relevant
-  reference item after self-exclusion;
-* ``num_excluded``: the lone queries (``num_queries - num_evaluated``), left out of every mean;
+* ``num_evaluated``: the queries with at least one relevant reference item after
+  self-exclusion;
+* ``num_excluded``: the lone queries (``num_queries - num_evaluated``): left out of every mean
+  under ``lone_queries="skip"`` (the default), counted as 0 under ``"zero"``;
 * ``num_reference``: the reference (gallery) items searched;
 * ``num_tied``: the queries whose value of some metric depends on the tie rule (the decisive
   item is exactly tied with another); ``bounds[name]`` is ``(pessimistic, optimistic)``, the

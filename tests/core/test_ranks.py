@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+import recallkit
 from recallkit import (
     ground_truth_ranks,
     ground_truth_ranks_from_embeddings,
@@ -142,3 +143,20 @@ def test_nearest_neighbors_from_scores_against_brute_force(backend):
         expected = brute.ranked(s[i], {int(exclude[i])} - {-1})[:7]
         assert idx[i].tolist() == expected
         assert val[i].tolist() == [s[i, j] for j in expected]
+
+
+def test_numpy_in_numpy_out_torch_in_torch_out():
+    scores = [[0.2, 0.9, 0.2], [0.5, 0.5, 0.5]]  # hand ranks: 1 (0.9 above), 2 (two ties first)
+    for given, kind in ((np.array(scores), np.ndarray), (torch.tensor(scores), torch.Tensor)):
+        ranks = recallkit.ground_truth_ranks(given, [0, 2])
+        assert isinstance(ranks, kind) and ranks.tolist() == [1, 2]
+        bounds = recallkit.ground_truth_ranks(given, [0, 2], tie_bounds=True)
+        assert all(
+            isinstance(r, kind) for r in (bounds.ranks, bounds.optimistic, bounds.pessimistic)
+        )
+        assert (bounds.optimistic.tolist(), bounds.pessimistic.tolist()) == ([1, 0], [2, 2])
+        from_embeddings = recallkit.ground_truth_ranks_from_embeddings(given, given, [0, 1])
+        assert isinstance(from_embeddings, kind)
+    ap = recallkit.average_precision_at_k(torch.tensor([[0, 2]]), k=5)  # (1 + 2/3) / 2
+    assert isinstance(ap, torch.Tensor) and ap.tolist() == [(1 + 2 / 3) / 2]
+    assert isinstance(recallkit.average_precision_at_k([[0, 2]], k=5), np.ndarray)
