@@ -1,12 +1,21 @@
-"""Benchmark: recallkit's recall@K and MAP@R against the GEMM floor and the peers, in one run.
+"""Benchmark: recallkit's recall@K and MAP@R in each filter precision, against the GEMM floors
+and the peers, in one run.
 
-Prints wall time, the ratio to the GEMM floor (the same chunked similarity multiplication alone,
-with torch and with numpy's BLAS; the faster is the floor), the peak resident memory beyond the
-inputs, and whether the methods agree where their tie rules allow.
+Prints the processor and the instructions the precision choice looks for, then per scale the
+wall time, the ratio to the float32 GEMM floor (the same n × n similarity multiplication alone:
+torch, numpy's BLAS chunked, numpy's BLAS on row slices of one thread each; the fastest is the
+floor), the peak resident memory beyond the inputs, and whether the methods agree where their
+tie rules allow. The bfloat16 and int8 floors are the engine's own tile products
+(``lowp.tile_product`` on 1024 × 1024 tiles, one thread per tile, as the tile pass issues them),
+timed on a sample of the tiles and scaled to all of them.
 
     uv run --frozen --no-sync --env-file tests/cpu.env python benchmarks/bench_recall.py
     uv run --frozen --no-sync --env-file tests/cpu.env \
-        python benchmarks/bench_recall.py --scale small
+        python benchmarks/bench_recall.py --scale cub --precisions all
+
+recallkit runs with ``precision="auto"`` and with each precision given explicitly: by default
+every precision at CUB scale, and at SOP scale float32 plus the low precisions this processor
+has instructions for (``--precisions all`` times every one everywhere).
 
 Data: synthetic class clusters (about 5 items per class at SOP scale, 100 classes at CUB scale),
 L2-normalised float32, evaluated leave-one-out (the test split against itself).
@@ -20,6 +29,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import faiss
@@ -28,7 +38,8 @@ import torch
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
 import recallkit
-from recallkit import _engine
+from recallkit import engine
+from recallkit.engine import cpu, lowp
 from recallkit.pml import ExactKNN
 
 SCALES = {
@@ -38,6 +49,24 @@ SCALES = {
     "small": (12_000, 2_400, (128,)),
 }
 KS = (1, 10, 100, 1000)
+PRECISIONS = ("float32", "bfloat16", "int8")
+
+
+def cpu_model() -> str:
+    """The processor's name and the instructions the precision choice looks for."""
+    name = "unknown processor"
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    name = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    flags = lowp.cpu_flags()
+    wanted = ("avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
+    shown = " ".join(f"{f}:{'yes' if f in flags else 'no'}" for f in wanted)
+    return f"{name} ({shown})"
 
 
 def _read_kib(field: str) -> int:
@@ -126,6 +155,35 @@ def gemm_floor_numpy_split(x: np.ndarray, rows: int) -> float:
     return checksum
 
 
+def gemm_floor_low(x: np.ndarray, precision: str, sample: int) -> tuple[float, int, int]:
+    """The n × n product in ``precision`` as the tile pass issues it: ``lowp.tile_product`` on
+    1024 × 1024 tiles, one tile per worker thread, each thread single-threaded. Times at most
+    ``sample`` tiles (spread over the matrix) and returns the time scaled to every tile, with the
+    tiles timed and the tiles in all."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    side = lowp.prepare(x, precision)
+    n, tile = len(x), cpu.TILE
+    starts = range(0, n, tile)
+    every = [(a, b) for a in starts for b in starts]
+    step = max(1, len(every) // sample)
+    timed = every[::step][:sample]
+    workers = torch.get_num_threads()
+    buffers = [np.empty((tile, tile), np.float32) for _ in range(workers)]
+
+    def product(job: tuple[int, tuple[int, int]]) -> None:
+        slot, (a, b) = job
+        rows, cols = min(tile, n - a), min(tile, n - b)
+        lowp.tile_product(side, side, buffers[slot][:rows, :cols], (a, a + rows), (b, b + cols))
+
+    with cpu.single_threaded(), ThreadPoolExecutor(workers) as pool:
+        list(pool.map(product, [(i % workers, t) for i, t in enumerate(timed[:workers])]))
+        start = time.perf_counter()
+        list(pool.map(product, [(i % workers, t) for i, t in enumerate(timed)]))
+        seconds = time.perf_counter() - start
+    return seconds * len(every) / len(timed), len(timed), len(every)
+
+
 def faiss_recall(x: np.ndarray, labels: np.ndarray, ks: tuple[int, ...]) -> dict[str, float]:
     index = faiss.IndexFlatIP(x.shape[1])
     index.add(x)
@@ -159,24 +217,32 @@ def naive_recall(x: np.ndarray, labels: np.ndarray, ks: tuple[int, ...]) -> dict
     }
 
 
-def run_scale(name: str, with_naive: bool) -> None:
+def run_scale(name: str, with_naive: bool, precisions: tuple[str, ...], sample: int) -> None:
     rows, classes, dims = SCALES[name]
     for dim in dims:
-        run_dim(name, rows, classes, dim, with_naive)
+        run_dim(name, rows, classes, dim, with_naive, precisions, sample)
         gc.collect()
 
 
-def run_dim(name: str, rows: int, classes: int, dim: int, with_naive: bool) -> None:
+def run_dim(
+    name: str,
+    rows: int,
+    classes: int,
+    dim: int,
+    with_naive: bool,
+    precisions: tuple[str, ...],
+    sample: int,
+) -> None:
     x, labels = make_data(rows, classes, dim)
     xt = torch.from_numpy(x)
-    space = _engine.prepare(xt, xt, "cosine", None, "bench")
-    chunk = _engine.chunk_rows(space, None)
+    space = engine.prepare(xt, xt, "cosine", None, "bench")
+    chunk = engine.chunk_rows(space, None)
     del space
     print(
         f"\n== {name}: {rows:,} x {rows:,} leave-one-out, d={dim}, {classes:,} classes, "
         f"ks={KS}, chunk={chunk} rows, {torch.get_num_threads()} threads =="
     )
-    print(f"{'method':<44}{'time s':>9}{'x floor':>9}{'peak GiB':>10}  result")
+    print(f"{'method':<52}{'time s':>9}{'x floor':>9}{'peak GiB':>10}  result")
     results: dict[str, Any] = {}
     timings: dict[str, float] = {}
 
@@ -187,29 +253,53 @@ def run_dim(name: str, rows: int, classes: int, dim: int, with_naive: bool) -> N
         shown = value if not isinstance(value, float) or math.isnan(value) else round(value, 4)
         if isinstance(value, dict):
             shown = {k: round(v, 4) for k, v in value.items()}
-        print(f"{label:<44}{seconds:9.2f}{ratio}{peak:10.2f}  {shown}", flush=True)
+        print(f"{label:<52}{seconds:9.2f}{ratio}{peak:10.2f}  {shown}", flush=True)
         results[label] = value
         return value
 
-    row("GEMM floor, torch.mm (chunked)", lambda: gemm_floor_torch(xt, chunk))
-    row("GEMM floor, numpy BLAS (chunked)", lambda: gemm_floor_numpy(x, chunk))
-    row("GEMM floor, numpy BLAS (row-split threads)", lambda: gemm_floor_numpy_split(x, chunk))
+    row("GEMM floor float32, torch.mm (chunked)", lambda: gemm_floor_torch(xt, chunk))
+    row("GEMM floor float32, numpy BLAS (chunked)", lambda: gemm_floor_numpy(x, chunk))
+    row("GEMM floor float32, numpy (row-split threads)", lambda: gemm_floor_numpy_split(x, chunk))
     floor = min(timings.values())
-    rk = row(
-        "recallkit.recall_at_k",
-        lambda: dict(recallkit.recall_at_k(xt, xt, labels, labels, KS, query_in_reference=True)),
-        floor,
-    )
+    low_floors = {}
+    for precision in ("bfloat16", "int8"):
+        seconds, timed, total = gemm_floor_low(x, precision, sample)
+        low_floors[precision] = seconds
+        label = f"GEMM floor {precision}, 1024² tiles ({timed}/{total} timed)"
+        print(f"{label:<52}{seconds:9.2f}{seconds / floor:9.2f}{'':>10}  scaled", flush=True)
+
+    def recall(precision: str) -> dict[str, float]:
+        result = recallkit.recall_at_k(
+            xt, xt, labels, labels, KS, query_in_reference=True, precision=precision
+        )
+        return dict(result)
+
+    rk = row("recallkit.recall_at_k precision=auto", lambda: recall("auto"), floor)
+    agree = []
+    for precision in precisions:
+        value = row(
+            f"recallkit.recall_at_k precision={precision}", partial(recall, precision), floor
+        )
+        agree.append(value == rk)
     rk_map = row(
         "recallkit.map_at_r",
-        lambda: recallkit.map_at_r(xt, xt, labels, labels, query_in_reference=True),
+        lambda: float(recallkit.map_at_r(xt, xt, labels, labels, query_in_reference=True)),
         floor,
     )
-    row(
+    rk_rp = row(
         "recallkit.r_precision",
-        lambda: recallkit.r_precision(xt, xt, labels, labels, query_in_reference=True),
+        lambda: float(recallkit.r_precision(xt, xt, labels, labels, query_in_reference=True)),
         floor,
     )
+    names = [f"recall@{k}" for k in KS] + ["MAP@R", "R-precision"]
+    both = row(
+        "recallkit.retrieval_metrics recall@K+MAP@R+R-prec",
+        lambda: dict(
+            recallkit.retrieval_metrics(xt, xt, labels, labels, names, query_in_reference=True)
+        ),
+        floor,
+    )
+    separate = {**rk, "MAP@R": rk_map, "R-precision": rk_rp}
     fa = row(f"faiss IndexFlatIP k={max(KS) + 1}", lambda: faiss_recall(x, labels, KS), floor)
     calc = AccuracyCalculator(include=("precision_at_1",), k=1, device=torch.device("cpu"))
     p1 = row(
@@ -236,37 +326,66 @@ def run_dim(name: str, rows: int, classes: int, dim: int, with_naive: bool) -> N
     )
     pml_exact = exact_calc.get_accuracy(xt, torch.from_numpy(labels))
     print(
+        f"every precision gives the same values: {all(agree)}   "
+        f"one pass equals the separate calls: {separate == both}"
+    )
+    print(
         f"agree faiss: {all(abs(fa[k] - rk[k]) < 1e-12 for k in rk)}   "
         f"agree PML p@1: {abs(p1 - rk['recall@1']) < 1e-12}   "
         f"PML MAP@R - recallkit MAP@R = {pml_map - rk_map:.2e} (faiss float32 near-ties); "
         "PML MAP@R with recallkit's ExactKNN - recallkit MAP@R = "
         f"{pml_exact['mean_average_precision_at_r'] - rk_map:.2e} (order of the float64 mean)"
     )
-    rk_t = timings["recallkit.recall_at_k"]
+    rk_t = timings["recallkit.recall_at_k precision=auto"]
+    one_pass = timings["recallkit.retrieval_metrics recall@K+MAP@R+R-prec"]
+    per_precision = "; ".join(
+        f"{p} {timings[f'recallkit.recall_at_k precision={p}'] / floor:.3f}" for p in precisions
+    )
     print(
-        f"recall@K / floor = {rk_t / floor:.3f}; recall@K / faiss = "
+        f"recall@K (auto) / float32 floor = {rk_t / floor:.3f} ({per_precision}); "
+        f"floors / float32: bfloat16 {low_floors['bfloat16'] / floor:.2f}, "
+        f"int8 {low_floors['int8'] / floor:.2f}; recall@K / faiss = "
         f"{rk_t / timings[f'faiss IndexFlatIP k={max(KS) + 1}']:.3f}; MAP@R / recall@K = "
         f"{timings['recallkit.map_at_r'] / rk_t:.3f}; R-precision / recall@K = "
-        f"{timings['recallkit.r_precision'] / rk_t:.3f}"
+        f"{timings['recallkit.r_precision'] / rk_t:.3f}; three metrics in one pass / MAP@R = "
+        f"{one_pass / timings['recallkit.map_at_r']:.3f}"
     )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=[*SCALES, "all"], default="all")
+    parser.add_argument(
+        "--precisions",
+        choices=("default", "all"),
+        default="default",
+        help="precisions timed explicitly: every one at CUB scale and those this processor has "
+        "instructions for elsewhere (default), or every one everywhere",
+    )
+    parser.add_argument(
+        "--floor-tiles", type=int, default=64, help="tiles timed for the bf16/int8 floors"
+    )
     args = parser.parse_args()
     faiss.omp_set_num_threads(torch.get_num_threads())
+    print(f"CPU: {cpu_model()}")
     print(
         f"torch {torch.__version__}, numpy {np.__version__}, faiss {faiss.__version__}, "
-        f"threads {torch.get_num_threads()}"
+        f"threads {torch.get_num_threads()}; precision='auto' chooses among "
+        f"{', '.join(lowp.worth_timing())} here"
     )
     # Warm the numba kernels so compilation is not timed.
     w = np.eye(4, dtype=np.float32)
-    recallkit.recall_at_k(w, w, [0, 0, 1, 1], [0, 0, 1, 1], (1,), query_in_reference=True)
+    for precision in ("auto", *PRECISIONS):
+        recallkit.recall_at_k(
+            w, w, [0, 0, 1, 1], [0, 0, 1, 1], (1,), query_in_reference=True, precision=precision
+        )
     recallkit.map_at_r(w, w, [0, 0, 1, 1], [0, 0, 1, 1], query_in_reference=True)
     scales = ["cub", "sop"] if args.scale == "all" else [args.scale]
+    worth = set(lowp.worth_timing())
     for name in scales:
-        run_scale(name, with_naive=name != "sop")
+        everything = args.precisions == "all" or name != "sop"
+        precisions = tuple(p for p in PRECISIONS if everything or p in worth)
+        run_scale(name, name != "sop", precisions, args.floor_tiles)
 
 
 if __name__ == "__main__":

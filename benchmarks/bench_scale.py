@@ -31,7 +31,7 @@ import torch.multiprocessing as mp
 from bench_recall import gemm_floor_numpy_split, make_data, measure
 
 import recallkit
-from recallkit import _engine
+from recallkit import engine
 from recallkit.io import open_embeddings
 
 
@@ -39,8 +39,8 @@ def part_inat() -> None:
     rows, classes, dim, ks = 136_093, 2_452, 512, (1, 4, 16, 32)
     x, labels = make_data(rows, classes, dim)
     xt = torch.from_numpy(x)
-    space = _engine.prepare(xt, xt, "cosine", None, "bench")
-    chunk = _engine.chunk_rows(space, None)
+    space = engine.prepare(xt, xt, "cosine", None, "bench")
+    chunk = engine.chunk_rows(space, None)
     del space
     print(
         f"\n== inat: {rows:,} x {rows:,} leave-one-out, d={dim}, {classes:,} classes, "
@@ -130,10 +130,10 @@ def _rank_worker(rank: int, world: int, init: str, rows: int, dim: int, out: str
     with open(f"{out}.{rank}", "wb") as handle:
         pickle.dump(
             (
-                dict(result.recall),
-                result.map_at_r,
-                result.r_precision,
-                result.bytes_communicated,
+                {k: v for k, v in result.items() if k.startswith("recall@")},
+                result["MAP@R"],
+                result["R-precision"],
+                result.info["bytes_communicated"],
                 seconds,
             ),
             handle,
@@ -145,8 +145,8 @@ def part_ranks(rows: int = 20_000, dim: int = 128) -> None:
     x, labels = make_data(rows, rows // 5, dim)
     start = time.perf_counter()
     single = recallkit.recall_at_k(x, x, labels, labels, (1, 10, 100), query_in_reference=True)
-    map_r = recallkit.map_at_r(x, x, labels, labels, query_in_reference=True)
-    r_prec = recallkit.r_precision(x, x, labels, labels, query_in_reference=True)
+    map_r = float(recallkit.map_at_r(x, x, labels, labels, query_in_reference=True))
+    r_prec = float(recallkit.r_precision(x, x, labels, labels, query_in_reference=True))
     print(
         f"\n== ranks: {rows:,} x {rows:,} leave-one-out, d={dim}; single process "
         f"{time.perf_counter() - start:.1f} s (recall, MAP@R, R-precision) =="

@@ -20,7 +20,11 @@ import torch
 from bench_recall import gemm_floor_numpy_split, gemm_floor_torch, make_data
 
 import recallkit
-from recallkit import _engine
+
+try:  # the engine package; an older checkout has one engine module
+    from recallkit import engine
+except ImportError:
+    from recallkit import _engine as engine
 
 
 def main() -> None:
@@ -36,8 +40,8 @@ def main() -> None:
     w = np.eye(4, dtype=np.float32)
     recallkit.recall_at_k(w, w, [0, 0, 1, 1], [0, 0, 1, 1], (1,), query_in_reference=True)
     recallkit.map_at_r(w, w, [0, 0, 1, 1], [0, 0, 1, 1], query_in_reference=True)
-    space = _engine.prepare(xt, xt, "cosine", None, "bench")
-    chunk = _engine.chunk_rows(space, None)
+    space = engine.prepare(xt, xt, "cosine", None, "bench")
+    chunk = engine.chunk_rows(space, None)
     del space
     for _ in range(args.repeat):
         t = time.perf_counter()
@@ -57,7 +61,7 @@ def main() -> None:
         print(
             f"floor {floor:.2f} s  recall@K {seconds:.2f} s ({seconds / floor:.2f}x)  "
             f"MAP@R {map_seconds:.2f} s ({map_seconds / seconds:.2f}x recall@K)  "
-            f"recall@1 {r['recall@1']!r}  MAP@R {m!r}",
+            f"recall@1 {r['recall@1']!r}  MAP@R {float(m)!r}",
             flush=True,
         )
 
