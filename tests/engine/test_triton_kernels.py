@@ -22,7 +22,7 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from recallkit import _kernels  # noqa: E402
+from recallkit.engine import exact  # noqa: E402
 from recallkit.engine import triton_kernels as tk  # noqa: E402
 from tests import brute  # noqa: E402
 
@@ -103,13 +103,12 @@ def t64(x):
 
 
 def numba_scores(q, qa, r, ra, rows, cols, metric):
-    """The CPU path's kernel on the non-padding pairs (it knows no padding)."""
+    """The CPU path's kernel on the non-padding pairs."""
     live = rows >= 0
     out = np.full(len(rows), -np.inf)
-    got = _kernels.exact_scores(
-        torch.from_numpy(q), qa, torch.from_numpy(r), ra,
-        t64(rows[live]), t64(cols[live]), metric, backend="numba",
-    )  # fmt: skip
+    got = exact.exact_numba(
+        torch.from_numpy(q), qa, torch.from_numpy(r), ra, t64(rows[live]), t64(cols[live]), metric
+    )
     out[live] = got.numpy()
     return out
 
@@ -212,10 +211,9 @@ def test_fma_case_is_unfused():
     got = tk.exact_scores(torch.from_numpy(q), None, torch.from_numpy(r), None, rows, cols, 0)
     assert same_bits(got.numpy(), [0.0, -np.inf])
     zero = torch.zeros(1, dtype=torch.float64)
-    ref = _kernels.exact_scores(
-        torch.from_numpy(q), zero, torch.from_numpy(r), zero, rows[:1], cols[:1], "dot",
-        backend="numba",
-    )  # fmt: skip
+    ref = exact.exact_numba(
+        torch.from_numpy(q), zero, torch.from_numpy(r), zero, rows[:1], cols[:1], "dot"
+    )
     assert same_bits(ref.numpy(), [0.0])
 
 

@@ -201,6 +201,35 @@ def _count_into(size: int, index: torch.Tensor, flags: torch.Tensor) -> torch.Te
     return out.scatter_add_(0, index, flags.to(torch.int64))
 
 
+def _window32(
+    f32: torch.Tensor,
+    centre: torch.Tensor,
+    eps32: torch.Tensor,
+    rows: torch.Tensor,
+    local: torch.Tensor,
+    slot: torch.Tensor,
+    total: torch.Tensor,
+    over: torch.Tensor,
+    caps: Capacities,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The cascade's middle step: the low-precision window's pairs scored in float32 (``f32``);
+    those certainly above their slot's threshold added to ``total`` (in place), those inside the
+    float32 window kept, compacted, for the exact scores. Returns the kept pairs and the
+    overflow flag."""
+    c, g = total.shape
+    lo32, hi32 = filters.bounds(centre, eps32[:, None], torch.float32)
+    at = rows.clamp(min=0) * g + slot.clamp(min=0)
+    lo_at, hi_at = lo32.reshape(-1)[at], hi32.reshape(-1)[at]
+    valid = rows >= 0
+    total += _count_into(c * g, at, valid & (f32 > hi_at)).view(c, g)
+    keep = valid & (f32 >= lo_at) & (f32 <= hi_at)
+    picked, flag = _compact(keep, caps, "window32")
+    sel = picked[:, 0]
+    rows = torch.where(sel >= 0, rows[sel.clamp(min=0)], -1)
+    local, slot = local[sel.clamp(min=0)], slot[sel.clamp(min=0)]
+    return rows, local, slot, over | flag
+
+
 def _segment_max(rows: torch.Tensor, values: torch.Tensor, c: int) -> torch.Tensor:
     """Per row ``0..c-1`` the largest of ``values`` (``-inf`` for none; negative rows are
     padding), deterministically."""
@@ -624,27 +653,12 @@ class DeviceBackend:
         if p.eps32 is not None:
             # Cascade: the low-precision window scored in float32; certain ones counted, the
             # float32 window scored exactly.
-            lo32, hi32 = filters.bounds(centre, p.eps32[:, None], torch.float32)
             f32 = self._refine(p, block, rows, local)
-            at = rows.clamp(min=0) * g + slot
-            lo_at, hi_at = lo32.reshape(-1)[at], hi32.reshape(-1)[at]
-            valid = rows >= 0
-            total += _count_into(c * g, at, valid & (f32 > hi_at)).view(c, g)
-            keep = valid & (f32 >= lo_at) & (f32 <= hi_at)
-            picked, flag = _compact(keep, caps, "window32")
-            over = over | flag
-            sel = picked[:, 0]
-            rows = torch.where(sel >= 0, rows[sel.clamp(min=0)], -1)
-            local, slot = local[sel.clamp(min=0)], slot[sel.clamp(min=0)]
-        scores = self.kernels.exact(space, chunk, block, rows, local)
-        glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
-        at = rows.clamp(min=0) * g + slot
-        b, w = best.reshape(-1)[at], where.reshape(-1)[at]
-        valid = rows >= 0
-        tie = valid & (scores == b)
-        total += _count_into(c * g, at, valid & ties.beats(scores, glob, b, w)).view(c, g)
-        tied = _count_into(c * g, at, tie & (glob != w)).view(c, g)
-        before = _count_into(c * g, at, tie & (glob < w)).view(c, g)
+            rows, local, slot, over = _window32(
+                f32, centre, p.eps32, rows, local, slot, total, over, caps
+            )
+        tied, before = self._settle_counts(space, chunk, block, rows, local, slot, best, where,
+                                           total)  # fmt: skip
         return total, tied, before, over
 
     def _fused_counts(
@@ -692,18 +706,30 @@ class DeviceBackend:
             # float32 window scored exactly.
             eps32 = filters.error_bound(filters.Product.plain(torch.float32), qf, block.max_norm,
                                         space.dim, block.scale, space.metric)  # fmt: skip
-            lo32, hi32 = filters.bounds(centre, eps32[:, None], torch.float32)
             f32 = self.kernels.dots(qf.rows, block.gemm, rows, local)
-            at = rows.clamp(min=0) * g + slot.clamp(min=0)
-            lo_at, hi_at = lo32.reshape(-1)[at], hi32.reshape(-1)[at]
-            valid = rows >= 0
-            total += _count_into(c * g, at, valid & (f32 > hi_at)).view(c, g)
-            keep = valid & (f32 >= lo_at) & (f32 <= hi_at)
-            picked, flag = _compact(keep, caps, "window32")
-            over = over | flag
-            sel = picked[:, 0]
-            rows = torch.where(sel >= 0, rows[sel.clamp(min=0)], -1)
-            local, slot = local[sel.clamp(min=0)], slot[sel.clamp(min=0)]
+            rows, local, slot, over = _window32(
+                f32, centre, eps32, rows, local, slot, total, over, caps
+            )
+        tied, before = self._settle_counts(space, chunk, block, rows, local, slot, best, where,
+                                           total)  # fmt: skip
+        return total, tied, before, over
+
+    def _settle_counts(
+        self,
+        space: Space,
+        chunk: Rows,
+        block: Block,
+        rows: torch.Tensor,
+        local: torch.Tensor,
+        slot: torch.Tensor,
+        best: torch.Tensor,
+        where: torch.Tensor,
+        total: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The window's pairs (``rows`` ``-1`` at padding) scored exactly: those ranked above
+        their slot's threshold item added to ``total`` (in place), and per slot the items tied
+        with it and those of them that rank before it."""
+        c, g = best.shape
         scores = self.kernels.exact(space, chunk, block, rows, local)
         glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
         at = rows.clamp(min=0) * g + slot.clamp(min=0)
@@ -713,7 +739,7 @@ class DeviceBackend:
         total += _count_into(c * g, at, valid & ties.beats(scores, glob, b, w)).view(c, g)
         tied = _count_into(c * g, at, tie & (glob != w)).view(c, g)
         before = _count_into(c * g, at, tie & (glob < w)).view(c, g)
-        return total, tied, before, over
+        return tied, before
 
     def _ranked_block(
         self,
