@@ -18,7 +18,7 @@ from recallkit import (
     r_precision,
     recall_at_k,
 )
-from recallkit.engine import cpu, device, exact, filters
+from recallkit.engine import cpu, device, exact, filters, lowp
 from recallkit.io import open_embeddings
 from tests import brute
 
@@ -306,6 +306,43 @@ def test_precision_is_accepted_everywhere_and_changes_nothing_on_the_cpu():
         nearest_neighbors(x, x, 5, precision="int4")
     with pytest.raises(ValueError, match="precision='float16' runs on CUDA"):
         nearest_neighbors(x, x, 5, precision="float16")
+
+
+def _noisy_low_tiles(monkeypatch, share: float, seed: int = 7) -> list[int]:
+    """Replace the low-precision tile product by the real one plus uniform noise of ``share``
+    times its error bound (``lowp.row_bounds``) per row; returns a list that counts the tiles."""
+    real = lowp.tile_product
+    rng = np.random.default_rng(seed)
+    tiles = []
+
+    def noisy(a, b, out, a_rows=None, b_rows=None):
+        real(a, b, out, a_rows, b_rows)
+        eps = lowp.row_bounds(a, b, a_rows, b_rows)
+        out += (rng.uniform(-share, share, out.shape) * eps[:, None]).astype(np.float32)
+        tiles.append(out.size)
+        return out
+
+    monkeypatch.setattr(lowp, "tile_product", noisy)
+    return tiles
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_low_precision_tiles_off_by_half_their_bound_change_nothing(monkeypatch, precision, metric):
+    # The bound of each precision is the window: tile scores moved by half of it (on top of
+    # their real error, well below it) leave every rank, list and value the definition's.
+    x, _ = _near_ties(11, n=260)
+    labels = np.random.default_rng(11).integers(0, 7, len(x))
+    tiles = _noisy_low_tiles(monkeypatch, 0.5)
+    kw = dict(query_in_reference=True, metric=metric, precision=precision)
+    got = recall_at_k(x, x, labels, labels, (1, 5), chunk_size=64, **kw)
+    expected, s, excluded = _brute_first_hits(x, labels, metric)
+    np.testing.assert_array_equal(got.first_hit_ranks, expected)
+    index, _ = nearest_neighbors(x, x, 9, chunk_size=64, **kw)
+    for i in range(len(x)):
+        order = [j for j in np.lexsort((np.arange(len(x)), -s[i])) if j not in excluded[i]]
+        assert index[i].tolist() == order[:9], i
+    assert tiles, "the low-precision tiles ran"
 
 
 def _duplicate_heavy(seed: int = 5, n: int = 300, d: int = 12) -> tuple[np.ndarray, np.ndarray]:
