@@ -244,3 +244,13 @@ def test_no_private_name_crosses_the_engines_modules():
             ):
                 crossing.append((path.name, f"{node.value.id}.{node.attr}"))
     assert crossing == []
+
+
+def test_the_package_root_lists_only_its_public_names():
+    import recallkit
+
+    names = dir(recallkit)
+    assert names == sorted(["__version__", *recallkit.__all__])
+    for helper in ("Any", "TYPE_CHECKING", "annotations", "importlib"):
+        assert helper not in names
+    assert all(hasattr(recallkit, name) for name in recallkit.__all__)
