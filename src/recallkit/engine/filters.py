@@ -280,16 +280,18 @@ def float32_matmul_rounding(device: torch.device) -> float:
     """The relative rounding of a float32 ``torch.mm`` input on ``device``: 0 in IEEE float32;
     ``2**-10`` where TF32 may be used; ``2**-8`` where bfloat16 may (``"medium"``, ``"bf16"``).
     Read through the new precision API (``torch.backends.*.matmul.fp32_precision``) where it is
-    set, else the legacy one; an unknown state counts as TF32."""
+    set, else the legacy one; an unknown state counts as TF32. ``"medium"`` set through the
+    legacy API counts as bfloat16 on every device (torch reports CUDA's state as ``"tf32"``
+    then, while its documentation allows bfloat16 products)."""
+    legacy = _legacy_precision()
+    if legacy == "medium":
+        return 2.0**-8
     if device.type == "cuda":
         new = _new_precision(torch.backends.cuda.matmul)
     else:
         new = _new_precision(getattr(getattr(torch.backends, "mkldnn", None), "matmul", None))
     if new is not None:
         return _ROUNDING.get(new, 2.0**-8)
-    legacy = _legacy_precision()
-    if legacy == "medium":
-        return 2.0**-8
     if legacy not in (None, "highest"):
         return 2.0**-10
     if device.type != "cuda":
