@@ -86,11 +86,18 @@ def as_embeddings(x: Any, name: str, func: str, *, ndim: int = 2) -> torch.Tenso
     if tensor.is_complex() or tensor.dtype == torch.bool:
         raise fail(func, name, "real-valued", tensor.dtype)
     if not tensor.is_floating_point():
-        # Integers are scored exactly in float64, which holds every integer up to 2**53.
-        if tensor.numel() and int(tensor.abs().max()) > 2**53:
-            raise fail(func, name, "integers of magnitude at most 2**53", "a larger value")
+        if tensor.dtype in (torch.uint16, torch.uint32, torch.uint64):  # few torch kernels
+            wide = real_array(tensor.cpu().numpy(), name, func)
+            return torch.from_numpy(wide).to(tensor.device)
+        _check_integer_range(int(tensor.min()), int(tensor.max()), name, func)
         tensor = tensor.to(torch.float64)
     return tensor
+
+
+def _check_integer_range(low: int, high: int, name: str, func: str) -> None:
+    """Integers are scored exactly in float64, which holds every integer up to 2**53."""
+    if max(-low, high) > 2**53:
+        raise fail(func, name, "integers of magnitude at most 2**53", "a larger value")
 
 
 def _dense_tensor(x: torch.Tensor, name: str, func: str) -> torch.Tensor:
@@ -105,9 +112,10 @@ def _dense_tensor(x: torch.Tensor, name: str, func: str) -> torch.Tensor:
 
 
 def real_array(x: np.ndarray, name: str, func: str) -> np.ndarray:
-    """``x`` as a numpy array torch can take: native byte order, float16/32/64 or integers.
+    """``x`` as a numpy array torch can take: native byte order, float16/32/64.
 
-    Wider floats (``np.longdouble``) become float64 (a value beyond its range raises); object,
+    Integers become float64 (a magnitude above 2**53 raises); wider floats (``np.longdouble``)
+    become float64 (a value beyond its range raises); object,
     string, bytes, boolean, complex, record and date arrays raise. Usable on each block of a
     streamed reference.
     """
@@ -116,6 +124,10 @@ def real_array(x: np.ndarray, name: str, func: str) -> np.ndarray:
         raise fail(func, name, "real-valued", f"dtype {x.dtype}")
     if kind not in "iuf":
         raise fail(func, name, "an array of real numbers", f"dtype {x.dtype}")
+    if kind in "iu":
+        if x.size:
+            _check_integer_range(int(x.min()), int(x.max()), name, func)
+        return x.astype(np.float64)
     if kind == "f" and x.dtype.type not in (np.float16, np.float32, np.float64):
         with np.errstate(over="ignore"):
             wide = x.astype(np.float64)
@@ -165,6 +177,10 @@ def check_ks(ks: Any, func: str, name: str = "ks") -> tuple[int, ...]:
     A single integer is one K. A K given twice is refused: each K names one value of the result
     (``"recall@K"``), so a repeat would be silently dropped.
     """
+    if isinstance(ks, np.ndarray | torch.Tensor) and ks.ndim == 0:
+        ks = ks.item()  # a 0-d array holds one K
+    elif isinstance(ks, torch.Tensor):
+        ks = ks.tolist()
     if isinstance(ks, numbers.Integral) and not isinstance(ks, bool):
         ks = (ks,)
     if not isinstance(ks, Sequence | np.ndarray) or isinstance(ks, str) or len(ks) == 0:

@@ -85,3 +85,66 @@ def test_valid_chunk_sizes_give_the_same_ranks(chunk_size):
     # partner (rank 0 for the partner's label).
     r = recall_at_k(X, X, LABELS, LABELS, (1,), query_in_reference=True, chunk_size=chunk_size)
     assert r.first_hit_ranks.tolist() == [0, 0, 0, 0]
+
+
+def test_ks_as_arrays_and_tensors():
+    # A 0-d array or tensor is one K; a 1-D one is a sequence of Ks.
+    import torch
+
+    r = recall_at_k(X, X, LABELS, LABELS, np.array(2), query_in_reference=True)
+    assert r.ks == (2,) and r["recall@2"] == 1.0
+    r = recall_at_k(X, X, LABELS, LABELS, torch.tensor([3, 1]), query_in_reference=True)
+    assert r.ks == (3, 1)
+    with pytest.raises(ValueError, match=r"'ks' parameter of recall_at_k must be positive"):
+        recall_at_k(X, X, LABELS, LABELS, np.array([1, 0]), query_in_reference=True)
+
+
+BAD_OPTIONS = [
+    ({"precision": ["float32"]}, "'precision' parameter of recall_at_k must be one of"),
+    ({"device": "tpu"}, "'device' parameter of recall_at_k must be a device name"),
+    ({"device": "meta"}, "'device' parameter of recall_at_k must be a device that holds data"),
+    ({"query_in_reference": "yes"}, "'query_in_reference' parameter of recall_at_k must be True"),
+    ({"metric": "cos"}, "'metric' parameter of recall_at_k must be one of"),
+]
+
+
+@pytest.mark.parametrize("options, message", BAD_OPTIONS)
+def test_bad_options_are_refused_before_any_work(options, message, monkeypatch):
+    from recallkit.engine import space
+
+    def never(*args, **kwargs):
+        raise AssertionError("the engine ran before the options were checked")
+
+    monkeypatch.setattr(space, "prepare_rows", never)
+    options = {"query_in_reference": True, **options}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        recall_at_k(X, X, LABELS, LABELS, (1,), **options)
+
+
+def test_cuda_without_a_gpu_is_a_clear_error():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible")
+    with pytest.raises(ValueError, match=r"must be an available device \(no CUDA GPU is visible\)"):
+        recall_at_k(X, X, LABELS, LABELS, (1,), query_in_reference=True, device="cuda")
+
+
+@pytest.mark.parametrize("dtype", [np.uint16, np.uint32, np.uint64, np.int8, np.int64])
+def test_integer_embeddings_of_every_type_are_scored_exactly(dtype):
+    import torch
+
+    # Rows 0 and 1 point along x, rows 2 and 3 along y (scaled integers): partners first.
+    x = (np.array([[10, 0], [9, 1], [0, 10], [1, 9]]) * (2**40 if dtype == np.int64 else 1))
+    for given in (x.astype(dtype), torch.from_numpy(x.astype(dtype))):
+        r = recall_at_k(given, given, LABELS, LABELS, (1,), query_in_reference=True)
+        assert r.first_hit_ranks.tolist() == [0, 0, 0, 0]
+
+
+def test_unsigned_integers_beyond_2_to_53_are_refused():
+    import torch
+
+    big = [[2**53 + 1, 0], [1, 1]]
+    for given in (np.array(big, dtype=np.uint64), torch.tensor(big, dtype=torch.uint64)):
+        with pytest.raises(ValueError, match=r"'query' parameter .* magnitude at most 2\*\*53"):
+            recall_at_k(given, X, [0, 1], LABELS, (1,), query_in_reference=False)
