@@ -550,6 +550,7 @@ class CpuBackend:
     """Requests on CPU tensors: numba tiles (module docstring)."""
 
     name = "numba"
+    score_bytes = 0  # tiles: a chunk holds its scores and nothing per score beside them
 
     # -- filter rows, bounds ------------------------------------------------------------------
 
@@ -924,7 +925,7 @@ class CpuBackend:
         return n * state_bytes(request) <= DEFAULT_MEMORY_BUDGET
 
     def run(self, space: Space, request: Request, size: int | None) -> Iterator[ChunkResult]:
-        rows = chunk_rows(space, size, per_row_bytes=state_bytes(request))
+        rows = chunk_rows(space, size, state_bytes(request), self.score_bytes)
         if self._one_chunk(space, request, size):
             rows = max(space.num_query, 1)
         for start, stop in chunks(space.num_query, rows):
