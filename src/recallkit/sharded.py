@@ -183,7 +183,8 @@ def evaluate_sharded(
     comm = _Comm(group, dev if dist.get_backend(group) == "nccl" else torch.device("cpu"))
     leave_one_out = reference is None
     local = _Local.of(comm, q, r, leave_one_out, opts, dev, func)
-    size = opts.chunk_size or engine.chunk_rows(local.space, None)
+    score_bytes = engine.backend_for(local.space).score_bytes
+    size = opts.chunk_size or engine.chunk_rows(local.space, None, score_bytes=score_bytes)
     sizes = [int(s) for s in comm.gather(torch.tensor([len(local.meta[0])], device=comm.device))]
     parts: list[dict[str, np.ndarray]] = []
     for owner in range(comm.world):

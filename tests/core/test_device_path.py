@@ -24,7 +24,8 @@ from recallkit import (
     nearest_neighbors,
     recall_at_k,
 )
-from recallkit.engine import device
+from recallkit.engine import cpu, device
+from recallkit.engine.space import DEVICE_BYTES_PER_SCORE as MASKS
 from tests import brute
 
 ENGINE = tuple(
@@ -272,20 +273,30 @@ def _wide_space(where: str, columns: int = 100_000) -> engine.Space:
 )
 def test_gpu_chunks_are_sized_from_the_memory_setting(monkeypatch, budget, rows):
     monkeypatch.setenv("RECALLKIT_GPU_MEMORY", budget)
-    assert engine.chunk_rows(_wide_space("cuda"), None) == rows
-    # The CPU keeps its 256 MiB budget and has no mask bytes: 268,435,456 // 402,048 = 667.
+    assert engine.chunk_rows(_wide_space("cuda"), None, score_bytes=MASKS) == rows
+    # The CPU tiles keep the 256 MiB budget and have no mask bytes: 268,435,456 // 402,048
+    # = 667; the device back end on the CPU has its masks: // 1,202,048 = 223.
     assert engine.chunk_rows(_wide_space("cpu"), None) == 640
-    assert engine.chunk_rows(_wide_space("cuda"), 100) == 100
+    assert engine.chunk_rows(_wide_space("cpu"), None, score_bytes=MASKS) == 192
+    assert engine.chunk_rows(_wide_space("cuda"), 100, score_bytes=MASKS) == 100
+
+
+def test_each_back_end_sizes_chunks_with_its_own_masks(monkeypatch):
+    space = _wide_space("cpu")
+    assert cpu.BACKEND.score_bytes == 0
+    monkeypatch.setenv("RECALLKIT_BACKEND", "torch")
+    assert engine.backend_for(space).score_bytes == MASKS == 8
 
 
 def test_gpu_chunks_stay_below_two_to_the_31_scores(monkeypatch):
     monkeypatch.setenv("RECALLKIT_GPU_MEMORY", "1TiB")
     # 10,000,000 columns: the budget allows 9,162 rows, 2**31 scores 214 -> 192.
-    assert engine.chunk_rows(_wide_space("cuda", 10_000_000), None) == 192
+    space = _wide_space("cuda", 10_000_000)
+    assert engine.chunk_rows(space, None, score_bytes=MASKS) == 192
 
 
 @pytest.mark.parametrize("budget", ["lots", "-5", "0", "1.5 parsecs"])
 def test_a_bad_gpu_memory_setting_names_the_variable(monkeypatch, budget):
     monkeypatch.setenv("RECALLKIT_GPU_MEMORY", budget)
     with pytest.raises(ValueError, match=r"RECALLKIT_GPU_MEMORY environment variable must be"):
-        engine.chunk_rows(_wide_space("cuda"), None)
+        engine.chunk_rows(_wide_space("cuda"), None, score_bytes=MASKS)

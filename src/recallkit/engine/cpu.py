@@ -31,7 +31,7 @@ import itertools
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -86,53 +86,98 @@ def state_bytes(request: Request) -> int:
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 _CONTROLLER: list[Any] = []
 _LIMIT_LOCK = threading.Lock()
-_LIMIT_STATE: dict[str, Any] = {"users": 0, "limiter": None, "threads": 1}
+_CONTROLLER_LOCK = threading.Lock()
+_LIMIT_STATE: dict[str, Any] = {"users": 0, "keeper": None}
 
 
 def _blas_controller() -> Any:
     """One ``threadpoolctl`` controller per process (building it scans the loaded libraries)."""
-    if not _CONTROLLER:
-        from threadpoolctl import ThreadpoolController
+    with _CONTROLLER_LOCK:
+        if not _CONTROLLER:
+            from threadpoolctl import ThreadpoolController
 
-        _CONTROLLER.append(ThreadpoolController())
-    return _CONTROLLER[0]
+            _CONTROLLER.append(ThreadpoolController())
+        return _CONTROLLER[0]
+
+
+class _BlasLimit:
+    """The process-wide BLAS limit of one thread, held by a thread of its own.
+
+    OpenBLAS with pthreads has one thread pool per process, and threadpoolctl lets one thread
+    at a time change it: the first to set a limit, until that thread's limit block ends. So the
+    limit is taken and given back inside one ``with`` block of one thread, whichever calls
+    start and end it."""
+
+    def __init__(self) -> None:
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._hold, name="recallkit-blas-limit")
+        self.thread.start()
+        self.held.wait()
+        if self.error is not None:
+            self.thread.join()
+            raise self.error
+
+    def _hold(self) -> None:
+        try:
+            with _blas_controller().limit(limits=1, user_api="blas"):
+                self.held.set()
+                self.release.wait()
+        except BaseException as error:  # reported in the thread that took the limit
+            self.error = error
+            self.held.set()
+
+    def restore(self) -> None:
+        """Give the limit back (the original settings are restored when this returns)."""
+        self.release.set()
+        self.thread.join()
 
 
 @contextlib.contextmanager
 def single_threaded() -> Iterator[int]:
-    """BLAS and torch limited to one thread while any call of the process runs its tiles;
-    yields the thread count the process had (the number of workers to use). The first call in
-    takes the limit, the last one out restores what was there: calls from several Python
-    threads leave the process's settings as they found them."""
+    """BLAS limited to one thread while any call of the process runs its tiles; yields the
+    calling thread's torch thread count (the number of workers to use).
+
+    The BLAS limit is process-wide (OpenBLAS's thread pool is the process's): the first call in
+    takes it, the last one out gives it back (:class:`_BlasLimit`). torch's and OpenMP's thread
+    counts are per thread: the workers set their own (:func:`_one_thread_worker`) and no
+    calling thread's is touched, nor torch's default for new threads. Calls from several
+    Python threads, in any order of entry and exit, leave every setting as they found it."""
     with _LIMIT_LOCK:
         if _LIMIT_STATE["users"] == 0:
-            _LIMIT_STATE["threads"] = torch.get_num_threads()
-            _LIMIT_STATE["limiter"] = _blas_controller().limit(limits=1, user_api="blas")
-            torch.set_num_threads(1)
+            _LIMIT_STATE["keeper"] = _BlasLimit()
         _LIMIT_STATE["users"] += 1
-        threads = _LIMIT_STATE["threads"]
     try:
-        yield threads
+        yield torch.get_num_threads()
     finally:
         with _LIMIT_LOCK:
             _LIMIT_STATE["users"] -= 1
             if _LIMIT_STATE["users"] == 0:
-                _LIMIT_STATE["limiter"].restore_original_limits()
-                torch.set_num_threads(_LIMIT_STATE["threads"])
+                _LIMIT_STATE["keeper"].restore()
+                _LIMIT_STATE["keeper"] = None
+
+
+def _one_thread_worker() -> None:
+    """A tile worker's start: its own OpenMP thread count (torch's intra-op threads) set to one.
+
+    torch sets a thread's OpenMP count when the thread first uses it, so it is used first; the
+    count is the worker's own, and torch's default for other threads is left as it is."""
+    torch.get_num_threads()
+    _blas_controller().limit(limits=1, user_api="openmp")
 
 
 def _threads() -> int:
-    """The process's thread count for the workers (also inside a limited region)."""
-    with _LIMIT_LOCK:
-        if _LIMIT_STATE["users"]:
-            return _LIMIT_STATE["threads"]
+    """The calling thread's torch thread count: the number of workers."""
     return torch.get_num_threads()
 
 
 def _pool(workers: int) -> ThreadPoolExecutor:
     with _LIMIT_LOCK:
         if workers not in _POOLS:
-            _POOLS[workers] = ThreadPoolExecutor(workers, thread_name_prefix="recallkit-tiles")
+            _POOLS[workers] = ThreadPoolExecutor(
+                workers, thread_name_prefix="recallkit-tiles", initializer=_one_thread_worker
+            )
         return _POOLS[workers]
 
 
@@ -225,6 +270,7 @@ def block_scores(space: Space, qf: filters.QueryFilter, block: Block) -> torch.T
             for lo, hi in itertools.pairwise(bounds)
             if hi > lo
         ]
+        wait(jobs)  # every worker done before the limit is given back, even on an error
         for job in jobs:
             job.result()
     return torch.from_numpy(out)
@@ -295,13 +341,21 @@ def run_tiles(
     source = None if cached is None else cached.numpy()
     lock = threading.Lock()
     queue = iter(tasks)
+    stopped = threading.Event()  # a worker failed: the others take no further tile
 
     def work() -> list[Any]:
+        try:
+            return tiles()
+        except BaseException:
+            stopped.set()
+            raise
+
+    def tiles() -> list[Any]:
         mine = [c.state() for c in consumers]
         buffer = np.empty(TILE * TILE, dtype=dtype) if source is None else None
         while True:
             with lock:
-                task = next(queue, None)
+                task = None if stopped.is_set() else next(queue, None)
             if task is None:
                 return mine
             r0, c0 = task
@@ -325,6 +379,7 @@ def run_tiles(
     with single_threaded() as threads:
         workers = max(1, min(threads, len(tasks)))
         jobs = [_pool(workers).submit(work) for _ in range(workers)]
+        wait(jobs)  # every worker done before the limit is given back, even on an error
         return [job.result() for job in jobs]
 
 
@@ -550,6 +605,7 @@ class CpuBackend:
     """Requests on CPU tensors: numba tiles (module docstring)."""
 
     name = "numba"
+    score_bytes = 0  # tiles: a chunk holds its scores and nothing per score beside them
 
     # -- filter rows, bounds ------------------------------------------------------------------
 
@@ -924,7 +980,7 @@ class CpuBackend:
         return n * state_bytes(request) <= DEFAULT_MEMORY_BUDGET
 
     def run(self, space: Space, request: Request, size: int | None) -> Iterator[ChunkResult]:
-        rows = chunk_rows(space, size, per_row_bytes=state_bytes(request))
+        rows = chunk_rows(space, size, state_bytes(request), self.score_bytes)
         if self._one_chunk(space, request, size):
             rows = max(space.num_query, 1)
         for start, stop in chunks(space.num_query, rows):

@@ -48,7 +48,15 @@ import torch
 from recallkit.engine import exact, filters, ties
 from recallkit.engine.pairs import LabelPositives, Pairs, block_codes, globals_of, locals_of
 from recallkit.engine.protocol import ChunkResult, Reducer, Request
-from recallkit.engine.space import Block, Rows, Space, chunk_rows, chunks, memory_budget
+from recallkit.engine.space import (
+    DEVICE_BYTES_PER_SCORE,
+    Block,
+    Rows,
+    Space,
+    chunk_rows,
+    chunks,
+    memory_budget,
+)
 
 MIN_CAPACITY = 256
 # Slots per row before a call has learned its windows, and the least it keeps after.
@@ -428,6 +436,7 @@ class DeviceBackend:
     def __init__(self, kernels: Any) -> None:
         self.kernels = kernels
         self.name = kernels.name
+        self.score_bytes = DEVICE_BYTES_PER_SCORE  # the chunk's masks, on any device
         self._costs: dict[tuple, float] = {}
 
     # -- filter -------------------------------------------------------------------------------
@@ -928,7 +937,7 @@ class DeviceBackend:
             per_row = int(request.top_k.max(initial=0)) * 40
         if request.targets is not None:
             per_row += 48 * request.slots()
-        rows = chunk_rows(space, size, per_row_bytes=per_row)
+        rows = chunk_rows(space, size, per_row_bytes=per_row, score_bytes=self.score_bytes)
         budget = memory_budget(space.device)
         caps = Capacities()
         held: list[tuple[int, int, dict[str, torch.Tensor], torch.Tensor]] = []

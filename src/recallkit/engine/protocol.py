@@ -96,9 +96,13 @@ class Reducer(Protocol):
 
 
 class Backend(Protocol):
-    """One way of computing requests: numba tiles on the CPU, torch (any device), Triton."""
+    """One way of computing requests: numba tiles on the CPU, torch (any device), Triton.
+
+    ``score_bytes`` is what a chunk holds per filter score besides the score itself (masks and
+    temporaries), for :func:`recallkit.engine.space.chunk_rows`."""
 
     name: str
+    score_bytes: int
 
     def run(self, space: Space, request: Request, size: int) -> Iterator[ChunkResult]:
         """Every chunk of ``size`` queries, in order."""

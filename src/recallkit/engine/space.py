@@ -30,7 +30,8 @@ MAX_CHUNK_ROWS = 4096
 FLOAT64_LIMIT = 2.0**400
 GPU_MEMORY_VARIABLE = "RECALLKIT_GPU_MEMORY"
 _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-# Bytes per filter score that a chunk's masks and temporaries take on a GPU, besides the score.
+# Bytes per filter score that a chunk's masks and temporaries take on the device back end,
+# besides the score.
 DEVICE_BYTES_PER_SCORE = 8
 PRECISIONS = ("auto", "float32", "bfloat16", "float16", "int8")
 
@@ -303,26 +304,27 @@ def memory_budget(device: torch.device) -> int:
     return DEFAULT_MEMORY_BUDGET
 
 
-def chunk_rows(space: Space, chunk_size: int | None, per_row_bytes: int = 0) -> int:
+def chunk_rows(
+    space: Space, chunk_size: int | None, per_row_bytes: int = 0, score_bytes: int = 0
+) -> int:
     """Rows per query chunk: ``chunk_size`` if given, else sized from :func:`memory_budget`.
 
     A chunk of ``c`` rows against ``m`` reference columns (or a block of them) holds about
     ``c · (m · (e + x) + per_row_bytes + 16 d)`` bytes: filter scores of ``e`` bytes (4, or 8
-    for float64), ``x`` bytes per score of masks and temporaries on a GPU
-    (``DEVICE_BYTES_PER_SCORE``; none on the CPU), ``per_row_bytes`` for per-row state (ranked
-    lists, targets, the CPU workers' tile states) and the rows themselves. ``c`` is the most
-    that fits the budget (on a GPU, and with fewer than 2**31 scores), rounded down to a
-    multiple of 64, within [64, 4096], and at most the number of queries rounded up to 64.
+    for float64), ``x = score_bytes`` bytes per score of masks and temporaries (the device back
+    end's, ``DEVICE_BYTES_PER_SCORE``, on whatever device it runs; none for the CPU tiles),
+    ``per_row_bytes`` for per-row state (ranked lists, targets, the CPU workers' tile states)
+    and the rows themselves. ``c`` is the most that fits the budget (with masks, with fewer
+    than 2**31 scores), rounded down to a multiple of 64, within [64, 4096], and at most the
+    number of queries rounded up to 64.
     """
     if chunk_size is not None:
         return chunk_size
     columns = space.single.rows if space.single is not None else space.block_rows
     element = 8 if space.filter_dtype == torch.float64 else 4
-    per_row = columns * element + per_row_bytes + space.dim * 16
-    if space.device.type != "cpu":
-        per_row += columns * DEVICE_BYTES_PER_SCORE
+    per_row = columns * (element + score_bytes) + per_row_bytes + space.dim * 16
     rows = memory_budget(space.device) // max(per_row, 1)
-    if space.device.type != "cpu":
+    if score_bytes:
         # A chunk's masks stay below 2**31 elements, the limit of torch's index kernels.
         rows = min(rows, (2**31 - 1) // max(columns, 1))
     return int(max(MIN_CHUNK_ROWS, min(MAX_CHUNK_ROWS, rows // 64 * 64)))
