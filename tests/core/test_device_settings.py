@@ -142,9 +142,11 @@ class _Counting(TorchDispatchMode):
 
 @pytest.mark.skipif(not triton_kernels.interpreting(), reason="needs TRITON_INTERPRET=1")
 def test_launches_per_chunk_do_not_grow_with_the_dimension(monkeypatch):
-    """The fused path: the same torch operations and Triton launches at d = 16 and d = 80
-    (two chunks of 48 queries against 96 rows each time); the torch path's exact scores take
-    one addition per dimension."""
+    """The fused path: the same torch operations and Triton launches for recall@K at d = 64
+    and d = 1024 (32 rows, one chunk), and for ground-truth ranks and nearest neighbours at
+    d = 16 and 80 (1 and 5 of the interpreter's 16-wide dimension blocks; 48 rows, two chunks
+    of 24): an interpreted launch costs d steps. The torch path's exact scores take one
+    addition per dimension."""
     monkeypatch.setenv("RECALLKIT_BACKEND", "triton")
     monkeypatch.setattr(device.DeviceBackend, "exact_is_cheaper", lambda *a: True)
     launches: collections.Counter = collections.Counter()
@@ -154,27 +156,33 @@ def test_launches_per_chunk_do_not_grow_with_the_dimension(monkeypatch):
         launches[name] += 1
         return kernel(name)
 
-    monkeypatch.setattr(triton_kernels, "_kernel", counting)
-    counts = {}
-    for d in (16, 80):  # 1 and 5 steps of the interpreter's 16-wide dimension blocks
-        x, labels = _clusters(96, d)
-        targets = np.stack([np.arange(96), (np.arange(96) + 5) % 96], axis=1)
+    def count(call, d, n):
+        x, labels = _clusters(n, d)
         launches.clear()
         with _Counting() as mode:
-            recallkit.recall_at_k(x, x, labels, labels, (1, 5), query_in_reference=True,
-                                  chunk_size=48)  # fmt: skip
-            recallkit.ground_truth_ranks_from_embeddings(x, x, targets, reduce="none",
-                                                         chunk_size=48)  # fmt: skip
-            recallkit.nearest_neighbors(x, x, 4, query_in_reference=True, chunk_size=48)
-        counts[d] = (sum(mode.ops.values()), dict(launches))
-    assert counts[16] == counts[80]
-    assert counts[16][1]["exact"] > 0 and counts[16][1]["filter"] > 0
+            call(x, labels)
+        return sum(mode.ops.values()), dict(launches)
+
+    def recall(x, labels):
+        recallkit.recall_at_k(x, x, labels, labels, (1, 5), query_in_reference=True)
+
+    def others(x, labels):
+        targets = np.stack([np.arange(48), (np.arange(48) + 5) % 48], axis=1)
+        recallkit.ground_truth_ranks_from_embeddings(x, x, targets, reduce="none",
+                                                     chunk_size=24)  # fmt: skip
+        recallkit.nearest_neighbors(x, x, 4, query_in_reference=True, chunk_size=24)
+
+    monkeypatch.setattr(triton_kernels, "_kernel", counting)
+    for call, dims, n in ((recall, (64, 1024), 32), (others, (16, 80), 48)):
+        low, high = (count(call, d, n) for d in dims)
+        assert low == high, call.__name__
+        assert low[1]["exact"] > 0 and low[1]["filter"] > 0, call.__name__
     monkeypatch.setenv("RECALLKIT_BACKEND", "torch")
     torch_counts = {}
     for d in (16, 80):
-        x, labels = _clusters(96, d)
+        x, labels = _clusters(48, d)
         with _Counting() as mode:
             recallkit.recall_at_k(x, x, labels, labels, (1,), query_in_reference=True,
-                                  chunk_size=48)  # fmt: skip
+                                  chunk_size=24)  # fmt: skip
         torch_counts[d] = sum(mode.ops.values())
     assert torch_counts[80] > torch_counts[16] + 60  # d additions per exact batch

@@ -357,14 +357,14 @@ def _duplicate_heavy(seed: int = 5, n: int = 300, d: int = 12) -> tuple[np.ndarr
     return x, labels
 
 
-@pytest.mark.parametrize("tile", [7, 1024])
+@pytest.mark.parametrize("tile", [11, 1024])
 @pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
 @pytest.mark.parametrize("chunk_size", [40, None])
 def test_tiles_overflow_and_exclusions_across_tiles_equal_the_definition(
     monkeypatch, tile, metric, chunk_size
 ):
-    # Tiles of 7 x 5 split every row and every exclusion list; 150 identical rows overflow the
-    # window (32) and the top-k buffer (2 k + 64) of the queries that meet them.
+    # Tiles of 11 rows split rows and exclusion lists (id groups of 3); 150 identical rows
+    # overflow the window (32) and the top-k buffer (2 k + 64) of the queries that meet them.
     monkeypatch.setattr(cpu, "TILE", tile)
     x, labels = _duplicate_heavy()
     ids = np.arange(len(x)) // 3  # each query excludes its own id group (3 rows)
