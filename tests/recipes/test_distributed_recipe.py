@@ -17,6 +17,7 @@ def test_recipe_under_torchrun():
             sys.executable,
             "-m",
             "torch.distributed.run",
+            "--standalone",  # a free port: other tests may run at the same time
             "--nproc-per-node",
             "2",
             "-m",

@@ -33,7 +33,9 @@ def _whole_split(out: Path, tag: str, world: int):
 @pytest.mark.parametrize("world", [2, 1])
 def test_training_recipe(tmp_path, world):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(world)]
+    # --standalone: a free port, as other tests may run at the same time.
+    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+              "--nproc-per-node", str(world)]  # fmt: skip
     command = [*(launch if world > 1 else [sys.executable]), "-m", "docs.recipes.training",
                "--out", str(tmp_path), "--epochs", str(EPOCHS)]  # fmt: skip
     out = subprocess.run(
