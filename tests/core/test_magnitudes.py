@@ -1,7 +1,7 @@
 """Exact at every magnitude: rows whose norms span the whole range of their type rank exactly as
 the definition says, whatever rows share a chunk, on the numba tiles and on the torch path.
 
-The reference here is written in this file, independently of recallkit: the exact score as
+The reference is independent of recallkit (``tests/brute.py``): the exact score as
 :mod:`recallkit.engine.exact` defines it (float64 products each rounded, summed in index order,
 ``sq(x) = dot(x, x)``, cosine ``dot / (sqrt(sq(q)) sqrt(sq(r)))``, euclidean ``2 dot - sq(r)``;
 under cosine a float64 row whose largest magnitude lies outside ``[2**-500, 2**500]`` is first
@@ -25,6 +25,7 @@ from recallkit import (
     nearest_neighbors,
     recall_at_k,
 )
+from tests import brute
 
 CHUNKS = (None, 1, 2, 3)
 METRICS = ("cosine", "dot", "euclidean")
@@ -59,24 +60,12 @@ def _prescaled(x: np.ndarray) -> np.ndarray:
 
 
 def exact_scores(query: np.ndarray, reference: np.ndarray, metric: str) -> np.ndarray:
-    """The definition's float64 scores, one product and one addition at a time."""
-    q = _prescaled(query) if metric == "cosine" else query.astype(np.float64)
-    r = _prescaled(reference) if metric == "cosine" else reference.astype(np.float64)
-    n, d = q.shape
-    m = r.shape[0]
-    dot = np.zeros((n, m))
-    q_sq = np.zeros(n)
-    r_sq = np.zeros(m)
+    """The definition's float64 scores (:func:`tests.brute.fixed_order_scores64`), cosine rows
+    prescaled first."""
+    if metric == "cosine":
+        query, reference = _prescaled(query), _prescaled(reference)
     with np.errstate(under="ignore"):
-        for k in range(d):
-            dot = dot + q[:, k, None] * r[None, :, k]
-            q_sq = q_sq + q[:, k] * q[:, k]
-            r_sq = r_sq + r[:, k] * r[:, k]
-        if metric == "cosine":
-            return dot / (np.sqrt(q_sq)[:, None] * np.sqrt(r_sq)[None, :])
-        if metric == "euclidean":
-            return 2.0 * dot - r_sq[None, :]
-    return dot
+        return brute.fixed_order_scores64(query, reference, metric)
 
 
 def order(row: np.ndarray) -> list[int]:
