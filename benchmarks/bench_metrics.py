@@ -51,7 +51,7 @@ def main() -> None:
     xt = torch.from_numpy(x)
     w = np.eye(4, dtype=np.float32)
     recallkit.retrieval_metrics(w, w, [0, 0, 1, 1], [0, 0, 1, 1], query_in_reference=True)
-    space = engine.prepare(xt, xt, "cosine", None, "bench")
+    space = engine.prepare(xt, xt, recallkit.Options(), "bench")
     chunk = engine.chunk_rows(space, None)
     del space
     ks = (1, 2, 4, 8)

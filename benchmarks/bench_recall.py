@@ -239,7 +239,7 @@ def run_dim(
 ) -> None:
     x, labels = make_data(rows, classes, dim)
     xt = torch.from_numpy(x)
-    space = engine.prepare(xt, xt, "cosine", None, "bench")
+    space = engine.prepare(xt, xt, recallkit.Options(), "bench")
     chunk = engine.chunk_rows(space, None)
     del space
     print(

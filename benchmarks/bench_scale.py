@@ -39,7 +39,7 @@ def part_inat() -> None:
     rows, classes, dim, ks = 136_093, 2_452, 512, (1, 4, 16, 32)
     x, labels = make_data(rows, classes, dim)
     xt = torch.from_numpy(x)
-    space = engine.prepare(xt, xt, "cosine", None, "bench")
+    space = engine.prepare(xt, xt, recallkit.Options(), "bench")
     chunk = engine.chunk_rows(space, None)
     del space
     print(

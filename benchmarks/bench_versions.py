@@ -13,6 +13,7 @@ MAP@R twice each, and prints the values so that the versions can be checked to a
 from __future__ import annotations
 
 import argparse
+import inspect
 import time
 
 import numpy as np
@@ -40,7 +41,10 @@ def main() -> None:
     w = np.eye(4, dtype=np.float32)
     recallkit.recall_at_k(w, w, [0, 0, 1, 1], [0, 0, 1, 1], (1,), query_in_reference=True)
     recallkit.map_at_r(w, w, [0, 0, 1, 1], [0, 0, 1, 1], query_in_reference=True)
-    space = engine.prepare(xt, xt, "cosine", None, "bench")
+    if "options" in inspect.signature(engine.prepare).parameters:
+        space = engine.prepare(xt, xt, recallkit.Options(), "bench")
+    else:  # an older checkout: the options one by one
+        space = engine.prepare(xt, xt, "cosine", None, "bench")
     chunk = engine.chunk_rows(space, None)
     del space
     for _ in range(args.repeat):

@@ -96,3 +96,62 @@ def fixed_order_scores64(query: np.ndarray, reference: np.ndarray, metric: str) 
     if metric == "euclidean":
         return 2.0 * dot - r_sq[None, :]
     return dot
+
+
+def relevance_lists(s, q_labels, r_labels, excluded):
+    """Per query ``(rel, R, C)``: the relevance of its candidates in rank order, its relevant
+    count and its candidate count (after the exclusions)."""
+    out = []
+    for i, row in enumerate(s):
+        order = ranked(row, excluded[i])
+        rel = [r_labels[j] == q_labels[i] for j in order]
+        out.append((rel, sum(rel), len(order)))
+    return out
+
+
+def _running(terms):
+    """A running sum, left to right, in Python floats."""
+    total = 0.0
+    for t in terms:
+        total += t
+    return total
+
+
+def metric(name: str, k: int | None, rel: list[bool], r: int, c: int, divisor="min_k_r"):
+    """One query's value of a metric from its definition (docs/metrics.md), sums taken left to
+    right in rank order; NaN for a lone query."""
+    import math
+
+    if r == 0:
+        return float("nan")
+    first = rel.index(True) if True in rel else None
+    if name == "recall":
+        return 1.0 if first is not None and first < k else 0.0
+    if name == "mrr":
+        if first is None or (k is not None and first >= k):
+            return 0.0
+        return 1.0 / (first + 1.0)
+    if name == "precision":
+        cut = max(min(k, c), 1)
+        return sum(rel[:cut]) / cut
+    if name == "ir_recall":
+        return sum(rel[:k]) / r
+    if name == "r_precision":
+        return sum(rel[:r]) / r
+    if name in ("map_at_r", "map_at_k"):
+        cut = r if name == "map_at_r" else k
+        hits, terms = 0, []
+        for p, is_rel in enumerate(rel[:cut]):
+            if is_rel:
+                hits += 1
+                terms.append(hits / (p + 1))
+        total = _running(terms)
+        if name == "map_at_r":
+            return total / r
+        d = {"min_k_r": min(k, r), "r": r, "hits": sum(rel[:k])}[divisor]
+        return total / d if d else 0.0
+    if name == "ndcg":
+        dcg = _running(1.0 / math.log2(p + 2) for p, is_rel in enumerate(rel[:k]) if is_rel)
+        ideal = _running(1.0 / math.log2(p + 2) for p in range(min(k, r)))
+        return dcg / ideal
+    raise KeyError(name)

@@ -1,9 +1,10 @@
 """Errors of the command line: library messages said with options, never Python keywords.
 
-The library's messages name Python parameters ("The 'images' parameter of cirr_recall ...",
-"pass check_counts=False"); :mod:`recallkit.errors` says them in the command line's words.
-One test reads the source of every module the command line can reach and checks that no
-keyword hint in a message escapes that translation; the others pin the translation itself.
+The library's messages keep their parts (:mod:`recallkit.exceptions`): the parameter at fault
+and the settings a message suggests ("pass check_counts=False") are mentions, not text;
+:mod:`recallkit.errors` renders them with the command line's options. One test reads the source
+of every module the command line can reach and checks that no message spells a keyword hint
+in its literal text (it would reach the user as Python); the others pin the rendering.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import pytest
 
 import recallkit
 from recallkit import _checks
-from recallkit.errors import KEYWORD_HINTS, UsageError, error_text, translate
+from recallkit.errors import SETTINGS, UsageError, error_text, namer, one_line, warning_text
+from recallkit.exceptions import RecallkitError, RecallkitWarning, Text
 
 PACKAGE = Path(recallkit.__file__).parent
 
@@ -27,14 +29,13 @@ HINT = re.compile(r"\b([a-z_][a-z0-9_]*)=(True|False|None|'[^']*'|\"[^\"]*\"|\d+
 
 # Hints in messages that the command line cannot meet, each with the reason.
 UNREACHABLE = {
-    "check_images=True": "the command line leaves load_benchmark's check_images at True",
     "check_images=False": "the command line leaves load_benchmark's check_images at True",
     "crop=True": "the command line never asks load_benchmark for cropped images",
     "name={}": "only with crop=True, which the command line never passes",
     "gallery_split={}": "Protocol's own consistency check; its protocols are fixed tables",
-    "query_in_reference=False": "the runner excludes self-matches by ids and refuses one array "
-    "as both sides without them; it never leaves query_in_reference unset or passes True",
-    "lone_queries='error'": "the command line keeps lone_queries='skip' and counts lone queries",
+    "precision='float16'": "said when a CUDA-only precision is asked on the CPU",
+    "precision='bfloat16'": "said when a CUDA-only precision is asked on the CPU",
+    "precision='int8'": "said when a CPU-only precision is asked on another device",
 }
 
 
@@ -147,15 +148,15 @@ def test_the_walk_reaches_the_modules_behind_every_command():
         assert name in modules, name
 
 
-def test_the_walk_finds_the_hints_it_is_about():
-    """The reported hints are in the walked messages: the check below can fail."""
-    found = {
-        hint
-        for path in reachable_modules().values()
-        for _, text in messages(path)
-        for hint in _hints(text)
-    }
-    assert {"check_counts=False", "allow_partial=True", "skip_bad=True"} <= found
+def test_the_walk_finds_a_literal_hint(tmp_path):
+    """The check below can fail: a message spelling a keyword hint is found."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "def f(x):\n    raise ValueError(f'pass skip_bad=True to go on, not {x}')\n"
+        "def g():\n    fail('g', 'k', \"a K (see ks='all')\", 0)\n"
+    )
+    found = [hint for _, text in messages(bad) for hint in _hints(text)]
+    assert found == ["skip_bad=True", "ks='all'"]
 
 
 def test_no_message_the_command_line_can_print_names_a_python_keyword():
@@ -163,7 +164,7 @@ def test_no_message_the_command_line_can_print_names_a_python_keyword():
     seen = set()
     for name, path in sorted(reachable_modules().items()):
         for line, text in messages(path):
-            for hint in _hints(translate(text, full_stop=False)):
+            for hint in _hints(text):
                 seen.add(hint)
                 if hint not in UNREACHABLE:
                     escaped.append(f"{name}:{line}: {hint} in {text!r}")
@@ -172,116 +173,103 @@ def test_no_message_the_command_line_can_print_names_a_python_keyword():
     assert set(UNREACHABLE) <= seen
 
 
-def test_every_keyword_hint_becomes_an_option_or_words():
-    for hint, words in KEYWORD_HINTS.items():
-        assert "=" not in words and words
-        assert translate(f"pass {hint} to go on") == f"pass {words} to go on."
+def test_every_setting_becomes_an_option_or_words_or_is_left_out():
+    name = namer({})
+    for (parameter, value), words in SETTINGS.items():
+        assert name(parameter, value) == words
+        assert words is None or ("=" not in words and words)
 
 
-@pytest.mark.parametrize(
-    ("text", "parameters", "line"),
-    [
+def _raised(call):
+    with pytest.raises(ValueError) as caught:
+        call()
+    return caught.value
+
+
+def test_library_errors_are_said_with_the_options_from_their_parts():
+    from recallkit.datasets import _files
+    from recallkit.runner.encode import BadImage, BadImagesError
+
+    cases = [
         (
-            # protocols/image_text.py, with the Karpathy split's counts.
-            (
-                "dataset_coco.json: the Karpathy 'test' split of coco has 9 images and 13 "
-                "captions; expected 5000 and 25010 (pass check_counts=False to evaluate partial "
-                "data)"
-            ),
+            RecallkitError(Text("x.json: 3 images; expected 5 (pass {fix} to evaluate partial "
+                                "data)", fix=("check_counts", False))),
             {},
-            (
-                "dataset_coco.json: the Karpathy 'test' split of coco has 9 images and 13 "
-                "captions; expected 5000 and 25010 (pass --no-count-check to evaluate partial "
-                "data)."
-            ),
+            "x.json: 3 images; expected 5 (pass --no-count-check to evaluate partial data).",
         ),
         (
-            # datasets/_files.py, the size check.
-            (
-                "/d/images.txt gives the CUB-200-2011 test split 4 images of 2 classes; the "
-                "benchmark has 5,924 images of 100 classes. Pass allow_partial=True to load a "
-                "partial or modified copy (its results are not comparable with published "
-                "numbers)."
-            ),
+            BadImagesError([BadImage("a.png", "truncated")], what="gallery"),
             {},
-            (
-                "/d/images.txt gives the CUB-200-2011 test split 4 images of 2 classes; the "
-                "benchmark has 5,924 images of 100 classes. Pass --allow-partial to load a "
-                "partial or modified copy (its results are not comparable with published "
-                "numbers)."
-            ),
+            ("1 gallery image could not be read: a.png (truncated). Fix or remove it, or pass "
+            "--skip-bad to continue without it."),
         ),
         (
-            # runner/encode.py: the flag was already there, the keyword goes.
-            (
-                "1 gallery image could not be read: a.png (truncated). Fix or remove it, or pass "
-                "--skip-bad (skip_bad=True) to continue without it."
-            ),
-            {},
-            (
-                "1 gallery image could not be read: a.png (truncated). Fix or remove it, or pass "
-                "--skip-bad to continue without it."
-            ),
-        ),
-        (
-            # datasets/_files.py: the images check; check_images has no option, so it goes.
-            (
-                "3 of the 5 images listed in /d/images.txt are not on disk (e.g. /d/a.jpg). None "
-                "of them exists: is 'root' the folder that holds the images? Pass "
-                "skip_missing=True to leave them out, or check_images=False to skip the check."
-            ),
+            # a clause offering a setting the command line has no option for is left out
+            RecallkitError(Text(
+                "3 images are not on disk. None exists: is {root} the folder? Pass {skip} to "
+                "leave them out{nocheck}.", root="root", skip=("skip_missing", True),
+                nocheck=Text(", or {off} to skip the check", off=("check_images", False)),
+            )),
             {"root": "--root"},
-            (
-                "3 of the 5 images listed in /d/images.txt are not on disk (e.g. /d/a.jpg). None "
-                "of them exists: is --root the folder that holds the images? Pass --skip-bad to "
-                "leave them out."
-            ),
+            ("3 images are not on disk. None exists: is --root the folder? Pass --skip-bad to "
+            "leave them out."),
         ),
         (
-            # protocols: a parameter with an option, and the data argument in words.
-            (
-                "The 'images' parameter of cirr_recall must be one row per image of 'data' (30 "
-                "rows). Got 12 rows."
-            ),
+            _checks.fail("cirr_recall", "images", Text("one row per image of {d} (30 rows)",
+                                                       d="data"), "12 rows"),
             {"images": "--images", "data": "the CIRR split of --root"},
-            (
-                "--images must be one row per image of the CIRR split of --root (30 rows). Got 12 "
-                "rows."
-            ),
+            ("--images must be one row per image of the CIRR split of --root (30 rows). Got 12 "
+            "rows."),
         ),
         (
-            # a parameter no option supplies: plain words, capitalised at the start.
-            "The 'query_labels' parameter of recall_at_k must be of length 3. Got 4.",
+            _checks.fail("recall_at_k", "query_labels", "of length 3", 4),
             {},
             "The query labels must be of length 3. Got 4.",
         ),
         (
-            # a library message wrapped by the runner, which ended it with its own full stop.
-            (
-                "Cannot load benchmark 'cub' from 'x': The 'root' parameter of load_cub must be an "
-                "existing folder. Got '/w/x', which does not exist or is not a folder.."
-            ),
-            {"root": "--root"},
-            (
-                "Cannot load benchmark 'cub' from 'x': --root must be an existing folder. Got "
-                "'/w/x', which does not exist or is not a folder."
-            ),
+            _checks.fail("f", "query_labels", Text("shared, as {p} asks",
+                                                   p=("lone_queries", "error")), "1 lone query"),
+            {"lone_queries": "--lone-queries"},
+            "The query labels must be shared, as --lone-queries error asks. Got 1 lone query.",
         ),
         (
-            # several lines (a torch message) become one; a quoted file name stays as it is.
-            "The model 'images' raised RuntimeError:\n  shapes do not match\n",
-            {"images": "--images"},
-            "The model 'images' raised RuntimeError: shapes do not match.",
+            _checks.fail("f", "x", Text("non-zero under {m}", m=("metric", "cosine")), "0"),
+            {"x": "--embeddings", "metric": "--metric"},
+            "--embeddings must be non-zero under --metric cosine. Got 0.",
         ),
-        (
-            "non-zero rows under metric='cosine'; a zero vector in row 2?",
-            {},
-            "non-zero rows under --metric cosine; a zero vector in row 2?",
-        ),
-    ],
-)
-def test_translate(text, parameters, line):
-    assert translate(text, parameters) == line
+    ]
+    for error, parameters, line in cases:
+        assert error_text(error, parameters) == line
+    # A library raise keeps its parts: Python callers read keywords, the command line options.
+    error = _raised(lambda: _files.check_flags("load_cub", skip_missing=True, check_images=False))
+    assert "False unless check_images=True" in str(error)
+    assert error.requirement.parameters() == [("check_images", True)]
+
+
+def test_warnings_are_said_from_their_parts():
+    w = RecallkitWarning("recall_at_k", Text("{ks} asks for more than 3 candidates", ks="ks"), "ks")
+    assert warning_text(w, {"ks": "--ks"}) == "--ks asks for more than 3 candidates"
+    assert str(w) == "recall_at_k: 'ks' asks for more than 3 candidates"
+    assert warning_text(UserWarning("multi\nline")) == "multi line"
+
+
+def test_the_clamp_warning_reaches_the_command_line_without_a_function_name(tmp_path):
+    import numpy as np
+
+    np.save(tmp_path / "e.npy", np.eye(3, dtype=np.float32))
+    np.save(tmp_path / "l.npy", np.array([0, 0, 1]))
+    import contextlib
+    import io
+
+    from recallkit.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert main(["evaluate", "--embeddings", str(tmp_path / "e.npy"), "--labels",
+                     str(tmp_path / "l.npy"), "--ks", "1", "5"]) == 0
+    text = err.getvalue()
+    assert "warning: recall@5 asks for more than the 2 candidates per query" in text
+    assert "recall_at_k" not in text and "evaluate:" not in text.split("warning:")[1]
 
 
 TORCH_REFUSAL = (
@@ -303,7 +291,7 @@ TORCH_REFUSAL = (
 
 def test_torchs_advice_on_keywords_is_said_for_the_command_line():
     # torch.load's refusal (here of a file holding a function) advises its own keywords.
-    assert translate(f"The weights file 'w.pt' cannot be read: {TORCH_REFUSAL}") == (
+    assert one_line(f"The weights file 'w.pt' cannot be read: {TORCH_REFUSAL}") == (
         "The weights file 'w.pt' cannot be read: only tensors, dicts and lists are read from a "
         "torch file, and this one holds something else (Unsupported global: GLOBAL print was "
         "not an allowed global by default)."
@@ -317,7 +305,7 @@ def test_torchs_advice_on_keywords_is_said_for_the_command_line():
         "types accepted by default with weights_only "
         "https://pytorch.org/docs/stable/generated/torch.load.html."
     )
-    assert translate(f"The scores file 's.pt' cannot be read: {junk}") == (
+    assert one_line(f"The scores file 's.pt' cannot be read: {junk}") == (
         "The scores file 's.pt' cannot be read: only tensors, dicts and lists are read from a "
         "torch file, and this one holds something else (Unsupported operand 0)."
     )
@@ -326,7 +314,7 @@ def test_torchs_advice_on_keywords_is_said_for_the_command_line():
 def test_a_parameter_error_keeps_its_parts_and_its_message():
     error = _checks.fail("cirr_recall", "images", "one row per image (30 rows)", "12 rows")
     assert isinstance(error, _checks.ParameterError) and isinstance(error, ValueError)
-    assert (error.func, error.name, error.requirement, error.got) == (
+    assert (error.func, error.name, str(error.requirement), error.got) == (
         "cirr_recall",
         "images",
         "one row per image (30 rows)",
@@ -441,7 +429,7 @@ def test_a_reader_that_stops_reading_does_not_stop_the_command(tmp_path):
         os.close(write)
     assert done.returncode == 0, done.stderr
     assert done.stderr == f"run file: {tmp_path / 'r.json'}\n"
-    assert json.loads((tmp_path / "r.json").read_text())["recall"] == {"recall@1": 1.0}
+    assert json.loads((tmp_path / "r.json").read_text())["metrics"] == {"recall@1": 1.0}
 
 
 def test_running_out_of_memory_is_one_line(tmp_path, capsys, monkeypatch):

@@ -203,11 +203,14 @@ ALL = "evaluate, compare, plot, demo, cirr, circo, fashioniq, genecis, image-tex
             "recallkit evaluate: error: --mean: expected 3 arguments",
         ),
         (
-            ["evaluate", "--q", "x"],
-            (
-                "recallkit evaluate: error: ambiguous option: --q could match --query, "
-                "--query-embeddings, --quiet"
-            ),
+            # options are spelt out: a prefix is no abbreviation
+            ["evaluate", "--embedding", "x"],
+            "recallkit evaluate: error: unrecognized arguments: --embedding x (did you mean "
+            "--embeddings?)",
+        ),
+        (
+            ["evaluate", "--k", "1"],
+            "recallkit evaluate: error: unrecognized arguments: --k 1 (did you mean --ks?)",
         ),
         (
             ["compare", "a.json"],

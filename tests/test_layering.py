@@ -130,6 +130,8 @@ def test_the_root_loads_names_on_first_use():
 #: the shared pieces come first, the back ends beside each other above them, the dispatcher
 #: (the package itself) on top.
 LAYERS = (
+    ("recallkit.exceptions",),
+    ("recallkit.options",),
     ("recallkit._checks", "recallkit._codes", "recallkit._atomic"),
     ("recallkit.engine.exact", "recallkit.engine.ties", "recallkit.engine.cpu_kernels",
      "recallkit.engine.lowp", "recallkit.engine.triton_kernels"),

@@ -48,7 +48,7 @@ def test_two_training_runs_sharing_a_history_lose_no_record(tmp_path):
     assert all(isinstance(v, float) for got in returned.values() for v in got), returned
     lines = read_history(history)
     assert len(lines) == workers * epochs
-    by_tag = {r["tag"]: r["recall"]["recall@1"] for r in lines}
+    by_tag = {r["tag"]: r["metrics"]["recall@1"] for r in lines}
     assert by_tag == {f"w{w}-e{e}": returned[w][e] for w in range(workers) for e in range(epochs)}
 
 

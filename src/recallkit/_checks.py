@@ -13,35 +13,11 @@ from typing import Any
 import numpy as np
 import torch
 
-METRICS = ("cosine", "dot", "euclidean")
+from recallkit.exceptions import ParameterError, Text, fail
+from recallkit.options import SIMILARITIES as METRICS
+from recallkit.options import check_device
 
-
-class ParameterError(ValueError):
-    """A bad argument: parameter ``name`` of ``func`` must be ``requirement``; it got ``got``.
-
-    The message is ``"The '{name}' parameter of {func} must be {requirement}. Got {got}."``; the
-    parts stay available as attributes, so that a caller (the command line) can say the same in
-    its own words, naming the option that supplied the parameter.
-
-    >>> error = ParameterError("recall_at_k", "ks", "positive integers", "0")
-    >>> str(error), error.name, error.got
-    ("The 'ks' parameter of recall_at_k must be positive integers. Got 0.", 'ks', '0')
-    """
-
-    def __init__(self, func: str, name: str, requirement: str, got: Any) -> None:
-        self.func = func
-        self.name = name
-        self.requirement = requirement
-        self.got = got
-        super().__init__(f"The '{name}' parameter of {func} must be {requirement}. Got {got}.")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.func, self.name, self.requirement, self.got))
-
-
-def fail(func: str, name: str, requirement: str, got: Any) -> ParameterError:
-    """Build the library's standard error for parameter ``name`` of ``func``."""
-    return ParameterError(func, name, requirement, got)
+__all__ = ["METRICS", "ParameterError", "check_device", "fail"]
 
 
 def as_embeddings(x: Any, name: str, func: str, *, ndim: int = 2) -> torch.Tensor:
@@ -156,7 +132,8 @@ def check_zero_rows(norms: torch.Tensor, offset: int, name: str, func: str) -> N
     zero = norms == 0
     if bool(zero.any()):
         row = int(torch.nonzero(zero)[0, 0]) + offset
-        raise fail(func, name, "non-zero rows under metric='cosine'", f"a zero vector in row {row}")
+        raise fail(func, name, Text("non-zero rows under {m}", m=("metric", "cosine")),
+                   f"a zero vector in row {row}")  # fmt: skip
 
 
 def check_choice(value: Any, choices: Sequence[str], func: str, name: str) -> str:
@@ -275,43 +252,26 @@ def as_scores(scores: Any, func: str, name: str = "scores") -> np.ndarray:
     return scores
 
 
-def check_rows(x: Any, expected: int, func: str, name: str, what: str) -> None:
+def per(what: str | Text, expected: int, unit: str) -> Text:
+    """``one {unit} per {what} ({expected} {unit}s)``, ``what`` text or a :class:`Text` that
+    mentions another parameter (``Text("caption of {c}", c="caption_image")``)."""
+    return Text(f"one {unit} per {{what}} ({expected} {unit}s)",
+                what=what if isinstance(what, Text) else Text(what.replace("{", "{{")
+                                                              .replace("}", "}}")))  # fmt: skip
+
+
+def check_rows(x: Any, expected: int, func: str, name: str, what: str | Text) -> None:
     """Raise unless ``x`` has ``expected`` rows (one per ``what``)."""
     rows = int(x.shape[0]) if hasattr(x, "shape") and len(x.shape) else len(x)
     if rows != expected:
-        raise fail(func, name, f"one row per {what} ({expected} rows)", f"{rows} rows")
+        raise fail(func, name, per(what, expected, "row"), f"{rows} rows")
 
 
-def check_columns(x: Any, expected: int, func: str, name: str, what: str) -> None:
+def check_columns(x: Any, expected: int, func: str, name: str, what: str | Text) -> None:
     """Raise unless ``x`` has ``expected`` columns (one per ``what``)."""
     cols = int(x.shape[1])
     if cols != expected:
-        raise fail(func, name, f"one column per {what} ({expected} columns)", f"{cols} columns")
-
-
-def check_device(device: Any, func: str) -> torch.device:
-    """``device`` as a ``torch.device`` that holds data and is available here."""
-    if isinstance(device, bool) or not isinstance(device, str | torch.device | int):
-        raise fail(func, "device", "a device name such as 'cpu' or 'cuda'", repr(device))
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError, ValueError):
-        raise fail(func, "device", "a device name such as 'cpu' or 'cuda'", repr(device)) from None
-    if dev.type == "meta":
-        raise fail(func, "device", "a device that holds data ('cpu', 'cuda')", repr(device))
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise fail(func, "device", "an available device (no CUDA GPU is visible)", repr(device))
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            got = f"{device!r} ({torch.cuda.device_count()} CUDA devices)"
-            raise fail(func, "device", "an available device", got)
-        return dev
-    if dev.type != "cpu":
-        try:
-            torch.empty(1, device=dev)
-        except (RuntimeError, AssertionError, TypeError, ValueError):
-            raise fail(func, "device", "an available device", repr(device)) from None
-    return dev
+        raise fail(func, name, per(what, expected, "column"), f"{cols} columns")
 
 
 def check_block_shape(block: np.ndarray, rows: int, dim: int, name: str, func: str) -> None:

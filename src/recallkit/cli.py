@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from recallkit import __version__
-from recallkit.errors import error_text, translate
+from recallkit.errors import error_text, warning_text
 
 # (command, module of recallkit.commands that registers it, one-line help), in the order of
 # ``recallkit --help``: the image runner first, the benchmark protocols after. The help line is
@@ -134,7 +134,12 @@ def _argparse_text(message: str) -> str:
 
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are raised as :class:`CommandLineError` (not printed with
-    the usage) and whose invalid choices say which known choice is closest."""
+    the usage), whose invalid choices say which known choice is closest, and which takes every
+    option spelt out (no abbreviations: ``--embedding`` is not ``--embeddings``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise CommandLineError(self.prog, _argparse_text(message))
@@ -239,17 +244,15 @@ def _parameters(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _unknown_options(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
-    """The words of ``argv`` that look like long options ``parser`` does not know.
-
-    A unique prefix of an option is known (argparse accepts it); words after ``--`` are values.
-    """
-    known = _options(parser)
+    """The words of ``argv`` that look like long options ``parser`` does not know (options are
+    spelt out in full; words after ``--`` are values)."""
+    known = set(_options(parser))
     unknown = []
     for word in argv:
         if word == "--":
             break
         name = word.split("=", 1)[0]
-        if name.startswith("--") and not any(option.startswith(name) for option in known):
+        if name.startswith("--") and name not in known:
             unknown.append(word)
     return unknown
 
@@ -273,7 +276,7 @@ def _run(argv: list[str], command: str) -> int:
     try:
         with (
             _reader_may_leave(),
-            _warnings_on_one_line(command),
+            _warnings_on_one_line(command, _parameters(args)),
             _silenced(getattr(args, "quiet", False)),
         ):
             return int(args.func(args) or 0)
@@ -364,15 +367,15 @@ def _reader_may_leave() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _warnings_on_one_line(command: str) -> Iterator[None]:
+def _warnings_on_one_line(command: str, parameters: Mapping[str, str]) -> Iterator[None]:
     """Show each Python warning as one line, ``recallkit COMMAND: warning: ...``, when raised.
 
-    The text is said in the command line's words (:func:`recallkit.errors.translate`).
+    The text is said in the command line's words (:func:`recallkit.errors.warning_text`).
     """
     with warnings.catch_warnings():
 
         def show(message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
-            text = translate(str(message), full_stop=False)
+            text = warning_text(message, parameters)
             print(f"{PROG} {command}: warning: {text}", file=sys.stderr)
 
         warnings.showwarning = show

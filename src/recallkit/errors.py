@@ -1,18 +1,21 @@
 """User errors of the command line, and the one line each is printed as.
 
 A command's bad input is a ``ValueError``: the commands' own :class:`UsageError`, the runner's
-``RunnerError`` or a library error. The library speaks of Python parameters: "The 'images'
-parameter of cirr_recall must be ...", "pass check_counts=False". :func:`error_text` says the
-same in the words of the command line:
+``RunnerError`` or a library error. The library's errors and warnings keep their parts
+(:mod:`recallkit.exceptions`): the parameter at fault, and the other parameters a message
+mentions ("pass query_in_reference=True"). :func:`error_text` and :func:`warning_text` say them
+in the words of the command line, from those parts, never by reading the message's text:
 
-- a parameter becomes the option that supplied it: each command maps the library's parameter
-  names to its options (``parameters``, e.g. ``{"images": "--images"}``); a parameter that no
-  option supplies is named in plain words ("the query labels");
-- a keyword hint (``allow_partial=True``) becomes the option that does the same
-  (``--allow-partial``, :data:`KEYWORD_HINTS`), and a hint the command line has no option for
-  is left out (:data:`PHRASES`); so is the keyword advice of other libraries' messages that
-  reach the user, such as torch's when it refuses a file (:data:`REWRITES`);
-- the text is one line, without terminal escapes, ending with one full stop.
+- the parameter at fault becomes the option that supplied it: each command maps the library's
+  parameter names to its options (``parameters``, e.g. ``{"images": "--images"}``); a parameter
+  that no option supplies is named in plain words ("the query labels");
+- a setting a message suggests (``allow_partial=True``, ``lone_queries='error'``) becomes the
+  option that does the same (``--allow-partial``, ``--lone-queries error``; :data:`SETTINGS`
+  and the command's options), and a clause that suggests a setting the command line has no
+  option for is left out;
+- the text is one line, without terminal escapes, ending with one full stop. Messages of other
+  libraries that advise their own Python keywords (torch refusing a file) are said in words
+  (:data:`REWRITES`).
 
 This module imports nothing heavy: ``recallkit --help`` loads it without torch.
 """
@@ -20,36 +23,32 @@ This module imports nothing heavy: ``recallkit --help`` loads it without torch.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Mapping
 from typing import Any
+
+from recallkit.exceptions import (
+    NO_VALUE,
+    Namer,
+    ParameterError,
+    RecallkitError,
+    RecallkitWarning,
+)
 
 
 class UsageError(ValueError):
     """A user error (bad file, bad argument) reported by the command line as one line, exit 2."""
 
 
-#: Keyword hints of library messages -> what the command line says instead.
-KEYWORD_HINTS: Mapping[str, str] = {
-    "allow_partial=True": "--allow-partial",
-    "check_counts=False": "--no-count-check",
-    "skip_bad=True": "--skip-bad",
-    "skip_missing=True": "--skip-bad",
-    "metric='cosine'": "--metric cosine",
-    "device='cpu'": "--device cpu",
-    "precision='float32'": "--precision float32",
-    "precision='bfloat16'": "--precision bfloat16",
-    "precision='float16'": "--precision float16",
-    "precision='int8'": "--precision int8",
-    "query_in_reference=True": "each query is also a gallery item",
-}
-
-#: Phrases of library messages said otherwise on the command line: a hint the command line has
-#: no option for is left out; the function name opening a warning is dropped.
-PHRASES: Mapping[str, str] = {
-    ", or check_images=False to skip the check": "",
-    "recall_at_k: ks ": "K values ",
-    "recall_at_k: all ": "All ",
+#: Settings of library parameters -> what the command line says instead; ``None``: the
+#: command line has no option for it (a clause that suggests it is left out).
+SETTINGS: Mapping[tuple[str, Any], str | None] = {
+    ("allow_partial", True): "--allow-partial",
+    ("check_counts", False): "--no-count-check",
+    ("skip_bad", True): "--skip-bad",
+    ("skip_missing", True): "--skip-bad",
+    ("check_images", False): None,
+    ("query_in_reference", True): "the query set as its own gallery (--images, or --labels)",
+    ("query_in_reference", False): None,
 }
 
 #: Messages of other libraries that advise Python keywords, said for the command line.
@@ -70,10 +69,6 @@ REWRITES: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 _ESCAPES = re.compile(r"\x1b\[[0-9;]*m")
-_SUBJECT = re.compile(r"\b([Tt])he '(\w+)' parameter of [\w.]+")
-# A parameter named in quotes inside a message: "is 'root' the folder", "among the 'image_ids'".
-_QUOTED = re.compile(r"(?:\b(the|is|of) )?'(\w+)'")
-_FLAG_WITH_KEYWORD = re.compile(r"(--[\w-]+) \(\w+=[^()]*\)")
 
 
 def plain_words(name: str) -> str:
@@ -95,44 +90,45 @@ def subject(name: str, parameters: Mapping[str, str], *, capital: bool = False) 
     return words[0].upper() + words[1:] if capital else words
 
 
-def translate(
-    text: str, parameters: Mapping[str, str] | None = None, *, full_stop: bool = True
-) -> str:
-    """Library message text in the words of the command line, on one line.
+def namer(parameters: Mapping[str, str] | None = None) -> Namer:
+    """How the command line names the parameters a library message mentions: a parameter by
+    its option (else in plain words), a setting by :data:`SETTINGS` or as the option with its
+    value (``--lone-queries error``; ``--flag`` for a flag set to True); ``None`` for a setting
+    the command line cannot make.
 
-    With ``full_stop`` (errors), the text ends with exactly one full stop; without it
-    (warnings), the end is left as it is.
-
-    >>> translate("The 'texts' parameter of image_text_recall must be non-empty. Got 0 rows.",
-    ...           {"texts": "--texts"})
-    '--texts must be non-empty. Got 0 rows.'
-    >>> translate("x.json: 3 images; expected 5 (pass check_counts=False to evaluate partial data)")
-    'x.json: 3 images; expected 5 (pass --no-count-check to evaluate partial data).'
-    >>> translate("1 image could not be read: a.png. Pass --skip-bad (skip_bad=True) to go on.")
-    '1 image could not be read: a.png. Pass --skip-bad to go on.'
+    >>> name = namer({"lone_queries": "--lone-queries", "ks": "--ks"})
+    >>> name("ks", NO_VALUE), name("lone_queries", "error"), name("allow_partial", True)
+    ('--ks', '--lone-queries error', '--allow-partial')
+    >>> name("check_images", False) is None, name("query_labels", NO_VALUE)
+    (True, 'the query labels')
     """
     parameters = parameters or {}
 
-    def named(match: re.Match[str]) -> str:
-        return subject(match.group(2), parameters, capital=match.group(1) == "T")
+    def name(parameter: str, value: Any) -> str | None:
+        if value is NO_VALUE:
+            return subject(parameter, parameters)
+        if (parameter, value) in SETTINGS:
+            return SETTINGS[(parameter, value)]
+        flag = parameters.get(parameter)
+        if flag is None or not flag.startswith("--"):
+            return None
+        if isinstance(value, bool):
+            return flag if value else None
+        return f"{flag} {value}"
 
-    def quoted(match: re.Match[str]) -> str:
-        # After "the", "is" or "of", or with an underscore: a parameter, not a quoted file name.
-        word, name = match.groups()
-        if name not in parameters or (word is None and "_" not in name):
-            return match.group(0)
-        return f"{word} {parameters[name]}" if word else parameters[name]
+    return name
 
+
+def one_line(text: str, *, full_stop: bool = True) -> str:
+    """``text`` on one line, without terminal escapes, other libraries' keyword advice said in
+    words (:data:`REWRITES`); with ``full_stop`` (errors) ending with exactly one full stop.
+
+    >>> one_line("shapes do not match\\n  at row 3")
+    'shapes do not match at row 3.'
+    """
     text = _ESCAPES.sub("", text)
     for pattern, words in REWRITES:
         text = pattern.sub(words, text)
-    text = _SUBJECT.sub(named, text)
-    text = _QUOTED.sub(quoted, text)
-    for phrase, words in PHRASES.items():
-        text = text.replace(phrase, words)
-    text = _FLAG_WITH_KEYWORD.sub(r"\1", text)
-    for hint, words in KEYWORD_HINTS.items():
-        text = text.replace(hint, words)
     text = re.sub(r"\s*\n\s*", " ", text.strip())
     return _one_sentence_end(text) if full_stop else text
 
@@ -158,30 +154,37 @@ def os_error_text(error: OSError) -> str:
     return f"{reason}."
 
 
-def _parameter_error(error: BaseException) -> Any:
-    """``error`` if it is the library's ``ParameterError`` (its module is loaded if one exists)."""
-    checks = sys.modules.get("recallkit._checks")
-    if checks is not None and isinstance(error, checks.ParameterError):
-        return error
-    return None
-
-
 def error_text(error: BaseException, parameters: Mapping[str, str] | None = None) -> str:
     """The one line the command line prints for ``error`` (a ``ValueError`` or ``OSError``).
 
-    A library ``ParameterError`` is said anew from its parts, naming the option (or, without
-    one, the words) for its parameter; any other message goes through :func:`translate`.
+    A library error is said anew from its parts (:mod:`recallkit.exceptions`): the parameter
+    at fault by its option (or, without one, in words), the settings it mentions as options.
 
     >>> error_text(UsageError("--ks takes positive integers. Got '0'."))
     "--ks takes positive integers. Got '0'."
+    >>> error_text(ParameterError("f", "texts", "non-empty", "0 rows"), {"texts": "--texts"})
+    '--texts must be non-empty. Got 0 rows.'
     """
     parameters = parameters or {}
-    bad = _parameter_error(error)
-    if bad is not None:
-        who = subject(bad.name, parameters, capital=True)
-        text = f"{who} must be {bad.requirement}. Got {bad.got}."
+    if isinstance(error, ParameterError):
+        who = subject(error.name, parameters, capital=True)
+        text = error.render(namer(parameters), subject=who)
+    elif isinstance(error, RecallkitError):
+        text = error.render(namer(parameters))
     elif isinstance(error, OSError):
         text = os_error_text(error)
     else:
         text = str(error) or type(error).__name__
-    return translate(text, parameters)
+    return one_line(text)
+
+
+def warning_text(message: Any, parameters: Mapping[str, str] | None = None) -> str:
+    """The text of a warning on the command line: a library warning from its parts (the
+    function name that opens it in Python dropped), any other warning as it is, on one line.
+
+    >>> warning_text(RecallkitWarning("recall_at_k", "recall@10 asks for more", "ks"))
+    'recall@10 asks for more'
+    """
+    if isinstance(message, RecallkitWarning):
+        return one_line(message.render(namer(parameters)), full_stop=False)
+    return one_line(str(message), full_stop=False)

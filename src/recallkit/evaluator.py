@@ -23,6 +23,14 @@ out (``query_in_reference=True``, the default), or queries against a separate ga
 (``query_in_reference=False``, the gallery given with :meth:`Evaluator.update_reference`, as
 the In-Shop benchmark splits it).
 
+An epoch ends at :meth:`~Evaluator.compute` (``epoch_ends="compute"``, the default): the next
+batch begins the next epoch, so a forgotten :meth:`~Evaluator.reset` cannot return the last
+epoch's values or count its rows twice. Every batch is checked as it arrives (finite
+embeddings of one dimension, integer labels, non-negative ids), and an error names the batch and
+the row; an id given again in an epoch must carry the same embedding and label (the rows
+``DistributedSampler`` repeats to pad do; across ranks the rows are compared by digest at
+:meth:`~Evaluator.compute`).
+
 With ``history=`` each :meth:`~Evaluator.compute` appends the epoch's record to a history file
 (:mod:`recallkit.records`, the format of ``recallkit evaluate --history``), so ``recallkit plot
 runs.jsonl -o recall.png`` draws recall@K across epochs; ``run_file="runs/{tag}.json"`` also
@@ -42,10 +50,13 @@ import numpy as np
 import torch
 
 from recallkit import _checks, records
-from recallkit import metrics as _metrics
-from recallkit.options import Options, check_flag
+from recallkit import metrics as registry
+from recallkit.options import Options, accepts, check_flag, fill_docs
 from recallkit.result import Result
 
+#: What ends an epoch: ``"compute"`` (the first update after a compute begins the next one) or
+#: ``"reset"`` (only :meth:`Evaluator.reset`; torchmetrics' convention).
+EPOCH_ENDS = ("compute", "reset")
 # The dtypes rows may have, as codes exchanged between ranks to check they agree.
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -80,7 +91,8 @@ def _integers(values: Any, n: int, name: str, func: str) -> torch.Tensor:
 
 @dataclass
 class _Batches:
-    """The rows of one role (queries, or the separate gallery) collected on this rank."""
+    """The rows of one role (queries, or the separate gallery) collected on this rank in the
+    current epoch, each batch checked as it arrives."""
 
     role: str
     rows: list[torch.Tensor] = field(default_factory=list)
@@ -88,9 +100,19 @@ class _Batches:
     ids: list[torch.Tensor] = field(default_factory=list)
     with_ids: bool | None = None
     count: int = 0
+    batches: int = 0
+    # id -> (global row, batch, row in the batch) of its first occurrence this epoch
+    seen: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
-    def add(self, embeddings: Any, labels: Any, ids: Any, func: str) -> None:
-        x = _checks.as_embeddings(embeddings, "embeddings", func)
+    def add(
+        self, embeddings: Any, labels: Any, ids: Any, func: str, other: _Batches | None = None
+    ) -> None:
+        batch = self.batches
+        where = f"batch {batch} (batches count from 0 in each epoch)"
+        try:
+            x = _checks.as_embeddings(embeddings, "embeddings", func)
+        except ValueError as error:
+            raise _in_batch(error, where) from None
         if self.rows:
             first = self.rows[0]
             if (x.shape[1], x.dtype, x.device) != (first.shape[1], first.dtype, first.device):
@@ -99,9 +121,17 @@ class _Batches:
                     "embeddings",
                     f"of the dimension, dtype and device of the earlier batches (dimension "
                     f"{first.shape[1]}, {first.dtype}, {first.device})",
-                    f"dimension {x.shape[1]}, {x.dtype}, {x.device}",
+                    f"dimension {x.shape[1]}, {x.dtype}, {x.device} in {where}",
                 )
+        if other is not None and other.dim is not None and x.shape[1] != other.dim:
+            wanted = f"of dimension {other.dim}, as the {other.role} rows"
+            raise _checks.fail(func, "embeddings", wanted, f"dimension {x.shape[1]} in {where}")
         n = x.shape[0]
+        bad = ~torch.isfinite(x).all(dim=1)
+        if bool(bad.any()):
+            row = int(torch.nonzero(bad)[0, 0])
+            raise _checks.fail(func, "embeddings", "finite (no NaN or infinity)",
+                               f"a non-finite value in row {row} of {where}")  # fmt: skip
         y = _integers(labels, n, "labels", func)
         i = None if ids is None else _integers(ids, n, "ids", func)
         if self.with_ids is not None and self.with_ids != (i is not None):
@@ -110,6 +140,8 @@ class _Batches:
                 func, "ids", f"given for every batch or for none (the earlier batches came {had})",
                 "None" if i is None else "ids",
             )  # fmt: skip
+        if i is not None:
+            self._check_ids(x, y, i, func, where)
         # A copy: the caller may reuse or change its buffer after update.
         self.rows.append(x.clone())
         self.labels.append(y)
@@ -117,6 +149,52 @@ class _Batches:
             self.ids.append(i)
         self.with_ids = i is not None
         self.count += n
+        self.batches += 1
+
+    def _check_ids(
+        self, x: torch.Tensor, y: torch.Tensor, ids: torch.Tensor, func: str, where: str
+    ) -> None:
+        """Dataset indices are non-negative, and an index given again this epoch (a row that
+        DistributedSampler repeats) carries the same embedding and label."""
+        values = ids.cpu().numpy().astype(np.int64)
+        if values.size and int(values.min()) < 0:
+            row = int(np.flatnonzero(values < 0)[0])
+            raise _checks.fail(func, "ids", "non-negative dataset indices",
+                               f"{int(values[row])} in row {row} of {where}")  # fmt: skip
+        new: dict[int, tuple[int, int, int]] = {}
+        for row, value in enumerate(values.tolist()):
+            first = self.seen.get(value) or new.get(value)
+            if first is None:
+                new[value] = (self.count + row, self.batches, row)
+                continue
+            g, b0, r0 = first
+            same_label = int(y[row]) == int(self._label(g) if g < self.count else y[r0])
+            earlier = self._row(g) if g < self.count else x[r0]
+            if not (same_label and same_row(earlier, x[row])):
+                what = "label" if not same_label else "embedding"
+                raise _checks.fail(
+                    func, "ids",
+                    "one dataset index per item of the epoch: an index given again carries its "
+                    "label and embedding again (as DistributedSampler repeats items to pad the "
+                    "last batch; the embedding equal up to a relative 1e-3); call reset() at the "
+                    "start of each epoch, or let compute() end it",
+                    f"index {value} in row {row} of {where} with another {what} than in row "
+                    f"{r0} of batch {b0}",
+                )  # fmt: skip
+        self.seen.update(new)
+
+    def _locate(self, g: int) -> tuple[int, int]:
+        sizes = np.cumsum([t.shape[0] for t in self.rows])
+        b = int(np.searchsorted(sizes, g, side="right"))
+        return b, g - (int(sizes[b - 1]) if b else 0)
+
+    def _row(self, g: int) -> torch.Tensor:
+        b, r = self._locate(g)
+        return self.rows[b][r]
+
+    def _label(self, g: int) -> int:
+        b, r = self._locate(g)
+        return int(self.labels[b][r])
 
     @property
     def dim(self) -> int | None:
@@ -137,7 +215,68 @@ class _Batches:
 
     def clear(self) -> None:
         self.rows, self.labels, self.ids = [], [], []
-        self.with_ids, self.count = None, 0
+        self.with_ids, self.count, self.batches = None, 0, 0
+        self.seen = {}
+
+
+def _in_batch(error: ValueError, where: str) -> ValueError:
+    """``error`` (a check of the embeddings) with the batch it was found in."""
+    if isinstance(error, _checks.ParameterError):
+        return _checks.fail(error.func, error.name, error.requirement, f"{error.got} in {where}")
+    return error
+
+
+#: How far apart two embeddings of one item may be: an item embedded again in another batch
+#: (``DistributedSampler``'s padding) may differ in its last bits, not more.
+SAME_ITEM_RTOL = 1e-3
+
+
+def same_row(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two embeddings can be one item's: equal up to a relative ``SAME_ITEM_RTOL`` of
+    the larger magnitude (an item embedded in another batch differs in its last bits)."""
+    a64, b64 = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
+    scale = float(torch.maximum(a64.abs().max(), b64.abs().max())) if a64.numel() else 0.0
+    return bool(((a64 - b64).abs() <= SAME_ITEM_RTOL * scale).all())
+
+
+def _same_rows_across_ranks(
+    rows: torch.Tensor, labels: np.ndarray, ids: np.ndarray, group: Any, func: str
+) -> None:
+    """Raise, on every rank alike, when a dataset index held by several ranks carries another
+    label or embedding on one than on another (:func:`same_row`). Only the rows of indices held
+    twice cross processes (``DistributedSampler`` pads with at most ``world - 1``; at most
+    :data:`_COMPARED` are compared)."""
+    import torch.distributed as dist
+
+    world = dist.get_world_size(group)
+    everyone: list[Any] = [None] * world
+    dist.all_gather_object(everyone, ids.astype(np.int64), group=group)
+    values, counts = np.unique(np.concatenate(everyone), return_counts=True)
+    repeated = values[counts > 1][:_COMPARED]
+    if not len(repeated):
+        return
+    mine = np.isin(ids, repeated)
+    held_here = zip(ids[mine], labels[mine], rows[torch.from_numpy(mine)], strict=True)
+    local = {int(i): (int(lab), row.detach().cpu().to(torch.float64)) for i, lab, row in held_here}
+    shared: list[Any] = [None] * world
+    dist.all_gather_object(shared, local, group=group)
+    for value in repeated.tolist():
+        held = [(r, part[value]) for r, part in enumerate(shared) if value in part]
+        (r0, (label0, row0)), *others = held
+        for r, (label, row) in others:
+            if label != label0 or not same_row(row0, row):
+                what = "label" if label != label0 else "embedding"
+                raise _checks.fail(
+                    func, "ids",
+                    "one dataset index per item: an index on several ranks carries its label "
+                    "and embedding on each (as DistributedSampler repeats items to pad the last "
+                    "batch; the embedding equal up to a relative 1e-3); call reset() at the "
+                    "start of each epoch, or let compute() end it",
+                    f"index {value} with another {what} on rank {r} than on rank {r0}",
+                )  # fmt: skip
+
+
+_COMPARED = 64
 
 
 def _first_by_id(ids: np.ndarray, name: str, func: str) -> tuple[np.ndarray, list[int]]:
@@ -176,8 +315,10 @@ class Evaluator:
         run_file: a path with ``{tag}`` (``"runs/{tag}.json"``): each :meth:`compute` writes
             its run file there, with the per-query ranks ``recallkit compare`` reads.
         group: the ``torch.distributed`` process group (default: the whole world).
-        **options: ``metric``, ``chunk_size``, ``device``, ``precision``, ``lone_queries``
-            (:class:`recallkit.Options`).
+        epoch_ends: ``"compute"`` (default): :meth:`compute` ends the epoch, and the next
+            batch begins a new one; ``"reset"``: the rows stay until :meth:`reset`.
+
+    {options}
 
     Under an initialised process group of more than one process every rank calls
     :meth:`update` with its own batches and their dataset indices (``ids``) and
@@ -192,6 +333,7 @@ class Evaluator:
     {'recall@1': 0.0, 'recall@2': 0.5}
     """
 
+    @accepts("Evaluator")
     def __init__(
         self,
         ks: Any = (1, 2, 4, 8),
@@ -201,16 +343,14 @@ class Evaluator:
         history: str | os.PathLike[str] | None = None,
         run_file: str | None = None,
         group: Any = None,
-        **options: Any,
+        epoch_ends: str = "compute",
+        options: Options,
     ) -> None:
         func = "Evaluator"
         self.ks = _checks.check_ks(ks, func)
-        if metrics is None:
-            names: Sequence[str] = [f"recall@{k}" for k in self.ks] + ["MAP@R", "R-precision"]
-        else:
-            names = metrics
-        self.metrics = tuple(s.name for s in _metrics.parse(names, func))
-        self.options = Options.of(func, **options)
+        chosen = registry.default(self.ks) if metrics is None else registry.parse(metrics, func)
+        self.metrics = tuple(registry.names_of(chosen))
+        self.options = options
         self.query_in_reference = check_flag(query_in_reference, func, "query_in_reference")
         self.history = _check_path(history, "history", func)
         if run_file is not None and (
@@ -222,7 +362,9 @@ class Evaluator:
             )  # fmt: skip
         self.run_file = None if run_file is None else os.fspath(run_file)
         self.group = group
+        self.epoch_ends = _checks.check_choice(epoch_ends, EPOCH_ENDS, func, "epoch_ends")
         self.computes = 0
+        self._ended = False
         self._query = _Batches("embeddings")
         self._reference = _Batches("reference")
 
@@ -269,36 +411,35 @@ class Evaluator:
                 "dataset indices, by which the rows DistributedSampler repeats are counted once",
                 None,
             )  # fmt: skip
+        if self._ended:  # the first batch after compute() begins the next epoch
+            self.reset()
         other = self._reference if batches is self._query else self._query
-        batches.add(embeddings, labels, ids, func)
-        if other.dim is not None and batches.dim != other.dim:
-            wrong = batches.rows.pop()
-            batches.labels.pop()
-            if batches.ids:
-                batches.ids.pop()
-            batches.count -= wrong.shape[0]
-            if not batches.rows:
-                batches.clear()
-            raise _checks.fail(
-                func, "embeddings", f"of dimension {other.dim}, as the {other.role} rows",
-                f"dimension {wrong.shape[1]}",
-            )  # fmt: skip
+        batches.add(embeddings, labels, ids, func, other)
 
     def reset(self) -> None:
-        """Forget the rows collected (call it at the start of each epoch)."""
+        """Forget the rows collected: begin a new epoch (with ``epoch_ends="compute"``, the
+        default, the first :meth:`update` after :meth:`compute` does it too)."""
+        self._ended = False
         self._query.clear()
         self._reference.clear()
 
     def compute(self, *, tag: str | None = None) -> Result:
-        """The metrics of every row collected since the last :meth:`reset` (on every rank).
+        """The metrics of every row of the epoch (every row since the last :meth:`reset`), on
+        every rank alike.
+
+        With ``epoch_ends="compute"`` (the default) compute ends the epoch: it may be called
+        again for the same values, and the next :meth:`update` or :meth:`update_reference`
+        begins a new epoch, so that a forgotten :meth:`reset` can neither return the last
+        epoch's values nor count its rows twice. With ``epoch_ends="reset"`` (torchmetrics'
+        convention) the rows stay until :meth:`reset`.
 
         ``tag`` names the run in the history and run files (default ``epoch-N``, ``N`` the
-        number of computes so far, this one included). The rows are kept: compute may be
-        called again, and :meth:`update` may add more.
+        number of computes so far, this one included); it is a plain name (no path separator,
+        not ``..``): run files stay in the folder of ``run_file``.
         """
         func = "Evaluator.compute"
-        if tag is not None and not isinstance(tag, str):
-            raise _checks.fail(func, "tag", "a string or None", repr(tag))
+        if tag is not None:
+            records.check_tag(tag, func)
         rank, world = _distributed(self.group)
         self._check_ready(world, func)
         if world > 1:
@@ -306,6 +447,7 @@ class Evaluator:
         else:
             result = self._single(func)
         self.computes += 1
+        self._ended = self.epoch_ends == "compute"
         if rank == 0 and (self.history is not None or self.run_file is not None):
             self._write(result, tag if tag is not None else f"epoch-{self.computes}")
         return result
@@ -358,9 +500,6 @@ class Evaluator:
                     "every rank must embed with the same model and dtype."
                 )
 
-    def _keywords(self) -> dict[str, Any]:
-        return {**self.options.search(), "lone_queries": self.options.lone_queries}
-
     def _single(self, func: str) -> Result:
         from recallkit.retrieval import retrieval_metrics
 
@@ -379,7 +518,7 @@ class Evaluator:
                 reference_labels = reference_labels[rows]
         result = retrieval_metrics(
             x, reference, labels, reference_labels, self.metrics,
-            query_in_reference=self.query_in_reference, **self._keywords(),
+            query_in_reference=self.query_in_reference, options=self.options,
         )  # fmt: skip
         return result if query_ids is None else result.replace(query_ids=query_ids)
 
@@ -387,13 +526,15 @@ class Evaluator:
         from recallkit.sharded import evaluate_sharded
 
         x, labels, ids = self._query.joined()
+        _same_rows_across_ranks(x, labels, ids, self.group, "Evaluator.update")
         gallery: dict[str, Any] = {}
         if not self.query_in_reference:
             r, r_labels, r_ids = self._reference.joined()
+            _same_rows_across_ranks(r, r_labels, r_ids, self.group, "Evaluator.update_reference")
             gallery = dict(reference=r, reference_labels=r_labels, reference_indices=r_ids)
         return evaluate_sharded(
             x, labels, ids, self.ks, metrics=self.metrics, group=self.group, **gallery,
-            **self._keywords(),
+            options=self.options,
         )  # fmt: skip
 
     def _write(self, result: Result, tag: str) -> None:
@@ -401,6 +542,9 @@ class Evaluator:
             result, tag=tag, metric=self.options.metric, extra={"source": "recallkit.Evaluator"}
         )
         if self.run_file is not None:
-            records.write_run(self.run_file.format(tag=tag), record)
+            records.write_run(records.run_path(self.run_file, tag, "Evaluator.compute"), record)
         if self.history is not None:
             records.append_history(self.history, record, stacklevel=4)
+
+
+Evaluator.__doc__ = fill_docs(Evaluator.__doc__)

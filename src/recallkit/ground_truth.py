@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from recallkit import _checks, engine
-from recallkit.metrics import DIVISORS, rank_bounds
-from recallkit.options import Options
+from recallkit.metrics import DIVISORS, ap_divisor, rank_bounds
+from recallkit.options import Options, accepts
 from recallkit.result import Result
 
 REDUCTIONS = ("min", "none")
@@ -175,13 +175,13 @@ class Ranker:
         """Raise unless there is one reference item per ``what``."""
         self._check(self.num_reference, expected, what, self.names[1], rows=self.transposed)
 
-    def _check(self, got: int, expected: int, what: str, name: str, rows: bool) -> None:
+    def _check(self, got: int, expected: int, what: Any, name: str, rows: bool) -> None:
         if got == expected:
             return
         if self.matrix and not rows:
-            raise _checks.fail(self.func, name, f"one column per {what} ({expected} columns)",
+            raise _checks.fail(self.func, name, _checks.per(what, expected, "column"),
                                f"{got} columns")  # fmt: skip
-        raise _checks.fail(self.func, name, f"one row per {what} ({expected} rows)",
+        raise _checks.fail(self.func, name, _checks.per(what, expected, "row"),
                            f"{got} rows")  # fmt: skip
 
     @classmethod
@@ -202,17 +202,14 @@ class Ranker:
             _checks.check_rows(query, expect[0], func, query_name, expect[1])
             _checks.check_rows(reference, expect[2], func, reference_name, expect[3])
         try:
-            space = engine.prepare(
-                query, reference, options.metric, options.device, func,
-                precision=options.precision, query_is_reference=False,
-            )  # fmt: skip
+            space = engine.prepare(query, reference, options, func, query_is_reference=False)
         except ValueError as error:  # name the protocol's own arguments
             text = str(error).replace("'query'", f"'{query_name}'")
             text = text.replace("the query's dimension", f"the dimension of '{query_name}'")
             raise ValueError(text.replace("'reference'", f"'{reference_name}'")) from None
 
         def run(request: engine.Request) -> Any:
-            return engine.run(space, request, options.chunk_size)
+            return engine.run(space, request)
 
         return cls(space.num_query, space.num_reference, run, space.device, func=func,
                    names=(query_name, reference_name))  # fmt: skip
@@ -345,6 +342,7 @@ def ground_truth_ranks(
     return _output(ranks, tie_bounds, scores)
 
 
+@accepts(scope="engine")
 def ground_truth_ranks_from_embeddings(
     query: Any,
     reference: Any,
@@ -353,15 +351,14 @@ def ground_truth_ranks_from_embeddings(
     exclude: Any = None,
     reduce: str = "min",
     tie_bounds: bool = False,
-    metric: str = "cosine",
-    chunk_size: int | None = None,
-    device: Any = None,
-    precision: str = "auto",
+    options: Options,
 ) -> np.ndarray | torch.Tensor | Ranks:
     """:func:`ground_truth_ranks` from embeddings, chunked: the full matrix is never built.
 
     Scores are the exact scores of :func:`recallkit.recall_at_k` (``metric`` cosine, dot or
     euclidean; ``precision`` the filter GEMM's type), with the same tie rule.
+
+    {options}
 
     >>> import numpy as np
     >>> images = np.eye(3)
@@ -371,8 +368,6 @@ def ground_truth_ranks_from_embeddings(
     """
     func = "ground_truth_ranks_from_embeddings"
     _checks.check_choice(reduce, REDUCTIONS, func, "reduce")
-    options = Options.of(func, metric=metric, chunk_size=chunk_size, device=device,
-                         precision=precision)  # fmt: skip
     ranker = Ranker.from_embeddings(query, reference, func, options)
     targets, single = _targets(ground_truth, ranker.num_query, ranker.num_reference, func)
     excluded = ranker.exclusions(_exclusion(exclude, targets, ranker.num_reference, func))
@@ -517,7 +512,7 @@ def average_precision_at_k(
     [0.16666666666666666]
     """
     func = "average_precision_at_k"
-    k = _checks.check_positive_int(k, func, "k")
+    k = min(_checks.check_positive_int(k, func, "k"), 2**62)  # any K beyond every rank is one
     _checks.check_choice(divisor, DIVISORS, func, "divisor")
     ranks = _rank_rows(relevant_ranks, func)
     given = (ranks >= 0).sum(axis=1)
@@ -542,12 +537,7 @@ def average_precision_at_k(
     order = np.arange(1, ordered.shape[1] + 1, dtype=np.float64)[None, :]
     with np.errstate(divide="ignore"):
         terms = np.where(inside, order / (np.where(inside, ordered, 0) + 1.0), 0.0)
-    total = terms.sum(axis=1)
-    if divisor == "min_k_r":
-        denominator = np.minimum(k, counts).astype(np.float64)
-    elif divisor == "r":
-        denominator = counts.astype(np.float64)
-    else:
-        denominator = inside.sum(axis=1).astype(np.float64)
+    total = np.cumsum(terms, axis=1)[:, -1] if terms.shape[1] else np.zeros(len(terms))
+    denominator = ap_divisor(divisor, k, counts, inside.sum(axis=1)).astype(np.float64)
     values = np.where(denominator > 0, total / np.where(denominator > 0, denominator, 1.0), 0.0)
     return _checks.like_input(relevant_ranks, values)

@@ -1,247 +1,635 @@
-"""Every label-form metric, defined once: its name, what it needs from the engine, and its
-per-query statistic.
+"""Every label-form metric, each one object in one registry.
 
-A metric is asked for by name (``"recall@10"``, ``"MAP@R"``, ...; :func:`parse` also takes the
-aliases of the table below). The engine computes, in one pass, what all asked metrics need: the
-first-hit rank of each query (recall@K) and its exact top-``w`` list (``w`` the largest list a
-metric needs: ``K``, or the query's ``R``); each metric is then a pure function of those
-per-query arrays (:func:`per_query`), averaged over the evaluated queries.
+A metric is a subclass of :class:`Metric` registered with :func:`register`. The class holds all
+there is to the metric, and nothing else in the library knows it by name:
 
-Definitions (``R`` = relevant reference items of the query after self-exclusion; ``rel_i`` =
-whether the item at 0-indexed rank ``i`` is relevant; ``P@i`` = precision of the first ``i``):
+* its name (``"recall@{K}"``), its aliases and its peers' names (PML, torchmetrics, OML, ranx);
+* what it asks of the engine (:attr:`Metric.reads`: each query's first-hit rank, or its exact
+  ranked list, and how long that list must be: :meth:`Metric.width`);
+* its per-query statistic (:meth:`Metric.values`), computed in one fixed order of operations
+  from the ranked relevance alone, so that it is bit-identical for every chunking, budget,
+  streaming, precision, back end and shard split;
+* its K clamp, per query, over the candidates left after every exclusion;
+* its tie rule: the worst and best values over the orders of the exactly tied items
+  (:meth:`Metric.bounds`).
+
+Names (``R`` = relevant reference items of the query after every exclusion; ``C`` = the
+query's candidates after every exclusion; ``rel_i`` = whether the item at 0-indexed rank ``i``
+is relevant; ``P@i`` = precision of the first ``i``; ``r`` = the 0-indexed rank of the first
+relevant item):
 
 =================  =============================================================================
-``recall@K``       hit@K: 1 if one of the K nearest is relevant (rank of the first hit < K), the
+``recall@K``       hit@K: 1 if one of the K nearest is relevant (``r < K``), the
                    deep-metric-learning recall@K (Oh Song et al. 2016; Musgrave et al. 2020);
                    PML's ``precision_at_1`` at K = 1. Alias ``hit@K``.
-``precision@K``    ``Σ_{i<K} rel_i / K``: the fraction of the K nearest that are relevant (IR).
-``IR-recall@K``    ``Σ_{i<K} rel_i / R``: the fraction of the relevant items found in the K nearest
-                   (the information-retrieval recall; torchmetrics ``RetrievalRecall``).
+``precision@K``    ``Σ_{i<K'} rel_i / K'`` with ``K' = min(K, C)``: the fraction of the K nearest
+                   that are relevant (IR; torchmetrics ``adaptive_k``).
+``IR-recall@K``    ``Σ_{i<K} rel_i / R``: the fraction of the relevant items found in the K
+                   nearest (the information-retrieval recall; torchmetrics ``RetrievalRecall``).
 ``MAP@K``          ``Σ_{i<K} rel_i P@(i+1) / D`` with ``D = min(K, R)`` (CIRCO, Baldrati et al.
                    2023), ``R`` (PML ``mean_average_precision``) or the hits in the top K
-                   (torchmetrics, OML), by ``divisor``.
+                   (torchmetrics, OML), by ``divisor``; 0 when ``D = 0``.
 ``MAP@R``          ``Σ_{i<R} rel_i P@(i+1) / R`` (Musgrave et al. 2020).
 ``R-precision``    ``Σ_{i<R} rel_i / R`` (Musgrave et al. 2020).
+``MRR``            ``1 / (r + 1)``, the reciprocal rank of the first relevant item (Voorhees,
+                   TREC-8 QA, 1999); ``MRR@K``: 0 when ``r >= K``.
+``nDCG@K``         ``DCG@K / IDCG@K`` with binary gains: ``DCG@K = Σ_{i<K} rel_i / log2(i + 2)``,
+                   ``IDCG@K = Σ_{i<min(K, R)} 1 / log2(i + 2)`` (Järvelin & Kekäläinen 2002).
 =================  =============================================================================
 
-K above the candidates of a query is clamped to them (``effective_ks``) for recall@K and
-precision@K. Lone queries (``R = 0``) have no value (NaN) and are left out of every mean, or
-count as 0, or raise, by ``lone_queries`` (:data:`LONE_QUERIES`).
+Lone queries (``R = 0``) have no value (NaN): they are left out of every mean, counted as 0, or
+refused, by ``lone_queries`` (:data:`recallkit.options.LONE_QUERIES`).
 
-Ties: every value is the one the tie rule gives (lower reference index first). Beside it,
-:func:`tie_orders` and :func:`rank_bounds` give each query's value with every exact tie broken in
-its favour (optimistic) or against it (pessimistic), from the same pass.
+Fixed order. Every sum over a ranked list is a running sum in rank order (``numpy.cumsum``,
+which adds left to right) read at the cut-off, so padding a list (a wider chunk) never changes a
+value; counts are exact integers; every quotient is one correctly rounded division.
+
+Ties. Every value is the one the tie rule gives (lower reference index first). Beside it,
+:meth:`Metric.bounds` gives each query's worst and best values over every order of the items
+whose exact scores are equal; :class:`Ranked` provides the orders a metric needs (each group of
+equal scores relevant-first or relevant-last, the items tied beyond the list included).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
-from recallkit import _checks
+from recallkit.exceptions import fail
 
 DIVISORS = ("min_k_r", "r", "hits")
-#: What a metric does with a lone query (no relevant item): ``"skip"`` leaves it out of the
-#: means (counted in ``num_excluded``; every value NaN with a warning when all queries are
-#: lone), ``"zero"`` counts it as 0, ``"error"`` raises ``ValueError`` if any query is lone.
-LONE_QUERIES = ("skip", "zero", "error")
+#: The registry: family key -> metric class, in the order metrics are documented.
+REGISTRY: dict[str, type[Metric]] = {}
+ORDERS = ("rule", "best", "worst")
+_LARGEST_K = 2**62
+# (pattern, family, whether it holds K) for every name and alias, built on first use.
+_PATTERNS: list[tuple[re.Pattern[str], str, bool]] = []
 
 
-@dataclass(frozen=True)
-class Kind:
-    """One family of metrics: its canonical name (``{K}`` for the cut-off), the aliases it is
-    also asked by, its name in pytorch-metric-learning's ``AccuracyCalculator`` (``None``: not
-    one of PML's), and what it needs: ``"rank"`` (first-hit ranks), ``"k"`` (lists of K) or
-    ``"r"`` (lists of R)."""
-
-    key: str
-    name: str
-    aliases: tuple[str, ...]
-    pml: str | None
-    needs: str
+def register(cls: type[Metric]) -> type[Metric]:
+    """Add a metric class to the registry (its :attr:`Metric.family` must be new)."""
+    if cls.family in REGISTRY:
+        raise ValueError(f"a metric family {cls.family!r} is registered already")
+    REGISTRY[cls.family] = cls
+    _PATTERNS.clear()
+    return cls
 
 
-KINDS = {
-    kind.key: kind
-    for kind in (
-        Kind(
-            "recall", "recall@{K}", ("hit@{K}", "recall_at_{K}", "r@{K}"), "recall_at_{K}", "rank"
-        ),
-        Kind("precision", "precision@{K}", ("ir_precision@{K}",), None, "k"),
-        Kind("ir_recall", "IR-recall@{K}", ("ir_recall@{K}",), None, "k"),
-        Kind("map_at_k", "MAP@{K}", ("map_at_{K}", "mean_average_precision_at_{K}"), None, "k"),
-        Kind(
-            "map_at_r",
-            "MAP@R",
-            ("map_at_r", "mean_average_precision_at_r", "map@r"),
-            "mean_average_precision_at_r",
-            "r",
-        ),
-        Kind("r_precision", "R-precision", ("r_precision", "rprecision"), "r_precision", "r"),
-    )
-}
+def unregister(family: str) -> None:
+    """Remove a metric family from the registry (a metric added for a while, in a test)."""
+    del REGISTRY[family]
+    _PATTERNS.clear()
 
 
-@dataclass(frozen=True)
-class Spec:
-    """One metric asked for: its kind and cut-off ``k`` (``None`` for the R-based ones)."""
+# ----------------------------------------------------------------------------------------------
+# One chunk's ranked relevance: what every metric reads.
 
-    kind: str
-    k: int | None = None
+
+class Ranked:
+    """The ranked relevance of a chunk of ``c`` queries, from which every metric is computed.
+
+    ``num_relevant`` (``R``) and ``candidates`` (``C``) per query; for rank metrics the
+    first-hit ranks by the tie rule and with every tie broken for (``best``) or against
+    (``worst``) the query (``-1``: no relevant item); for list metrics each query's ranked list
+    ``(c, w)``: ``relevant``, ``valid`` (False at padding) and exact ``score``, and the *tail*
+    (``tail_count`` items beyond the list tied with its last item, ``tail_relevant`` of them
+    relevant).
+    """
+
+    def __init__(
+        self,
+        num_relevant: np.ndarray,
+        candidates: np.ndarray,
+        *,
+        first: np.ndarray | None = None,
+        first_best: np.ndarray | None = None,
+        first_worst: np.ndarray | None = None,
+        relevant: np.ndarray | None = None,
+        valid: np.ndarray | None = None,
+        score: np.ndarray | None = None,
+        tail_count: np.ndarray | None = None,
+        tail_relevant: np.ndarray | None = None,
+    ) -> None:
+        self.num_relevant = np.asarray(num_relevant, dtype=np.int64)
+        self.candidates = np.asarray(candidates, dtype=np.int64)
+        self.first = first
+        self.first_best = first if first_best is None else first_best
+        self.first_worst = first if first_worst is None else first_worst
+        c = len(self.num_relevant)
+        if relevant is None:
+            relevant = np.zeros((c, 0), dtype=bool)
+        self.relevant = np.asarray(relevant, dtype=bool)
+        self.valid = np.ones_like(self.relevant) if valid is None else np.asarray(valid, bool)
+        self.score = score
+        zero = np.zeros(c, dtype=np.int64)
+        self.tail_count = zero if tail_count is None else np.asarray(tail_count, np.int64)
+        self.tail_relevant = zero if tail_relevant is None else np.asarray(tail_relevant, np.int64)
+        self._orders: dict[str, np.ndarray] = {}
+        self._sums: dict[tuple[str, str], np.ndarray] = {}
+        self._groups: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    @property
+    def width(self) -> int:
+        return int(self.relevant.shape[1])
+
+    def rank(self, order: str = "rule") -> np.ndarray:
+        """First-hit ranks in ``order`` (``"rule"``, ``"best"``, ``"worst"``)."""
+        return {"rule": self.first, "best": self.first_best, "worst": self.first_worst}[order]
+
+    def groups(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per list position, its group of equal exact scores: ``(start, end, hits)``, the
+        group's first position, its end (first position after it, counting the tail for the
+        last group of the list) and its relevant items (tail included)."""
+        if self._groups is None:
+            self._groups = _groups(self.score, self.relevant, self.valid, self.tail_count,
+                                   self.tail_relevant)  # fmt: skip
+        return self._groups
+
+    def order(self, order: str = "rule") -> np.ndarray:
+        """The relevance of each list in ``order``: the tie rule's, or with every group of equal
+        scores reordered relevant-first (``"best"``) or relevant-last (``"worst"``), the tail
+        included (a relevant tail item may come into the list, a relevant item go out)."""
+        if order == "rule" or self.score is None:
+            return self.relevant
+        if order not in self._orders:
+            start, end, hits = self.groups()
+            position = np.arange(self.width)[None, :]
+            if order == "best":
+                out = (position - start < hits) & self.valid
+            else:
+                out = (position >= end - hits) & self.valid
+            self._orders[order] = out
+        return self._orders[order]
+
+    def running(self, what: str, order: str = "rule") -> np.ndarray:
+        """Running sums along each list in ``order``, left to right: ``"hits"`` (relevant items
+        so far, int64), ``"precision"`` (``Σ rel_i P@(i+1)``), ``"dcg"`` (``Σ rel_i /
+        log2(i + 2)``)."""
+        key = (what, order)
+        if key not in self._sums:
+            rel = self.order(order)
+            if what == "hits":
+                out = np.cumsum(rel, axis=1, dtype=np.int64)
+            elif what == "precision":
+                hits = self.running("hits", order)
+                position = np.arange(1, self.width + 1, dtype=np.float64)[None, :]
+                out = np.cumsum(np.where(rel, hits / position, 0.0), axis=1)
+            else:
+                out = np.cumsum(np.where(rel, discounts(self.width)[None, :], 0.0), axis=1)
+            self._sums[key] = out
+        return self._sums[key]
+
+    def at(self, what: str, cut: np.ndarray | int, order: str = "rule") -> np.ndarray:
+        """The running sum ``what`` over the first ``cut`` positions of each list (``cut`` per
+        query or one for all; beyond the list: its whole length; 0 for ``cut <= 0``)."""
+        running = self.running(what, order)
+        c = len(self.num_relevant)
+        cut = np.broadcast_to(np.asarray(cut, dtype=np.int64), (c,))
+        inside = np.minimum(cut, self.width)
+        if self.width == 0:
+            return np.zeros(c, dtype=running.dtype)
+        out = np.take_along_axis(running, np.maximum(inside - 1, 0)[:, None], axis=1)[:, 0]
+        return np.where(inside > 0, out, 0)
+
+    def take(self, rows: np.ndarray) -> Ranked:
+        """The queries ``rows`` (a mask or indices) of this chunk."""
+        def part(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else a[rows]
+
+        return Ranked(
+            self.num_relevant[rows], self.candidates[rows], first=part(self.first),
+            first_best=part(self.first_best), first_worst=part(self.first_worst),
+            relevant=self.relevant[rows], valid=self.valid[rows], score=part(self.score),
+            tail_count=self.tail_count[rows], tail_relevant=self.tail_relevant[rows],
+        )  # fmt: skip
+
+
+def _groups(
+    score: np.ndarray | None,
+    relevant: np.ndarray,
+    valid: np.ndarray,
+    tail_count: np.ndarray,
+    tail_relevant: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    c, w = relevant.shape
+    position = np.broadcast_to(np.arange(w)[None, :], (c, w))
+    if score is None or w == 0:
+        return position.copy(), position + 1, relevant.astype(np.int64)
+    new = np.ones((c, w), dtype=bool)
+    new[:, 1:] = (score[:, 1:] != score[:, :-1]) | ~valid[:, 1:] | ~valid[:, :-1]
+    group = np.cumsum(new, axis=1) - 1 + (np.arange(c) * w)[:, None]
+    flat = group.reshape(-1)
+    size = np.bincount(flat, minlength=c * w)
+    hits = np.bincount(flat, weights=relevant.reshape(-1), minlength=c * w).astype(np.int64)
+    starts = np.zeros(c * w, dtype=np.int64)
+    first = np.flatnonzero(new.reshape(-1))
+    starts[flat[first]] = first % w
+    # The last valid item's group extends into the tail.
+    has = valid.any(axis=1)
+    last = np.where(has, w - 1 - np.argmax(valid[:, ::-1], axis=1), 0)
+    tail_group = group[np.arange(c), last][has]
+    size[tail_group] += tail_count[has]
+    hits[tail_group] += tail_relevant[has]
+    start = starts[flat].reshape(c, w)
+    return start, start + size[flat].reshape(c, w), hits[flat].reshape(c, w)
+
+
+_DISCOUNTS = np.zeros(0)
+
+
+def discounts(width: int) -> np.ndarray:
+    """``1 / log2(i + 2)`` for ``i < width``: nDCG's position discounts, each the correctly
+    rounded quotient of ``math.log2`` (the same table for every list)."""
+    global _DISCOUNTS
+    if len(_DISCOUNTS) < width:
+        size = max(width, 2 * len(_DISCOUNTS), 64)
+        _DISCOUNTS = np.array([1.0 / math.log2(i + 2) for i in range(size)])
+        _DISCOUNTS.setflags(write=False)
+    return _DISCOUNTS[:width]
+
+
+def _ideal_dcg(cut: np.ndarray) -> np.ndarray:
+    """``Σ_{i<cut} 1 / log2(i + 2)``, a running sum left to right read at ``cut``."""
+    top = int(cut.max(initial=0))
+    running = np.cumsum(discounts(top)) if top else np.zeros(0)
+    out = running[np.maximum(cut - 1, 0)] if top else np.zeros(len(cut))
+    return np.where(cut > 0, out, 0.0)
+
+
+# ----------------------------------------------------------------------------------------------
+# The metric objects.
+
+
+class Metric:
+    """One metric, at one cut-off (``k``) where it has one (module docstring).
+
+    Subclasses set the class attributes and :meth:`values`; :meth:`width`, :meth:`bounds` and
+    :meth:`clamped` have defaults that fit most metrics. Instances are values: equal when
+    family, ``k`` and ``divisor`` are.
+    """
+
+    #: The registry key.
+    family: ClassVar[str]
+    #: Canonical name: ``{K}`` for the cut-off; :attr:`name_without_k` when K is optional.
+    template: ClassVar[str]
+    name_without_k: ClassVar[str | None] = None
+    #: Other names it is asked by (lower case is matched; ``{K}`` the cut-off).
+    aliases: ClassVar[tuple[str, ...]] = ()
+    #: The peers' names of this metric, ``(library, name)``, with the agreement conditions in
+    #: docs/metrics.md.
+    peers: ClassVar[tuple[tuple[str, str], ...]] = ()
+    #: Its key in pytorch-metric-learning's ``AccuracyCalculator`` (``None``: not one of PML's).
+    pml: ClassVar[str | None] = None
+    #: What it reads from the engine: ``"rank"`` (first-hit ranks) or ``"list"`` (ranked lists).
+    reads: ClassVar[str] = "list"
+    #: Whether K above a query's candidates is clamped to them (and said in a warning).
+    clamps: ClassVar[bool] = False
+    #: Whether it takes ``divisor`` (AP@K).
+    takes_divisor: ClassVar[bool] = False
+    #: The per-query formula, for the definitions table.
+    formula: ClassVar[str] = ""
+
+    def __init__(self, k: int | None = None, divisor: str = "min_k_r") -> None:
+        self.k = k
+        self.divisor = divisor if self.takes_divisor else "min_k_r"
+        # The cut-off as the arrays take it: any K beyond every list reads the whole list.
+        self.cut = None if k is None else min(int(k), _LARGEST_K)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Metric) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple[Any, ...]:
+        return (self.family, self.k, self.divisor)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
 
     @property
     def name(self) -> str:
-        """The canonical name, used as the result's key, in run files and by the CLI."""
-        return KINDS[self.kind].name.replace("{K}", str(self.k))
+        """The canonical name: the key of results, run files and reports."""
+        if self.k is None:
+            return self.name_without_k or self.template
+        return self.template.replace("{K}", str(self.k))
 
     @property
-    def needs(self) -> str:
-        return KINDS[self.kind].needs
+    def pml_name(self) -> str | None:
+        """The metric's key in PML's ``AccuracyCalculator`` (``None``: not one of PML's)."""
+        return None if self.pml is None else self.pml.replace("{K}", str(self.k))
+
+    # -- what it asks of the engine ------------------------------------------------------------
+
+    def width(self, num_relevant: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """Per query, the length of the ranked list it reads (0: it reads the first-hit rank)."""
+        if self.reads == "rank":
+            return np.zeros(len(num_relevant), dtype=np.int64)
+        return np.minimum(self.cut, candidates).astype(np.int64)
+
+    def clamped(self, candidates: np.ndarray) -> np.ndarray:
+        """Per query, the cut-off after the clamp (K, or ``min(K, C)`` for clamping metrics)."""
+        k = np.full(len(candidates), self.cut if self.cut is not None else 0, dtype=np.int64)
+        return np.maximum(np.minimum(k, candidates), 1) if self.clamps else k
+
+    # -- the statistic -------------------------------------------------------------------------
+
+    def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
+        """Each query's value in ``order`` (lone queries: any value; the caller masks them)."""
+        raise NotImplementedError
+
+    def bounds(self, ranked: Ranked, tied: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(worst, best)`` per query over every order of the exactly tied items, for the rows
+        ``tied`` (a mask: the queries whose lists or first hits have a tie). The default takes
+        each group of equal scores relevant-last and relevant-first, which is worst and best
+        for every metric that never gains from a relevant item ranked lower."""
+        part = ranked.take(tied)
+        return self.values(part, "worst"), self.values(part, "best")
+
+
+def _safe_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    b = np.asarray(b, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(b > 0, a / np.where(b > 0, b, 1.0), 0.0)
+
+
+@register
+class Recall(Metric):
+    family = "recall"
+    template = "recall@{K}"
+    aliases = ("hit@{K}", "recall_at_{K}", "r@{K}", "hit_rate@{K}", "cmc@{K}")
+    peers = (
+        ("PML", "precision_at_1 (K = 1)"),
+        ("torchmetrics", "RetrievalHitRate(top_k=K)"),
+        ("OML", "cmc@K"),
+        ("ranx", "hit_rate@K"),
+    )
+    pml = "recall_at_{K}"
+    reads = "rank"
+    clamps = True
+    formula = "1 if the first relevant item has 0-indexed rank < K"
 
     @property
-    def pml(self) -> str | None:
-        """The metric's key in PML's ``AccuracyCalculator`` (``precision_at_1`` for recall@1)."""
-        template = KINDS[self.kind].pml
-        if template is None:
-            return None
-        if self.kind == "recall" and self.k == 1:
-            return "precision_at_1"
-        return template.replace("{K}", str(self.k))
+    def pml_name(self) -> str | None:
+        return "precision_at_1" if self.k == 1 else super().pml_name
+
+    def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
+        rank = ranked.rank(order)
+        return ((rank >= 0) & (rank < self.cut)).astype(np.float64)
 
 
-def _patterns() -> list[tuple[re.Pattern, str]]:
-    out = []
-    for kind in KINDS.values():
-        for text in (kind.name, *kind.aliases):
-            pattern = re.escape(text.lower()).replace(re.escape("{k}"), r"(\d+)")
-            out.append((re.compile(f"^{pattern}$"), kind.key))
-    return out
+@register
+class Precision(Metric):
+    family = "precision"
+    template = "precision@{K}"
+    aliases = ("ir_precision@{K}", "p@{K}")
+    peers = (
+        ("torchmetrics", "RetrievalPrecision(top_k=K, adaptive_k=True)"),
+        ("OML", "precision@K"),
+        ("ranx", "precision@K"),
+    )
+    clamps = True
+    formula = "(relevant items among the first min(K, C)) / min(K, C)"
+
+    def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
+        cut = self.clamped(ranked.candidates)
+        return ranked.at("hits", cut, order) / cut.astype(np.float64)
 
 
-_PATTERNS = _patterns()
+@register
+class IRRecall(Metric):
+    family = "ir_recall"
+    template = "IR-recall@{K}"
+    aliases = ("ir_recall@{K}",)
+    peers = (("torchmetrics", "RetrievalRecall(top_k=K)"), ("ranx", "recall@K"))
+    formula = "(relevant items among the first K) / R"
+
+    def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
+        return _safe_divide(ranked.at("hits", self.cut, order), ranked.num_relevant)
 
 
-def parse(names: Iterable[str] | str, func: str, name: str = "metrics") -> tuple[Spec, ...]:
+@register
+class MAPAtK(Metric):
+    family = "map_at_k"
+    template = "MAP@{K}"
+    aliases = ("map_at_{K}", "mean_average_precision_at_{K}", "map@{K}")
+    peers = (
+        ("torchmetrics", "RetrievalMAP(top_k=K) (divisor='hits')"),
+        ("OML", "map@K (divisor='hits')"),
+        ("ranx", "map@K (divisor='r')"),
+        ("PML", "mean_average_precision with k=K (divisor='r')"),
+    )
+    takes_divisor = True
+    formula = "AP@K = (1/D) Σ_{i<K} rel_i · P@(i+1), D by divisor; 0 when D = 0"
+
+    def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
+        hits = ranked.at("hits", self.cut, order) if self.divisor == "hits" else None
+        divisor = ap_divisor(self.divisor, self.cut, ranked.num_relevant, hits)
+        return _safe_divide(ranked.at("precision", self.cut, order), divisor)
+
+    def bounds(self, ranked: Ranked, tied: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        worst, best = super().bounds(ranked, tied)
+        if self.divisor != "hits":
+            return worst, best
+        # The divisor grows with the hits in the top K: a relevant item of the group that
+        # straddles the cut-off may be worth more outside it. Every split of that group's
+        # relevant items between inside and outside is tried, each placed first (best) or last
+        # (worst) of the inside positions.
+        part = ranked.take(tied)
+        k = self.cut
+        if part.width < k:
+            return worst, best
+        start, end, hits = (a[:, k - 1] for a in part.groups())
+        inside = k - start
+        low = np.maximum(0, hits - (end - k))
+        high = np.minimum(hits, inside)
+        before = part.at("hits", start)
+        prefix = {o: part.at("precision", start, o) for o in ("best", "worst")}
+        for h in range(int(high.max(initial=0)) + 1):
+            active = (low <= h) & (h <= high) & part.valid[:, k - 1]
+            if not active.any():
+                continue
+            rows = np.flatnonzero(active)
+            t = np.arange(1, h + 1, dtype=np.float64)[None, :]
+            found = before[rows, None] + t
+            for o, target, pick in (("best", best, np.maximum), ("worst", worst, np.minimum)):
+                first = start[rows, None] if o == "best" else k - h
+                terms = found / (first + t)
+                total = prefix[o][rows] + (np.cumsum(terms, axis=1)[:, -1] if h else 0.0)
+                value = _safe_divide(total, before[rows] + h)
+                target[rows] = pick(target[rows], value)
+        return worst, best
+
+
+@register
+class MAPAtR(Metric):
+    family = "map_at_r"
+    template = "MAP@R"
+    aliases = ("map_at_r", "mean_average_precision_at_r", "map@r")
+    peers = (("PML", "mean_average_precision_at_r"), ("OML", "map@R"),)
+    pml = "mean_average_precision_at_r"
+    formula = "(1/R) Σ_{i<R} rel_i · P@(i+1)"
+
+    def width(self, num_relevant: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        return np.asarray(num_relevant, dtype=np.int64)
+
+    def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
+        r = ranked.num_relevant
+        return _safe_divide(ranked.at("precision", r, order), r)
+
+
+@register
+class RPrecision(Metric):
+    family = "r_precision"
+    template = "R-precision"
+    aliases = ("r_precision", "rprecision")
+    peers = (("PML", "r_precision"), ("torchmetrics", "RetrievalRPrecision"),)
+    pml = "r_precision"
+    formula = "(relevant items among the first R) / R"
+
+    def width(self, num_relevant: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        return np.asarray(num_relevant, dtype=np.int64)
+
+    def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
+        r = ranked.num_relevant
+        return _safe_divide(ranked.at("hits", r, order), r)
+
+
+@register
+class MRR(Metric):
+    family = "mrr"
+    template = "MRR@{K}"
+    name_without_k = "MRR"
+    aliases = ("mrr@{K}", "mrr", "mean_reciprocal_rank", "mean_reciprocal_rank@{K}")
+    peers = (
+        ("PML", "mean_reciprocal_rank (within its k neighbours)"),
+        ("torchmetrics", "RetrievalMRR"),
+        ("ranx", "mrr"),
+    )
+    pml = "mean_reciprocal_rank"
+    reads = "rank"
+    formula = "1 / (r + 1), r the 0-indexed rank of the first relevant item; MRR@K: 0 if r >= K"
+
+    @property
+    def pml_name(self) -> str | None:
+        return self.pml if self.k is None else None
+
+    def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
+        rank = ranked.rank(order)
+        found = rank >= 0
+        if self.k is not None:
+            found &= rank < self.cut
+        return np.where(found, 1.0 / (np.where(found, rank, 0) + 1.0), 0.0)
+
+
+@register
+class NDCG(Metric):
+    family = "ndcg"
+    template = "nDCG@{K}"
+    aliases = ("ndcg@{K}", "ndcg_at_{K}")
+    peers = (("torchmetrics", "RetrievalNormalizedDCG(top_k=K)"), ("ranx", "ndcg@K"),)
+    formula = "DCG@K / IDCG@K, binary gains, discount 1/log2(i + 2)"
+
+    def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
+        ideal = _ideal_dcg(np.minimum(self.cut, ranked.num_relevant))
+        return _safe_divide(ranked.at("dcg", self.cut, order), ideal)
+
+
+# ----------------------------------------------------------------------------------------------
+# Names.
+
+def _patterns() -> list[tuple[re.Pattern[str], str, bool]]:
+    if not _PATTERNS:
+        for cls in REGISTRY.values():
+            texts = [cls.template, *cls.aliases]
+            if cls.name_without_k is not None:
+                texts.append(cls.name_without_k)
+            for text in texts:
+                with_k = "{k}" in text.lower()
+                pattern = re.escape(text.lower()).replace(re.escape("{k}"), r"(\d+)")
+                _PATTERNS.append((re.compile(f"^{pattern}$"), cls.family, with_k))
+    return _PATTERNS
+
+
+def parse_one(text: str, divisor: str = "min_k_r") -> Metric | None:
+    """The metric named ``text`` (a canonical name, an alias, PML's ``precision_at_1``), or
+    ``None``."""
+    low = text.strip().lower()
+    if low == "precision_at_1":
+        return Recall(1)
+    for pattern, family, with_k in _patterns():
+        match = pattern.match(low)
+        if match:
+            k = int(match.group(1)) if with_k else None
+            if with_k and k <= 0:
+                return None
+            return REGISTRY[family](k, divisor)
+    return None
+
+
+def parse(
+    names: Iterable[str] | str, func: str, name: str = "metrics", divisor: str = "min_k_r"
+) -> tuple[Metric, ...]:
     """The metrics named (canonical names or aliases, case-insensitive), in order, each once.
+    An unknown name raises ``ValueError`` naming ``func`` and ``name``.
 
-    >>> [s.name for s in parse(["hit@1", "map_at_r", "R-Precision", "precision_at_1"], "f")]
-    ['recall@1', 'MAP@R', 'R-precision']
+    >>> [m.name for m in parse(["hit@1", "map_at_r", "R-Precision", "precision_at_1", "mrr"], "f")]
+    ['recall@1', 'MAP@R', 'R-precision', 'MRR']
     """
     if isinstance(names, str):
         names = [names]
     try:
         given = list(names)
     except TypeError:
-        raise _checks.fail(func, name, "a sequence of metric names", type(names).__name__) from None
+        raise fail(func, name, "a sequence of metric names", type(names).__name__) from None
     if not given:
-        raise _checks.fail(func, name, "at least one metric name", "none")
-    out: list[Spec] = []
+        raise fail(func, name, "at least one metric name", "none")
+    out: list[Metric] = []
     for text in given:
         if not isinstance(text, str):
-            raise _checks.fail(func, name, "metric names (strings)", repr(text))
-        spec = _parse_one(text.strip())
-        if spec is None:
-            raise _checks.fail(func, name, f"metric names such as {_examples()}", repr(text))
-        if spec not in out:
-            out.append(spec)
+            raise fail(func, name, "metric names (strings)", repr(text))
+        metric = parse_one(text, divisor)
+        if metric is None:
+            raise fail(func, name, f"metric names such as {examples()}", repr(text))
+        if metric not in out:
+            out.append(metric)
     return tuple(out)
 
 
-def _parse_one(text: str) -> Spec | None:
-    low = text.lower()
-    if low == "precision_at_1":
-        return Spec("recall", 1)
-    for pattern, key in _PATTERNS:
-        match = pattern.match(low)
-        if match:
-            if match.groups():
-                k = int(match.group(1))
-                return Spec(key, k) if k > 0 else None
-            return Spec(key)
-    return None
+def examples() -> str:
+    """One example name of every registered metric, for messages and help."""
+    shown = []
+    for cls in REGISTRY.values():
+        shown.append(cls.name_without_k or cls.template.replace("{K}", "10"))
+    return ", ".join(repr(s) for s in shown)
 
 
-def _examples() -> str:
-    return "'recall@1', 'precision@10', 'IR-recall@10', 'MAP@10', 'MAP@R', 'R-precision'"
+def recall(ks: Sequence[int]) -> tuple[Metric, ...]:
+    """recall@K for each K."""
+    return tuple(Recall(k) for k in ks)
 
 
-def recall_specs(ks: Sequence[int]) -> tuple[Spec, ...]:
-    return tuple(Spec("recall", k) for k in ks)
+#: The ranking metrics that accompany recall@K by default (MAP@R and R-precision, as PML and
+#: Musgrave et al. 2020 report them).
+RANKING = (MAPAtR(), RPrecision())
 
 
-# ----------------------------------------------------------------------------------------------
-# Per-query statistics.
+def default(ks: Sequence[int], ranking: bool = True) -> tuple[Metric, ...]:
+    """The default metrics of a benchmark or training-loop evaluation: recall@K for ``ks``,
+    then MAP@R and R-precision (unless ``ranking=False``)."""
+    return recall(ks) + (RANKING if ranking else ())
 
 
-def precision_sums(relevant: np.ndarray, cutoff: np.ndarray) -> np.ndarray:
-    """``Σ_{i<cutoff} rel_i · P@(i+1)`` per row of a ``(c, w)`` relevance matrix (the numerator
-    of average precision), ``cutoff`` per row."""
-    rel = relevant.astype(np.float64)
-    position = np.arange(rel.shape[1])[None, :]
-    rel = np.where(position < np.asarray(cutoff)[:, None], rel, 0.0)
-    precision = np.cumsum(rel, axis=1) / (position + 1.0)
-    return (precision * rel).sum(axis=1)
-
-
-def relevant_in(relevant: np.ndarray, cutoff: np.ndarray) -> np.ndarray:
-    """``Σ_{i<cutoff} rel_i`` per row."""
-    position = np.arange(relevant.shape[1])[None, :]
-    return (relevant & (position < np.asarray(cutoff)[:, None])).sum(axis=1)
-
-
-def ap_at_k(relevant: np.ndarray, num_relevant: np.ndarray, k: int, divisor: str) -> np.ndarray:
-    """AP@K per row of a ``(c, w)`` relevance matrix (``w >= K``); a row with ``D = 0`` scores 0.
-
-    >>> ap_at_k(np.array([[True, False, True]]), np.array([2]), 3, "min_k_r").tolist()
-    [0.8333333333333333]
-    """
-    cut = np.full(len(relevant), k)
-    total = precision_sums(relevant, cut)
-    if divisor == "min_k_r":
-        denominator = np.minimum(k, num_relevant).astype(np.float64)
-    elif divisor == "r":
-        denominator = np.asarray(num_relevant, dtype=np.float64)
-    else:
-        denominator = relevant_in(relevant, cut).astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(denominator > 0, total / np.where(denominator > 0, denominator, 1), 0.0)
-
-
-def per_query(
-    spec: Spec,
-    *,
-    ranks: np.ndarray | None = None,
-    relevant: np.ndarray | None = None,
-    num_relevant: np.ndarray,
-    candidates: int,
-    divisor: str = "min_k_r",
-) -> np.ndarray:
-    """Each query's value of ``spec`` (NaN for a lone query): from its first-hit rank
-    (``recall@K``) or from the relevance of its ranked list (``(c, w)``, ``w`` at least what
-    the metric reads)."""
-    lone = num_relevant <= 0
-    r = np.maximum(num_relevant, 1).astype(np.float64)
-    k = None if spec.k is None else min(spec.k, max(candidates, 1))
-    if spec.kind == "recall":
-        value = ((ranks >= 0) & (ranks < k)).astype(np.float64)
-    elif spec.kind == "precision":
-        value = relevant_in(relevant, np.full(len(r), k)) / float(k)
-    elif spec.kind == "ir_recall":
-        value = relevant_in(relevant, np.full(len(r), spec.k)) / r
-    elif spec.kind == "map_at_k":
-        value = ap_at_k(relevant, num_relevant, spec.k, divisor)
-    elif spec.kind == "map_at_r":
-        value = precision_sums(relevant, num_relevant) / r
-    else:
-        value = relevant_in(relevant, num_relevant) / r
-    return np.where(lone, np.nan, value)
+def names_of(metrics: Sequence[Metric]) -> list[str]:
+    return [m.name for m in metrics]
 
 
 # ----------------------------------------------------------------------------------------------
-# Ties.
+# Ranks under other tie orders, and means.
 
 
 def rank_bounds(
@@ -261,50 +649,6 @@ def rank_bounds(
     return np.where(found, optimistic, -1), np.where(found, pessimistic, -1)
 
 
-def tie_orders(
-    score: np.ndarray,
-    relevant: np.ndarray,
-    valid: np.ndarray,
-    tail_relevant: np.ndarray,
-    tail_count: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The relevance of each ranked list ``(c, w)`` (best first) with the items of every group
-    of equal exact scores reordered relevant-first (optimistic) or relevant-last (pessimistic).
-
-    The last group of a full list also holds its *tail* (``tail_count`` items beyond the list
-    tied with its last item, ``tail_relevant`` of them relevant): the optimistic order can bring
-    a relevant tail item into the list, the pessimistic one push a relevant item out. Padding
-    (``valid`` False) is never relevant."""
-    c, w = score.shape
-    if w == 0:
-        return relevant.copy(), relevant.copy()
-    new_group = np.ones((c, w), dtype=bool)
-    new_group[:, 1:] = (score[:, 1:] != score[:, :-1]) | ~valid[:, 1:] | ~valid[:, :-1]
-    group = np.cumsum(new_group, axis=1) - 1 + (np.arange(c) * w)[:, None]
-    flat = group.reshape(-1)
-    size = np.bincount(flat, minlength=c * w)
-    hits = np.bincount(flat, weights=relevant.reshape(-1).astype(np.float64), minlength=c * w)
-    hits = hits.astype(np.int64)
-    starts = np.zeros(c * w, dtype=np.int64)
-    first = np.flatnonzero(new_group.reshape(-1))
-    starts[flat[first]] = first
-    position = np.arange(c * w) - starts[flat]
-    # The last valid item's group extends into the tail.
-    last = np.where(valid.any(axis=1), w - 1 - np.argmax(valid[:, ::-1], axis=1), -1)
-    tail_group = np.where(last >= 0, group[np.arange(c), np.maximum(last, 0)], -1)
-    extra_size = np.zeros(c * w, dtype=np.int64)
-    extra_hits = np.zeros(c * w, dtype=np.int64)
-    has = tail_group >= 0
-    extra_size[tail_group[has]] = tail_count[has]
-    extra_hits[tail_group[has]] = tail_relevant[has]
-    total_hits = hits + extra_hits
-    total_size = size + extra_size
-    g = flat
-    optimistic = (position < total_hits[g]).reshape(c, w) & valid
-    pessimistic = (position >= (total_size[g] - total_hits[g])).reshape(c, w) & valid
-    return optimistic, pessimistic
-
-
 def mean_over(values: np.ndarray, evaluated: np.ndarray, lone_queries: str) -> float:
     """The mean of the evaluated queries' values (``lone_queries="zero"``: lone ones count
     as 0); NaN when there is none."""
@@ -314,3 +658,15 @@ def mean_over(values: np.ndarray, evaluated: np.ndarray, lone_queries: str) -> f
     if not evaluated.any():
         return float("nan")
     return float(values[evaluated].mean())
+
+
+def ap_divisor(
+    divisor: str, k: int, num_relevant: np.ndarray, hits: np.ndarray | None
+) -> np.ndarray:
+    """AP@K's divisor ``D``: ``min(K, R)`` (``"min_k_r"``), ``R`` (``"r"``) or the hits in the
+    top K (``"hits"``), the one rule of the label form and of :func:`average_precision_at_k`."""
+    if divisor == "min_k_r":
+        return np.minimum(k, num_relevant)
+    if divisor == "r":
+        return np.asarray(num_relevant)
+    return np.asarray(hits)

@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 
 from recallkit import _checks, engine
+from recallkit.exceptions import Text
 from recallkit.ground_truth import Ranker, _exclusion_pairs
-from recallkit.options import Options, check_flag
+from recallkit.options import Options, accepts, check_flag
 
 
 def _clamped(func: str, k: int, m: int) -> int:
@@ -22,6 +23,7 @@ def _clamped(func: str, k: int, m: int) -> int:
     return min(k, m)
 
 
+@accepts(scope="engine")
 def nearest_neighbors(
     query: Any,
     reference: Any,
@@ -30,10 +32,7 @@ def nearest_neighbors(
     query_in_reference: bool = False,
     exclude: Any = None,
     exclude_ids: tuple[Any, Any] | None = None,
-    metric: str = "cosine",
-    chunk_size: int | None = None,
-    device: Any = None,
-    precision: str = "auto",
+    options: Options,
 ) -> tuple[Any, Any]:
     """The exact ``k`` best reference items of each query, best first: ``(indices, scores)``.
 
@@ -49,6 +48,8 @@ def nearest_neighbors(
     tensors (on the device the work ran on). ``precision`` and the other options are those of
     :class:`recallkit.Options`; the results are identical in every precision.
 
+    {options}
+
     >>> import numpy as np
     >>> x = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
     >>> idx, _ = nearest_neighbors(x, x, 2, query_in_reference=True)
@@ -58,16 +59,15 @@ def nearest_neighbors(
     func = "nearest_neighbors"
     k = _checks.check_positive_int(k, func, "k")
     query_in_reference = check_flag(query_in_reference, func, "query_in_reference")
-    options = Options.of(func, metric=metric, chunk_size=chunk_size, device=device,
-                         precision=precision)  # fmt: skip
     ranker = Ranker.from_embeddings(query, reference, func, options)
     n, m = ranker.num_query, ranker.num_reference
     parts = []
     if query_in_reference:
         if m < n:
             raise _checks.fail(
-                func, "reference", f"at least {n} rows when query_in_reference=True", m
-            )
+                func, "reference",
+                Text(f"at least {n} rows with {{qir}}", qir=("query_in_reference", True)), m,
+            )  # fmt: skip
         parts.append(engine.Pairs.diagonal(n))
     if exclude is not None:
         extra = _exclusion_pairs(exclude, n, m, func)

@@ -1,102 +1,364 @@
-"""The options every ranking entry point shares, validated once.
+"""The options every ranking entry point shares: each declared once, here.
 
-``metric``, ``chunk_size``, ``device``, ``precision`` (and, for the label form, ``lone_queries``)
-mean the same everywhere: in :func:`recallkit.recall_at_k` and the other metric functions, the
-benchmark protocols (``cirr_recall(..., metric="dot", precision="bfloat16")``), the benchmark
-splits (:func:`recallkit.datasets.evaluate_benchmark`), sharded evaluation, the PML layer, the
-runner and the command line (``--metric``, ``--device``, ``--precision``).
-Entry points that pass them on take them as keywords and build one :class:`Options` with
-:meth:`Options.of`, which names the function called in every error.
+An option is one field of :class:`Options`: its name, default, choices or check, help text and
+command-line flag are written in that field and nowhere else. From this one declaration come
+
+* the keywords of every public entry point (:func:`accepts` adds them to a function's
+  signature and docstring, builds one checked :class:`Options` and passes it down unchanged to
+  the engine);
+* the checks, with errors that name the function called and the option;
+* the command line's flags (:func:`add_flags`, :func:`from_flags`): ``--metric``,
+  ``--chunk-size``, ``--device``, ``--precision``, ``--lone-queries``.
+
+An entry point passes the options to :func:`recallkit.engine.prepare`, which keeps them on the
+prepared space; the engine reads each option in one place. None of the options changes a value:
+they choose how the engine runs (``lone_queries`` chooses how a lone query is averaged).
+
+This module imports neither numpy nor torch (torch is imported when a device is checked), so
+the command line builds its flags without loading them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+import functools
+import inspect
+import numbers
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-import numpy as np
-import torch
+from recallkit.exceptions import fail
 
-from recallkit import _checks
-from recallkit.metrics import LONE_QUERIES
-
-METRICS = _checks.METRICS
+SIMILARITIES = ("cosine", "dot", "euclidean")
 PRECISIONS = ("auto", "float32", "bfloat16", "float16", "int8")
+#: What a metric does with a lone query (no relevant item): ``"skip"`` leaves it out of the
+#: means (counted in ``num_excluded``; every value NaN with a warning when all queries are
+#: lone), ``"zero"`` counts it as 0, ``"error"`` raises ``ValueError`` if any query is lone.
+LONE_QUERIES = ("skip", "zero", "error")
+#: Which entry points take an option: ``"engine"`` every ranking entry point, ``"label"`` the
+#: label form only (relevance by label, where a query can be lone).
+SCOPES = ("engine", "label")
+
+
+def _positive_or_none(value: Any, func: str, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise fail(func, name, "a positive integer", repr(value))
+    return int(value)
+
+
+def _device(value: Any, func: str, name: str) -> Any:
+    return None if value is None else check_device(value, func)
+
+
+def check_device(device: Any, func: str) -> Any:
+    """``device`` as a ``torch.device`` that holds data and is available here."""
+    import torch
+
+    if isinstance(device, bool) or not isinstance(device, str | torch.device | int):
+        raise fail(func, "device", "a device name such as 'cpu' or 'cuda'", repr(device))
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise fail(func, "device", "a device name such as 'cpu' or 'cuda'", repr(device)) from None
+    if dev.type == "meta":
+        raise fail(func, "device", "a device that holds data ('cpu', 'cuda')", repr(device))
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise fail(func, "device", "an available device (no CUDA GPU is visible)", repr(device))
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            got = f"{device!r} ({torch.cuda.device_count()} CUDA devices)"
+            raise fail(func, "device", "an available device", got)
+        return dev
+    if dev.type != "cpu":
+        try:
+            torch.empty(1, device=dev)
+        except (RuntimeError, AssertionError, TypeError, ValueError):
+            raise fail(func, "device", "an available device", repr(device)) from None
+    return dev
+
+
+def _option(
+    default: Any,
+    help: str,
+    *,
+    choices: tuple[str, ...] | None = None,
+    check: Callable[[Any, str, str], Any] | None = None,
+    metavar: str | None = None,
+    scope: str = "engine",
+) -> Any:
+    return field(
+        default=default,
+        metadata={
+            "help": help, "choices": choices, "check": check, "metavar": metavar,
+            "scope": scope,
+        },
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Options:
-    """How the engine ranks (every option is checked when the options are built).
+    """How the engine ranks. Every option is checked when the options are built
+    (:meth:`of`); an entry point builds them once and passes them down unchanged.
 
-    Attributes:
-        metric: ``"cosine"`` (default), ``"dot"`` or ``"euclidean"`` (ordered as
-            ``-|q - r|²``).
-        chunk_size: query rows per chunk (default: sized from the memory budget; ranks do not
-            depend on it).
-        device: where the work runs (default: the query's device), ``"cpu"`` or ``"cuda"``
-            (``"cuda:1"``); on CUDA chunks are sized from a GPU memory budget
-            (``RECALLKIT_GPU_MEMORY``, else a quarter of the free memory).
-        precision: the filter GEMM's type: ``"auto"`` (default: float32 on CUDA; on the CPU
-            the fastest of float32 and, where the processor has the instructions, bfloat16 and
-            int8, timed on the first tiles), ``"float32"``, ``"bfloat16"``, ``"float16"``
-            (CUDA) or ``"int8"`` (CPU). A lower precision is a wider filter whose window is
-            scored again in float32, then exactly: the results are identical in every
-            precision.
-        lone_queries: label form: what a query without a relevant item does
-            (:data:`recallkit.metrics.LONE_QUERIES`): ``"skip"`` (default), ``"zero"`` or
-            ``"error"``.
+    >>> Options.of("f", metric="dot", precision="float32")
+    Options(metric='dot', chunk_size=None, device=None, precision='float32', lone_queries='skip')
+    >>> Options.of("f", precision="fp8")
+    Traceback (most recent call last):
+    ...
+    recallkit.exceptions.ParameterError: The 'precision' parameter of f must be one of \
+('auto', 'float32', 'bfloat16', 'float16', 'int8'). Got 'fp8'.
     """
 
-    metric: str = "cosine"
-    chunk_size: int | None = None
-    device: Any = None
-    precision: str = "auto"
-    lone_queries: str = "skip"
+    metric: str = _option(
+        "cosine",
+        "the similarity: 'cosine' (default), 'dot' (inner product) or 'euclidean' (ordered as "
+        "-|q - r|²)",
+        choices=SIMILARITIES,
+    )
+    chunk_size: int | None = _option(
+        None,
+        "query rows per chunk (default: sized from the memory budget); ranks do not depend on it",
+        check=_positive_or_none,
+        metavar="ROWS",
+    )
+    device: Any = _option(  # noqa: RUF009 (a dataclass field with metadata)
+        None,
+        "where the work runs (default: the query's device): 'cpu', 'cuda' or 'cuda:1'; on CUDA "
+        "chunks are sized from a GPU memory budget (RECALLKIT_GPU_MEMORY, else a quarter of the "
+        "free memory)",
+        check=_device,
+        metavar="DEVICE",
+    )
+    precision: str = _option(
+        "auto",
+        "the filter GEMM's type: 'auto' (default: float32 on CUDA; on the CPU the fastest of "
+        "the precisions whose kernels pass their start-up check, timed on the first tiles), "
+        "'float32', 'bfloat16', 'float16' (CUDA) or 'int8'; a lower precision is a wider filter "
+        "whose window is scored again exactly, so the results are identical in every precision",
+        choices=PRECISIONS,
+    )
+    lone_queries: str = _option(
+        "skip",
+        "what a query without a relevant item does: 'skip' (default: left out of the means, "
+        "counted in num_excluded), 'zero' (counts as 0) or 'error' (raises)",
+        choices=LONE_QUERIES,
+        scope="label",
+    )
 
     @classmethod
     def of(cls, func: str, options: Options | None = None, **keywords: Any) -> Options:
-        """Options from keywords (those of this class; any other raises ``ValueError`` naming
-        ``func``), over ``options`` if given, checked."""
+        """Options from keywords over ``options`` (default: the defaults), each checked; an
+        error names ``func`` and the option."""
+        if options is not None and not isinstance(options, Options):
+            raise fail(func, "options", "an Options or None", type(options).__name__)
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(keywords) - names)
         if unknown:
-            raise _checks.fail(
-                func, unknown[0], f"one of the options {tuple(sorted(names))}", "an unknown keyword"
-            )
+            raise fail(func, unknown[0], f"one of the options {tuple(sorted(names))}",
+                       "an unknown keyword")  # fmt: skip
         base = options if options is not None else cls()
         return replace(base, **keywords).checked(func)
 
     def checked(self, func: str) -> Options:
         """These options, each checked (errors name ``func`` and the option)."""
-        _checks.check_metric(self.metric, func)
-        chunk = _checks.check_chunk_size(self.chunk_size, func)
-        device = None if self.device is None else _checks.check_device(self.device, func)
-        if not isinstance(self.precision, str) or self.precision not in PRECISIONS:
-            raise _checks.fail(func, "precision", f"one of {PRECISIONS}", repr(self.precision))
-        if not isinstance(self.lone_queries, str) or self.lone_queries not in LONE_QUERIES:
-            raise _checks.fail(
-                func, "lone_queries", f"one of {LONE_QUERIES}", repr(self.lone_queries)
-            )
-        return Options(self.metric, chunk, device, self.precision, self.lone_queries)
+        changes = {}
+        for option in OPTIONS:
+            value = getattr(self, option.name)
+            changes[option.name] = option.checked(value, func)
+        return replace(self, **changes)
 
-    def search(self) -> dict[str, Any]:
-        """The options as keywords of the metric functions (``metric``, ``chunk_size``,
-        ``device``, ``precision``)."""
-        return {
-            "metric": self.metric,
-            "chunk_size": self.chunk_size,
-            "device": self.device,
-            "precision": self.precision,
-        }
+
+@dataclass(frozen=True)
+class Option:
+    """One option as :class:`Options` declares it."""
+
+    name: str
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None
+    check: Callable[[Any, str, str], Any] | None
+    metavar: str | None
+    scope: str
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag: ``--lone-queries`` for ``lone_queries``."""
+        return "--" + self.name.replace("_", "-")
+
+    def checked(self, value: Any, func: str) -> Any:
+        if self.choices is not None:
+            if not isinstance(value, str) or value not in self.choices:
+                raise fail(func, self.name, f"one of {self.choices}", repr(value))
+            return value
+        return self.check(value, func, self.name) if self.check is not None else value
+
+
+OPTIONS: tuple[Option, ...] = tuple(
+    Option(f.name, f.default, **f.metadata) for f in fields(Options)
+)
+BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def names(scope: str = "label") -> tuple[str, ...]:
+    """The options an entry point of ``scope`` takes: every option for the label form, those
+    of scope ``"engine"`` for the others."""
+    return tuple(o.name for o in OPTIONS if scope == "label" or o.scope == "engine")
+
+
+def docs(scope: str = "label", only: Sequence[str] | None = None) -> str:
+    """The options' help, as the ``Options:`` part of a docstring."""
+    import textwrap
+
+    chosen = only if only is not None else names(scope)
+    lines = ["Options (:class:`recallkit.Options`, the same for every entry point):"]
+    for name in chosen:
+        text = f"``{name}``: {BY_NAME[name].help}."
+        lines += textwrap.wrap(text, 88, initial_indent="    ", subsequent_indent="        ")
+    return "\n".join(lines)
+
+
+def accepts(
+    func: str | None = None,
+    *,
+    scope: str = "label",
+    defaults: dict[str, Any] | None = None,
+    only: Sequence[str] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give an entry point the options' keywords, declared once.
+
+    The decorated function takes a keyword-only ``options: Options``; its public signature takes
+    each option of ``scope`` (or ``only`` those) as a keyword with its default (``defaults``
+    overrides some) and ``options=`` (an :class:`Options` to start from). The wrapper builds one
+    checked :class:`Options` (errors name ``func``, default the function's name) and passes it
+    down. Its docstring's ``{options}`` marker becomes the options' help.
+    """
+
+    def wrap(target: Callable[..., Any]) -> Callable[..., Any]:
+        taken = tuple(only) if only is not None else names(scope)
+        fixed = dict(defaults or {})
+        name = func or target.__name__
+        signature = inspect.signature(target)
+        if "options" not in signature.parameters:
+            raise TypeError(f"{target.__qualname__} must take a keyword-only 'options'")
+
+        accepted = set(signature.parameters) - {"options"}
+        open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD
+                         for p in signature.parameters.values())  # fmt: skip
+
+        @functools.wraps(target)
+        def call(*args: Any, options: Options | None = None, **keywords: Any) -> Any:
+            given = {k: keywords.pop(k) for k in taken if k in keywords}
+            unknown = sorted(k for k in keywords if k not in accepted)
+            if unknown and not open_ended:
+                known = sorted(accepted - {"self"} | set(taken))
+                raise fail(name, unknown[0], f"one of the keywords {tuple(known)}",
+                           "an unknown keyword")  # fmt: skip
+            start = options
+            if start is None and fixed:  # the entry's own defaults (an explicit Options wins)
+                start = replace(Options(), **fixed)
+            return target(*args, options=Options.of(name, start, **given), **keywords)
+
+        params = [p for p in signature.parameters.values() if p.name != "options"]
+        tail = [p for p in params if p.kind is inspect.Parameter.VAR_KEYWORD]
+        params = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        for option in taken:
+            default = fixed.get(option, BY_NAME[option].default)
+            params.append(inspect.Parameter(option, inspect.Parameter.KEYWORD_ONLY,
+                                            default=default))  # fmt: skip
+        params.append(inspect.Parameter("options", inspect.Parameter.KEYWORD_ONLY, default=None))
+        call.__signature__ = signature.replace(parameters=params + tail)  # type: ignore[attr-defined]
+        call.__doc__ = fill_docs(call.__doc__, scope, taken)
+        return call
+
+    return wrap
+
+
+def fill_docs(
+    doc: str | None, scope: str = "label", only: Sequence[str] | None = None
+) -> str | None:
+    """``doc`` with its ``{options}`` marker replaced by the options' help (:func:`docs`),
+    indented as the marker is."""
+    if not doc or "{options}" not in doc:
+        return doc
+    head = doc[: doc.index("{options}")]
+    indent = head[head.rfind("\n") + 1 :]
+    return doc.replace("{options}", docs(scope, only).replace("\n", "\n" + indent))
 
 
 def check_flag(value: Any, func: str, name: str) -> bool:
     """``value`` if it is a bool (``numpy.bool_`` too), else ``ValueError`` naming it."""
-    if isinstance(value, bool | np.bool_):
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
         return bool(value)
-    raise _checks.fail(func, name, "True or False", repr(value))
+    raise fail(func, name, "True or False", repr(value))
 
 
-def device_of(options: Options, tensor: torch.Tensor) -> torch.device:
+def device_of(options: Options, tensor: Any) -> Any:
     """Where the work runs: the option, else the tensor's device."""
     return options.device if options.device is not None else tensor.device
+
+
+# ----------------------------------------------------------------------------------------------
+# The command line's flags, from the same declarations.
+
+
+def _positive_flag(flag: str) -> Callable[[str], int]:
+    import argparse
+
+    def parse(text: str) -> int:
+        word = text.strip()
+        if not (word.isdigit() and word.isascii()) or int(word) <= 0:
+            raise argparse.ArgumentTypeError(f"{flag} takes a positive integer. Got {text!r}.")
+        return int(word)
+
+    return parse
+
+
+def add_flags(
+    group: Any,
+    scope: str = "label",
+    only: Sequence[str] | None = None,
+    helps: dict[str, str] | None = None,
+) -> None:
+    """Add a flag for each option of ``scope`` to an argparse parser or group (``None`` when
+    not given: the library's default applies). ``helps`` replaces the help of some flags (a
+    command whose default differs says so)."""
+    helps = helps or {}
+    for name in only if only is not None else names(scope):
+        option = BY_NAME[name]
+        extra: dict[str, Any] = {}
+        if option.choices is not None:
+            extra["choices"] = option.choices
+            extra["metavar"] = "{" + ",".join(option.choices) + "}"
+        elif option.name == "chunk_size":
+            extra["type"] = _positive_flag(option.flag)
+            extra["metavar"] = option.metavar
+        else:
+            extra["metavar"] = option.metavar
+        text = helps.get(name)
+        if text is None:
+            text = _flag_help(option.help)
+        group.add_argument(option.flag, dest=option.name, default=None, help=text,
+                           **extra)  # fmt: skip
+
+
+def _flag_help(text: str) -> str:
+    """Help text with Python quoting dropped (``'cosine'`` -> ``cosine``)."""
+    return text.replace("'", "")
+
+
+def from_flags(args: Any, scope: str = "label", only: Sequence[str] | None = None) -> dict:
+    """The options given on the command line (those left out are not in the dict)."""
+    out = {}
+    for name in only if only is not None else names(scope):
+        value = getattr(args, name, None)
+        if value is not None:
+            out[name] = value
+    return out
+
+
+def flag_names(scope: str = "label") -> dict[str, str]:
+    """Option name -> its flag, for naming parameters in command-line messages."""
+    return {name: BY_NAME[name].flag for name in names(scope)}
+

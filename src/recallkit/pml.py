@@ -15,10 +15,11 @@ import numpy as np
 import torch
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
-from recallkit import _checks, engine, metrics
+from recallkit import _checks, engine, label_form
+from recallkit import metrics as registry
 from recallkit._codes import dense_codes
 from recallkit.neighbors import id_codes, nearest_neighbors
-from recallkit.options import Options
+from recallkit.options import Options, accepts
 from recallkit.retrieval import retrieval_metrics
 
 #: The ranking metrics :class:`RecallCalculator` computes by default (PML's names), before the
@@ -58,7 +59,8 @@ class ExactKNN:
 
     ``exclude_ids=(query_ids, reference_ids)`` also removes every reference item whose id equals
     the query's (ids are compared as codes: memory does not grow with the items sharing an id).
-    ``chunk_size``, ``device`` and ``precision`` are those of :class:`recallkit.Options`.
+
+    {options}
 
     >>> import torch
     >>> x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
@@ -67,20 +69,13 @@ class ExactKNN:
     ([[1, 2], [0, 2], [0, 1]], [0.0, 1.4142135381698608])
     """
 
-    def __init__(
-        self,
-        metric: str = "euclidean",
-        chunk_size: int | None = None,
-        device: Any = None,
-        precision: str = "auto",
-    ) -> None:
-        func = "ExactKNN"
-        self.options = Options.of(func, metric=metric, chunk_size=chunk_size, device=device,
-                                  precision=precision)  # fmt: skip
-        self.metric = self.options.metric
-        self.chunk_size = self.options.chunk_size
-        self.device = device
-        self.precision = self.options.precision
+    @accepts("ExactKNN", scope="engine", defaults={"metric": "euclidean"})
+    def __init__(self, *, options: Options) -> None:
+        self.options = options
+        self.metric = options.metric
+        self.chunk_size = options.chunk_size
+        self.device = options.device
+        self.precision = options.precision
 
     def __call__(
         self,
@@ -107,7 +102,7 @@ class ExactKNN:
             id_codes(exclude_ids, n, m, func)  # checked here, to name ExactKNN
         if k == 0:
             on_query = tensor_input or self.device is None
-            device = query.device if on_query else torch.device(self.device)
+            device = query.device if on_query else self.device
             empty = torch.empty((n, 0), dtype=query.dtype, device=device)
             return empty, torch.empty((n, 0), dtype=torch.int64, device=device)
         indices, scores = nearest_neighbors(
@@ -116,7 +111,7 @@ class ExactKNN:
             int(k),
             query_in_reference=bool(ref_includes_query),
             exclude_ids=exclude_ids,
-            **self.options.search(),
+            options=self.options,
         )
         if self.metric == "euclidean":
             q = query.to(device=scores.device, dtype=scores.dtype)
@@ -177,7 +172,7 @@ class RecallCalculator(AccuracyCalculator):
     - One pass: ``recall_at_K``, and with the default ``knn_func`` also ``precision_at_1``,
       ``r_precision`` and ``mean_average_precision_at_r``, come from one call of
       :func:`recallkit.retrieval_metrics` (the one implementation of each; names in
-      :data:`recallkit.metrics.KINDS`), with PML's ``ref_includes_query`` and lone-query
+      :data:`recallkit.metrics.REGISTRY`), with PML's ``ref_includes_query`` and lone-query
       semantics, and ``avg_of_avgs``/``return_per_class`` applied to their per-query values as
       PML applies them. PML's other metrics (and all of them with another ``knn_func``) are
       PML's own. ``chunk_size`` and ``precision`` are those of :class:`recallkit.Options`; the
@@ -201,42 +196,45 @@ class RecallCalculator(AccuracyCalculator):
     recall_at_2 0.6
     """
 
+    @accepts("RecallCalculator", scope="engine", defaults={"metric": "euclidean"},
+             only=("metric", "chunk_size", "precision"))  # fmt: skip
     def __init__(
         self,
         ks: Any = (1, 2, 4, 8),
         *,
-        metric: str = "euclidean",
         include: Any = None,
-        chunk_size: int | None = None,
-        precision: str = "auto",
+        options: Options,
         **kwargs: Any,
     ) -> None:
         func = "RecallCalculator"
         self.ks = _checks.check_ks(ks, func)
-        self.options = Options.of(func, metric=metric, chunk_size=chunk_size,
-                                  precision=precision)  # fmt: skip
-        self.metric = self.options.metric
+        self.options = options
+        self.metric = options.metric
         if kwargs.get("label_comparison_fn") is not None:
             raise _checks.fail(
                 func, "label_comparison_fn", "None (labels are compared by equality)",
                 "a custom comparison",
             )  # fmt: skip
-        for k in self.ks:
-            # PML discovers metrics by their "calculate_" attribute names.
-            setattr(self, f"calculate_recall_at_{k}", partial(_not_called, k))
         if include is None:
             include = (*RANKING_METRICS, *(f"recall_at_{k}" for k in self.ks))
         exact = "knn_func" not in kwargs
-        kwargs.setdefault("knn_func", ExactKNN(metric=metric, chunk_size=chunk_size,
-                                               precision=precision))  # fmt: skip
+        ours: dict[str, registry.Metric] = {f"recall_at_{k}": registry.Recall(k) for k in self.ks}
+        pml_own = {name[len("calculate_"):] for name in dir(AccuracyCalculator)
+                   if name.startswith("calculate_")}  # fmt: skip
+        for name in include if isinstance(include, tuple | list) else ():
+            if isinstance(name, str) and name not in ours and name not in pml_own:
+                metric = registry.parse_one(name)
+                if metric is not None:  # a recallkit metric asked by name ("ndcg_at_10")
+                    ours[name] = metric
+        for name in ours:  # PML discovers metrics by their "calculate_" attribute names
+            setattr(self, f"calculate_{name}", partial(_not_called, name))
+        kwargs.setdefault("knn_func", ExactKNN(options=Options.of(func, options, device=None)))
         kwargs.setdefault("k", "max_bin_count")
         super().__init__(include=include, **kwargs)
-        self._ours = {f"recall_at_{k}": metrics.Spec("recall", k) for k in self.ks}
-        if exact:
-            self._ours.update(
-                {name: spec for spec in metrics.parse(RANKING_METRICS, func)
-                 for name in [spec.pml] if name in RANKING_METRICS}
-            )  # fmt: skip
+        if exact:  # PML's own names of the metrics recallkit computes exactly
+            for metric in registry.parse([*RANKING_METRICS, "mean_reciprocal_rank"], func):
+                ours.setdefault(metric.pml_name, metric)
+        self._ours = ours
 
     def get_accuracy(
         self,
@@ -244,10 +242,16 @@ class RecallCalculator(AccuracyCalculator):
         query_labels: Any,
         reference: Any = None,
         reference_labels: Any = None,
-        ref_includes_query: bool = False,
+        ref_includes_query: bool | None = None,
         include: tuple = (),
         exclude: tuple = (),
     ) -> dict[str, Any]:
+        """PML's ``get_accuracy``: the metrics of ``query`` against ``reference`` (default: the
+        query set itself, leave-one-out). ``ref_includes_query=True`` means
+        ``reference[:len(query)]`` is the query (its own row is removed); a reference that is
+        the query array, or begins with the query's rows value for value, without it raises
+        ``ValueError`` (each query would find itself first): pass ``True``, or ``False`` to
+        keep the copies as gallery items."""
         func = "RecallCalculator.get_accuracy"
         self._check_names(include, "include", func)
         self._check_names(exclude, "exclude", func)
@@ -265,6 +269,11 @@ class RecallCalculator(AccuracyCalculator):
         )
         _checks.check_length(q_codes, q.shape[0], "query_labels", func, "query")
         _checks.check_length(r_codes, r.shape[0], "reference_labels", func, "reference")
+        if ref_includes_query is None:
+            if r.shape[0] >= q.shape[0] and (r is q or _starts_with(q, r)):
+                raise label_form.self_match_error(func, r is q, "ref_includes_query")
+            ref_includes_query = False
+        ref_includes_query = bool(ref_includes_query)
         if ref_includes_query:
             _check_reference_starts_with_query(q, r, q_codes, r_codes, func)
         current = list(self.get_function_dict(include, exclude))
@@ -273,8 +282,8 @@ class RecallCalculator(AccuracyCalculator):
         if ours:
             result = retrieval_metrics(
                 q, r, q_codes, r_codes, [self._ours[name].name for name in ours],
-                query_in_reference=bool(ref_includes_query), device=self.device,
-                **{k: v for k, v in self.options.search().items() if k != "device"},
+                query_in_reference=ref_includes_query,
+                options=Options.of(func, self.options, device=self.device),
             )  # fmt: skip
             for name in ours:
                 out[name] = self._aggregate(result, self._ours[name].name, q_codes)
@@ -322,8 +331,19 @@ class RecallCalculator(AccuracyCalculator):
             )
 
 
-def _not_called(k: int, **kwargs: Any) -> float:  # pragma: no cover - get_accuracy computes it
-    raise RuntimeError(f"recall_at_{k} is computed by RecallCalculator.get_accuracy")
+def _not_called(name: str, **kwargs: Any) -> float:  # pragma: no cover - get_accuracy does it
+    raise RuntimeError(f"{name} is computed by RecallCalculator.get_accuracy")
+
+
+def _starts_with(q: torch.Tensor, r: Any) -> bool:
+    """Whether ``r`` begins with ``q``'s rows, value for value (stops at the first row that
+    differs)."""
+    n = q.shape[0]
+    head = torch.as_tensor(np.asarray(r[:n])) if not torch.is_tensor(r) else r[:n]
+    head = head.to(q.device)
+    if not torch.equal(head[:1].to(torch.float64), q[:1].to(torch.float64)):
+        return False
+    return bool(torch.equal(head.to(torch.float64), q.to(torch.float64)))
 
 
 def _check_reference_starts_with_query(
@@ -333,12 +353,12 @@ def _check_reference_starts_with_query(
     n, m = q.shape[0], r.shape[0]
     if m < n:
         raise _checks.fail(func, "reference", f"at least {n} rows when ref_includes_query=True", m)
-    head = torch.as_tensor(np.asarray(r[:n])) if not torch.is_tensor(r) else r[:n]
-    if not torch.allclose(q.float(), head.to(q.device).float()):
+    if not _starts_with(q, r):
         raise _checks.fail(
             func,
             "reference",
-            "to begin with the query's rows when ref_includes_query=True",
+            "the query's rows followed by the gallery, value for value, when "
+            "ref_includes_query=True",
             "rows that differ from the query",
         )
     if not np.array_equal(q_codes, r_codes[:n]):

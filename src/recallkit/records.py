@@ -1,6 +1,8 @@
 """Run records and history files: the JSON that ``recallkit plot`` and ``recallkit compare`` read.
 
-A *run record* is one evaluation as a JSON object: the values (under ``recall``), the K values,
+A *run record* is one evaluation as a JSON object: the values (under ``metrics``, each metric by
+its own name; files written before ``recallkit.evaluation/3`` hold them under ``recall``, and
+:func:`metrics_of` reads both), the K values,
 the counts, the definitions the values rest on (:mod:`recallkit.definitions`) and, in a *run
 file*, the per-query first-hit ranks (``queries``) that ``recallkit compare`` pairs two runs
 on. A *history file* holds one compact run record per line (the per-query detail left out):
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from recallkit import _atomic
 from recallkit.definitions import _version
+from recallkit.exceptions import fail
 
 if TYPE_CHECKING:
     from recallkit.result import Result
@@ -44,21 +47,61 @@ except ImportError:  # pragma: no cover - not on POSIX
     fcntl = None  # type: ignore[assignment]
 
 #: The ``format`` field of a run record.
-RUN_FORMAT = "recallkit.evaluation/2"
+RUN_FORMAT = "recallkit.evaluation/3"
+#: The formats this version reads (older ones keep their values under ``recall``).
+RUN_FORMATS = ("recallkit.evaluation/1", "recallkit.evaluation/2", RUN_FORMAT)
 _DETAIL = ("queries", "worst_classes", "skipped_images", "sources")
 HISTORY_HINT = "a history file has one run record per line (recallkit evaluate --history)"
 RUN_HINT = "a run file is written by recallkit evaluate --json"
+
+
+def check_tag(tag: Any, func: str) -> str:
+    """``tag`` if it is a plain name: a non-empty string without a path separator or a NUL,
+    and not ``.`` or ``..`` (a run file named by a tag stays in its folder).
+
+    >>> check_tag("epoch-3", "f")
+    'epoch-3'
+    >>> check_tag("../escaped", "f")
+    Traceback (most recent call last):
+    ...
+    recallkit.exceptions.ParameterError: The 'tag' parameter of f must be a plain name (no path \
+separator, not '.' or '..'). Got '../escaped'.
+    """
+    separators = {"/", "\\", "\0", os.sep, os.altsep or "/"}
+    if not isinstance(tag, str) or not tag or tag in (".", "..") or any(
+        c in tag for c in separators
+    ):
+        raise fail(func, "tag", "a plain name (no path separator, not '.' or '..')", repr(tag))
+    return tag
+
+
+def run_path(template: str | os.PathLike[str], tag: str, func: str) -> Path:
+    """The run file of ``tag``: ``template`` with ``{tag}`` replaced by the tag, a plain name
+    (:func:`check_tag`), so that the file stays where the template puts it."""
+    return Path(os.fspath(template).format(tag=check_tag(tag, func)))
 
 
 class RecordError(ValueError):
     """A history or run file that cannot be read or appended to; the message names the file."""
 
 
+def metrics_of(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of a run record by metric name (``metrics``; ``recall`` in older files).
+
+    >>> metrics_of({"metrics": {"MAP@R": 0.5}}), metrics_of({"recall": {"recall@1": 0.25}})
+    ({'MAP@R': 0.5}, {'recall@1': 0.25})
+    """
+    values = record.get("metrics")
+    if not isinstance(values, dict):
+        values = record.get("recall")
+    return dict(values) if isinstance(values, dict) else {}
+
+
 def history_record(record: Mapping[str, Any]) -> dict[str, Any]:
     """The compact form of a run record kept in the history file.
 
-    >>> history_record({"tag": "e1", "recall": {"recall@1": 0.5}, "queries": {"ids": []}})
-    {'tag': 'e1', 'recall': {'recall@1': 0.5}}
+    >>> history_record({"tag": "e1", "metrics": {"recall@1": 0.5}, "queries": {"ids": []}})
+    {'tag': 'e1', 'metrics': {'recall@1': 0.5}}
     """
     out = {k: v for k, v in record.items() if k not in _DETAIL}
     if record.get("skipped_images"):
@@ -87,7 +130,7 @@ def evaluation_record(
     >>> from recallkit.result import Result
     >>> r = Result({"recall@1": 0.5}, first_hit_ranks=np.array([0, 2]), ks=[1], num_reference=3)
     >>> record = evaluation_record(r, tag="epoch-1", metric="cosine")
-    >>> record["recall"], record["num_gallery"], record["queries"]["first_hit_rank"]
+    >>> record["metrics"], record["num_gallery"], record["queries"]["first_hit_rank"]
     ({'recall@1': 0.5}, 3, [0, 2])
     """
     definitions = dict(result.definitions) if result.definitions is not None else None
@@ -102,7 +145,7 @@ def evaluation_record(
         "definitions": definitions,
         "ks": list(result.ks or ()),
         "effective_ks": list(result.effective_ks or result.ks or ()),
-        "recall": result.json_metrics(),
+        "metrics": result.json_metrics(),
         "num_queries": result.num_queries,
         "num_evaluated": result.num_evaluated,
         "num_excluded": result.num_excluded,
@@ -147,7 +190,7 @@ def write_run(path: str | os.PathLike[str], record: Mapping[str, Any]) -> Path:
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "epoch-1.json"
-    >>> record = {"tag": "epoch-1", "recall": {}, "queries": {"ids": ["0"], "first_hit_rank": [0]}}
+    >>> record = {"tag": "epoch-1", "metrics": {}, "queries": {"ids": ["0"], "first_hit_rank": [0]}}
     >>> file_kind(write_run(p, record).read_text())
     'run'
     """
@@ -164,7 +207,7 @@ def _is_history_line(record: Any) -> bool:
     return (
         isinstance(record, dict)
         and "tag" in record
-        and isinstance(record.get("recall"), dict)
+        and isinstance(record.get("metrics", record.get("recall")), dict)
         and "queries" not in record
     )
 

@@ -254,7 +254,7 @@ class Result(Mapping[str, float]):
             if "citation" in self.info:
                 out["citation"] = self.info["citation"]
         else:
-            out = {"recall" if self._all_recall() else "metrics": self.json_metrics()}
+            out = {"metrics": self.json_metrics()}
             if self.ks is not None:
                 out["ks"] = list(self.ks)
                 out["effective_ks"] = list(self.effective_ks or self.ks)
@@ -275,9 +275,6 @@ class Result(Mapping[str, float]):
             out["definitions"] = dict(self.definitions)
         return out
 
-    def _all_recall(self) -> bool:
-        return bool(self._values) and all(k.startswith("recall@") for k in self._values)
-
     def report(self) -> str:
         """The text to print: an ``[evaluation]`` section with the counts and one line per
         metric (label form), a table in percent (protocols), or a two-line table (benchmark
@@ -291,7 +288,7 @@ class Result(Mapping[str, float]):
           num gallery:   5
           embedding_dim: 4
         <BLANKLINE>
-        [recall]
+        [metrics]
           recall@1:  0.5000
           recall@10: 1.0000
         """
@@ -317,7 +314,7 @@ class Result(Mapping[str, float]):
             lines.append(f"  {'num gallery:':<15}{self.num_reference}")
         if self.embedding_dim is not None:
             lines.append(f"  {'embedding_dim:':<15}{self.embedding_dim}")
-        lines += ["", "[recall]" if self._all_recall() else "[metrics]"]
+        lines += ["", "[metrics]"]
         width = max((len(k) for k in self._values), default=0) + 1
         lines += [
             f"  {k + ':':<{width + 1}}{'-' if math.isnan(v) else f'{v:.4f}'}"

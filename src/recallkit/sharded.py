@@ -32,11 +32,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from recallkit import _checks, engine, metrics
+from recallkit import _checks, engine, label_form
+from recallkit import metrics as registry
 from recallkit.engine import ties
-from recallkit.options import Options
+from recallkit.options import Options, accepts
 from recallkit.result import Result
-from recallkit.retrieval import Collector, definitions_of, list_widths, relevance
 
 _OPS = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "sum": dist.ReduceOp.SUM}
 
@@ -117,6 +117,7 @@ def _first_occurrences(comm: _Comm, index: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(keep[start : start + len(index)])
 
 
+@accepts()
 def evaluate_sharded(
     embeddings: Any,
     labels: Any,
@@ -131,7 +132,7 @@ def evaluate_sharded(
     reference_ids: Any = None,
     ranking_metrics: bool = True,
     group: Any = None,
-    **options: Any,
+    options: Options,
 ) -> Result:
     """Exact label-form metrics of a split sharded across processes.
 
@@ -143,13 +144,14 @@ def evaluate_sharded(
     first. Labels, indices and ids are integers. Rows with a dataset index already held by an
     earlier process (``DistributedSampler`` padding) are counted once.
 
-    ``metrics`` names the metrics (as in :func:`recallkit.retrieval_metrics`); by default
-    recall@K for ``ks``, then MAP@R and R-precision (unless ``ranking_metrics=False``). Options
-    (``metric``, ``chunk_size``, ``device``, ``precision``, ``lone_queries``) are those of
-    :class:`recallkit.Options`. The result equals :func:`recallkit.retrieval_metrics`
-    (``query_in_reference=True`` for leave-one-out) on the concatenated data sorted by dataset
-    index; ``result.query_ids`` holds the dataset indices, ``result.info["bytes_communicated"]``
-    what this process sent and received.
+    ``metrics`` names the metrics (any of :func:`recallkit.retrieval_metrics`); by default
+    recall@K for ``ks``, then MAP@R and R-precision (unless ``ranking_metrics=False``). The
+    result equals :func:`recallkit.retrieval_metrics` (``query_in_reference=True`` for
+    leave-one-out) on the concatenated data sorted by dataset index, bit for bit in every
+    per-query value; ``result.query_ids`` holds the dataset indices,
+    ``result.info["bytes_communicated"]`` what this process sent and received.
+
+    {options}
 
     Example (inside ``torchrun``)::
 
@@ -159,14 +161,8 @@ def evaluate_sharded(
     """
     func = "evaluate_sharded"
     ks = _checks.check_ks(ks, func)
-    opts = Options.of(func, **options)
-    if metrics is None:
-        names = [f"recall@{k}" for k in ks]
-        if ranking_metrics:
-            names += ["MAP@R", "R-precision"]
-    else:
-        names = metrics
-    specs = _metric_specs(names, func)
+    chosen = (registry.default(ks, ranking_metrics) if metrics is None
+              else registry.parse(metrics, func))  # fmt: skip
     if not dist.is_available() or not dist.is_initialized():
         raise _checks.fail(
             func, "group", "an initialised torch.distributed process group", "no process group"
@@ -179,14 +175,15 @@ def evaluate_sharded(
             q, reference, reference_labels, reference_indices, ids, reference_ids, func
         )
     )
-    dev = opts.device if opts.device is not None else q.rows.device
+    dev = options.device if options.device is not None else q.rows.device
     comm = _Comm(group, dev if dist.get_backend(group) == "nccl" else torch.device("cpu"))
     leave_one_out = reference is None
-    local = _Local.of(comm, q, r, leave_one_out, opts, dev, func)
+    local = _Local.of(comm, q, r, leave_one_out, options, dev, func)
     score_bytes = engine.backend_for(local.space).score_bytes
-    size = opts.chunk_size or engine.chunk_rows(local.space, None, score_bytes=score_bytes)
+    size = options.chunk_size or engine.chunk_rows(local.space, None, score_bytes=score_bytes)
     sizes = [int(s) for s in comm.gather(torch.tensor([len(local.meta[0])], device=comm.device))]
-    parts: list[dict[str, np.ndarray]] = []
+    parts: list[label_form.Values] = []
+    index: list[np.ndarray] = []
     for owner in range(comm.world):
         for start, stop in engine.chunks(sizes[owner], size):
             mine = comm.rank == owner
@@ -201,18 +198,28 @@ def evaluate_sharded(
                 if mine
                 else torch.empty((3, stop - start), dtype=torch.int64),
                 owner,
-            ).cpu()
-            parts.append(
-                _chunk_statistics(
-                    comm, local, engine.Rows.of(raw), meta.numpy(), leave_one_out, specs
-                )
-            )
-    return _gathered_result(func, parts, specs, local, q.rows.shape[1], leave_one_out, opts,
-                            comm.bytes)  # fmt: skip
-
-
-def _metric_specs(names: Any, func: str) -> tuple[metrics.Spec, ...]:
-    return metrics.parse(names, func)
+            ).cpu().numpy()
+            parts.append(label_form.shard_chunk(
+                comm, local.space, local.labels, local.ids, local.total_reference,
+                engine.Rows.of(raw), meta, leave_one_out, chosen,
+                lambda part, top_k, c_labels: _global_lists(comm, part, top_k, local, c_labels),
+            ))  # fmt: skip
+            index.append(meta[1].copy())
+    order = np.argsort(np.concatenate(index), kind="stable")
+    values = label_form.joined(parts, order)
+    exclusion = "query_in_reference" if leave_one_out else "none"
+    if local.ids is not None:
+        exclusion = "query_in_reference+ids" if leave_one_out else "ids"
+    return values.result(
+        func,
+        lone_queries=options.lone_queries,
+        num_reference=local.total_reference,
+        embedding_dim=q.rows.shape[1],
+        parameter="metrics" if metrics is not None else "ks",
+        query_ids=np.concatenate(index)[order].tolist(),
+        definitions=label_form.definitions_of(options.metric, exclusion, options.lone_queries),
+        info={"bytes_communicated": comm.bytes},
+    )
 
 
 def _reference_shard(
@@ -238,11 +245,11 @@ def _reference_shard(
 
 @dataclass
 class _Local:
-    """This process's part: its reference block (first occurrences, sorted by dataset index)
-    with labels and ids, and its queries with their ``(label, index, id)`` rows."""
+    """This process's part: its reference rows (first occurrences, sorted by dataset index) as
+    the engine's shard space, with labels and ids, and its queries with their ``(label, index,
+    id)`` rows."""
 
     space: engine.Space
-    block: engine.Block
     labels: np.ndarray
     ids: np.ndarray | None
     total_reference: int
@@ -260,73 +267,21 @@ class _Local:
         dev: torch.device,
         func: str,
     ) -> _Local:
-        metric = options.metric
         keep_r = _first_occurrences(comm, r.index)
         r_rows = torch.nonzero(keep_r)[:, 0][torch.argsort(r.index[keep_r])]
-        fdtype = engine.space.filter_dtype(
-            engine.work_dtype(q.rows.dtype), engine.work_dtype(r.rows.dtype)
-        )
-        block = engine.make_block(
-            r.rows[r_rows], 0, func, metric, dev, fdtype, global_index=r.index[r_rows].to(dev)
-        )
-        space = engine.Space(
-            engine.prepare_rows(q.rows[:0], "embeddings", func, metric, dev),
-            metric,
-            int(r_rows.numel()),
-            q.rows.shape[1],
-            dev,
-            lambda: iter(()),
-            single=block,
-            precision=options.precision,
-            filter_dtype=fdtype,
-        )
+        space = engine.shard(q.rows, r.rows[r_rows], r.index[r_rows], options, func, dev)
         total = int(comm.reduce("sum", torch.tensor([r_rows.numel()], device=comm.device)).item())
         keep_q = keep_r if leave_one_out else _first_occurrences(comm, q.index)
         q_rows = torch.nonzero(keep_q)[:, 0]
         ids = q.ids[q_rows] if q.ids is not None else torch.full((len(q_rows),), -1)
         return cls(
             space,
-            block,
             r.labels[r_rows].numpy(),
             r.ids[r_rows].numpy() if r.ids is not None else None,
             total,
-            engine.prepare_rows(q.rows[q_rows], "embeddings", func, metric, dev).raw,
+            engine.prepare_rows(q.rows[q_rows], "embeddings", func, options.metric, dev).raw,
             torch.stack([q.labels[q_rows], q.index[q_rows], ids]),
         )
-
-
-def _gathered_result(
-    func: str,
-    parts: list[dict[str, np.ndarray]],
-    specs: tuple[metrics.Spec, ...],
-    local: _Local,
-    dim: int,
-    leave_one_out: bool,
-    options: Options,
-    communicated: int,
-) -> Result:
-    """The whole split's result from every chunk's statistics, in dataset index order."""
-    index = np.concatenate([p["index"] for p in parts])
-    order = np.argsort(index, kind="stable")
-    num_relevant = np.concatenate([p["num_relevant"] for p in parts])[order]
-    collector = Collector(specs, num_relevant, local.total_reference - int(leave_one_out))
-    for name in ("values", "optimistic", "pessimistic"):
-        target = getattr(collector, name)
-        for spec in specs:
-            target[spec.name][:] = np.concatenate([p[name][spec.name] for p in parts])[order]
-    collector.ranks[:] = np.concatenate([p["ranks"] for p in parts])[order]
-    exclusion = "query_in_reference" if leave_one_out else "none"
-    if local.ids is not None:
-        exclusion = "query_in_reference+ids" if leave_one_out else "ids"
-    return collector.result(
-        func,
-        lone_queries=options.lone_queries,
-        num_reference=local.total_reference,
-        embedding_dim=dim,
-        query_ids=index[order].tolist(),
-        definitions=definitions_of(options.metric, exclusion, options.lone_queries),
-        info={"bytes_communicated": communicated},
-    )
 
 
 @dataclass
@@ -353,72 +308,24 @@ class _Shard:
         )
 
 
-def _chunk_statistics(
-    comm: _Comm,
-    local: _Local,
-    chunk: engine.Rows,
-    meta: np.ndarray,
-    leave_one_out: bool,
-    specs: tuple[metrics.Spec, ...],
-) -> dict[str, Any]:
-    """One broadcast chunk's global per-query values (every metric, both tie orders)."""
-    c_labels, c_index, c_ids = meta
-    c = len(c_labels)
-    space, block, ref_labels = local.space, local.block, local.labels
-    positives = engine.LabelPositives(c_labels, ref_labels)
-    pairs = []
-    if leave_one_out:  # the own row, by dataset index (at most one per process)
-        own = engine.Pairs.from_codes(c_index, block.global_index.cpu().numpy())
-        pairs.append(_to_global(own, block))
-    codes = (c_ids, local.ids) if local.ids is not None else None
-    bound = int(block.global_index.max()) + 1 if block.rows else 1
-    exclusions = engine.Exclusions.of(pairs, c, bound, codes)
-    counts = torch.from_numpy(positives.num_relevant(exclusions, block))
-    num_relevant = comm.reduce("sum", counts.to(comm.device)).cpu().numpy()
-    collector = Collector(specs, num_relevant, local.total_reference - int(leave_one_out))
-    request = engine.Request(
-        positives=positives,
-        top_k=list_widths(specs, num_relevant, local.total_reference) if collector.lists else None,
-        exclusions=exclusions,
-        first_hit=collector.first_hit,
-    )
-    part = engine.run_chunk(space, chunk, request, comm)
-    rel = None
-    if collector.lists:
-        rel = _global_lists(comm, part, request.top_k, block, ref_labels, c_labels)
-    collector.add(0, c, part, rel)
-    return {
-        "index": c_index.copy(),
-        "num_relevant": num_relevant,
-        "ranks": collector.ranks,
-        "values": collector.values,
-        "optimistic": collector.optimistic,
-        "pessimistic": collector.pessimistic,
-    }
-
-
-def _to_global(pairs: engine.Pairs, block: engine.Block) -> engine.Pairs:
-    """Pairs over local block positions -> the same pairs over dataset indices."""
-    return engine.Pairs(pairs.indptr, block.global_index.cpu()[pairs.indices], pairs.num_query)
-
-
 def _global_lists(
     comm: _Comm,
     part: engine.ChunkResult,
     ks: np.ndarray,
-    block: engine.Block,
-    ref_labels: np.ndarray,
+    local: _Local,
     c_labels: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, ...]:
     """Each query's global ranked list, merged exactly from every process's list and tail,
-    with its relevance (each process knows the labels of its own rows)."""
+    with its relevance (each process knows the labels of its own rows): ``(index, score,
+    relevant, tail_index, tail_relevant)``."""
+    block, ref_labels = local.space.single, local.labels
 
     def labelled(index: torch.Tensor) -> torch.Tensor:
         if not block.rows:
             return torch.zeros(index.shape, dtype=torch.bool)
-        local = torch.searchsorted(block.global_index.cpu(), index.clamp(min=0))
-        local = local.clamp(max=block.rows - 1)
-        same = torch.from_numpy(ref_labels[local.numpy()] == c_labels[:, None])
+        position = torch.searchsorted(block.global_index.cpu(), index.clamp(min=0))
+        position = position.clamp(max=block.rows - 1)
+        same = torch.from_numpy(ref_labels[position.numpy()] == c_labels[:, None])
         return (index >= 0) & same
 
     index = torch.cat([part.top_index.cpu(), part.tail_index.cpu()], 1)
@@ -435,7 +342,7 @@ def _global_lists(
     rel_top = (all_rel[:, :width] > 0) & (top_i >= 0)
     # The tail's relevance: the items after the list that split_tail kept (equal to the k-th).
     tail_rel = _tail_relevance(all_index, all_rel, tail_i)
-    return relevance(top_i.numpy(), top_s.numpy(), rel_top.numpy(), tail_i.numpy(), tail_rel)
+    return top_i.numpy(), top_s.numpy(), rel_top.numpy(), tail_i.numpy(), tail_rel
 
 
 def _tail_relevance(index: torch.Tensor, rel: torch.Tensor, tail: torch.Tensor) -> np.ndarray:

@@ -39,7 +39,9 @@ def test_uint64_beyond_int64_is_not_minus_one():
     query = np.array([[1.0, 0.0]])
     reference = np.eye(2)
     q_labels = np.array([2**64 - 1], dtype=np.uint64)
-    result = recall_at_k(query, reference, q_labels, [-1, 2**64 - 1], ks=(1, 2))
+    result = recall_at_k(
+        query, reference, q_labels, [-1, 2**64 - 1], ks=(1, 2), query_in_reference=False
+    )
     assert dict(result) == {"recall@1": 0.0, "recall@2": 1.0}
     q, r = dense_codes(q_labels, np.array([-1, 5]), ("a", "b"), "f")
     assert (q.tolist(), r.tolist()) == ([2], [0, 1])
@@ -49,7 +51,9 @@ def test_integral_floats_beyond_int64_stay_distinct():
     # r0 (nearest) has label 2e20, r1 has the query's label 1e20: first hit at rank 1.
     query = np.array([[1.0, 0.0]])
     reference = np.eye(2)
-    result = recall_at_k(query, reference, [1e20], np.array([2e20, 1e20]), ks=(1, 2))
+    result = recall_at_k(
+        query, reference, [1e20], np.array([2e20, 1e20]), ks=(1, 2), query_in_reference=False
+    )
     assert dict(result) == {"recall@1": 0.0, "recall@2": 1.0}
     q, r = dense_codes(np.array([1e20, 2e20, -3.0]), [2**70, -3], ("a", "b"), "f")
     # sorted values: -3 < 1e20 < 2e20 < 2**70 (1.18e21)

@@ -26,6 +26,7 @@ from recallkit import (
 )
 from recallkit.engine import cpu, device
 from recallkit.engine.space import DEVICE_BYTES_PER_SCORE as MASKS
+from recallkit.options import Options
 from tests import brute
 
 ENGINE = tuple(
@@ -241,7 +242,7 @@ def test_low_precision_cascade_is_exact_and_keeps_float32s_exact_work(torch_path
 
 def test_the_back_end_switch_is_public_and_checked(monkeypatch):
     x, _ = _near_duplicates(4, n=64)
-    space = engine.prepare(x, x, "cosine", None, "f")
+    space = engine.prepare(x, x, Options(), "f")
     monkeypatch.delenv("RECALLKIT_BACKEND", raising=False)
     assert engine.backend_for(space).name == "numba"
     monkeypatch.setenv("RECALLKIT_BACKEND", "torch")

@@ -142,17 +142,67 @@ def test_numpy_and_list_inputs_and_copies():
     )
 
 
-def test_compute_twice_and_more_updates():
+def test_compute_twice_then_the_next_batch_begins_a_new_epoch():
     x, y = _data(6, n=60)
     ev = Evaluator(ks=(1, 2))
     _feed(ev, x[:30], y[:30])
     first = ev.compute()
-    assert dict(ev.compute()) == dict(first)
+    assert dict(ev.compute()) == dict(first)  # the same epoch, the same values
+    _feed(ev, x[30:], y[30:])  # no reset(): the epoch ended at compute
+    assert dict(ev.compute()) == dict(
+        recallkit.retrieval_metrics(x[30:], x[30:], y[30:], y[30:], ev.metrics,
+                                    query_in_reference=True)  # fmt: skip
+    )
+    assert ev.computes == 3 and ev.num_rows == 30
+
+
+def test_rows_stay_until_reset_when_epochs_end_at_reset():
+    x, y = _data(6, n=60)
+    ev = Evaluator(ks=(1, 2), epoch_ends="reset")  # torchmetrics' convention
+    _feed(ev, x[:30], y[:30])
+    ev.compute()
     _feed(ev, x[30:], y[30:])
     assert dict(ev.compute()) == dict(
         recallkit.retrieval_metrics(x, x, y, y, ev.metrics, query_in_reference=True)
     )
-    assert ev.computes == 3
+    with pytest.raises(ValueError, match="'epoch_ends' parameter of Evaluator"):
+        Evaluator(epoch_ends="never")
+
+
+@pytest.mark.parametrize("with_ids", [True, False])
+def test_a_forgotten_reset_returns_the_new_epochs_values(with_ids):
+    """Epoch 2's embeddings (the model trained) without reset(): epoch 2's values, neither
+    epoch 1's (ids) nor the two epochs' rows together (no ids)."""
+    x1, y = _data(11, n=80)
+    x2 = x1 + 0.5 * _data(12, n=80)[0]
+    ids = torch.arange(80) if with_ids else None
+    ev = Evaluator(ks=(1,), metrics=["recall@1"])
+    _feed(ev, x1, y, ids)
+    first = ev.compute()
+    _feed(ev, x2, y, ids)
+    second = ev.compute()
+    want = recallkit.retrieval_metrics(x2, x2, y, y, ["recall@1"], query_in_reference=True)
+    assert dict(second) == dict(want) != dict(first)
+    assert second.num_queries == 80
+
+
+def test_an_id_given_again_with_other_values_names_reset():
+    x, y = _data(13, n=20)
+    ev = Evaluator(ks=(1,), epoch_ends="reset")
+    ev.update(x, y, torch.arange(20))
+    ev.compute()
+    with pytest.raises(ValueError, match=r"'ids' parameter of Evaluator.update must be one "
+                       r"dataset index per item of the epoch.*call reset\(\) at the start of each "
+                       r"epoch.*Got index 0 in row 0 of batch 1 .* with another embedding than in "
+                       r"row 0 of batch 0"):
+        ev.update(x + 1, y, torch.arange(20))
+    ev.update(x[:4], y[:4], torch.arange(4))  # the same rows again (padding): accepted
+    z = x[:2].clone()
+    with pytest.raises(ValueError, match=r"index 1 in row 1 of batch 2 .* another label"):
+        ev.update(z, torch.tensor([y[0], y[1] + 1]), torch.arange(2))
+    with pytest.raises(ValueError, match=r"index 25 in row 1 of batch 2 .* than in row 0 of "
+                       r"batch 2"):
+        ev.update(x[:2], y[:2], torch.tensor([25, 25]))
 
 
 def test_reset_forgets_the_rows():
@@ -226,12 +276,13 @@ def test_bad_batches_are_named():
     with pytest.raises(ValueError, match=r"'query_in_reference' parameter .* must be False"):
         ev.update_reference(x, y)
     assert ev.num_rows == 10  # refused batches are not kept
-    with pytest.raises(ValueError, match=r"non-finite value in row 3"):
-        bad = Evaluator()
-        z = x.clone()
-        z[3, 1] = float("nan")
-        bad.update(z, y)
-        bad.compute()
+    z = x.clone()
+    z[3, 1] = float("nan")
+    ev.update(x[:2], y[:2])
+    with pytest.raises(ValueError, match=r"'embeddings' parameter of Evaluator.update must be "
+                       r"finite \(no NaN or infinity\). Got a non-finite value in row 3 of batch "
+                       r"2 \(batches count from 0"):
+        ev.update(z, y)
 
 
 def test_gallery_checks():
@@ -254,10 +305,22 @@ def test_compute_before_update():
 def test_negative_ids_refused():
     x, y = _data(10, n=6)
     ev = Evaluator(ks=(1,))
-    ev.update(x, y, torch.tensor([0, 1, 2, -3, 4, 5]))
-    with pytest.raises(ValueError, match=r"'ids' parameter .* non-negative dataset indices. Got a "
-                       r"negative at row 3"):
-        ev.compute()
+    with pytest.raises(ValueError, match=r"'ids' parameter of Evaluator.update must be "
+                       r"non-negative dataset indices. Got -3 in row 3 of batch 0"):
+        ev.update(x, y, torch.tensor([0, 1, 2, -3, 4, 5]))
+
+
+def test_a_tag_cannot_leave_the_run_folder(tmp_path):
+    x, y = _data(14, n=12)
+    ev = Evaluator(ks=(1,), run_file=str(tmp_path / "runs" / "{tag}.json"))
+    ev.update(x, y)
+    for bad in ("../escaped", "a/b", "..", "", "a\\b"):
+        with pytest.raises(ValueError, match=r"'tag' parameter of Evaluator.compute must be a "
+                           r"plain name"):
+            ev.compute(tag=bad)
+    assert not (tmp_path / "escaped.json").exists() and not (tmp_path / "runs").exists()
+    ev.compute(tag="epoch-1")
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["epoch-1.json"]
 
 
 def test_history_and_run_files_for_plot_and_compare(tmp_path, capsys):
@@ -273,7 +336,7 @@ def test_history_and_run_files_for_plot_and_compare(tmp_path, capsys):
     records = read_history(history)
     assert [r["tag"] for r in records] == ["epoch-1", "epoch-2", "epoch-3"]
     for record, result in zip(records, results, strict=True):
-        assert record["recall"] == dict(result)  # floats survive JSON exactly
+        assert record["metrics"] == dict(result)  # floats survive JSON exactly
         assert record["ks"] == [1, 2, 4] and record["num_queries"] == 101
         assert record["definitions"] == result.definitions
         assert record["source"] == "recallkit.Evaluator"
@@ -317,7 +380,7 @@ def test_a_record_is_json_of_the_result(tmp_path):
     result = ev.compute()
     record = records.evaluation_record(result, tag="t")
     text = records.dumps_run(record)
-    assert json.loads(text)["recall"] == dict(result)
+    assert json.loads(text)["metrics"] == dict(result)
     assert records.file_kind(text) == "run"
 
 

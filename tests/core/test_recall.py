@@ -73,7 +73,7 @@ def test_query_in_reference_removes_own_row_only():
 def test_lone_queries_counted_and_excluded():
     q = np.eye(3, dtype=np.float32)
     ref = np.eye(3, dtype=np.float32)
-    r = recall_at_k(q, ref, [0, 1, 9], [0, 1, 2], ks=(1,))
+    r = recall_at_k(q, ref, [0, 1, 9], [0, 1, 2], ks=(1,), query_in_reference=False)
     assert r.num_excluded == 1 and r.num_evaluated == 2 and r.num_queries == 3
     assert r["recall@1"] == 1.0
     assert r.first_hit_ranks.tolist() == [0, 0, -1]
@@ -81,7 +81,7 @@ def test_lone_queries_counted_and_excluded():
 
 def test_all_lone_is_nan_with_warning():
     with pytest.warns(RuntimeWarning, match="all 2 queries are lone"):
-        r = recall_at_k(np.eye(2), np.eye(2), [5, 6], [0, 1], ks=(1,))
+        r = recall_at_k(np.eye(2), np.eye(2), [5, 6], [0, 1], ks=(1,), query_in_reference=False)
     assert math.isnan(r["recall@1"])
 
 
@@ -131,7 +131,7 @@ def test_report_and_dict():
         "  num gallery:   4\n"
         "  embedding_dim: 1\n"
         "\n"
-        "[recall]\n"
+        "[metrics]\n"
         "  recall@1:  0.5000\n"
         "  recall@10: 1.0000\n"
         "\n"

@@ -41,13 +41,13 @@ def test_counts_mean_the_same_in_attributes_report_and_dict():
         "  num gallery:   3\n"
         "  embedding_dim: 2\n"
         "\n"
-        "[recall]\n"
+        "[metrics]\n"
         "  recall@1: 1.0000"
     )
     d = json.loads(json.dumps(r.to_dict()))
     counts = {k: d[k] for k in ("num_queries", "num_evaluated", "num_excluded", "num_reference")}
     assert counts == {"num_queries": 3, "num_evaluated": 2, "num_excluded": 1, "num_reference": 3}
-    assert d["recall"] == {"recall@1": 1.0} and d["first_hit_ranks"] == [0, 0, -1]
+    assert d["metrics"] == {"recall@1": 1.0} and d["first_hit_ranks"] == [0, 0, -1]
 
 
 def test_report_without_lone_queries_is_the_three_line_template():
@@ -93,7 +93,7 @@ def test_nan_becomes_none_in_every_result():
     with pytest.warns(RuntimeWarning, match="all 3 queries are lone"):
         recall = recall_at_k(X, X, labels, labels, ks=(1,), query_in_reference=True)
     assert math.isnan(recall["recall@1"])
-    assert recall.to_dict()["recall"] == {"recall@1": None}
+    assert recall.to_dict()["metrics"] == {"recall@1": None}
     assert (recall.num_queries, recall.num_evaluated, recall.num_excluded) == (3, 0, 3)
 
     with pytest.warns(RuntimeWarning, match="all 3 queries are lone"):

@@ -20,6 +20,7 @@ from recallkit import (
 from recallkit import io as recallkit_io
 from recallkit.engine import space
 from recallkit.io import load_embeddings, open_embeddings
+from recallkit.options import Options
 
 
 @pytest.fixture()
@@ -83,7 +84,7 @@ def test_wide_in_memory_reference_is_scored_in_blocks(data, monkeypatch):
     before_map = float(map_at_r(query, memory, q_labels, labels))
     before_nn = nearest_neighbors(query, memory, 7)
     monkeypatch.setattr(space, "DEFAULT_MEMORY_BUDGET", 200_000)
-    assert space.prepare(query, memory, "cosine", None, "t").single is None
+    assert space.prepare(query, memory, Options(), "t").single is None
     after = recall_at_k(query, memory, q_labels, labels, (1, 5, 50))
     np.testing.assert_array_equal(before.first_hit_ranks, after.first_hit_ranks)
     assert float(map_at_r(query, memory, q_labels, labels)) == before_map
@@ -181,7 +182,9 @@ def test_npy_rewritten_in_place_with_another_dtype_is_refused(tmp_path):
     np.save(path, gallery)
     file = open_embeddings(path)
     labels = np.arange(1000)
-    assert recall_at_k(gallery[:50], file, labels[:50], labels, (1,))["recall@1"] == 1.0
+    assert recall_at_k(gallery[:50], file, labels[:50], labels, (1,), query_in_reference=False)[
+        "recall@1"
+    ] == 1.0
     before = os.stat(path)
     np.save(path, gallery.astype(np.float64))  # np.save truncates and rewrites the same file
     _rewritten(path, before)
@@ -191,7 +194,7 @@ def test_npy_rewritten_in_place_with_another_dtype_is_refused(tmp_path):
         "size 64128 -> 128128 bytes, modification time, header); open it again to read it."
     )
     with pytest.raises(ValueError) as caught:
-        recall_at_k(gallery[:50], file, labels[:50], labels, (1,))
+        recall_at_k(gallery[:50], file, labels[:50], labels, (1,), query_in_reference=False)
     assert str(caught.value) == message
     # Opened again, the new file is read with its own header: the same rows, in float64.
     again = open_embeddings(path)
@@ -225,7 +228,9 @@ def test_a_file_replaced_after_opening_still_reads_as_opened(tmp_path, fmt):
     assert file.shape == (300, 8)
     np.testing.assert_array_equal(file[0:300], gallery)
     labels = np.arange(300)
-    assert recall_at_k(gallery[:40], file, labels[:40], labels, (1,))["recall@1"] == 1.0
+    assert recall_at_k(gallery[:40], file, labels[:40], labels, (1,), query_in_reference=False)[
+        "recall@1"
+    ] == 1.0
     assert open_embeddings(path).shape == (500, 4)  # opened again: the new file
 
 

@@ -250,7 +250,7 @@ def test_only_rank_zero_writes_the_history(runs):
     names = ["recall@1", "recall@2", "MAP@R", "R-precision"]
     whole = dict(recallkit.retrieval_metrics(x, x, y, y, names, query_in_reference=True))
     for record in records:
-        assert record["recall"] == whole and record["num_queries"] == N
+        assert record["metrics"] == whole and record["num_queries"] == N
     assert ranks[0]["history"] == ranks[1]["history"] == [whole, whole]
 
 

@@ -28,6 +28,11 @@ def _data(seed: int, n: int = 130):
     return x, labels, ids
 
 
+# Every kind of metric of the registry: first-hit ranks (recall@K, MRR) and lists of K and R.
+NAMES = ["recall@1", "recall@2", "recall@5", "recall@20", "MAP@R", "R-precision", "MRR",
+         "nDCG@5", "precision@5", "MAP@3", "IR-recall@4"]  # fmt: skip
+
+
 def _shards(mode: str, n: int, world: int, seed: int) -> list[np.ndarray]:
     if mode == "sampler":
         # DistributedSampler(shuffle=True)'s assignment: a permutation padded by repetition.
@@ -88,6 +93,7 @@ def _run_case(rank, world, mode, kwargs, seed, out):
             labels[mine],
             mine,
             ks=(1, 2, 5, 20),
+            metrics=NAMES,
             metric="dot",
             chunk_size=kwargs.get("chunk_size"),
             **extra,
@@ -103,6 +109,7 @@ def _run_case(rank, world, mode, kwargs, seed, out):
                 "bounds": result.bounds,
                 "ids": result.query_ids,
                 "bytes": result.info["bytes_communicated"],
+                "per_query": {k: v.tolist() for k, v in result.per_query.items()},
             },
             handle,
         )
@@ -124,8 +131,7 @@ def _single(seed, kwargs):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        names = ["recall@1", "recall@2", "recall@5", "recall@20", "MAP@R", "R-precision"]
-        r = recallkit.retrieval_metrics(*args, names, metric="dot", **extra)
+        r = recallkit.retrieval_metrics(*args, NAMES, metric="dot", **extra)
     return {
         "ranks": r.first_hit_ranks.tolist(),
         "values": {k: v for k, v in r.items() if k.startswith("recall@")},
@@ -133,6 +139,7 @@ def _single(seed, kwargs):
         "rprec": r["R-precision"],
         "bounds": r.bounds,
         "ids": q.tolist(),
+        "per_query": {k: v.tolist() for k, v in r.per_query.items()},
     }
 
 
@@ -172,6 +179,11 @@ def _check_case(out, world, expected):
         assert got["rprec"] == expected["rprec"]
         assert got["bounds"] == expected["bounds"]  # ties broken both ways, exactly
         assert got["bytes"] > 0
+        # Every metric's value of every query, bit for bit (NaN for the lone ones).
+        assert list(got["per_query"]) == NAMES
+        for name in NAMES:
+            a, b = np.array(got["per_query"][name]), np.array(expected["per_query"][name])
+            assert np.array_equal(a, b, equal_nan=True), name
 
 
 def test_bad_input_names_the_argument(tmp_path):

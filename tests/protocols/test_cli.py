@@ -625,7 +625,7 @@ def test_protocol_inputs_checked_before_scoring(tmp_path, capsys, karpathy):
     _assert_error_line(
         capsys,
         [*with_texts, "--chunk-size", "0"],
-        "recallkit image-text: error: --chunk-size must be a positive integer. Got 0.",
+        "recallkit image-text: error: --chunk-size takes a positive integer. Got '0'.",
     )
     _assert_error_line(
         capsys,

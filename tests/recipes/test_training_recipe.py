@@ -51,6 +51,6 @@ def test_training_recipe(tmp_path, world):
         x, y, held = _whole_split(tmp_path, f"epoch-{epoch}", world)
         assert len(x) == 301 and held == (302 if world > 1 else 301)  # one padding row
         whole = recallkit.retrieval_metrics(x, x, y, y, NAMES, query_in_reference=True)
-        assert record["recall"] == dict(whole)  # exact: the history keeps the floats
+        assert record["metrics"] == dict(whole)  # exact: the history keeps the floats
         assert row == [str(epoch)] + [f"{whole[n]:.4f}" for n in NAMES[:5]]
-    assert records[-1]["recall"]["MAP@R"] > records[0]["recall"]["MAP@R"]  # it trained
+    assert records[-1]["metrics"]["MAP@R"] > records[0]["metrics"]["MAP@R"]  # it trained

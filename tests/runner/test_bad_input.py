@@ -112,15 +112,18 @@ def test_callable_errors(cli, hand_case, encoder_module, tmp_path, spec, fragmen
     _assert_user_error(res, fragment)
 
 
-def test_label_only_in_query(cli, hand_case, encoder_module, tmp_path, make_image):
+def test_label_only_in_query_with_lone_queries_error(
+    cli, hand_case, encoder_module, tmp_path, make_image
+):
     query, gallery = hand_case
     make_image(query / "bird" / "q4.png", (1, 1, 1))
     res = cli(
         "evaluate", "--query", query, "--gallery", gallery, "--callable",
         _callable(encoder_module), "--no-cache", "--json", tmp_path / "r.json",
+        "--lone-queries", "error",
     )  # fmt: skip
-    _assert_user_error(res, "1 query image(s) have a label that no gallery image has", "'bird'")
-    assert "--allow-missing-labels" in res.err
+    _assert_user_error(res, "The query labels must be", "1 lone query, the first at row 0")
+    assert "--lone-queries error" in res.err and "lone_queries" not in res.err
     assert not (tmp_path / "r.json").exists()
 
 
@@ -129,7 +132,7 @@ def test_label_only_in_query(cli, hand_case, encoder_module, tmp_path, make_imag
     [
         (["--images", "{tmp}/nowhere"], "do not exist: there is no folder or manifest at that"),
         (["--images", "{tmp}/empty"], "holds no images in class subfolders"),
-        (["--images", "{tmp}/imgs", "--query", "{tmp}/imgs"], "Give the images one way"),
+        (["--images", "{tmp}/imgs", "--query", "{tmp}/imgs"], "Give the data one way"),
         (["--query", "{tmp}/imgs"], "--gallery is missing"),
         (["--benchmark", "sop"], "--benchmark needs --root"),
         (["--images", "{tmp}/imgs"], "Give one encoder"),
@@ -201,7 +204,7 @@ def test_encode_all_lists_bad_images(tmp_path, make_image):
     assert calls == []  # encoding stops at the first bad image; the rest are only opened
     with pytest.raises(ValueError, match="'batch_size' parameter of encode_all"):
         encode_all([good], encoder, batch_size=0)
-    with pytest.raises(ValueError, match="must return one embedding row per image"):
+    with pytest.raises(ValueError, match="returns one embedding row per image"):
         encode_all([good], lambda b: np.zeros((2, 2)), progress=False)
     with pytest.raises(ValueError, match="'images' parameter of encode_all must be non-empty"):
         encode_all([], encoder)
@@ -406,7 +409,7 @@ def test_allow_partial_evaluates_and_says_the_copy_is_incomplete(
         "  num gallery:   4\n"
         "  embedding_dim: 2\n"
         "\n"
-        "[recall]\n"
+        "[metrics]\n"
         "  recall@1: 1.0000\n"
         "\n"
         "[benchmark]\n"

@@ -198,7 +198,7 @@ def test_symlink_loop_in_the_cli(cli, tmp_path, make_image, read_json):
     )  # fmt: skip
     assert res.rc == 0, res.err
     record = read_json(tmp_path / "r.json")
-    assert record["num_queries"] == 6 and record["recall"] == {"recall@1": 1.0}
+    assert record["num_queries"] == 6 and record["metrics"] == {"recall@1": 1.0}
 
 
 # ------------------------------------------------------------------ compare: shared ids
@@ -220,7 +220,7 @@ def _shared_id_runs(cli, tmp_path, make_image):
     for side in ("a", "b"):
         res = cli(
             "evaluate", "--images", tmp_path / f"{side}.csv", "--embeddings",
-            tmp_path / f"{side}.npy", "--ks", "1", "3", "--allow-missing-labels",
+            tmp_path / f"{side}.npy", "--ks", "1", "3",
             "--json", tmp_path / f"{side}.json",
         )  # fmt: skip
         assert res.rc == 0, res.err
@@ -240,7 +240,7 @@ def test_compare_pairs_shared_manifest_ids_by_image(cli, tmp_path, make_image, r
     for row in comparison["ks"]:
         assert (row["diff"], row["low"], row["high"]) == (0.0, 0.0, 0.0)
         assert (row["a_only"], row["b_only"]) == (0, 0)
-        assert row["recall_a"] == row["recall_b"] == a["recall"][f"recall@{row['k']}"]
+        assert row["recall_a"] == row["recall_b"] == a["metrics"][f"recall@{row['k']}"]
 
 
 def test_compare_names_real_paths_when_queries_differ(cli, tmp_path, make_image, read_json):

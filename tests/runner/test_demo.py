@@ -12,7 +12,7 @@ def test_demo_fast(cli, tmp_path):
     res = cli("demo", "--fast", "--out", out, "--keep-images")
     assert res.rc == 0, res.err
     # One report per evaluation: before training (epoch-0) and after the one epoch.
-    assert res.out.count("[recall]") == 2
+    assert res.out.count("[metrics]") == 2
     assert "== epoch-0 (untrained) ==" in res.out and "== epoch-1 (train loss" in res.out
     assert "200 train images (classes 0-4), 200 test images (classes 5-9)" in res.out
     history = [json.loads(line) for line in (out / "runs.jsonl").read_text().splitlines()]
@@ -32,7 +32,7 @@ def test_demo_fast(cli, tmp_path):
     )  # fmt: skip
     assert res.rc == 0, res.err
     again = json.loads((tmp_path / "again.json").read_text())
-    assert again["recall"] == record["recall"]
+    assert again["metrics"] == record["metrics"]
     assert again["queries"]["first_hit_rank"] == record["queries"]["first_hit_rank"]
     res = cli("compare", out / "epoch-1.json", out / "epoch-0.json")
     assert res.rc == 0, res.err

@@ -33,7 +33,7 @@ def test_history_lines_and_plot(cli, hand_case, encoder_module, tmp_path):
     assert "history: " in res.err and "(3 runs)" in res.err
     lines = [json.loads(line) for line in history.read_text().splitlines()]
     assert [r["tag"] for r in lines] == ["epoch-1", "epoch-2", "run-3"]
-    assert all(r["recall"] == {"recall@1": 1 / 3, "recall@2": 1.0} for r in lines)
+    assert all(r["metrics"] == {"recall@1": 1 / 3, "recall@2": 1.0} for r in lines)
     assert all("queries" not in r for r in lines)  # per-query detail stays in --json files
 
     res = cli("plot", history, "-o", tmp_path / "recall.png")

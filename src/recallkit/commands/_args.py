@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from recallkit.errors import UsageError, translate
+from recallkit.errors import UsageError, warning_text
 
 #: The largest image side ``--resize`` and ``--crop`` take, far above any model's input size.
 MAX_PIXELS = 2**16
@@ -46,10 +46,11 @@ def parse_ks(values: Sequence[str] | None, option: str = "--ks") -> tuple[int, .
 
 
 @contextmanager
-def warnings_as_lines(command: str) -> Iterator[None]:
+def warnings_as_lines(command: str, parameters: Any = None) -> Iterator[None]:
     """Print each Python warning raised inside as one line ``recallkit CMD: warning: ...``.
 
-    The text is said in the command line's words (:func:`recallkit.errors.translate`).
+    The text is said in the command line's words (:func:`recallkit.errors.warning_text`),
+    library parameters by ``parameters`` (their options).
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -58,7 +59,7 @@ def warnings_as_lines(command: str) -> Iterator[None]:
         finally:
             seen: set[str] = set()
             for w in caught:
-                text = translate(str(w.message), full_stop=False)
+                text = warning_text(w.message, parameters)
                 if text not in seen:
                     seen.add(text)
                     print(f"recallkit {command}: warning: {text}", file=sys.stderr)

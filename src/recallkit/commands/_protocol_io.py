@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from recallkit import options as _options
 from recallkit.commands._args import check_output_file, usable_device
 from recallkit.errors import UsageError
 from recallkit.io import read_array
@@ -194,20 +195,25 @@ def load_json(spec: str, what: str) -> Any:
         raise UsageError(f"The {what} file '{path}' is not valid JSON: {error}.") from None
 
 
-#: The parameters every protocol command supplies with the same option (see ``add_common``).
+#: The parameters every protocol command supplies with the same option (see ``add_common``):
+#: the engine's options (:mod:`recallkit.options`) and the cut-offs.
 PARAMETERS = {
+    **_options.flag_names("engine"),
     "ks": "--ks",
     "k": "the submission size",
-    "metric": "--metric",
-    "device": "--device",
-    "chunk_size": "--chunk-size",
 }
+
+
+def engine_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The engine options given on the command line, as the protocol functions' keywords."""
+    return _options.from_flags(args, "engine")
 
 
 def add_common(
     parser: argparse.ArgumentParser, ks: tuple[int, ...], *, metric: bool = True
 ) -> None:
-    """``--ks``, ``--metric``, ``--device``, ``--chunk-size`` and ``--json``."""
+    """``--ks``, the engine's options (``--metric``, ``--chunk-size``, ``--device``,
+    ``--precision``: :func:`recallkit.options.add_flags`) and ``--json``."""
     parser.add_argument(
         "--ks",
         type=int,
@@ -217,14 +223,7 @@ def add_common(
         help=f"cut-offs (default: {' '.join(map(str, ks))})",
     )
     if metric:
-        parser.add_argument(
-            "--metric",
-            choices=("cosine", "dot", "euclidean"),
-            default="cosine",
-            help="similarity of embeddings (default: cosine)",
-        )
-        parser.add_argument("--device", default=None, help="torch device (default: cpu)")
-        parser.add_argument("--chunk-size", type=int, default=None, help="query rows per chunk")
+        _options.add_flags(parser, "engine")
     parser.add_argument(
         "--json", metavar="OUT", default=None, help="write the metrics as JSON (atomically)"
     )

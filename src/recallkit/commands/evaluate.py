@@ -1,4 +1,4 @@
-"""``recallkit evaluate``: recall@K of an encoder on query and gallery images."""
+"""``recallkit evaluate``: recall@K and any other metric of an encoder, or of saved embeddings."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from recallkit import options as _options
 from recallkit._atomic import Staged, stage
 from recallkit.commands._args import (
     add_quiet,
@@ -45,7 +46,7 @@ from recallkit.runner.pipeline import (
     run_record,
     worst_classes,
 )
-from recallkit.runner.sources import ImageSet, from_benchmark, from_path
+from recallkit.runner.sources import ImageSet, from_arrays, from_benchmark, from_path, labels_file
 
 EXAMPLES = """\
 examples:
@@ -54,6 +55,8 @@ examples:
       --model resnet50 --weights resnet50.pth --json resnet50.json
   # one folder (or manifest) against itself, leave-one-out, precomputed embeddings
   recallkit evaluate --images data/test.csv --embeddings test.npy
+  # embeddings and labels a training script saved (no images), every metric asked for
+  recallkit evaluate --embeddings val.npy --labels val_labels.npy --metrics MAP@R nDCG@10
   # tracking a fine-tune: one history line per checkpoint
   recallkit evaluate --images data/test --callable mypkg.models:load_epoch3 \\
       --history runs.jsonl --tag epoch-3
@@ -62,8 +65,11 @@ examples:
 
 PATH is a folder of class subfolders (PATH/<label>/<image>; symbolic links are followed and
 each real file counted once) or a CSV/TSV manifest with columns path,label[,id], one row per
-line. Self-matches (same resolved path, or same manifest id) are excluded. The report goes to
-stdout; progress and notes go to stderr.
+line. Self-matches (same resolved path, or same manifest id) are excluded. Saved arrays need no
+images: --embeddings FILE --labels FILE is one set against itself, each row's own row excluded;
+--query-embeddings/--query-labels with --gallery-embeddings/--gallery-labels a query set and a
+gallery. A labels file is a 1-D .npy array or a text file with one label per line. The report
+goes to stdout; progress and notes go to stderr.
 
 Outputs (--show-out, --json, --history) are written at the end, all of them or, on a failure
 such as a full disk, none: a one-line error and exit status 2. A symbolic link given as an
@@ -78,14 +84,17 @@ def register(subparsers: Any) -> None:
         "evaluate",
         help="recall@K of an encoder on query and gallery images",
         description=(
-            "Encode query and gallery images (the gallery once, cached) and print recall@K: "
-            "the share of queries with a same-label gallery image among their K nearest "
-            "(cosine, ties to the lower gallery index)."
+            "Encode query and gallery images (the gallery once, cached), or read saved "
+            "embeddings, and print recall@K (the share of queries with a same-label gallery "
+            "item among their K nearest; cosine, ties to the lower gallery index) and any "
+            "other metric asked for with --metrics, all from one exact pass."
         ),
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    data = p.add_argument_group("data (one of: --query with --gallery, --images, --benchmark)")
+    data = p.add_argument_group(
+        "data (one of: --query with --gallery, --images, --benchmark, saved arrays with labels)"
+    )
     data.add_argument("--query", metavar="PATH", help="query images: folder or manifest")
     data.add_argument("--gallery", metavar="PATH", help="gallery images: folder or manifest")
     data.add_argument(
@@ -104,9 +113,14 @@ def register(subparsers: Any) -> None:
         "modified copy); the report says the benchmark is incomplete",
     )
     data.add_argument(
-        "--allow-missing-labels",
-        action="store_true",
-        help="exclude (and count) queries whose label no gallery image has, instead of stopping",
+        "--labels",
+        metavar="FILE",
+        help="the labels of --embeddings, one per row (.npy or one per line): the saved set is "
+        "evaluated against itself, each row's own row excluded; no images needed",
+    )
+    data.add_argument("--query-labels", metavar="FILE", help="the labels of --query-embeddings")
+    data.add_argument(
+        "--gallery-labels", metavar="FILE", help="the labels of --gallery-embeddings"
     )
     data.add_argument(
         "--skip-bad",
@@ -186,25 +200,27 @@ def register(subparsers: Any) -> None:
         help="per-channel std (default ImageNet's)",
     )
 
-    run = p.add_argument_group("run")
-    run.add_argument("--ks", nargs="+", metavar="K", help="K values (default 1 5 10)")
+    run = p.add_argument_group("metrics and engine")
     run.add_argument(
-        "--metric", choices=("cosine", "dot", "euclidean"), default="cosine", help="similarity"
+        "--ks", nargs="+", metavar="K", help="the K of recall@K (default 1 5 10, or the "
+        "benchmark's)",
     )
+    run.add_argument(
+        "--metrics",
+        nargs="+",
+        metavar="NAME",
+        help="more metrics, after recall@K, by name or alias (" + _metric_examples() + ")",
+    )
+    _options.add_flags(run, "label", helps={
+        "device": "where the encoder and the engine run: cpu, cuda, cuda:N or auto (default: "
+                  "a GPU when one is visible)",
+    })  # fmt: skip
     run.add_argument(
         "--batch-size",
         type=positive_int("--batch-size"),
         default=32,
         metavar="N",
         help="images per encoder call (default 32)",
-    )
-    run.add_argument("--device", default="auto", help="cpu, cuda, cuda:N or auto (default)")
-    run.add_argument(
-        "--precision",
-        choices=("auto", "float32", "bfloat16", "float16", "int8"),
-        default="auto",
-        help="precision of the filter GEMM (default auto: the fastest measured here); every "
-        "decision is still made on exact float64 scores, so the results do not change",
     )
     run.add_argument("--dtype", choices=tuple(DTYPES), default="float32", help="model dtype")
     run.add_argument(
@@ -245,6 +261,12 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=main, parameters=PARAMETERS)
 
 
+def _metric_examples() -> str:
+    from recallkit.metrics import examples
+
+    return examples().replace("'", "")
+
+
 def _embedding_option(args: argparse.Namespace, side: str) -> str:
     """What supplied the ``side`` ("query" or "gallery") embeddings, in command-line words."""
     if args.embeddings is not None:
@@ -262,10 +284,9 @@ def _encoder_option(args: argparse.Namespace) -> str:
 
 #: The runner's and the library's parameters -> the options of ``recallkit evaluate``.
 PARAMETERS = {
+    **_options.flag_names("label"),
     "ks": "--ks",
-    "metric": "--metric",
-    "device": "--device",
-    "precision": "--precision",
+    "metrics": "--metrics",
     "batch_size": "--batch-size",
     "cache_dir": "--cache-dir",
     "root": "--root",
@@ -274,23 +295,42 @@ PARAMETERS = {
     "reference": lambda args: _embedding_option(args, "gallery"),
     "query_embeddings": lambda args: _embedding_option(args, "query"),
     "gallery_embeddings": lambda args: _embedding_option(args, "gallery"),
-    "query_labels": "the query labels",
-    "reference_labels": "the gallery labels",
+    "query_labels": lambda args: _labels_option(args, "query"),
+    "reference_labels": lambda args: _labels_option(args, "gallery"),
     "encoder_fn": _encoder_option,
 }
+
+
+def _labels_option(args: argparse.Namespace, side: str) -> str:
+    """What supplied the ``side`` labels, in command-line words."""
+    if getattr(args, "labels", None) is not None:
+        return "--labels"
+    if getattr(args, f"{side}_labels", None) is not None:
+        return f"--{side}-labels"
+    return f"the {side} labels"
+
+
+def _named(args: argparse.Namespace) -> dict[str, str]:
+    """:data:`PARAMETERS` resolved for these arguments (for warnings)."""
+    return {k: v(args) if callable(v) else v for k, v in PARAMETERS.items()}
 
 
 Data = tuple[ImageSet, ImageSet, tuple[int, ...] | None, dict[str, Any] | None]
 
 
+def _arrays(args: argparse.Namespace) -> bool:
+    return any(getattr(args, n) is not None for n in ("labels", "query_labels", "gallery_labels"))
+
+
 def _data(args: argparse.Namespace) -> Data:
     """Query set, gallery set, the protocol's K values and, for a benchmark, what it is."""
     pair = args.query is not None or args.gallery is not None
-    chosen = [pair, args.images is not None, args.benchmark is not None]
+    chosen = [pair, args.images is not None, args.benchmark is not None, _arrays(args)]
     if sum(chosen) != 1:
         raise UsageError(
-            "Give the images one way: --query PATH --gallery PATH, or --images PATH, or "
-            "--benchmark NAME --root DIR."
+            "Give the data one way: --query PATH --gallery PATH, or --images PATH, or "
+            "--benchmark NAME --root DIR, or saved arrays: --embeddings FILE --labels FILE "
+            "(or --query-embeddings/--query-labels with --gallery-embeddings/--gallery-labels)."
         )
     if args.root is not None and args.benchmark is None:
         raise UsageError("--root goes with --benchmark.")
@@ -306,6 +346,8 @@ def _data(args: argparse.Namespace) -> Data:
     if args.images is not None:
         images = from_path(args.images, what="manifest")
         return images, images, None, None
+    if _arrays(args):
+        return _saved_arrays(args)
     if args.root is None:
         raise UsageError("--benchmark needs --root DIR, the folder holding its files.")
     return _benchmark(args)
@@ -315,7 +357,7 @@ def _benchmark(args: argparse.Namespace) -> Data:
     """The benchmark's query and gallery splits (``recallkit.runner.from_benchmark``):
     ``--allow-partial`` and ``--skip-bad`` are the loader's ``allow_partial`` and
     ``skip_missing``; the last item says whether the copy loaded so is complete."""
-    with warnings_as_lines("evaluate"):
+    with warnings_as_lines("evaluate", _named(args)):
         sets = from_benchmark(
             args.benchmark, args.root, allow_partial=args.allow_partial, skip_missing=args.skip_bad
         )
@@ -323,18 +365,30 @@ def _benchmark(args: argparse.Namespace) -> Data:
     return sets.query, sets.gallery, sets.ks, info
 
 
-def _check_labels(query: ImageSet, gallery: ImageSet, allow: bool) -> None:
-    known = set(gallery.labels)
-    missing = [label for label in query.labels if label not in known]
-    if not missing or allow:
-        return
-    distinct = list(dict.fromkeys(missing))
-    shown = ", ".join(repr(x) for x in distinct[:5]) + (", ..." if len(distinct) > 5 else "")
-    raise UsageError(
-        f"{len(missing)} query image(s) have a label that no gallery image has "
-        f"({len(distinct)} label(s): {shown}); check the folder names or manifests, or pass "
-        "--allow-missing-labels to exclude and count them."
-    )
+def _saved_arrays(args: argparse.Namespace) -> Data:
+    """The label sets of saved arrays: ``--labels`` (one set against itself) or
+    ``--query-labels`` with ``--gallery-labels``; each row's items are its row numbers."""
+    if args.labels is not None:
+        if args.query_labels is not None or args.gallery_labels is not None:
+            raise UsageError("Give --labels, or --query-labels with --gallery-labels, not both.")
+        if args.embeddings is None:
+            raise UsageError("--labels goes with --embeddings FILE, the rows it labels.")
+        labels = labels_file(args.labels, option="--labels")
+        images = from_arrays(labels, f"--embeddings {args.embeddings}")
+        return images, images, None, None
+    if args.query_labels is None or args.gallery_labels is None:
+        missing = "--gallery-labels" if args.gallery_labels is None else "--query-labels"
+        raise UsageError(f"--query-labels and --gallery-labels go together; {missing} is missing.")
+    if args.query_embeddings is None or args.gallery_embeddings is None:
+        raise UsageError(
+            "--query-labels and --gallery-labels go with --query-embeddings FILE and "
+            "--gallery-embeddings FILE, the rows they label."
+        )
+    query = from_arrays(labels_file(args.query_labels, option="--query-labels"),
+                        f"--query-embeddings {args.query_embeddings}")  # fmt: skip
+    gallery = from_arrays(labels_file(args.gallery_labels, option="--gallery-labels"),
+                          f"--gallery-embeddings {args.gallery_embeddings}")  # fmt: skip
+    return query, gallery, None, None
 
 
 def _encoder(
@@ -360,7 +414,7 @@ def _encoder(
     if args.encoder_id is not None and kinds[0]:
         raise UsageError("--encoder-id goes with --model or --callable (it names an encoder).")
     if kinds[0]:
-        same = query.items == gallery.items
+        same = query is gallery or (query.has_paths() and query.items == gallery.items)
         if args.embeddings is not None:
             if args.query_embeddings is not None or args.gallery_embeddings is not None:
                 raise UsageError(
@@ -373,14 +427,14 @@ def _encoder(
                     "--gallery-embeddings."
                 )
             array = load_embeddings(args.embeddings, what="embeddings")
-            _rows(array, len(gallery), args.embeddings, "images")
+            _rows(array, len(gallery), args.embeddings, _row_names(gallery))
             return None, array, array
         if args.query_embeddings is None or args.gallery_embeddings is None:
             raise UsageError("--query-embeddings and --gallery-embeddings go together.")
         q = load_embeddings(args.query_embeddings, what="query embeddings")
-        _rows(q, len(query), args.query_embeddings, "query images")
+        _rows(q, len(query), args.query_embeddings, "query " + _row_names(query))
         g = load_embeddings(args.gallery_embeddings, what="gallery embeddings")
-        _rows(g, len(gallery), args.gallery_embeddings, "gallery images")
+        _rows(g, len(gallery), args.gallery_embeddings, "gallery " + _row_names(gallery))
         if q.shape[1] != g.shape[1]:
             raise UsageError(
                 f"The query embeddings have dimension {q.shape[1]} but the gallery embeddings "
@@ -466,12 +520,19 @@ def _cache_dir(args: argparse.Namespace) -> Path:
     return Path(expanded)
 
 
+def _row_names(images: ImageSet) -> str:
+    return "labels" if images.meta.get("arrays") else "images"
+
+
 def _rows(array: Any, expected: int, path: str, what: str) -> None:
     if array.shape[0] != expected:
+        order = ("row i must be labelled by line or entry i of the labels file"
+                 if what.endswith("labels") else
+                 "row i must be the embedding of image i (in manifest or sorted folder order)")
         raise UsageError(
             f"The embeddings file '{path}' has {array.shape[0]} rows but there are {expected} "
-            f"{what}; row i must be the embedding of image i (in manifest or sorted folder order)."
-        )
+            f"{what}; {order}."
+        )  # fmt: skip
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
@@ -495,28 +556,32 @@ def main(args: argparse.Namespace) -> int:
     _check_outputs(args)
     query, gallery, protocol_ks, benchmark = _data(args)
     ks = ks or protocol_ks or (1, 5, 10)
-    _check_labels(query, gallery, args.allow_missing_labels)
+    arrays = bool(query.meta.get("arrays"))
+    if arrays and args.show_out is not None:
+        raise UsageError("--show-out draws the failing queries' images; saved arrays have none.")
     device = usable_device(resolve_device(args.device))
     encoder, q_emb, g_emb = _encoder(args, query, gallery, device)
+    neighbors = max(1 if args.worst else 0, (args.show_topk or 8) if args.show_out else 0)
     cache_dir = None
     if encoder is not None and not args.no_cache:
         cache_dir = _cache_dir(args)
     progress = False if args.quiet else None
-    with warnings_as_lines("evaluate"):
+    with warnings_as_lines("evaluate", _named(args)):
         run = run_evaluation(
             query,
             gallery,
             encoder,
             ks,
+            metrics=args.metrics or (),
             query_embeddings=q_emb,
             gallery_embeddings=g_emb,
-            metric=args.metric,
-            device=device,
-            precision=args.precision,
             batch_size=args.batch_size,
             cache_dir=cache_dir,
             skip_bad=args.skip_bad,
             progress=progress,
+            neighbors=neighbors,
+            query_in_reference=True if arrays and query is gallery else None,
+            **{**_options.from_flags(args, "label"), "device": device},
         )
     result = run.result
     if result.num_evaluated == 0:
@@ -571,7 +636,7 @@ def _write_outputs(args: argparse.Namespace, run: Any, record: dict[str, Any]) -
     done: list[str] = []
     try:
         if args.show_out is not None:
-            with warnings_as_lines("evaluate"):
+            with warnings_as_lines("evaluate", _named(args)):
                 data = render_failure_grid(
                     run,
                     Path(args.show_out).suffix,
@@ -594,7 +659,7 @@ def _write_outputs(args: argparse.Namespace, run: Any, record: dict[str, Any]) -
         with interrupts_deferred():
             if args.history is not None:
                 try:
-                    with warnings_as_lines("evaluate"):
+                    with warnings_as_lines("evaluate", _named(args)):
                         count = append_history(args.history, record)
                 except OSError as error:
                     raise _cannot_write("history file", args.history, error) from None

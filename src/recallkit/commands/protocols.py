@@ -126,7 +126,7 @@ def _run_cirr(args: argparse.Namespace) -> int:
     queries, images, scores = _inputs(args)
     if not data.has_targets and not args.submission_dir:
         raise UsageError(f"split {args.split!r} has no targets to score; pass --submission-dir")
-    options = {"metric": args.metric, "chunk_size": args.chunk_size, "device": args.device}
+    options = io.engine_options(args)
     if data.has_targets:
         if scores is not None:
             result = cirr.cirr_recall_from_scores(
@@ -250,7 +250,7 @@ def _run_circo(args: argparse.Namespace) -> int:
     ids = io.load_ids(args.image_ids)
     if not data.has_targets and not args.submission:
         raise UsageError(f"split {args.split!r} has no ground truths to score; pass --submission")
-    options = {"metric": args.metric, "chunk_size": args.chunk_size, "device": args.device}
+    options = io.engine_options(args)
     common = {"exclude_reference": args.exclude_reference}
     if data.has_targets:
         if scores is not None:
@@ -384,9 +384,7 @@ def _run_fashioniq(args: argparse.Namespace) -> int:
             queries,
             galleries,
             data,
-            metric=args.metric,
-            chunk_size=args.chunk_size,
-            device=args.device,
+            **io.engine_options(args),
             **common,
         )
     else:
@@ -511,8 +509,7 @@ def _run_genecis(args: argparse.Namespace) -> int:
                 args.ks,
                 gallery_sizes=sizes,
                 ties=args.ties,
-                metric=args.metric,
-                device=args.device,
+                **io.engine_options(args),
                 task=name,
             )
     summary = genecis.genecis_summary(results)
@@ -648,9 +645,7 @@ def _run_image_text(args: argparse.Namespace) -> int:
             texts,
             caption_image,
             args.ks,
-            metric=args.metric,
-            chunk_size=args.chunk_size,
-            device=args.device,
+            **io.engine_options(args),
             name=name,
         )
     return io.report(result, args.json)

@@ -24,21 +24,21 @@ from recallkit.datasets.base import (
     DatasetFileNotFoundError,
     Split,
 )
+from recallkit.exceptions import ParameterError, Text, fail
+
+
+class MissingFolderError(ParameterError, DatasetFileNotFoundError):
+    """A loader's folder argument that is not an existing folder."""
 
 
 def check_root(root: object, function: str) -> Path:
     """Validate the ``root`` argument of a loader: an existing folder."""
     if not isinstance(root, (str, os.PathLike)):
-        raise ValueError(
-            f"The 'root' parameter of {function} must be a folder path (str or os.PathLike). "
-            f"Got {type(root).__name__}."
-        )
+        raise fail(function, "root", "a folder path (str or os.PathLike)", type(root).__name__)
     path = Path(os.path.abspath(os.fspath(root)))
     if not path.is_dir():
-        raise DatasetFileNotFoundError(
-            f"The 'root' parameter of {function} must be an existing folder. Got {str(path)!r}, "
-            "which does not exist or is not a folder."
-        )
+        got = f"{str(path)!r}, which does not exist or is not a folder"
+        raise MissingFolderError(function, "root", "an existing folder", got)
     return path
 
 
@@ -46,15 +46,14 @@ def check_flags(function: str, **flags: object) -> None:
     """Each keyword must be a bool."""
     for name, value in flags.items():
         if not isinstance(value, (bool, np.bool_)):
-            raise ValueError(
-                f"The '{name}' parameter of {function} must be True or False. Got {value!r}."
-            )
+            raise fail(function, name, "True or False", repr(value))
     if flags.get("skip_missing") and not flags.get("check_images", True):
-        raise ValueError(
-            f"The 'skip_missing' parameter of {function} needs check_images=True: images are "
-            "only found missing when they are checked. Got skip_missing=True with "
-            "check_images=False."
-        )
+        raise fail(
+            function, "skip_missing",
+            Text("False unless {check}: images are only found missing when they are checked",
+                 check=("check_images", True)),
+            "True with check_images=False",
+        )  # fmt: skip
 
 
 def find_folder(root: Path, marker: str, nested: Sequence[str] = ()) -> Path:
@@ -226,12 +225,13 @@ def check_counts(
         complete = False
         if not allow_partial:
             where = source if isinstance(source, str) else source[split_name]
-            raise DatasetError(
+            raise DatasetError(Text(
                 f"{where} gives the {info.title} {split_name} split {size:,} images of "
                 f"{classes:,} classes; the benchmark has {expected_size:,} images of "
-                f"{expected_classes:,} classes. Pass allow_partial=True to load a partial or "
-                "modified copy (its results are not comparable with published numbers)."
-            )
+                f"{expected_classes:,} classes. Pass {{fix}} to load a partial or "
+                "modified copy (its results are not comparable with published numbers).",
+                fix=("allow_partial", True),
+            ))  # fmt: skip
     return complete
 
 
@@ -301,15 +301,16 @@ def finish(
             ][:3]
             if not skip_missing:
                 hint = (
-                    " None of them exists: is 'root' the folder that holds the images?"
+                    " None of them exists: is {root} the folder that holds the images?"
                     if missing == total
                     else ""
                 )
-                raise DatasetFileNotFoundError(
+                raise DatasetFileNotFoundError(Text(
                     f"{missing:,} of the {total:,} images listed in {listed_in} are not on disk "
-                    f"(e.g. {examples[0]}).{hint} Pass skip_missing=True to leave them out, or "
-                    "check_images=False to skip the check."
-                )
+                    f"(e.g. {examples[0]}).{hint} Pass {{skip}} to leave them out{{nocheck}}.",
+                    skip=("skip_missing", True), root="root",
+                    nocheck=Text(", or {off} to skip the check", off=("check_images", False)),
+                ))  # fmt: skip
             for split_name, split in list(splits.items()):
                 mask = masks[split_name]
                 skipped.extend(split.root / split.relative_paths[i] for i in np.flatnonzero(mask))

@@ -17,6 +17,8 @@ from types import MappingProxyType
 
 import numpy as np
 
+from recallkit.exceptions import RecallkitError
+
 __all__ = [
     "BENCHMARK_INFO",
     "Benchmark",
@@ -28,7 +30,7 @@ __all__ = [
 ]
 
 
-class DatasetError(ValueError):
+class DatasetError(RecallkitError):
     """A benchmark's annotation files are malformed or differ from its documented counts.
 
     The message names the file (and the line, where one line is at fault).

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from recallkit import metrics as registry
 from recallkit.datasets.base import Benchmark, Split
+from recallkit.exceptions import fail
+from recallkit.options import Options, accepts
 from recallkit.result import Result
 from recallkit.retrieval import retrieval_metrics
 
@@ -18,10 +21,8 @@ __all__ = ["evaluate_benchmark"]
 
 def _check_benchmark(benchmark: Any, func: str) -> Benchmark:
     if not isinstance(benchmark, Benchmark):
-        raise ValueError(
-            f"The 'benchmark' parameter of {func} must be a Benchmark (from load_benchmark). "
-            f"Got {type(benchmark).__name__}."
-        )
+        raise fail(func, "benchmark", "a Benchmark (from load_benchmark)",
+                   type(benchmark).__name__)  # fmt: skip
     return benchmark
 
 
@@ -29,19 +30,18 @@ def _check_rows(embeddings: Any, split: Split, name: str, func: str, bench: str)
     shape = getattr(embeddings, "shape", None)
     if shape is None or len(shape) != 2 or shape[0] != len(split):
         got = "an object without a shape" if shape is None else f"shape {tuple(shape)}"
-        raise ValueError(
-            f"The '{name}' parameter of {func} must be a 2-D array with one row per image of "
-            f"the {split.name!r} split of {bench} ({len(split)} rows, in split order). Got {got}."
-        )
+        raise fail(func, name, f"a 2-D array with one row per image of the {split.name!r} "
+                   f"split of {bench} ({len(split)} rows, in split order)", got)  # fmt: skip
 
 
+@accepts()
 def evaluate_benchmark(
     benchmark: Benchmark,
     query_embeddings: Any,
     gallery_embeddings: Any = None,
     *,
     metrics: Sequence[str] | None = None,
-    **options: Any,
+    options: Options,
 ) -> Result:
     """Recall@K of a benchmark under its protocol, with MAP@R and R-precision beside it.
 
@@ -59,9 +59,9 @@ def evaluate_benchmark(
         gallery_embeddings: for In-Shop, the ``(m, d)`` embeddings of the gallery split; must be
             ``None`` for benchmarks whose query split is searched with itself.
         metrics: the metrics (names as in :func:`recallkit.retrieval_metrics`); default the
-            protocol's recall@K, then ``"MAP@R"`` and ``"R-precision"``.
-        options: ``metric``, ``chunk_size``, ``device``, ``precision``, ``lone_queries``
-            (:class:`recallkit.Options`).
+            protocol's recall@K, then MAP@R and R-precision.
+
+    {options}
 
     Returns:
         A :class:`recallkit.Result` whose ``info`` holds the benchmark's name, title, protocol and
@@ -90,26 +90,22 @@ def evaluate_benchmark(
     _check_rows(query_embeddings, query, "query_embeddings", func, benchmark.name)
     if protocol.gallery_split is None:
         if gallery_embeddings is not None:
-            raise ValueError(
-                f"The 'gallery_embeddings' parameter of {func} must be None for "
-                f"{benchmark.name}: its {query.name!r} split is searched with itself. "
-                f"Got {type(gallery_embeddings).__name__}."
-            )
+            raise fail(func, "gallery_embeddings", f"None for {benchmark.name}: its "
+                       f"{query.name!r} split is searched with itself",
+                       type(gallery_embeddings).__name__)  # fmt: skip
         reference = query_embeddings
     else:
         if gallery_embeddings is None:
-            raise ValueError(
-                f"The 'gallery_embeddings' parameter of {func} must be given for "
-                f"{benchmark.name}: its {query.name!r} split searches the {gallery.name!r} "
-                "split. Got None."
-            )
+            searches = f"{query.name!r} split searches the {gallery.name!r} split"
+            raise fail(func, "gallery_embeddings", f"given for {benchmark.name}: its {searches}",
+                       None)  # fmt: skip
         _check_rows(gallery_embeddings, gallery, "gallery_embeddings", func, benchmark.name)
         reference = gallery_embeddings
     if metrics is None:
-        metrics = [*(f"recall@{k}" for k in protocol.ks), "MAP@R", "R-precision"]
+        metrics = registry.names_of(registry.default(protocol.ks))
     result = retrieval_metrics(
         query_embeddings, reference, query.labels, gallery.labels, metrics,
-        query_in_reference=query_in_reference, **options,
+        query_in_reference=query_in_reference, options=options,
     )  # fmt: skip
     header = {"benchmark": benchmark.name, "title": benchmark.title, "complete": benchmark.complete}
     fields = {

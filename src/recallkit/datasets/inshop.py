@@ -19,6 +19,7 @@ import numpy as np
 
 from recallkit.datasets import _files
 from recallkit.datasets.base import BENCHMARK_INFO, Benchmark, DatasetError, Split
+from recallkit.exceptions import Text
 
 __all__ = ["load_inshop"]
 
@@ -176,8 +177,8 @@ def _check_items(
         query_items = set(labels[masks["query"]].tolist())
         gallery_items = set(labels[masks["gallery"]].tolist())
         if query_items != gallery_items:
-            raise DatasetError(
+            raise DatasetError(Text(
                 f"{path}: {len(query_items ^ gallery_items):,} item(s) have query images but no "
                 "gallery image, or the reverse; the In-Shop split has the same items in both. "
-                "Pass allow_partial=True to load a partial or modified copy."
-            )
+                "Pass {fix} to load a partial or modified copy.", fix=("allow_partial", True),
+            ))  # fmt: skip

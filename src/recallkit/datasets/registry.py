@@ -12,6 +12,7 @@ from recallkit.datasets.cub import load_cub
 from recallkit.datasets.inaturalist import load_inaturalist
 from recallkit.datasets.inshop import load_inshop
 from recallkit.datasets.sop import load_sop
+from recallkit.exceptions import fail
 
 __all__ = ["BENCHMARKS", "load_benchmark", "protocol_table"]
 
@@ -69,15 +70,15 @@ def load_benchmark(
     >>> load_benchmark("cars", folder)
     Traceback (most recent call last):
     ...
-    ValueError: The 'name' parameter of load_benchmark must be one of 'cub', 'cars196', 'sop', \
-'inaturalist', 'inshop'. Got 'cars'.
+    recallkit.exceptions.ParameterError: The 'name' parameter of load_benchmark must be one of \
+'cub', 'cars196', 'sop', 'inaturalist', 'inshop'. Got 'cars'.
     """
     func = "load_benchmark"
     if not isinstance(name, str) or name not in BENCHMARKS:
         choices = ", ".join(repr(n) for n in BENCHMARKS)
-        raise ValueError(f"The 'name' parameter of {func} must be one of {choices}. Got {name!r}.")
+        raise fail(func, "name", f"one of {choices}", repr(name))
     if not isinstance(crop, bool):
-        raise ValueError(f"The 'crop' parameter of {func} must be True or False. Got {crop!r}.")
+        raise fail(func, "crop", "True or False", repr(crop))
     options = dict(
         allow_partial=allow_partial, skip_missing=skip_missing, check_images=check_images
     )

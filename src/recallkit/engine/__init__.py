@@ -61,8 +61,10 @@ from recallkit.engine.space import (
     memory_budget,
     prepare,
     prepare_rows,
+    shard,
     work_dtype,
 )
+from recallkit.exceptions import RecallkitError, Text
 
 BACKEND_VARIABLE = "RECALLKIT_BACKEND"
 BACKENDS = ("numba", "torch", "triton")
@@ -115,6 +117,7 @@ __all__ = [
     "prepare_rows",
     "run",
     "run_chunk",
+    "shard",
     "work_dtype",
 ]
 
@@ -140,10 +143,10 @@ def backend_for(space: Space) -> Backend:
         name = "numba" if space.device.type == "cpu" else "triton"
     if name == "numba":
         if space.device.type != "cpu":
-            raise ValueError(
+            raise RecallkitError(Text(
                 f"The numba back end runs on the CPU only; the work runs on {space.device}. "
-                f"Unset {BACKEND_VARIABLE} or pass device='cpu'."
-            )
+                f"Unset {BACKEND_VARIABLE} or pass {{cpu}}.", cpu=("device", "cpu"),
+            ))  # fmt: skip
         from recallkit.engine import cpu
 
         return cpu.BACKEND
@@ -180,7 +183,11 @@ def _device_backend(name: str, where: torch.device) -> Backend:
 
 
 def run(space: Space, request: Request, chunk_size: int | None = None) -> Iterator[ChunkResult]:
-    """Every chunk of the request's answer, in query order (:mod:`.protocol`)."""
+    """Every chunk of the request's answer, in query order (:mod:`.protocol`); chunks of
+    ``chunk_size`` queries, default the space's ``options.chunk_size`` (else sized from the
+    memory budget)."""
+    if chunk_size is None and space.options is not None:
+        chunk_size = space.options.chunk_size
     yield from backend_for(space).run(space, request, chunk_size)
 
 

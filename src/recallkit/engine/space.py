@@ -22,6 +22,7 @@ import torch
 
 from recallkit import _checks
 from recallkit.engine import exact, filters
+from recallkit.exceptions import Text
 
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
 MIN_CHUNK_ROWS = 64
@@ -85,8 +86,9 @@ def prepare_rows(
             raise _checks.fail(
                 func,
                 name,
-                f"of magnitude at most 2**400 under the {metric!r} metric (exact float64 "
-                "scores would overflow; metric='cosine' accepts any magnitude)",
+                Text(f"of magnitude at most 2**400 under the {metric!r} metric (exact float64 "
+                     "scores would overflow; {cos} accepts any magnitude)",
+                     cos=("metric", "cosine")),
                 f"a larger value in row {row}",
             )
     rows = Rows.of(raw)
@@ -168,6 +170,7 @@ class Space:
     filter_dtype: torch.dtype = torch.float32
     query_is_reference: bool = False
     extra: dict = field(default_factory=dict)
+    options: Any = None
 
     @property
     def num_query(self) -> int:
@@ -208,14 +211,13 @@ def _streamed_dtype(reference: Any, func: str) -> torch.dtype:
 def prepare(
     query: Any,
     reference: Any,
-    metric: str,
-    device: Any,
+    options: Any,
     func: str,
     reference_block_rows: int | None = None,
-    precision: str = "auto",
     query_is_reference: bool | None = None,
 ) -> Space:
-    """Validate and prepare embeddings.
+    """Validate and prepare embeddings under ``options`` (a :class:`recallkit.Options`: the
+    engine reads ``metric``, ``device`` and ``precision`` here, ``chunk_size`` when it runs).
 
     Rows are kept as float32 (float16/bfloat16 inputs are upcast) or float64 (float64 and
     integer inputs); exact scores are float64 either way, and a float64 side (in memory or
@@ -224,6 +226,7 @@ def prepare(
     blocks, never loaded whole. ``query_is_reference`` (default: ``query is reference``) says
     that the queries are the reference rows themselves, prepared once.
     """
+    metric, device, precision = options.metric, options.device, options.precision
     _checks.check_metric(metric, func)
     q = _checks.as_embeddings(query, "query", func)
     if query_is_reference is None:
@@ -245,7 +248,7 @@ def prepare(
         )
     dev = _checks.check_device(device, func) if device is not None else q.device
     fdtype = filter_dtype(work_dtype(q.dtype), r_dtype)
-    common = dict(precision=precision, filter_dtype=fdtype)
+    common = dict(precision=precision, filter_dtype=fdtype, options=options)
     if not streamed:
         r_rows = prepare_rows(r, "reference", func, metric, dev)
         block = make_block(r_rows, 0, func, metric, dev, fdtype)
@@ -273,6 +276,29 @@ def prepare(
             yield make_block(raw, start, func, metric, dev, fdtype)
 
     return Space(q_rows, metric, m, d, dev, source, block_rows=rows, **common)
+
+
+def shard(
+    queries: torch.Tensor,
+    reference: torch.Tensor,
+    global_index: torch.Tensor,
+    options: Any,
+    func: str,
+    device: torch.device,
+) -> Space:
+    """This process's part of a sharded problem: its reference rows (``global_index`` their
+    dataset indices, ascending) as one block, and no queries of its own (each chunk of queries
+    is broadcast by its owner and run with :func:`recallkit.engine.run_chunk`). ``queries``
+    gives the query rows' dtype."""
+    fdtype = filter_dtype(work_dtype(queries.dtype), work_dtype(reference.dtype))
+    block = make_block(reference, 0, func, options.metric, device, fdtype,
+                       global_index=global_index.to(device))  # fmt: skip
+    empty = prepare_rows(queries[:0], "embeddings", func, options.metric, device)
+    return Space(
+        empty, options.metric, int(reference.shape[0]), int(reference.shape[1]), device,
+        lambda: iter(()), single=block, precision=options.precision, filter_dtype=fdtype,
+        options=options,
+    )  # fmt: skip
 
 
 def _streamed_block_rows(m: int, d: int, n: int) -> int:

@@ -1,7 +1,9 @@
 """A Lightning callback that logs exact retrieval metrics of each validation epoch:
 :class:`RetrievalCallback`.
 
-Requires Lightning (``pip install recallkit[lightning]``).
+Requires Lightning: ``pip install lightning`` beside recallkit (``pip install
+'/path/to/recallkit[lightning]'`` installs both from a clone; ``uv sync`` in the clone installs it
+with the development tools).
 
 The callback collects the validation embeddings batch by batch in a
 :class:`recallkit.Evaluator` (from the ``validation_step`` outputs, or a ``collect`` hook),
@@ -21,6 +23,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import torch
 
 from recallkit import _checks
 from recallkit.evaluator import Evaluator
@@ -55,7 +59,13 @@ def __getattr__(name: str) -> Any:
 
 def _define() -> type:
     """The callback class, on Lightning's ``Callback``."""
-    from lightning.pytorch import Callback
+    try:
+        from lightning.pytorch import Callback
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(
+            "recallkit.integrations.lightning needs Lightning, which is not installed: "
+            "pip install lightning (or pip install '/path/to/recallkit[lightning]')"
+        ) from None
 
     class RetrievalCallback(Callback):
         """Log exact recall@K (and MAP@R, R-precision, ...) of the validation split every epoch.
@@ -150,8 +160,10 @@ def _define() -> type:
                 return
             self.result = self.evaluator.compute(tag=f"epoch-{trainer.current_epoch}")
             for name, value in self.result.items():
-                # Every rank holds the same values: no reduction across ranks.
-                pl_module.log(f"{self.prefix}{name}", value, sync_dist=False)
+                # Every rank holds the same values: no reduction across ranks; a float64
+                # tensor, so that the logged value is the exact float (not float32's).
+                exact = torch.tensor(value, dtype=torch.float64)
+                pl_module.log(f"{self.prefix}{name}", exact, sync_dist=False, batch_size=1)
             self.evaluator.reset()
 
     RetrievalCallback.__module__ = __name__

@@ -1,6 +1,8 @@
 """A torchmetrics ``Metric`` of exact retrieval metrics: :class:`RetrievalMetrics`.
 
-Requires torchmetrics (``pip install recallkit[torchmetrics]``).
+Requires torchmetrics: ``pip install torchmetrics`` beside recallkit (``pip install
+'/path/to/recallkit[torchmetrics]'`` installs both from a clone; ``uv sync`` in the clone
+installs it with the development tools).
 
 torchmetrics synchronises a metric by all-gathering its states onto every process
 (``sync_on_compute``, ``dist_sync_on_step``): for a retrieval metric the states are the
@@ -49,19 +51,39 @@ def __getattr__(name: str) -> Any:
 
 def _define() -> type:
     """The metric class, on torchmetrics' ``Metric``."""
-    from torchmetrics import Metric
+    try:
+        from torchmetrics import Metric
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(
+            "recallkit.integrations.torchmetrics needs torchmetrics, which is not installed: "
+            "pip install torchmetrics (or pip install '/path/to/recallkit[torchmetrics]')"
+        ) from None
 
     class RetrievalMetrics(Metric):
-        """Exact recall@K (and MAP@R, R-precision, ...) of the rows given to :meth:`update`.
+        """Exact recall@K (and MAP@R, R-precision, any metric of the registry) of the rows
+        given to :meth:`update`.
 
-        ``ks``, ``metrics``, ``query_in_reference`` and the options (``metric``, ``chunk_size``,
-        ``device``, ``precision``, ``lone_queries``) are those of :class:`recallkit.Evaluator`;
-        ``process_group`` is the ``torch.distributed`` group. :meth:`update` takes
-        ``(embeddings, labels, ids=None)`` (``ids``: dataset indices, required under
-        ``torch.distributed``), :meth:`update_reference` a separate gallery's batches;
-        :meth:`compute` returns ``{name: 0-dim float64 tensor}`` and keeps the whole
-        :class:`recallkit.Result` in :attr:`result`. ``forward`` only accumulates (a retrieval
-        metric of one batch is not the split's) and returns ``None``.
+        Args:
+            ks: the K of recall@K (default 1, 2, 4, 8).
+            metrics: metric names (:func:`recallkit.retrieval_metrics`); default recall@K for
+                ``ks``, MAP@R and R-precision.
+            query_in_reference: ``True`` (default): the rows are searched against themselves,
+                each query's own row left out; ``False``: against the gallery of
+                :meth:`update_reference`.
+            process_group: the ``torch.distributed`` group (default: the whole world).
+            compute_on_cpu, compute_with_cache: torchmetrics' own; torchmetrics' sync options
+                are refused (they would gather every embedding onto every rank).
+            metric, chunk_size, device, precision, lone_queries: the options of
+                :class:`recallkit.Options`.
+
+        :meth:`update` takes ``(embeddings, labels, ids=None)``: an ``(n, d)`` batch, ``n``
+        integer labels and ``n`` dataset indices (required under ``torch.distributed``);
+        :meth:`update_reference` a separate gallery's batches. :meth:`compute` returns
+        ``{name: 0-dim float64 tensor}`` and keeps the whole :class:`recallkit.Result` in
+        :attr:`result`. As every torchmetrics metric, the rows stay until :meth:`reset` (which
+        Lightning calls at the end of each epoch where the metric is logged); a dataset index
+        given again with other values is an error that says so. ``forward`` only accumulates
+        (a retrieval metric of one batch is not the split's) and returns ``None``.
         """
 
         is_differentiable = False
@@ -93,8 +115,9 @@ def _define() -> type:
                 **metric_keywords,
             )  # fmt: skip
             self.evaluator = Evaluator(
-                ks, metrics, query_in_reference=query_in_reference, group=process_group, **options
-            )
+                ks, metrics, query_in_reference=query_in_reference, group=process_group,
+                epoch_ends="reset", **options,
+            )  # fmt: skip
             self.result: Result | None = None
 
         def update(self, embeddings: Any, labels: Any, ids: Any = None) -> None:

@@ -20,6 +20,7 @@ import torch
 from recallkit import _checks
 from recallkit._atomic import atomic_write
 from recallkit.engine import memory_budget
+from recallkit.exceptions import Text
 from recallkit.options import Options
 from recallkit.result import Result
 
@@ -138,7 +139,8 @@ def _similarity(q: torch.Tensor, c: torch.Tensor, metric: str) -> torch.Tensor:
 def _normalised(x: torch.Tensor, func: str, name: str) -> torch.Tensor:
     norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
     if bool((norms == 0).any()):
-        raise _checks.fail(func, name, "non-zero vectors under metric='cosine'", "a zero vector")
+        raise _checks.fail(func, name, Text("non-zero vectors under {m}", m=("metric", "cosine")),
+                           "a zero vector")  # fmt: skip
     return x / norms
 
 

@@ -39,8 +39,9 @@ from typing import Any
 import numpy as np
 
 from recallkit import _checks, engine
+from recallkit.exceptions import RecallkitError, Text
 from recallkit.ground_truth import Ranker, Ranks, average_precision_at_k, recall_from_ranks
-from recallkit.options import Options
+from recallkit.options import Options, accepts
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, protocol_result
 from recallkit.result import Result
@@ -217,18 +218,19 @@ def _targets(data: CIRCOSplit, position: dict[int, int], func: str, need_targets
     reference, gt, columns = [], [], []
     for q in data.queries:
         if q.reference_img_id not in position:
-            raise ValueError(
-                f"CIRCO query {q.id}: reference image {q.reference_img_id} "
-                "is not among the 'image_ids'"
-            )
+            raise RecallkitError(Text(
+                f"CIRCO query {q.id}: reference image {q.reference_img_id} is not among the "
+                "{ids}", ids="image_ids",
+            ))  # fmt: skip
         reference.append(position[q.reference_img_id])
         if not need_targets:
             continue
         for image in q.gt_img_ids:
             if image not in position:
-                raise ValueError(
-                    f"CIRCO query {q.id}: ground-truth image {image} is not among the 'image_ids'"
-                )
+                raise RecallkitError(Text(
+                    f"CIRCO query {q.id}: ground-truth image {image} is not among the {{ids}}",
+                    ids="image_ids",
+                ))  # fmt: skip
         gt.append([position[i] for i in q.gt_img_ids])
         columns.append(q.gt_img_ids.index(q.target_img_id))
     gt_array = _common.pad_lists(gt) if need_targets else np.empty((0, 1), dtype=np.int64)
@@ -330,7 +332,8 @@ def _metrics(
     ks = _check_options(func, ks, divisor)
     position = _positions(image_ids, func)
     t = _targets(data, position, func, need_targets=True)
-    ranker = make((len(data.queries), "query of 'data'", len(position), "id of 'image_ids'"))
+    ranker = make((len(data.queries), Text("query of {d}", d="data"), len(position),
+                   Text("id of {i}", i="image_ids")))  # fmt: skip
     if exclude_reference:
         _check_reference_not_gt(data, t)
     ranks = ranker.ranks(t.gt, _skipped(ranker, t, exclude_reference), reduce="none")
@@ -339,6 +342,7 @@ def _metrics(
     return _result(data, ranks.ranks, t.num_gt, target, ks, divisor, _note(exclude_reference))
 
 
+@accepts(scope="engine")
 def circo_metrics(
     query: Any,
     images: Any,
@@ -348,7 +352,7 @@ def circo_metrics(
     ks: Sequence[int] = (5, 10, 25, 50),
     divisor: str = "min_k_r",
     exclude_reference: bool = False,
-    **options: Any,
+    options: Options,
 ) -> Result:
     """CIRCO mAP@K and recall@K from embeddings.
 
@@ -370,9 +374,8 @@ def circo_metrics(
     0.4167
     """
     func = "circo_metrics"
-    opts = Options.of(func, **options)
     return _metrics(
-        func, lambda e: Ranker.from_embeddings(query, images, func, opts, "query", "images", e),
+        func, lambda e: Ranker.from_embeddings(query, images, func, options, "query", "images", e),
         image_ids, data, ks, divisor, exclude_reference,
     )  # fmt: skip
 
@@ -454,7 +457,7 @@ def circo_metrics_from_predictions(
         raise _checks.fail(
             func,
             "predictions",
-            "one ranking per query of 'data'",
+            Text("one ranking per query of {d}", d="data"),
             f"missing queries {missing[:5]}, unknown queries {extra[:5]}",
         )
     width = max(len(q.gt_img_ids) for q in data.queries)
@@ -480,11 +483,13 @@ def _rankings(
     k = _checks.check_positive_int(k, func, "k")
     position = _positions(image_ids, func)
     t = _targets(data, position, func, need_targets=False)
-    ranker = make((len(data.queries), "query of 'data'", len(position), "id of 'image_ids'"))
+    ranker = make((len(data.queries), Text("query of {d}", d="data"), len(position),
+                   Text("id of {i}", i="image_ids")))  # fmt: skip
     top, _ = ranker.lists(k, _skipped(ranker, t, exclude_reference))
     return _as_ids(data, top.cpu().numpy(), image_ids)
 
 
+@accepts(scope="engine")
 def circo_rankings(
     query: Any,
     images: Any,
@@ -493,7 +498,7 @@ def circo_rankings(
     *,
     k: int = SUBMISSION_SIZE,
     exclude_reference: bool = False,
-    **options: Any,
+    options: Options,
 ) -> dict[int, list[int]]:
     """Top-``k`` image ids per query id (the server's submission lists), exact and chunked.
 
@@ -504,9 +509,8 @@ def circo_rankings(
     {0: [10, 30]}
     """
     func = "circo_rankings"
-    opts = Options.of(func, **options)
     return _rankings(
-        func, lambda e: Ranker.from_embeddings(query, images, func, opts, "query", "images", e),
+        func, lambda e: Ranker.from_embeddings(query, images, func, options, "query", "images", e),
         image_ids, data, k, exclude_reference,
     )  # fmt: skip
 

@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 
 from recallkit import _checks, engine
+from recallkit.exceptions import Text
 from recallkit.ground_truth import Ranker, Ranks, recall_from_ranks
-from recallkit.options import Options
+from recallkit.options import Options, accepts
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, protocol_result
 from recallkit.result import Result
@@ -323,7 +324,8 @@ def _prepared(
     need_targets: bool,
 ) -> tuple[Ranker, _Indices]:
     idx = _indices(data, func, need_targets=need_targets)
-    ranker = make((len(data.queries), "query of 'data'", len(data.image_names), "image of 'data'"))
+    ranker = make((len(data.queries), Text("query of {d}", d="data"), len(data.image_names),
+                   Text("image of {d}", d="data")))  # fmt: skip
     return ranker, idx
 
 
@@ -341,6 +343,7 @@ def _recall(
     return _score(data, idx, ranks, ks, subset_ks, target)
 
 
+@accepts(scope="engine")
 def cirr_recall(
     query: Any,
     images: Any,
@@ -349,7 +352,7 @@ def cirr_recall(
     ks: Sequence[int] = (1, 5, 10, 50),
     subset_ks: Sequence[int] = (1, 2, 3),
     target: str = "hard",
-    **options: Any,
+    options: Options,
 ) -> Result:
     """CIRR recall@K, recall_subset@K and their average from embeddings.
 
@@ -371,9 +374,8 @@ def cirr_recall(
     ([2], [1])
     """
     func = "cirr_recall"
-    opts = Options.of(func, **options)
     return _recall(
-        func, lambda e: Ranker.from_embeddings(query, images, func, opts, "query", "images", e),
+        func, lambda e: Ranker.from_embeddings(query, images, func, options, "query", "images", e),
         data, ks, subset_ks, target,
     )  # fmt: skip
 
@@ -434,13 +436,14 @@ def _ranked(
     return _rankings(data, idx, top.cpu().numpy(), member_ranks)
 
 
+@accepts(scope="engine")
 def cirr_rankings(
     query: Any,
     images: Any,
     data: CIRRSplit,
     *,
     k: int = 50,
-    **options: Any,
+    options: Options,
 ) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
     """Top-``k`` image names per pairid (reference removed) and the top 3 of each image set.
 
@@ -456,10 +459,9 @@ def cirr_rankings(
     ({5: ['d', 'c']}, {5: ['c', 'b']})
     """
     func = "cirr_rankings"
-    opts = Options.of(func, **options)
     return _ranked(
         func,
-        lambda e: Ranker.from_embeddings(query, images, func, opts, "query", "images", e),
+        lambda e: Ranker.from_embeddings(query, images, func, options, "query", "images", e),
         data,
         k,
     )

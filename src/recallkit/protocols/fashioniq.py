@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 
 from recallkit import _checks, engine
+from recallkit.exceptions import Text
 from recallkit.ground_truth import Ranker, Ranks, recall_from_ranks
-from recallkit.options import Options
+from recallkit.options import Options, accepts
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, protocol_result
 from recallkit.result import Result
@@ -162,7 +163,8 @@ def _check_inputs(inputs: Any, data: Mapping[str, FashionIQCategory], func: str,
         _check_category(category, func, name)
     if set(inputs) != set(data):
         raise _checks.fail(
-            func, name, f"one entry per category of 'data' {sorted(data)}", sorted(inputs)
+            func, name, Text(f"one entry per category of {{d}} {sorted(data)}", d="data"),
+            sorted(inputs),
         )
 
 
@@ -237,6 +239,7 @@ def _recall(
     return _combine(parts, ks, "; reference removed" if exclude_reference else "")
 
 
+@accepts(scope="engine")
 def fashioniq_recall(
     queries: Mapping[str, Any],
     galleries: Mapping[str, Any],
@@ -244,7 +247,7 @@ def fashioniq_recall(
     *,
     ks: Sequence[int] = (10, 50),
     exclude_reference: bool = False,
-    **options: Any,
+    options: Options,
 ) -> Result:
     """FashionIQ recall@K per category, the mean over categories and their average.
 
@@ -263,11 +266,10 @@ def fashioniq_recall(
     ({'recall@1': 0.0, 'recall@2': 1.0}, {})
     """
     func = "fashioniq_recall"
-    opts = Options.of(func, **options)
 
     def make(category: str, shapes: tuple[int, str, int, str]) -> Ranker:
         return Ranker.from_embeddings(
-            queries[category], galleries[category], func, opts, "queries", "galleries", shapes
+            queries[category], galleries[category], func, options, "queries", "galleries", shapes
         )
 
     inputs = {"queries": queries, "galleries": galleries}

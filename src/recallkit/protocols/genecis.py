@@ -48,7 +48,7 @@ import numpy as np
 
 from recallkit import _checks
 from recallkit.ground_truth import ground_truth_ranks, recall_from_ranks
-from recallkit.options import Options
+from recallkit.options import Options, accepts
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, protocol_result
 from recallkit.result import Result
@@ -300,6 +300,7 @@ def _scores_with_padding(scores: Any, gallery_sizes: Any, func: str) -> np.ndarr
     return _checks.as_scores(filled, func)
 
 
+@accepts(scope="engine")
 def genecis_recall_from_embeddings(
     query: Any,
     candidates: Any,
@@ -309,7 +310,7 @@ def genecis_recall_from_embeddings(
     gallery_sizes: Any = None,
     ties: str = "pessimistic",
     task: str = "genecis",
-    **options: Any,
+    options: Options,
 ) -> Result:
     """:func:`genecis_recall` from ``query`` ``(n, d)`` and ``candidates`` ``(n, c, d)``.
 
@@ -324,9 +325,8 @@ def genecis_recall_from_embeddings(
     [1]
     """
     func = "genecis_recall_from_embeddings"
-    opts = Options.of(func, **options)
     _checks.check_choice(ties, tuple(TIES), func, "ties")
-    scores = _common.candidate_scores(query, candidates, options=opts, func=func)
+    scores = _common.candidate_scores(query, candidates, options=options, func=func)
     return genecis_recall(
         scores,
         ks,

@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from recallkit import _checks
+from recallkit.exceptions import RecallkitError, Text
 from recallkit.ground_truth import Ranker, Ranks, recall_from_ranks
-from recallkit.options import Options
+from recallkit.options import Options, accepts
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, protocol_result
 from recallkit.result import Result
@@ -157,11 +158,11 @@ def read_karpathy_split(
         got = (len(names), len(captions))
         want = (expected[0], expected[1] if captions_per_image is None else None)
         if got[0] != want[0] or (want[1] is not None and got[1] != want[1]):
-            raise ValueError(
+            raise RecallkitError(Text(
                 f"{path}: the Karpathy {split!r} split of {dataset} has {got[0]} images and "
                 f"{got[1]} captions; expected {expected[0]} and {expected[1]} "
-                "(pass check_counts=False to evaluate partial data)"
-            )
+                "(pass {fix} to evaluate partial data)", fix=("check_counts", False),
+            ))  # fmt: skip
     caption_image = np.asarray(owner, dtype=np.int64)
     caption_image.setflags(write=False)
     return KarpathySplit(dataset, split, tuple(names), tuple(ids), tuple(captions), caption_image)
@@ -251,13 +252,14 @@ def _recall(
     ks = _checks.check_ks(ks, func)
     num_images = t2i.num_reference
     caption_image = _check_caption_image(caption_image, num_images, func)
-    t2i.check_rows(len(caption_image), "caption of 'caption_image'")
+    t2i.check_rows(len(caption_image), Text("caption of {c}", c="caption_image"))
     per_image = _captions_of_images(caption_image, num_images, func)
     t2i_ranks = t2i.ranks(caption_image[:, None]).map(lambda r: r[:, 0])
     i2t_ranks = i2t.ranks(per_image, reduce="min").map(lambda r: r[:, 0])
     return _result(t2i_ranks, i2t_ranks, ks, name)
 
 
+@accepts(scope="engine")
 def image_text_recall(
     images: Any,
     texts: Any,
@@ -265,7 +267,7 @@ def image_text_recall(
     ks: Sequence[int] = (1, 5, 10),
     *,
     name: str = "image-text",
-    **options: Any,
+    options: Options,
 ) -> Result:
     """Image→text and text→image recall@K, mean and median rank, from embeddings.
 
@@ -286,12 +288,12 @@ def image_text_recall(
     (0.6666666666666666, 1.0, [0, 1, 0])
     """
     func = "image_text_recall"
-    opts = Options.of(func, **options)
     num_images = _num_rows(images, func, "images")
     captions = _check_caption_image(caption_image, num_images, func)
-    _checks.check_rows(texts, len(captions), func, "texts", "caption of 'caption_image'")
-    t2i = Ranker.from_embeddings(texts, images, func, opts, "texts", "images")
-    i2t = Ranker.from_embeddings(images, texts, func, opts, "images", "texts")
+    _checks.check_rows(texts, len(captions), func, "texts",
+                       Text("caption of {c}", c="caption_image"))  # fmt: skip
+    t2i = Ranker.from_embeddings(texts, images, func, options, "texts", "images")
+    i2t = Ranker.from_embeddings(images, texts, func, options, "images", "texts")
     return _recall(func, t2i, i2t, caption_image, ks, name)
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from recallkit.exceptions import RecallkitError
 
-class RunnerError(ValueError):
+
+class RunnerError(RecallkitError):
     """Bad input to a runner function; the message names the file or argument at fault.
 
     The command line prints it as one line with exit status 2, as every ``ValueError``.

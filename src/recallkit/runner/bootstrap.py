@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from recallkit.definitions import check_definitions, differences
+from recallkit.exceptions import fail
 from recallkit.ground_truth import recall_from_ranks
 from recallkit.runner._errors import RunnerError
 from recallkit.runner.history import RUN_HINT, wrong_kind
@@ -51,15 +52,10 @@ BATCH = 1 << 16
 def check_resamples(n_resamples: Any, func: str = "paired_bootstrap") -> int:
     """``n_resamples`` if it is an integer in ``[1, MAX_RESAMPLES]``, else a ``ValueError``."""
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples <= 0:
-        raise ValueError(
-            f"The 'n_resamples' parameter of {func} must be a positive integer. "
-            f"Got {n_resamples!r}."
-        )
+        raise fail(func, "n_resamples", "a positive integer", repr(n_resamples))
     if n_resamples > MAX_RESAMPLES:
-        raise ValueError(
-            f"The 'n_resamples' parameter of {func} must be at most {MAX_RESAMPLES:,} (about "
-            f"20 s per K). Got {n_resamples:,}."
-        )
+        raise fail(func, "n_resamples", f"at most {MAX_RESAMPLES:,} (about 20 s per K)",
+                   f"{n_resamples:,}")  # fmt: skip
     return n_resamples
 
 
@@ -113,9 +109,7 @@ def paired_bootstrap(
         )
     check_resamples(n_resamples)
     if not 0 < confidence < 1:
-        raise ValueError(
-            f"The 'confidence' parameter of paired_bootstrap must be in (0, 1). Got {confidence!r}."
-        )
+        raise fail("paired_bootstrap", "confidence", "in (0, 1)", repr(confidence))
     n = a.size
     a_only = int(np.count_nonzero(a & ~b))
     b_only = int(np.count_nonzero(~a & b))

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from recallkit.exceptions import Text, fail
 from recallkit.runner._errors import RunnerError
 
 EncoderFn = Callable[[list[Any]], Any]
@@ -42,8 +43,8 @@ class BadImagesError(RunnerError):
     """Some images could not be read; ``bad`` lists every one of them.
 
     >>> print(BadImagesError([BadImage("a.png", "truncated")], what="gallery"))
-    1 gallery image could not be read: a.png (truncated). Fix or remove it, or pass --skip-bad \
-(skip_bad=True) to continue without it.
+    1 gallery image could not be read: a.png (truncated). Fix or remove it, or pass \
+skip_bad=True to continue without it.
     """
 
     def __init__(self, bad: Sequence[BadImage], *, what: str = "") -> None:
@@ -55,10 +56,10 @@ class BadImagesError(RunnerError):
         noun = f"{what} image" if what else "image"
         noun += "s" if n != 1 else ""
         them = "them" if n != 1 else "it"
-        super().__init__(
-            f"{n} {noun} could not be read: {listed}. Fix or remove {them}, or pass --skip-bad "
-            f"(skip_bad=True) to continue without {them}."
-        )
+        super().__init__(Text(
+            f"{n} {noun} could not be read: {listed}. Fix or remove {them}, or pass {{fix}} to "
+            f"continue without {them}.", fix=("skip_bad", True),
+        ))  # fmt: skip
 
 
 def load_image(path: str | os.PathLike[str]) -> Image.Image:
@@ -182,10 +183,8 @@ def _as_rows(out: Any, expected: int) -> np.ndarray:
         out = out.detach().to("cpu", torch.float32).numpy()
     array = np.asarray(out, dtype=np.float32)
     if array.ndim != 2 or array.shape[0] != expected:
-        raise ValueError(
-            "The 'encoder_fn' parameter of encode_all must return one embedding row per image, "
-            f"a ({expected}, dim) array. Got shape {tuple(array.shape)}."
-        )
+        raise fail("encode_all", "encoder_fn", "a function that returns one embedding row per "
+                   f"image, a ({expected}, dim) array", f"shape {tuple(array.shape)}")  # fmt: skip
     return array
 
 
@@ -220,16 +219,12 @@ def encode_images(
     """
     func = "encode_all"
     if not callable(encoder_fn):
-        raise ValueError(
-            f"The 'encoder_fn' parameter of {func} must be callable. Got {type(encoder_fn)}."
-        )
+        raise fail(func, "encoder_fn", "callable", type(encoder_fn))
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(
-            f"The 'batch_size' parameter of {func} must be a positive integer. Got {batch_size!r}."
-        )
+        raise fail(func, "batch_size", "a positive integer", repr(batch_size))
     n = len(images)
     if n == 0:
-        raise ValueError(f"The 'images' parameter of {func} must be non-empty. Got 0 images.")
+        raise fail(func, "images", "non-empty", "0 images")
     embeddings: np.ndarray | None = None  # allocated once the first batch gives the dimension
     kept = np.zeros(n, dtype=bool)
     bad: list[BadImage] = []
@@ -252,10 +247,9 @@ def encode_images(
                 if embeddings is None:
                     embeddings = np.full((n, out.shape[1]), np.nan, dtype=np.float32)
                 elif out.shape[1] != embeddings.shape[1]:
-                    raise ValueError(
-                        f"The 'encoder_fn' parameter of {func} must return embeddings of one "
-                        f"dimension. Got {embeddings.shape[1]} and then {out.shape[1]}."
-                    )
+                    got = f"{embeddings.shape[1]} and then {out.shape[1]}"
+                    raise fail(func, "encoder_fn", "a function returning embeddings of one "
+                               "dimension", got)  # fmt: skip
                 embeddings[where] = out
                 kept[where] = True
             bar.update(stop - start)

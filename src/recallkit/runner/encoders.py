@@ -588,9 +588,10 @@ def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -
     """Read precomputed embeddings: ``.npy``, ``.pt``/``.pth`` or ``.safetensors``.
 
     A ``.pt``/``.safetensors`` file holds one tensor, or a dict with an ``"embeddings"`` entry
-    (or a single entry). The result is a finite 2-D floating array in native byte order, one
-    row per image (a big-endian ``.npy`` is converted; extended precision is refused). The
-    file is read by :func:`recallkit.io.read_array`.
+    (or a single entry). The result is a finite 2-D numeric array in native byte order, one
+    row per image, in the file's own type: integers stay integers and are scored exactly, as
+    the library scores them (a big-endian ``.npy`` is converted; extended precision is
+    refused). The file is read by :func:`recallkit.io.read_array`.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "e.npy"
@@ -615,9 +616,7 @@ def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -
             f"The {what} file '{path}' must hold a 2-D numeric array (one row per image). "
             f"Got shape {array.shape}, dtype {array.dtype}."
         )
-    if array.dtype.kind != "f":
-        array = array.astype(np.float32)
-    if not np.isfinite(array).all():
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
         row = int(np.nonzero(~np.isfinite(array).all(axis=1))[0][0])
         raise RunnerError(f"The {what} file '{path}' has a NaN or infinite value in row {row}.")
     return array

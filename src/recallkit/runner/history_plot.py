@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from recallkit._atomic import atomic_write
 from recallkit.definitions import check_definitions, differences
+from recallkit.records import metrics_of
 from recallkit.runner._errors import RunnerError
 from recallkit.runner.history import read_history
 
@@ -30,12 +31,27 @@ _LISTED = 5
 
 
 def _recall_keys(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Every metric of the runs: recall@K first by K, then the others in order of appearance."""
     keys: list[str] = []
     for record in records:
-        for key in record["recall"]:
+        for key in metrics_of(record):
             if key not in keys:
                 keys.append(key)
-    return sorted(keys, key=lambda k: int(k.split("@")[1]) if k.split("@")[-1].isdigit() else 0)
+    recall = sorted((k for k in keys if _recall_k(k) is not None), key=_recall_k)
+    return recall + [k for k in keys if _recall_k(k) is None]
+
+
+def _recall_k(name: str) -> int | None:
+    """The K of a recall@K name, else ``None`` (names are the metric registry's)."""
+    from recallkit.metrics import Recall, parse_one
+
+    metric = parse_one(name)
+    return metric.k if isinstance(metric, Recall) else None
+
+
+def _axis_label(keys: Sequence[str]) -> str:
+    """``recall@K`` when every line is a recall@K, else ``value``."""
+    return "recall@K" if keys and all(_recall_k(k) is not None for k in keys) else "value"
 
 
 def _run_name(number: int, record: Mapping[str, Any]) -> str:
@@ -146,7 +162,7 @@ def history_figure(
     title: str,
     marks: Sequence[str] | None = None,
 ) -> Figure:
-    """The recall plot as a matplotlib figure: one line per key of ``recall``, tags on x.
+    """The history plot as a matplotlib figure: one line per metric, tags on x.
 
     ``marks`` (from :func:`definitions_marks`) follow the tags, and the x label explains them.
     """
@@ -159,7 +175,7 @@ def history_figure(
     ax = fig.add_subplot()
     plotted: list[float] = []
     for key in keys:
-        y = [r["recall"].get(key) for r in records]
+        y = [metrics_of(r).get(key) for r in records]
         values = [float("nan") if v is None else float(v) for v in y]
         plotted += values
         # clip_on=False: a point at exactly 0 or 1 sits on the axis edge and shows whole.
@@ -173,10 +189,11 @@ def history_figure(
     if UNKNOWN in marks:
         legend.append(f"{UNKNOWN} definitions not recorded")
     ax.set_xlabel("run" + (f"   ({'; '.join(legend)})" if legend else ""))
-    ax.set_ylabel("recall@K")
+    ax.set_ylabel(_axis_label(keys))
     ax.set_ylim(*recall_limits(plotted))
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="best", fontsize="small")
+    # Beside the axes, not over them: a legend inside covers the highest lines.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", borderaxespad=0)
     ax.set_title(title, fontsize="medium")
     return fig
 

@@ -1,9 +1,10 @@
-"""Images and labels in, recall@K out: encode (once, cached), then :func:`recallkit.recall_at_k`.
+"""Images and labels in, metrics out: encode (once, cached), then one pass of the core.
 
-The metric is the core's (:func:`recallkit.recall_at_k`); this module only encodes, passes the
-identities that exclude self-matches, and reads the core's per-query first-hit ranks for the
-per-class breakdown. Neighbour lists (for the breakdown's confusions and the failure grid) come
-from the core's exact k-NN.
+The metrics are the core's (:mod:`recallkit.label_form`, the pass behind
+:func:`recallkit.retrieval_metrics`); this module only encodes, passes the identities that
+exclude self-matches, and reads the core's per-query first-hit ranks for the per-class
+breakdown. The neighbour lists the breakdown's confusions and the failure grid show come from
+the same pass (``neighbors``), under the same options (device, precision).
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit import _checks
-from recallkit._codes import dense_codes
-from recallkit.definitions import definitions
+from recallkit import _checks, label_form
+from recallkit import metrics as registry
+from recallkit.exceptions import fail
 from recallkit.neighbors import nearest_neighbors
+from recallkit.options import Options, accepts
 from recallkit.records import dumps_run, evaluation_record
 from recallkit.result import Result as RecallResult
-from recallkit.retrieval import recall_at_k, same_rows
 from recallkit.runner._errors import RunnerError
 from recallkit.runner.cache import encode_cached
 from recallkit.runner.encode import BadImage
@@ -40,7 +41,9 @@ class Run:
 
     ``query`` and ``gallery`` are the image sets after unreadable images were skipped;
     ``skipped`` lists those; ``cache`` says per side ``"hit"``, ``"miss"``, ``"off"`` or
-    ``"precomputed"``.
+    ``"precomputed"``. ``neighbors`` holds each query's nearest gallery indices from the same
+    pass (``-1`` beyond its candidates), ``codes`` the query and gallery labels as the core
+    coded them.
     """
 
     query: ImageSet
@@ -48,12 +51,21 @@ class Run:
     query_embeddings: np.ndarray
     gallery_embeddings: np.ndarray
     result: RecallResult
-    metric: str = "cosine"
-    device: str | None = None
+    options: Options = field(default_factory=Options)
     encoder: dict[str, Any] | None = None
     skipped: tuple[BadImage, ...] = ()
     cache: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    neighbors: np.ndarray | None = None
+    codes: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def metric(self) -> str:
+        return self.options.metric
+
+    @property
+    def device(self) -> str | None:
+        return None if self.options.device is None else str(self.options.device)
 
     @property
     def ids(self) -> tuple[tuple[Any, ...], tuple[Any, ...]] | None:
@@ -67,9 +79,9 @@ class Run:
         """The definitions of the result (:func:`recallkit.definitions.definitions`).
 
         Self-matches are excluded by identity (``"ids"``) when both sides have identities, and
-        not at all (``"none"``) otherwise; lone queries are skipped.
+        not at all (``"none"``) otherwise; lone queries as the options say.
         """
-        return definitions(self.metric, "ids" if self.ids is not None else "none")
+        return self.result.definitions
 
 
 def _say(progress: bool | None) -> Callable[[str], None]:
@@ -83,8 +95,9 @@ def _same_items(a: ImageSet, b: ImageSet) -> bool:
 
 
 def _check_embeddings(array: Any, rows: int, name: str, what: str) -> np.ndarray:
-    if isinstance(array, torch.Tensor):
-        array = array.detach().to("cpu").float().numpy()
+    if isinstance(array, torch.Tensor):  # kept in its own type (bfloat16, which numpy lacks,
+        array = array.detach().to("cpu")  # becomes float32 exactly)
+        array = (array.float() if array.dtype == torch.bfloat16 else array).numpy()
     array = np.asarray(array)
     if array.ndim != 2:
         raise RunnerError(
@@ -98,30 +111,38 @@ def _check_embeddings(array: Any, rows: int, name: str, what: str) -> np.ndarray
     return array
 
 
+@accepts()
 def run_evaluation(
     query: ImageSet,
     gallery: ImageSet,
     encoder: Encoder | None,
     ks: Sequence[int] = (1, 5, 10),
     *,
+    metrics: Sequence[str] = (),
     query_embeddings: Any = None,
     gallery_embeddings: Any = None,
-    metric: str = "cosine",
-    device: Any = None,
-    precision: str = "auto",
     batch_size: int = 32,
     cache_dir: str | os.PathLike[str] | None = None,
     skip_bad: bool = False,
     progress: bool | None = None,
+    neighbors: int = 1,
+    query_in_reference: bool | None = None,
+    options: Options,
 ) -> Run:
-    """Encode both sets (the gallery first, each once, through the cache) and compute recall@K.
+    """Encode both sets (the gallery first, each once, through the cache) and compute recall@K
+    for ``ks`` and the ``metrics`` named (:func:`recallkit.retrieval_metrics`'s names), in one
+    pass of the core, which also keeps each query's ``neighbors`` nearest gallery items.
 
     When query and gallery are the same files (leave-one-out), they are encoded once. Self-
-    matches are excluded through the sets' identities (``ImageSet.ids``) only.
+    matches are excluded through the sets' identities (``ImageSet.ids``), or, with
+    ``query_in_reference=True`` (one set of saved rows against itself), by row.
+
+    {options}
 
     >>> s = ImageSet(("a", "b", "c"), ("x", "x", "y"), ("a", "b", "c"), "toy")
     >>> e = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
-    >>> run = run_evaluation(s, s, None, (1,), query_embeddings=e, gallery_embeddings=e)
+    >>> run = run_evaluation(s, s, None, (1,), query_embeddings=e, gallery_embeddings=e,
+    ...                      neighbors=2)
     >>> run.result.first_hit_ranks.tolist(), top_k(run, [0, 2], 2).tolist()
     ([0, 0, -1], [[1, 2], [1, 0]])
     >>> [(row.label, row.queries, row.recall) for row in worst_classes(run)]
@@ -129,7 +150,7 @@ def run_evaluation(
     """
     func = "evaluate"
     ks = _checks.check_ks(ks, func)
-    _checks.check_metric(metric, func)
+    chosen = registry.parse([*registry.names_of(registry.recall(ks)), *metrics], func)
     say = _say(progress)
     seconds: dict[str, float] = {}
     sides, cache, reasons = _encode_sides(
@@ -152,26 +173,24 @@ def run_evaluation(
         side = "query" if len(q_set) == 0 else "gallery"
         raise RunnerError(f"No {side} image is left to evaluate.")
     ids: dict[str, Any] = {}
-    if q_set.ids is not None and g_set.ids is not None:
+    if query_in_reference:
+        pass
+    elif q_set.ids is not None and g_set.ids is not None:
         ids = {"query_ids": list(q_set.ids), "reference_ids": list(g_set.ids)}
-    elif same_rows(q_emb, g_emb):
+    elif label_form.same_memory(q_emb, g_emb):
         raise RunnerError(
             "The query and gallery are the same embeddings and the images carry no ids, so "
             "each query would retrieve itself: give query_ids and gallery_ids (a query never "
             "retrieves a gallery image with its own id)."
         )
     start = time.perf_counter()
-    result = recall_at_k(
-        q_emb,
-        g_emb,
-        list(q_set.labels),
-        list(g_set.labels),
-        ks,
-        metric=metric,
-        device=device,
-        precision=precision,
-        **ids,
-    )
+    problem = label_form.build(
+        func, q_emb, g_emb, list(q_set.labels), list(g_set.labels),
+        query_in_reference=True if query_in_reference else (None if ids else False),
+        query_ids=ids.get("query_ids"),
+        reference_ids=ids.get("reference_ids"), options=options,
+    )  # fmt: skip
+    result, kept = label_form.evaluate(func, problem, chosen, parameter="ks", keep=neighbors)
     seconds["recall"] = time.perf_counter() - start
     return Run(
         q_set,
@@ -179,12 +198,13 @@ def run_evaluation(
         q_emb,
         g_emb,
         result,
-        metric,
-        None if device is None else str(device),
+        options,
         encoder.describe() if encoder is not None else None,
         tuple(skipped.values()),
         cache,
         seconds,
+        kept,
+        (problem.positives.query_codes, problem.positives.reference_codes),
     )
 
 
@@ -215,10 +235,7 @@ def _encode_sides(
             cache[side] = "same as gallery"
             continue
         if encoder is None:
-            raise ValueError(
-                f"The 'encoder_fn' parameter of {func} must be given when the {side} "
-                "embeddings are not."
-            )
+            raise fail(func, "encoder_fn", f"given when the {side} embeddings are not", None)
         start = time.perf_counter()
         encoding, status = encode_cached(
             list(images.items), encoder, desc=f"encoding {side}", what=side, **options
@@ -260,10 +277,8 @@ def _image_set(
 ) -> ImageSet:
     func = "evaluate"
     if isinstance(images, str | os.PathLike):
-        raise ValueError(
-            f"The '{side}_images' parameter of {func} must be a sequence of images or paths. "
-            f"Got a single path {os.fspath(images)!r}."
-        )
+        raise fail(func, f"{side}_images", "a sequence of images or paths",
+                   f"a single path {os.fspath(images)!r}")  # fmt: skip
     items = tuple(images)
     labels = list(labels.tolist() if hasattr(labels, "tolist") else labels)
     _checks.check_length(labels, len(items), f"{side}_labels", func, f"{side}_images")
@@ -276,6 +291,7 @@ def _image_set(
     return ImageSet(items, tuple(labels), ids, f"{side} images")
 
 
+@accepts()
 def evaluate(
     query_images: Sequence[Any],
     query_labels: Sequence[Any],
@@ -290,11 +306,11 @@ def evaluate(
     gallery_ids: Sequence[Any] | None = None,
     query_embeddings: Any = None,
     gallery_embeddings: Any = None,
-    metric: str = "cosine",
-    device: Any = None,
     skip_bad: bool = False,
     encoder_id: str | None = None,
     progress: bool | None = None,
+    metrics: Sequence[str] = (),
+    options: Options,
 ) -> RecallResult:
     """Recall@K of ``encoder_fn`` on query and gallery images.
 
@@ -318,6 +334,10 @@ def evaluate(
     so. A cache folder that cannot be written gives a warning and the run goes on. Unreadable
     images raise :class:`~recallkit.runner.encode.BadImagesError` listing them, or are left out
     with ``skip_bad=True``.
+
+    ``metrics`` adds other metrics of :func:`recallkit.retrieval_metrics` to recall@K.
+
+    {options}
 
     >>> import numpy as np
     >>> from PIL import Image
@@ -343,14 +363,14 @@ def evaluate(
         g_set,
         encoder,
         ks,
+        metrics=metrics,
         query_embeddings=query_embeddings,
         gallery_embeddings=gallery_embeddings,
-        metric=metric,
-        device=device,
         batch_size=batch_size,
         cache_dir=cache_dir,
         skip_bad=skip_bad,
         progress=progress,
+        options=options,
     )
     return run.result
 
@@ -361,23 +381,24 @@ def evaluate(
 def top_k(run: Run, query_rows: Sequence[int] | np.ndarray, k: int) -> np.ndarray:
     """The ``k`` nearest gallery indices of the given queries (``-1`` where none is left).
 
-    Uses the core's exact k-NN with the run's metric, excluding each query's own identity;
-    ties go to the lower gallery index, as in recall@K.
+    Read from the run's own pass when it kept ``k`` neighbours (``run_evaluation(...,
+    neighbors=k)``); else the core's exact k-NN under the run's options. Each query's own
+    identity is excluded; ties go to the lower gallery index, as in recall@K.
     """
     rows = np.asarray(query_rows, dtype=np.int64)
     if len(rows) == 0:
         return np.zeros((0, k), dtype=np.int64)
+    k = min(k, len(run.gallery))
+    if run.neighbors is not None and run.neighbors.shape[1] >= k:
+        return run.neighbors[rows, :k].copy()
     exclude_ids = None
     if run.ids is not None:
         q_ids, g_ids = run.ids
         exclude_ids = ([q_ids[int(i)] for i in rows], list(g_ids))
     indices, _ = nearest_neighbors(
-        run.query_embeddings[rows],
-        run.gallery_embeddings,
-        min(k, len(run.gallery)),
-        exclude_ids=exclude_ids,
-        metric=run.metric,
-    )
+        run.query_embeddings[rows], run.gallery_embeddings, k, exclude_ids=exclude_ids,
+        options=run.options,
+    )  # fmt: skip
     if isinstance(indices, torch.Tensor):
         indices = indices.cpu().numpy()
     return np.asarray(indices, dtype=np.int64)
@@ -396,10 +417,9 @@ class ClassRow:
 
 
 def label_codes(run: Run) -> tuple[np.ndarray, np.ndarray, list[Any]]:
-    """Dense int64 codes of the query and gallery labels, and the label of each code."""
-    q_codes, g_codes = dense_codes(
-        list(run.query.labels), list(run.gallery.labels), ("query_labels", "gallery_labels"), ""
-    )
+    """The query and gallery labels as the core coded them (dense int64), and the label of
+    each code."""
+    q_codes, g_codes = run.codes
     names: list[Any] = [None] * (int(max(q_codes.max(), g_codes.max())) + 1)
     for codes, labels in ((q_codes, run.query.labels), (g_codes, run.gallery.labels)):
         first = np.unique(codes, return_index=True)

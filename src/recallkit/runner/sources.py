@@ -246,6 +246,12 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
     path = Path(path)
     if not path.is_file():
         raise RunnerError(f"The {what} '{path}' does not exist or is not a file.")
+    kind = array_file_kind(path)
+    if kind is not None:
+        raise RunnerError(
+            f"The {what} '{path}' is {kind}, not a folder or a CSV/TSV manifest of images: "
+            "saved embeddings go in --embeddings, with their labels in --labels."
+        )
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as error:
@@ -336,6 +342,79 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
     if problems:
         raise RunnerError(f"The {what} '{path}' " + ". It also ".join(problems) + ".")
     return ImageSet(tuple(items), tuple(labels), tuple(ids), f"{what} {path}", {"kind": "manifest"})
+
+
+_MAGIC = (
+    (b"\x93NUMPY", "a NumPy array file"),
+    (b"PK\x03\x04", "a zip archive (a .npz or torch file)"),
+    (b"\x80", "a pickle (a torch file)"),
+)
+
+
+def array_file_kind(path: Path) -> str | None:
+    """What binary array file ``path`` is (``"a NumPy array file"``, ...), by its first bytes
+    or its suffix; ``None`` for anything else (text)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+    except OSError:
+        return None
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    if path.suffix.lower() == ".safetensors":
+        return "a safetensors file"
+    return None
+
+
+def labels_file(path: str | os.PathLike[str], *, option: str) -> tuple[Any, ...]:
+    """One label per row, from a 1-D ``.npy`` array (integers, strings, or floats with integral
+    values) or a UTF-8 text file with one label per line (kept as text); a file of another kind
+    is refused in a message that says what ``option`` expects.
+
+    >>> import tempfile
+    >>> p = Path(tempfile.mkdtemp()) / "labels.txt"
+    >>> _ = p.write_text("cat\\ndog\\ncat\\n")
+    >>> labels_file(p, option="--labels")
+    ('cat', 'dog', 'cat')
+    """
+    import numpy as np
+
+    path = Path(path)
+    expects = f"{option} takes one label per row: a 1-D .npy array or a text file, one per line"
+    if not path.is_file():
+        raise RunnerError(f"{expects}; '{path}' does not exist or is not a file.")
+    kind = array_file_kind(path)
+    if kind == "a NumPy array file":
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as error:
+            raise RunnerError(f"{expects}; '{path}' cannot be read ({error}).") from None
+        if array.ndim != 1:
+            raise RunnerError(
+                f"{expects}; '{path}' holds a {array.ndim}-D {array.dtype} array of shape "
+                f"{array.shape}" + (" (embeddings? give them to --embeddings)"
+                                    if array.ndim == 2 else "") + "."
+            )  # fmt: skip
+        if array.dtype.kind not in "iubUSf":
+            raise RunnerError(f"{expects}; '{path}' holds {array.dtype} values.")
+        return tuple(array.tolist())
+    if kind is not None:
+        raise RunnerError(f"{expects}; '{path}' is {kind}.")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        raise RunnerError(f"{expects}; '{path}' cannot be read as text ({error}).") from None
+    lines = text.splitlines()
+    if not lines:
+        raise RunnerError(f"{expects}; '{path}' is empty.")
+    return tuple(line.strip() for line in lines)
+
+
+def from_arrays(labels: Sequence[Any], source: str) -> ImageSet:
+    """The rows of saved embeddings as a set without images (its items are row numbers)."""
+    rows = tuple(range(len(labels)))
+    return ImageSet(rows, tuple(labels), None, source, {"arrays": True})
 
 
 def from_path(path: str | os.PathLike[str], *, what: str) -> ImageSet:
