@@ -205,8 +205,8 @@ ALL = "evaluate, compare, plot, demo, cirr, circo, fashioniq, genecis, image-tex
         (
             # options are spelt out: a prefix is no abbreviation
             ["evaluate", "--embedding", "x"],
-            "recallkit evaluate: error: unrecognized arguments: --embedding x (did you mean "
-            "--embeddings?)",
+            ("recallkit evaluate: error: unrecognized arguments: --embedding x (did you mean "
+            "--embeddings?)"),
         ),
         (
             ["evaluate", "--k", "1"],

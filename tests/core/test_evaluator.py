@@ -151,7 +151,7 @@ def test_compute_twice_then_the_next_batch_begins_a_new_epoch():
     _feed(ev, x[30:], y[30:])  # no reset(): the epoch ended at compute
     assert dict(ev.compute()) == dict(
         recallkit.retrieval_metrics(x[30:], x[30:], y[30:], y[30:], ev.metrics,
-                                    query_in_reference=True)  # fmt: skip
+                                    query_in_reference=True)
     )
     assert ev.computes == 3 and ev.num_rows == 30
 
