@@ -51,10 +51,15 @@ def _module_file(name: str) -> Path | None:
 
 
 def _imports(path: Path) -> set[str]:
-    """Every ``recallkit`` module named by an import in ``path``, at any depth of the code."""
+    """Every ``recallkit`` module named by an import in ``path``, at any depth of the code, or
+    loaded on first use (``recallkit._lazy.Module("recallkit....")``)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call) and _callee(node) == "Module" and node.args:
+            first = node.args[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                names.add(first.value)
+        elif isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module)

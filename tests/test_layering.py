@@ -133,6 +133,7 @@ LAYERS = (
     ("recallkit.exceptions",),
     ("recallkit.options",),
     ("recallkit._checks", "recallkit._codes", "recallkit._atomic"),
+    ("recallkit.io",),
     ("recallkit.engine.exact", "recallkit.engine.ties", "recallkit.engine.cpu_kernels",
      "recallkit.engine.lowp", "recallkit.engine.triton_kernels"),
     ("recallkit.engine.filters",),

@@ -11,12 +11,13 @@ The names below load on first use (PEP 562), so ``import recallkit`` is cheap: t
 
 from __future__ import annotations
 
-import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
+
+from recallkit._lazy import exports as _exports
 
 if _TYPE_CHECKING:
     from recallkit.evaluator import Evaluator
+    from recallkit.exceptions import ParameterError, RecallkitError, RecallkitWarning
     from recallkit.ground_truth import (
         Ranks,
         average_precision_at_k,
@@ -35,6 +36,9 @@ if _TYPE_CHECKING:
 _HOMES = {
     "Evaluator": "recallkit.evaluator",
     "Options": "recallkit.options",
+    "ParameterError": "recallkit.exceptions",
+    "RecallkitError": "recallkit.exceptions",
+    "RecallkitWarning": "recallkit.exceptions",
     "Ranks": "recallkit.ground_truth",
     "Result": "recallkit.result",
     "average_precision_at_k": "recallkit.ground_truth",
@@ -55,7 +59,10 @@ _HOMES = {
 __all__ = [
     "Evaluator",
     "Options",
+    "ParameterError",
     "Ranks",
+    "RecallkitError",
+    "RecallkitWarning",
     "Result",
     "average_precision_at_k",
     "evaluate_sharded",
@@ -74,20 +81,4 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> _Any:
-    home = _HOMES.get(name)
-    if home is not None:
-        value = getattr(_importlib.import_module(home), name)
-        globals()[name] = value
-        return value
-    if not name.startswith("__"):
-        try:  # a submodule: ``recallkit.ground_truth`` after a bare ``import recallkit``
-            return _importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"{__name__}.{name}":
-                raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({"__version__", *_HOMES})
+__getattr__, __dir__ = _exports(__name__, globals(), _HOMES, ("__version__",))

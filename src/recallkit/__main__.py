@@ -1,8 +1,6 @@
 """``python -m recallkit``: the same as the ``recallkit`` command."""
 
-import sys
-
-from recallkit.cli import main
+from recallkit.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

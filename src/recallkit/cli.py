@@ -300,16 +300,59 @@ def main(argv: Sequence[str] | None = None) -> int:
     word = _first_word(argv)
     command = word if word in NAMES else None
     try:
-        if not argv:
-            build_parser("").print_help()
-            return 0
-        if command is None:
-            return _top_level(argv, word)
-        return _run(argv, command)
+        with _one_ctrl_c():
+            if not argv:
+                build_parser("").print_help()
+                return 0
+            if command is None:
+                return _top_level(argv, word)
+            return _run(argv, command)
     except KeyboardInterrupt:
         with _second_ctrl_c_ignored():  # a second Ctrl-C must not turn this into a traceback
             print(f"{PROG}{' ' + command if command else ''}: interrupted", file=sys.stderr)
         return INTERRUPTED
+
+
+def entry() -> None:
+    """The ``recallkit`` command (and ``python -m recallkit``): :func:`main`, then exit.
+
+    After an interrupt the process leaves at once (``os._exit``), once its one line is printed
+    and its output flushed: the interpreter's shutdown would wait for (or tear down) the
+    engine's worker and BLAS threads, where a second Ctrl-C or a native pool's destructor could
+    still print a traceback or abort. The command's files were written atomically, so there is
+    nothing left to clean up.
+    """
+    code = main()
+    if code == INTERRUPTED:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+@contextlib.contextmanager
+def _one_ctrl_c() -> Iterator[None]:
+    """The first Ctrl-C interrupts the command (KeyboardInterrupt); the ones after it, while
+    the command winds down (workers finishing their tile, temporary files removed), are
+    ignored, so that the interrupt is said in one line and nothing is left half done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def first(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:  # a caller's own handler stays
+        yield
+        return
+    signal.signal(signal.SIGINT, first)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager

@@ -396,8 +396,26 @@ def recall_from_ranks(
     n = array.size
     values, per_query, bounds = {}, {}, {}
     tied = np.zeros(n, dtype=bool)
-    best = _rank_array(optimistic, func, "optimistic") if optimistic is not None else None
-    worst = _rank_array(pessimistic, func, "pessimistic") if pessimistic is not None else None
+    if (optimistic is None) != (pessimistic is None):
+        given, missing = ("optimistic", "pessimistic") if pessimistic is None else (
+            "pessimistic", "optimistic")  # fmt: skip
+        raise _checks.fail(func, missing, f"given with '{given}' (the tie bounds go together)",
+                           None)  # fmt: skip
+    best = worst = None
+    if optimistic is not None:
+        best = _rank_array(optimistic, func, "optimistic")
+        worst = _rank_array(pessimistic, func, "pessimistic")
+        for which, bound in (("optimistic", best), ("pessimistic", worst)):
+            _checks.check_length(bound, n, which, func, "ranks")
+        order = (best <= array) & (array <= worst)
+        if not order.all():
+            i = int(np.argmin(order))
+            raise _checks.fail(
+                func, "optimistic",
+                "at most the ranks, which are at most the pessimistic ranks",
+                f"optimistic {int(best[i])}, rank {int(array[i])}, pessimistic {int(worst[i])} "
+                f"at position {i}",
+            )  # fmt: skip
     for k in ks:
         key = name.format(k=k)
         hit = array < k

@@ -16,7 +16,12 @@ An opened file is pinned: it is read through the descriptor opened first, at the
 with the dtype of the header read then. Replacing the file (a new file renamed over the path)
 does not change what is read; rewriting it in place (a new size, modification time or header)
 makes the next read raise a ``ValueError`` saying the file changed since it was opened, and a
-read that returns fewer bytes than asked raises instead of returning uninitialised rows.
+read that returns fewer bytes than asked raises instead of returning uninitialised rows. A
+numpy memory map given as a gallery (``np.load(path, mmap_mode="r")``) is pinned the same way
+(:func:`pin`): its blocks are read from the file it maps, never through the mapping, so a file
+rewritten or truncated during a call is a ``ValueError``, not a mixed result or a ``SIGBUS``.
+:func:`read_array` reads a whole file through one descriptor and refuses it when it changed
+while it was read.
 
 :func:`read_array` is the one whole-file reader of ``.npy``, ``.pt``/``.pth`` and
 ``.safetensors`` arrays of any shape (a file holding several named tensors included); the
@@ -39,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit._checks import fail
+from recallkit._checks import ParameterError, fail
 
 # safetensors dtype names accepted for embeddings -> their (little-endian) numpy dtype. BF16 is
 # read as its 16-bit patterns and widened to float32 exactly.
@@ -129,10 +134,16 @@ class EmbeddingFile:
         key: str | None = None,
         *,
         _func: str = "open_embeddings",
+        _raw: tuple[np.dtype, tuple[int, ...], int] | None = None,
+        _any_shape: bool = False,
     ) -> None:
         self._func = _func
         self._fd: int | None = None
+        self._any_shape = _any_shape
         self.path = Path(path)
+        if _raw is not None:  # the rows of a memory map: dtype, shape, byte offset
+            self._open_raw(*_raw)
+            return
         if not self.path.is_file():
             raise fail(self._func, "path", "an existing file", str(self.path))
         suffix = self.path.suffix.lower()
@@ -151,12 +162,33 @@ class EmbeddingFile:
                 shape = self._open_npy(stat.st_size)
             else:
                 shape = self._open_safetensors(key, stat.st_size)
-            if len(shape) != 2:
+            if len(shape) != 2 and not _any_shape:
                 raise fail(self._func, "path", "a 2-D array", f"shape {shape} in {self.path}")
         except BaseException:
             self.close()
             raise
         self.shape = tuple(int(s) for s in shape)
+
+    def _open_raw(self, dtype: np.dtype, shape: tuple[int, ...], offset: int) -> None:
+        try:
+            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+        except OSError as error:
+            reason = error.strerror or str(error)
+            raise fail(self._func, "reference", "a readable memory-mapped file",
+                       f"{self.path}: {reason}") from None  # fmt: skip
+        stat = os.fstat(self._fd)
+        self._stamp = (stat.st_size, stat.st_mtime_ns)
+        self._widen_bf16 = False
+        self._fortran = False
+        self._dtype = np.dtype(dtype)
+        self._data_offset = offset
+        self._header = b""
+        self.shape = tuple(int(s) for s in shape)
+        end = offset + int(np.prod(self.shape, dtype=np.int64)) * self._dtype.itemsize
+        if stat.st_size < end:
+            self.close()
+            raise fail(self._func, "reference", f"a memory map within its file ({end} bytes)",
+                       f"{stat.st_size} bytes in {self.path} (truncated)")  # fmt: skip
 
     def _open_npy(self, size: int) -> tuple[int, ...]:
         # Read the header only; rows are read with explicit reads, so that resident memory
@@ -184,8 +216,14 @@ class EmbeddingFile:
             raise fail(
                 self._func, "path", "a readable .npy file", f"{self.path}: {error}"
             ) from None
-        _check_npy_dtype(dtype, self.path, self._func)
-        if fortran:
+        if self._any_shape:  # a whole array of any dtype the caller checks; no objects
+            if dtype.hasobject:
+                raise fail(self._func, "path", "a .npy file without Python objects",
+                           f"dtype {dtype} in {self.path}")  # fmt: skip
+        else:
+            _check_npy_dtype(dtype, self.path, self._func)
+        self._fortran = bool(fortran) and self._any_shape
+        if fortran and not self._any_shape:
             raise fail(self._func, "path", "a C-ordered .npy", f"{self.path} (Fortran)")
         self._dtype = dtype
         expected = self._data_offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -299,6 +337,23 @@ class EmbeddingFile:
             out = out.astype(out.dtype.newbyteorder("="))
         return out
 
+    def read_all(self) -> np.ndarray:
+        """The whole array (any shape), read through the pinned descriptor and checked
+        unchanged before and after the read."""
+        fd = self._check_unchanged()
+        out = np.empty(self.shape, dtype=self._dtype, order="F" if self._fortran else "C")
+        flat = (out.T if self._fortran else out).reshape(-1)  # the file's order: a view
+        got = _read_at(fd, memoryview(flat).cast("B"), self._data_offset) if out.size else 0
+        if got != out.nbytes:
+            raise ValueError(f"{self.path} ended early: {got} of {out.nbytes} bytes were read "
+                             "(was the file truncated while it was read?).")  # fmt: skip
+        self._check_unchanged()
+        if self._widen_bf16:
+            return (out.astype(np.uint32) << 16).view(np.float32)
+        if not out.dtype.isnative:
+            out = out.astype(out.dtype.newbyteorder("="))
+        return out
+
     def close(self) -> None:
         """Close the file; reading afterwards raises ``ValueError``."""
         fd, self._fd = self._fd, None
@@ -319,6 +374,26 @@ class EmbeddingFile:
         return f"EmbeddingFile({str(self.path)!r}, shape={self.shape})"
 
 
+def pin(reference: Any, func: str) -> Any:
+    """A numpy memory map's rows as a pinned :class:`EmbeddingFile` of the file it maps (its
+    blocks then read through one descriptor, checked on every read); anything else, and a
+    memory map whose rows are not contiguous in its file, as it is."""
+    import mmap
+
+    if not isinstance(reference, np.memmap) or not reference.filename or reference.ndim != 2:
+        return reference
+    root = reference
+    while isinstance(root.base, np.memmap):
+        root = root.base
+    row = reference.shape[1] * reference.dtype.itemsize
+    contiguous = reference.strides == (row, reference.dtype.itemsize) or reference.shape[0] < 2
+    if not isinstance(root.base, mmap.mmap) or not contiguous or reference.shape[1] == 0:
+        return reference
+    offset = int(root.offset) + (reference.ctypes.data - root.ctypes.data)
+    return EmbeddingFile(reference.filename, _func=func,
+                         _raw=(reference.dtype, reference.shape, offset))  # fmt: skip
+
+
 def open_embeddings(path: str | os.PathLike[str], key: str | None = None) -> EmbeddingFile:
     """Open an embedding file for streaming, without reading it.
 
@@ -337,7 +412,34 @@ def open_embeddings(path: str | os.PathLike[str], key: str | None = None) -> Emb
 ARRAY_SUFFIXES = (".npy", ".pt", ".pth", ".safetensors")
 
 
-def _load_pt(path: Path) -> Any:
+class _Changed(Exception):
+    """A file that changed while it was read."""
+
+
+def _reason(error: Exception) -> str:
+    """Why a reader refused a file: what the library's own check found, or the reader's text."""
+    return str(error.got) if isinstance(error, ParameterError) else str(error)
+
+
+def _pinned_bytes(path: Path, name: str) -> bytes:
+    """The whole file, read through one descriptor; ``_Changed`` when its size or modification
+    time changed while it was read."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    try:
+        before = os.fstat(fd)
+        data = _read_bytes(fd, before.st_size, 0)
+        after = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or len(
+        data
+    ) != before.st_size:
+        raise _Changed(f"{name} changed while it was read (it was rewritten in place); read it "
+                       "again once it is written.")  # fmt: skip
+    return data
+
+
+def _load_pt(path: Any) -> Any:
     """The object of a ``.pt``/``.pth`` file (tensors, dicts and lists only: no pickled code).
 
     torch's own warnings on loading (deprecated storages, sparse checks) are not shown.
@@ -416,15 +518,18 @@ def read_array(
                 )
     try:
         if suffix == ".npy":
-            data: Any = np.load(path, allow_pickle=False)
+            with EmbeddingFile(path, _func="read_array", _any_shape=True) as pinned:
+                data: Any = pinned.read_all()
         elif suffix == ".safetensors":
-            from safetensors.torch import load_file
+            from safetensors.torch import load
 
-            data = load_file(str(path))
+            data = load(_pinned_bytes(path, name))
         else:
-            data = _load_pt(path)
+            data = _load_pt(io.BytesIO(_pinned_bytes(path, name)))
+    except _Changed as error:
+        raise ValueError(str(error)) from None
     except Exception as error:  # numpy, torch and safetensors raise many types
-        raise ValueError(f"{name} cannot be read: {error}") from None
+        raise ValueError(f"{name} cannot be read: {_reason(error)}") from None
     if isinstance(data, dict):
         if key is not None:
             if key not in data:

@@ -4,8 +4,11 @@ behind it.
 Every metric of recallkit returns a :class:`Result`: the label-form metrics
 (:func:`recallkit.recall_at_k`, :func:`recallkit.map_at_r`, :func:`recallkit.retrieval_metrics`,
 ...), the ground-truth form, the benchmark protocols, the benchmark splits and sharded
-evaluation. The values are read like a dict, ``to_dict()`` is JSON-ready (NaN, an undefined
-mean, becomes ``None``) and ``report()`` is the text to print.
+evaluation. A result is a read-only ``dict`` of the values (``json.dumps(result)`` writes them;
+``dict(result)`` is a plain copy), ``to_dict()`` is the whole result in plain JSON types (NaN, an
+undefined mean, becomes ``None``) and ``report()`` is the text to print. Nothing of a result
+can be changed: not its values, its attributes, nor the arrays behind them (read-only numpy
+arrays, after unpickling too).
 
 The counts have one meaning wherever they appear (attributes, ``report()``, ``to_dict()``):
 
@@ -23,7 +26,7 @@ The counts have one meaning wherever they appear (attributes, ``report()``, ``to
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,8 +57,52 @@ def _frozen(array: Any, dtype: Any = None) -> np.ndarray:
     return out
 
 
-class Result(Mapping[str, float]):
-    """A read-only mapping ``metric name -> float``, in the order the metrics were asked for,
+def plain(value: Any) -> Any:
+    """``value`` in plain JSON types: numpy and torch scalars unwrapped, tuples and arrays as
+    lists, mappings with string keys; anything else as its ``str``.
+
+    >>> plain({"ids": [np.int64(3), (1, "a")], "n": np.float32(0.5)})
+    {'ids': [3, [1, 'a']], 'n': 0.5}
+    """
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return [plain(v) for v in value.tolist()]
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [plain(v) for v in value]
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "ndim", None) == 0:
+        return plain(item())
+    return str(value)
+
+
+def _read_only(*_: Any, **__: Any) -> Any:
+    raise TypeError("a Result is read-only: dict(result) is a copy to change")
+
+
+class FrozenDict(dict):
+    """A read-only ``dict`` (the mappings a :class:`Result` holds): it pickles and writes as
+    JSON as a dict does, and refuses every change."""
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _read_only
+    __ior__ = _read_only
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenDict, (dict(self),))
+
+    def __copy__(self) -> FrozenDict:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict:
+        return self
+
+
+class Result(dict):
+    """A read-only ``dict`` ``metric name -> float``, in the order the metrics were asked for,
     with the per-query values and counts behind it (module docstring).
 
     Attributes (``None`` where a result has no such thing):
@@ -74,7 +121,13 @@ class Result(Mapping[str, float]):
     >>> r = Result({"recall@1": 0.5, "MAP@R": float("nan")}, num_queries=2)
     >>> dict(r), r.to_dict()["metrics"]
     ({'recall@1': 0.5, 'MAP@R': nan}, {'recall@1': 0.5, 'MAP@R': None})
+    >>> import json
+    >>> json.dumps(r)
+    '{"recall@1": 0.5, "MAP@R": NaN}'
     """
+
+    __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _read_only
+    __ior__ = _read_only
 
     def __init__(
         self,
@@ -99,57 +152,68 @@ class Result(Mapping[str, float]):
         info: Mapping[str, Any] | None = None,
         style: str = "evaluation",
     ) -> None:
-        self._fields = dict(
+        put = object.__setattr__
+        put(self, "_fields", dict(
             num_queries=num_queries, evaluated=evaluated, per_query=per_query,
             first_hit_ranks=first_hit_ranks, ks=ks, effective_ks=effective_ks,
             num_reference=num_reference, embedding_dim=embedding_dim, bounds=bounds, tied=tied,
             query_ids=query_ids, definitions=definitions, title=title, convention=convention,
             parts=parts, plain=plain, info=info, style=style,
-        )  # fmt: skip
-        self._values = {str(k): float(v) for k, v in values.items()}
-        self.first_hit_ranks = (
-            None if first_hit_ranks is None else _frozen(first_hit_ranks, np.int64)
-        )
+        ))  # fmt: skip
+        values = {str(k): float(v) for k, v in values.items()}
+        dict.__init__(self, values)
+        put(self, "_values", FrozenDict(values))
+        put(self, "first_hit_ranks",
+            None if first_hit_ranks is None else _frozen(first_hit_ranks, np.int64))  # fmt: skip
         if evaluated is None and self.first_hit_ranks is not None:
             evaluated = self.first_hit_ranks >= 0
         if num_queries is None:
             num_queries = len(evaluated) if evaluated is not None else 0
-        self._num_queries = int(num_queries)
-        self._evaluated = None if evaluated is None else _frozen(evaluated, bool)
-        self.per_query: Mapping[str, np.ndarray] = {
-            k: _frozen(v) for k, v in (per_query or {}).items()
-        }
-        self.ks = None if ks is None else tuple(int(k) for k in ks)
-        self.effective_ks = None if effective_ks is None else tuple(int(k) for k in effective_ks)
-        self.num_reference = None if num_reference is None else int(num_reference)
-        self.embedding_dim = None if embedding_dim is None else int(embedding_dim)
-        self.bounds: Mapping[str, tuple[float, float]] = {
-            k: (float(a), float(b)) for k, (a, b) in (bounds or {}).items()
-        }
-        self._tied = None if tied is None else _frozen(tied, bool)
-        self.query_ids = query_ids
-        self.definitions = dict(definitions) if definitions is not None else None
-        self.title = title
-        self.convention = convention
-        self.parts: Mapping[str, Result] = dict(parts or {})
-        self.plain = frozenset(plain)
-        self.info: Mapping[str, Any] = dict(info or {})
-        self.style = style
+        attributes = dict(
+            _num_queries=int(num_queries),
+            _evaluated=None if evaluated is None else _frozen(evaluated, bool),
+            per_query=FrozenDict({k: _frozen(v) for k, v in (per_query or {}).items()}),
+            ks=None if ks is None else tuple(int(k) for k in ks),
+            effective_ks=None if effective_ks is None else tuple(int(k) for k in effective_ks),
+            num_reference=None if num_reference is None else int(num_reference),
+            embedding_dim=None if embedding_dim is None else int(embedding_dim),
+            bounds=FrozenDict(
+                {k: (float(a), float(b)) for k, (a, b) in (bounds or {}).items()}
+            ),
+            _tied=None if tied is None else _frozen(tied, bool),
+            query_ids=None if query_ids is None else tuple(query_ids),
+            definitions=None if definitions is None else FrozenDict(dict(definitions)),
+            title=title,
+            convention=convention,
+            parts=FrozenDict(dict(parts or {})),
+            plain=frozenset(plain),
+            info=FrozenDict(dict(info or {})),
+            style=style,
+        )
+        for name, value in attributes.items():
+            put(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a Result is read-only: its {name!r} cannot be set")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"a Result is read-only: its {name!r} cannot be deleted")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Rebuilt by the constructor, so that its arrays are read-only again once unpickled.
+        return (_rebuild, (dict(self._values), self._fields))
+
+    def __copy__(self) -> Result:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Result:
+        return self
 
     def replace(self, values: Mapping[str, float] | None = None, **changes: Any) -> Result:
         """A copy with some values or attributes changed (keywords of the constructor)."""
         return Result(self._values if values is None else values, **{**self._fields, **changes})
 
     # -- the mapping ----------------------------------------------------------------------------
-
-    def __getitem__(self, key: str) -> float:
-        return self._values[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._values)
-
-    def __len__(self) -> int:
-        return len(self._values)
 
     def __float__(self) -> float:
         """The value of a single-metric result (``float(map_at_r(...))``)."""
@@ -264,16 +328,16 @@ class Result(Mapping[str, float]):
             if self.first_hit_ranks is not None:
                 out["first_hit_ranks"] = self.first_hit_ranks.tolist()
             if self.query_ids is not None:
-                out["query_ids"] = list(self.query_ids)
+                out["query_ids"] = plain(list(self.query_ids))
             for key in ("bytes_communicated",):
                 if key in self.info:
-                    out[key] = self.info[key]
+                    out[key] = plain(self.info[key])
         if self.num_tied:
             out["num_tied"] = self.num_tied
             out["bounds"] = self._json_bounds()
         if self.definitions is not None:
             out["definitions"] = dict(self.definitions)
-        return out
+        return plain(out)
 
     def report(self) -> str:
         """The text to print: an ``[evaluation]`` section with the counts and one line per
@@ -364,3 +428,7 @@ class Result(Mapping[str, float]):
         if overall:
             text += "\n" + format_table(["average", "value"], overall)
         return text
+
+
+def _rebuild(values: dict[str, float], fields: dict[str, Any]) -> Result:
+    return Result(values, **fields)

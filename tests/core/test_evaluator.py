@@ -126,7 +126,7 @@ def test_ids_order_the_rows_and_count_repeats_once():
     result = ev.compute()
     whole = recallkit.retrieval_metrics(x, x, y, y, ev.metrics, query_in_reference=True)
     assert dict(result) == dict(whole)
-    assert result.query_ids == list(range(101))
+    assert result.query_ids == tuple(range(101))
     assert result.first_hit_ranks.tolist() == whole.first_hit_ranks.tolist()
     _assert_brute(result, _brute(x, x, y, y, True, ks=(1, 2, 4)))
 

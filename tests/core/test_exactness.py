@@ -304,8 +304,9 @@ def test_precision_is_accepted_everywhere_and_changes_nothing_on_the_cpu():
     )
     with pytest.raises(ValueError, match="'precision' parameter of nearest_neighbors"):
         nearest_neighbors(x, x, 5, precision="int4")
-    with pytest.raises(ValueError, match="precision='float16' runs on CUDA"):
-        nearest_neighbors(x, x, 5, precision="float16")
+    for rows in (x, x.astype(np.float64)):  # float64 inputs too: said, never ignored
+        with pytest.raises(ValueError, match="precision='float16' filters on CUDA"):
+            nearest_neighbors(rows, rows, 5, precision="float16")
 
 
 def _noisy_low_tiles(monkeypatch, share: float, seed: int = 7) -> list[int]:

@@ -267,7 +267,7 @@ def test_pml_mean_reciprocal_rank_agrees_when_every_first_hit_is_within_k():
                            torch.from_numpy(rl), False)  # fmt: skip
     ours = recallkit.retrieval_metrics(q, r, ql, rl, ["MRR"], metric="dot",
                                        query_in_reference=False)  # fmt: skip
-    assert ours["MRR"] == pytest.approx(got["mean_reciprocal_rank"], abs=1e-12)
+    assert ours["MRR"] == pytest.approx(got["mean_reciprocal_rank"], abs=1e-7)  # PML: float32
 
 
 def test_a_new_metric_is_one_class_and_every_entry_point_has_it(tmp_path):

@@ -237,7 +237,7 @@ def test_recall_calculator_errors_name_get_accuracy_and_the_argument():
     with pytest.raises(ValueError, match=f"'reference' {where} non-zero rows.*row 1"):
         cosine = RecallCalculator(ks=(1,), metric="cosine", device=CPU)
         cosine.get_accuracy(x[:2], labels[:2], torch.tensor([[1.0, 0.0], [0.0, 0.0]]), [0, 1])
-    with pytest.raises(ValueError, match=f"'reference' {where} to begin with the query's rows"):
+    with pytest.raises(ValueError, match=f"'reference' {where} the query's rows followed by"):
         calc.get_accuracy(x[:2], labels[:2], x.flip(0), labels, True)
     with pytest.raises(ValueError, match=f"'reference_labels' {where} to begin with"):
         calc.get_accuracy(x[:2], labels[:2], x, [1, 1, 0, 0], True)

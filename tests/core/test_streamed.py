@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
+from recallkit import engine as recallkit_engine
 from recallkit import (
     ground_truth_ranks_from_embeddings,
     map_at_r,
@@ -343,3 +344,70 @@ def test_bfloat16_safetensors_is_read_as_float32(tmp_path):
     loaded = load_embeddings(tmp_path / "b.safetensors")
     assert loaded.dtype == torch.float32
     assert loaded.tolist() == [[1.5, -2.0], [0.25, 3.0]]
+
+
+def _touch_later(path, data):
+    """Rewrite ``path`` in place with ``data`` and a modification time that differs."""
+    with open(path, "r+b") as handle:
+        handle.seek(len(data) // 2)
+        handle.write(data[len(data) // 2 :])
+    stat = os.stat(path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+
+
+def test_a_memory_map_rewritten_in_place_during_a_call_is_refused(tmp_path, monkeypatch):
+    rng = np.random.default_rng(0)
+    gallery = rng.standard_normal((300, 8)).astype(np.float32)
+    labels = rng.integers(0, 5, 300)
+    path = tmp_path / "g.npy"
+    np.save(path, gallery)
+    mapped = np.load(path, mmap_mode="r")
+    run = recallkit_engine.run
+
+    def rewritten(space, request, *args, **kwargs):  # the file changes once the call began
+        _touch_later(path, (gallery[::-1] * 2).tobytes())
+        return run(space, request, *args, **kwargs)
+
+    monkeypatch.setattr(recallkit_engine, "run", rewritten)
+    with pytest.raises(ValueError, match=r"g\.npy' changed since it was opened"):
+        recall_at_k(gallery[:20], mapped, labels[:20], labels, (1,), query_in_reference=False)
+
+
+def test_a_memory_map_truncated_before_it_is_read_is_refused_not_a_signal(tmp_path):
+    rng = np.random.default_rng(1)
+    gallery = rng.standard_normal((200, 8)).astype(np.float32)
+    path = tmp_path / "g.npy"
+    np.save(path, gallery)
+    mapped = np.load(path, mmap_mode="r")
+    os.truncate(path, os.path.getsize(path) // 2)  # reading the mapping now: SIGBUS
+    with pytest.raises(ValueError, match=r"truncated"):
+        recall_at_k(gallery[:10], mapped, np.zeros(10, int), np.zeros(200, int), (1,),
+                    query_in_reference=False)  # fmt: skip
+
+
+def test_a_whole_file_rewritten_while_it_is_read_is_refused(tmp_path, monkeypatch):
+    from recallkit.io import read_array
+
+    x = np.arange(40, dtype=np.float32).reshape(10, 4)
+    path = tmp_path / "e.npy"
+    np.save(path, x)
+    read_at = recallkit_io._read_at
+    target = [path]
+
+    def racing(fd, view, offset):
+        got = read_at(fd, view, offset)
+        if len(view) > 64:  # the data, not the header: the file changes under the read
+            _touch_later(target[0], (x + 1).tobytes())
+        return got
+
+    monkeypatch.setattr(recallkit_io, "_read_at", racing)
+    with pytest.raises(ValueError, match=r"changed since it was opened"):
+        read_array(path, what="embeddings")
+    for suffix in (".safetensors", ".pt"):
+        other = target[0] = tmp_path / f"e{suffix}"
+        if suffix == ".pt":
+            torch.save(torch.from_numpy(x), other)
+        else:
+            save_file({"embeddings": x}, str(other))
+        with pytest.raises(ValueError, match="changed while it was read"):
+            read_array(other, what="embeddings")

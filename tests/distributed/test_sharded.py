@@ -172,7 +172,7 @@ def _check_case(out, world, expected):
     for rank in range(world):
         with open(f"{out}.{rank}", "rb") as handle:
             got = pickle.load(handle)
-        assert got["ids"] == expected["ids"]
+        assert list(got["ids"]) == expected["ids"]
         assert got["ranks"] == expected["ranks"]
         assert got["values"] == expected["values"]  # bit for bit
         assert got["map"] == expected["map"]

@@ -75,7 +75,7 @@ def test_fit_logs_the_exact_metrics_of_each_epoch(tmp_path):
     x, y = _embed(model, val)  # the model of the last validation (no step since)
     expected = recallkit.retrieval_metrics(x, x, y, y, NAMES, query_in_reference=True)
     assert dict(callback.result) == dict(expected)
-    assert callback.result.query_ids == list(range(70))
+    assert callback.result.query_ids == tuple(range(70))
     for name in NAMES:
         logged = trainer.callback_metrics[f"val/{name}"]
         assert logged.dtype == torch.float64 and logged.item() == expected[name]  # exact

@@ -716,12 +716,12 @@ def test_cirr_and_circo_outputs_and_inputs(tmp_path, capsys, cirr_root):
 def test_a_failed_json_write_names_the_option(tmp_path, capsys, karpathy, monkeypatch):
     import errno
 
-    from recallkit.commands import _protocol_io
+    from recallkit.protocols import _common
 
     def full_disk(path, payload):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(_protocol_io, "write_json", full_disk)
+    monkeypatch.setattr(_common, "write_json", full_disk)
     path, _, _ = karpathy
     code, out, err = _run(
         capsys,

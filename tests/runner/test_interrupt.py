@@ -73,7 +73,9 @@ def test_interrupt_while_evaluating(cli, hand_case, encoder_module, tmp_path, mo
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(evaluate_command, "run_evaluation", interrupted)
+    import recallkit.runner.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "run_evaluation", interrupted)
     res = _run(cli, hand_case, tmp_path, f"{encoder_module[0]}:mean_rgb")
     assert (res.rc, res.out, res.err) == (130, "", INTERRUPTED)
     assert _leftovers(tmp_path) == []
@@ -234,3 +236,44 @@ def test_a_real_sigint_to_a_running_command(tmp_path, hand_case):
     assert "Traceback" not in stderr
     assert stderr.splitlines()[-1] == "recallkit evaluate: interrupted"
     assert not out["json"].exists() and not out["history"].exists()
+
+
+def test_sigint_at_any_moment_of_the_engine_once_or_twice(tmp_path):
+    """SIGINT at random moments of a run on saved arrays (its threads busy in the engine),
+    once and twice in a row: one line, exit 130 (or the finished run), never a traceback or a
+    native abort, and no partial file."""
+    rng = np.random.default_rng(0)
+    n = 12_000
+    labels = rng.integers(0, 300, n)
+    x = (rng.standard_normal((300, 48))[labels] + rng.standard_normal((n, 48))).astype("f4")
+    np.save(tmp_path / "e.npy", x)
+    np.save(tmp_path / "l.npy", labels)
+    out = tmp_path / "run.json"
+    command = [sys.executable, "-m", "recallkit", "evaluate", "--embeddings",
+               str(tmp_path / "e.npy"), "--labels", str(tmp_path / "l.npy"), "--metrics",
+               "MAP@R", "--json", str(out)]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "2"}
+    codes = []
+    for trial, delay in enumerate((0.6, 1.0, 1.4, 1.8, 2.2, 2.6)):
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env=env)  # fmt: skip
+        try:
+            time.sleep(delay + rng.uniform(0, 0.3))
+            process.send_signal(signal.SIGINT)
+            if trial % 2:
+                time.sleep(0.02)
+                process.send_signal(signal.SIGINT)
+            _stdout, stderr = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        codes.append(process.returncode)
+        assert "Traceback" not in stderr and "terminate called" not in stderr, stderr
+        assert process.returncode in (0, 130), (process.returncode, stderr)
+        if process.returncode == 130:
+            assert stderr.endswith("recallkit evaluate: interrupted\n"), stderr
+            assert not out.exists() and not list(tmp_path.glob("*.tmp*"))
+        else:
+            assert out.exists()
+            out.unlink()
+    assert 130 in codes  # the interrupts met the run, not only its end

@@ -21,7 +21,8 @@ MAX_SEED = 2**63 - 1
 
 
 def parse_ks(values: Sequence[str] | None, option: str = "--ks") -> tuple[int, ...] | None:
-    """``["1", "5,10"]`` -> ``(1, 5, 10)``; a UsageError for anything but positive integers.
+    """``["1", "5,10"]`` -> ``(1, 5, 10)``; a UsageError for anything but distinct positive
+    integers (each K names one value: a repeat would be dropped).
 
     >>> parse_ks(["1", "5,10"])
     (1, 5, 10)
@@ -38,8 +39,9 @@ def parse_ks(values: Sequence[str] | None, option: str = "--ks") -> tuple[int, .
                 raise UsageError(
                     f"{option} takes positive integers, like {option} 1 5 10. Got {part!r}."
                 )
-            if int(part) not in out:
-                out.append(int(part))
+            if int(part) in out:
+                raise UsageError(f"{option} takes each K once. Got {part} twice.")
+            out.append(int(part))
     if not out:
         raise UsageError(f"{option} needs at least one K.")
     return tuple(out)

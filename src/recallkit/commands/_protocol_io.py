@@ -11,16 +11,16 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from recallkit import options as _options
 from recallkit.commands._args import check_output_file, usable_device
 from recallkit.errors import UsageError
-from recallkit.io import read_array
-from recallkit.protocols._common import write_json
-from recallkit.result import Result
+
+if TYPE_CHECKING:
+    from recallkit.result import Result
 
 
 def load_array(
@@ -41,6 +41,8 @@ def load_array(
         path_text, key = spec, ""
     path = Path(path_text)
     try:
+        from recallkit.io import read_array
+
         array = read_array(
             path,
             key or None,
@@ -124,6 +126,8 @@ def report(result: Result, json_path: str | None) -> int:
     print(result.table())
     if json_path:
         try:
+            from recallkit.protocols._common import write_json
+
             write_json(json_path, result.to_dict())
         except OSError as error:
             raise cannot_write("--json", json_path, error) from None

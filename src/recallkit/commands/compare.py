@@ -18,15 +18,7 @@ from recallkit.commands._args import (
     seed,
 )
 from recallkit.errors import UsageError
-from recallkit.runner.bootstrap import (
-    DEFAULT_RESAMPLES,
-    DEFAULT_SEED,
-    MAX_RESAMPLES,
-    compare_records,
-    comparison_record,
-    format_comparison,
-    load_run,
-)
+from recallkit.runner.defaults import DEFAULT_RESAMPLES, DEFAULT_SEED, MAX_RESAMPLES
 
 
 def register(subparsers: Any) -> None:
@@ -76,6 +68,13 @@ COMPARE_PARAMETERS = {
 
 def main(args: argparse.Namespace) -> int:
     """Run ``recallkit compare``; return the exit status."""
+    from recallkit.runner.bootstrap import (
+        compare_records,
+        comparison_record,
+        format_comparison,
+        load_run,
+    )
+
     if not 0 < args.confidence < 1:
         raise UsageError(f"--confidence must be between 0 and 1. Got {args.confidence}.")
     if args.resamples > MAX_RESAMPLES:

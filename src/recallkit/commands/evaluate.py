@@ -8,7 +8,7 @@ import math
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recallkit import options as _options
 from recallkit._atomic import Staged, stage
@@ -24,29 +24,15 @@ from recallkit.commands._args import (
     warnings_as_lines,
 )
 from recallkit.errors import UsageError
-from recallkit.runner.cache import default_cache_dir
-from recallkit.runner.encoders import (
-    DTYPES,
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    Encoder,
-    Preprocessing,
-    callable_encoder,
-    load_embeddings,
-    resolve_device,
-    torchvision_encoder,
-)
+from recallkit.runner.defaults import DTYPE_NAMES, IMAGENET_MEAN, IMAGENET_STD, default_cache_dir
 from recallkit.runner.history import append_history, read_history
-from recallkit.runner.pipeline import (
-    dumps_record,
-    format_worst_classes,
-    num_query_classes,
-    render_failure_grid,
-    run_evaluation,
-    run_record,
-    worst_classes,
-)
 from recallkit.runner.sources import ImageSet, from_arrays, from_benchmark, from_path, labels_file
+
+if TYPE_CHECKING:
+    from recallkit.runner.encoders import Encoder
+
+# The modules that load numpy, torch and Pillow (the encoders, the pipeline) are imported by
+# the functions that run the command, so that ``recallkit evaluate --help`` loads none of them.
 
 EXAMPLES = """\
 examples:
@@ -222,7 +208,7 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="images per encoder call (default 32)",
     )
-    run.add_argument("--dtype", choices=tuple(DTYPES), default="float32", help="model dtype")
+    run.add_argument("--dtype", choices=DTYPE_NAMES, default="float32", help="model dtype")
     run.add_argument(
         "--cache-dir",
         metavar="DIR",
@@ -394,6 +380,13 @@ def _saved_arrays(args: argparse.Namespace) -> Data:
 def _encoder(
     args: argparse.Namespace, query: ImageSet, gallery: ImageSet, device: str
 ) -> tuple[Encoder | None, Any, Any]:
+    from recallkit.runner.encoders import (
+        Preprocessing,
+        callable_encoder,
+        load_embeddings,
+        torchvision_encoder,
+    )
+
     precomputed = [args.embeddings, args.query_embeddings, args.gallery_embeddings]
     kinds = [
         any(x is not None for x in precomputed),
@@ -552,6 +545,15 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``recallkit evaluate``; return the exit status."""
+    from recallkit.runner.encoders import resolve_device
+    from recallkit.runner.pipeline import (
+        format_worst_classes,
+        num_query_classes,
+        run_evaluation,
+        run_record,
+        worst_classes,
+    )
+
     ks = parse_ks(args.ks)
     _check_outputs(args)
     query, gallery, protocol_ks, benchmark = _data(args)
@@ -632,6 +634,8 @@ def _write_outputs(args: argparse.Namespace, run: Any, record: dict[str, Any]) -
     while the temporary files are written leaves none, and once the history line is being
     appended it waits until every output is in place.
     """
+    from recallkit.runner.pipeline import dumps_record, render_failure_grid
+
     pending: list[Staged] = []
     done: list[str] = []
     try:

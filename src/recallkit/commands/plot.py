@@ -8,7 +8,6 @@ from typing import Any
 
 from recallkit.commands._args import PARAMETERS, add_quiet, check_output_file, parse_ks
 from recallkit.errors import UsageError
-from recallkit.runner.history_plot import plot_history
 
 
 def register(subparsers: Any) -> None:
@@ -35,6 +34,8 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``recallkit plot``; return the exit status."""
+    from recallkit.runner.history_plot import plot_history
+
     check_output_file(args.out, "--out")
     try:
         out = plot_history(

@@ -16,10 +16,18 @@ from typing import Any
 
 import numpy as np
 
+from recallkit._lazy import Module
 from recallkit.commands import _protocol_io as io
 from recallkit.commands._args import check_output_file, check_output_folder, positive_int
 from recallkit.errors import UsageError
-from recallkit.protocols import circo, cirr, fashioniq, genecis, image_text
+from recallkit.protocols import _names
+
+# The protocol modules load torch: imported when a command runs, not for its help.
+circo = Module("recallkit.protocols.circo")
+cirr = Module("recallkit.protocols.cirr")
+fashioniq = Module("recallkit.protocols.fashioniq")
+genecis = Module("recallkit.protocols.genecis")
+image_text = Module("recallkit.protocols.image_text")
 
 RAW = argparse.RawDescriptionHelpFormatter
 
@@ -345,10 +353,10 @@ FASHIONIQ_PARAMETERS = {
 
 def _check_names(names: list[str]) -> None:
     for name in names:
-        if name not in fashioniq.FASHIONIQ_CATEGORIES:
+        if name not in _names.FASHIONIQ_CATEGORIES:
             raise UsageError(
                 f"unknown FashionIQ category {name!r}; the categories are "
-                f"{', '.join(fashioniq.FASHIONIQ_CATEGORIES)}"
+                f"{', '.join(_names.FASHIONIQ_CATEGORIES)}"
             )
     if len(set(names)) != len(names):
         raise UsageError("each FashionIQ category may be given once")
@@ -419,7 +427,7 @@ def _register_genecis(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar=("TASK", "SCORES"),
-        help=f"a task ({', '.join(genecis.GENECIS_TASKS)}) and its (samples, 1 + gallery) "
+        help=f"a task ({', '.join(_names.GENECIS_TASKS)}) and its (samples, 1 + gallery) "
         "score file, target in column 0; repeat per task",
     )
     parser.add_argument(
@@ -433,7 +441,7 @@ def _register_genecis(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--ties",
-        choices=tuple(genecis.TIES),
+        choices=tuple(_names.TIES),
         default="pessimistic",
         help="pessimistic (default): the target ranks below equal distractors; official: the "
         "official script's column order, target first (reproduces the published numbers)",
@@ -463,9 +471,9 @@ def _run_genecis(args: argparse.Namespace) -> int:
         )
     names = [name for name, _ in entries]
     for name in names:
-        if name not in genecis.GENECIS_TASKS:
+        if name not in _names.GENECIS_TASKS:
             raise UsageError(
-                f"unknown GeneCIS task {name!r}; the tasks are {', '.join(genecis.GENECIS_TASKS)}"
+                f"unknown GeneCIS task {name!r}; the tasks are {', '.join(_names.GENECIS_TASKS)}"
             )
     if len(set(names)) != len(names):
         raise UsageError("each GeneCIS task may be given once")

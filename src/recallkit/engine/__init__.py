@@ -142,6 +142,13 @@ def backend_for(space: Space) -> Backend:
     if name is None:
         name = "numba" if space.device.type == "cpu" else "triton"
     if name == "numba":
+        if space.precision == "float16":  # whatever the inputs' type: said, never ignored
+            raise RecallkitError(Text(
+                "{f16} filters on CUDA (and the torch back end); on the CPU use {auto}, "
+                "{f32}, {bf16} or {i8}", f16=("precision", "float16"),
+                auto=("precision", "auto"), f32=("precision", "float32"),
+                bf16=("precision", "bfloat16"), i8=("precision", "int8"),
+            ))  # fmt: skip
         if space.device.type != "cpu":
             raise RecallkitError(Text(
                 f"The numba back end runs on the CPU only; the work runs on {space.device}. "

@@ -232,6 +232,11 @@ def prepare(
     if query_is_reference is None:
         query_is_reference = query is reference
     streamed = is_streamed(reference) or reference_block_rows is not None
+    if isinstance(reference, np.memmap) and not query_is_reference:
+        from recallkit.io import pin
+
+        # Read from the file it maps, through one checked descriptor (never the mapping).
+        reference = pin(reference, func)
     if streamed:
         shape = tuple(reference.shape)
         if len(shape) != 2 or shape[0] == 0:

@@ -33,6 +33,7 @@ from recallkit.ground_truth import Ranker, Ranks, recall_from_ranks
 from recallkit.options import Options, accepts
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, protocol_result
+from recallkit.protocols._names import FASHIONIQ_CATEGORIES
 from recallkit.result import Result
 
 __all__ = [
@@ -44,7 +45,6 @@ __all__ = [
     "read_fashioniq",
 ]
 
-FASHIONIQ_CATEGORIES = ("dress", "shirt", "toptee")
 CONVENTION = "per-category gallery, reference kept, unweighted mean over categories"
 #: The cut-offs whose means ``average`` combines (the literature's R@10 and R@50).
 AVERAGE_KS = (10, 50)

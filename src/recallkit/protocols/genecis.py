@@ -51,6 +51,7 @@ from recallkit.ground_truth import ground_truth_ranks, recall_from_ranks
 from recallkit.options import Options, accepts
 from recallkit.protocols import _common
 from recallkit.protocols._common import PathLike, protocol_result
+from recallkit.protocols._names import GENECIS_TASKS, TIES
 from recallkit.result import Result
 
 __all__ = [
@@ -64,13 +65,6 @@ __all__ = [
     "read_genecis_tasks",
 ]
 
-GENECIS_TASKS = ("focus_attribute", "change_attribute", "focus_object", "change_object")
-TIES = {
-    "pessimistic": "per-sample gallery [target, *gallery]; ties: target ranks below equal "
-    "distractors",
-    "official": "per-sample gallery [target, *gallery]; ties: column order, target first "
-    "(official script)",
-}
 
 
 @dataclass(frozen=True)

@@ -5,44 +5,52 @@
 :func:`recallkit.recall_at_k`.
 """
 
-from recallkit.runner._errors import RunnerError
-from recallkit.runner.bootstrap import (
-    Comparison,
-    compare_records,
-    format_comparison,
-    load_run,
-    paired_bootstrap,
-)
-from recallkit.runner.cache import EmbeddingCache, cache_key, default_cache_dir, encode_cached
-from recallkit.runner.encode import (
-    BadImage,
-    BadImagesError,
-    Encoding,
-    encode_all,
-    encode_images,
-    load_image,
-)
-from recallkit.runner.encoders import (
-    Encoder,
-    Preprocessing,
-    callable_encoder,
-    function_encoder,
-    load_embeddings,
-    torchvision_encoder,
-)
-from recallkit.runner.grid import draw_grid, worst_queries
-from recallkit.runner.history import append_history, read_history
-from recallkit.runner.history_plot import plot_history
-from recallkit.runner.pipeline import (
-    Run,
-    evaluate,
-    failure_grid,
-    run_evaluation,
-    run_record,
-    top_k,
-    worst_classes,
-)
-from recallkit.runner.sources import ImageSet, from_benchmark, from_folder, from_manifest
+from __future__ import annotations
+
+from recallkit._lazy import exports as _exports
+
+# Public name -> the module that defines it; loaded on first use (PEP 562), so that the command
+# line's help imports no part of the runner that loads numpy, torch or Pillow.
+_HOMES = {
+    "BadImage": "recallkit.runner.encode",
+    "BadImagesError": "recallkit.runner.encode",
+    "Comparison": "recallkit.runner.bootstrap",
+    "EmbeddingCache": "recallkit.runner.cache",
+    "Encoder": "recallkit.runner.encoders",
+    "Encoding": "recallkit.runner.encode",
+    "ImageSet": "recallkit.runner.sources",
+    "Preprocessing": "recallkit.runner.encoders",
+    "Run": "recallkit.runner.pipeline",
+    "RunnerError": "recallkit.runner._errors",
+    "append_history": "recallkit.runner.history",
+    "cache_key": "recallkit.runner.cache",
+    "callable_encoder": "recallkit.runner.encoders",
+    "compare_records": "recallkit.runner.bootstrap",
+    "default_cache_dir": "recallkit.runner.defaults",
+    "draw_grid": "recallkit.runner.grid",
+    "encode_all": "recallkit.runner.encode",
+    "encode_cached": "recallkit.runner.cache",
+    "encode_images": "recallkit.runner.encode",
+    "evaluate": "recallkit.runner.pipeline",
+    "failure_grid": "recallkit.runner.pipeline",
+    "format_comparison": "recallkit.runner.bootstrap",
+    "from_benchmark": "recallkit.runner.sources",
+    "from_folder": "recallkit.runner.sources",
+    "from_manifest": "recallkit.runner.sources",
+    "function_encoder": "recallkit.runner.encoders",
+    "load_embeddings": "recallkit.runner.encoders",
+    "load_image": "recallkit.runner.encode",
+    "load_run": "recallkit.runner.bootstrap",
+    "paired_bootstrap": "recallkit.runner.bootstrap",
+    "plot_history": "recallkit.runner.history_plot",
+    "read_history": "recallkit.runner.history",
+    "run_evaluation": "recallkit.runner.pipeline",
+    "run_record": "recallkit.runner.pipeline",
+    "top_k": "recallkit.runner.pipeline",
+    "torchvision_encoder": "recallkit.runner.encoders",
+    "worst_classes": "recallkit.runner.pipeline",
+    "worst_queries": "recallkit.runner.grid",
+}
 
 __all__ = [
     "BadImage",
@@ -84,3 +92,6 @@ __all__ = [
     "worst_classes",
     "worst_queries",
 ]
+
+
+__getattr__, __dir__ = _exports(__name__, globals(), _HOMES)

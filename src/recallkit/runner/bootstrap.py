@@ -37,14 +37,11 @@ import numpy as np
 from recallkit.definitions import check_definitions, differences
 from recallkit.exceptions import fail
 from recallkit.ground_truth import recall_from_ranks
+from recallkit.records import RUN_FORMATS
 from recallkit.runner._errors import RunnerError
+from recallkit.runner.defaults import DEFAULT_RESAMPLES, DEFAULT_SEED, MAX_RESAMPLES
 from recallkit.runner.history import RUN_HINT, wrong_kind
 
-DEFAULT_RESAMPLES = 10_000
-DEFAULT_SEED = 0
-#: At most this many resamples (about 20 s per K on one core): the interval's own sampling
-#: error is then far below the four decimals it is printed with.
-MAX_RESAMPLES = 100_000_000
 #: Resamples drawn at a time; memory holds one batch and one histogram.
 BATCH = 1 << 16
 
@@ -208,11 +205,20 @@ query 0: 1.5; a rank is a whole number, 0 or more, or -1 for an excluded query.
         not isinstance(queries, dict)
         or not isinstance(queries.get("ids"), list)
         or not isinstance(queries.get("first_hit_rank"), list)
-        or len(queries["ids"]) != len(queries["first_hit_rank"])
     ):
         raise RunnerError(
             f"{where} has no per-query ranks ('queries' with 'ids' and 'first_hit_rank', one "
             "per query); write it with recallkit evaluate --json."
+        )
+    kind = record.get("format")
+    if kind is not None and kind not in RUN_FORMATS:
+        raise _bad(where, "format", None, kind,
+                   f"this recallkit reads {', '.join(RUN_FORMATS)}")  # fmt: skip
+    if len(queries["ids"]) != len(queries["first_hit_rank"]):
+        raise RunnerError(
+            f"{where} has {len(queries['ids'])} query ids but {len(queries['first_hit_rank'])} "
+            "first-hit ranks ('queries.ids' and 'queries.first_hit_rank' have one entry per "
+            "query); was the file edited?"
         )
     n = len(queries["ids"])
     for i, ident in enumerate(queries["ids"]):

@@ -46,14 +46,6 @@ from recallkit.runner.encoders import Encoder
 CACHE_FORMAT = "recallkit-embedding-cache/1"
 
 
-def default_cache_dir() -> Path:
-    """``$RECALLKIT_CACHE``, else ``$XDG_CACHE_HOME/recallkit/embeddings`` (``~/.cache``)."""
-    if os.environ.get("RECALLKIT_CACHE"):
-        return Path(os.environ["RECALLKIT_CACHE"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "recallkit" / "embeddings"
-
-
 def file_signature(paths: Sequence[str | os.PathLike[str]]) -> list[list[Any]]:
     """``[resolved path, size in bytes, mtime in ns]`` per file (``-1, -1`` if it is missing)."""
     out: list[list[Any]] = []

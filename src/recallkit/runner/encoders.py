@@ -25,10 +25,9 @@ import torch
 from torch import nn
 
 from recallkit.runner._errors import RunnerError
+from recallkit.runner.defaults import DTYPE_NAMES, IMAGENET_MEAN, IMAGENET_STD
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 #: The seed of torch's generator for a randomly initialised torchvision model (``--random-init``).
 RANDOM_INIT_SEED = 0
 

@@ -81,7 +81,7 @@ class Run:
         Self-matches are excluded by identity (``"ids"``) when both sides have identities, and
         not at all (``"none"``) otherwise; lone queries as the options say.
         """
-        return self.result.definitions
+        return dict(self.result.definitions)
 
 
 def _say(progress: bool | None) -> Callable[[str], None]:
