@@ -278,3 +278,21 @@ def test_recall_plot_y_axis_fits_the_data():
     # Nothing to plot: the full 0-1 range.
     (ax,) = history_figure([{"tag": "a", "recall": {"recall@1": None}}], ["recall@1"], "t").axes
     assert ax.get_ylim() == (0.0, 1.0)
+
+
+def test_the_axis_names_what_is_drawn_and_the_legend_stays_beside_the_lines():
+    from recallkit.runner.history_plot import history_figure
+
+    recall = [{"tag": "e1", "metrics": {"recall@1": 0.5, "recall@2": 0.75}}]
+    (ax,) = history_figure(recall, ["recall@1", "recall@2"], "t").axes
+    assert ax.get_ylabel() == "recall@K"
+    mixed = [{"tag": "e1", "metrics": {"recall@1": 0.5, "MAP@R": 0.2, "R-precision": 0.3}},
+             {"tag": "e2", "recall": {"recall@1": 0.6, "MAP@R": 0.25}}]  # an older line too
+    fig = history_figure(mixed, ["recall@1", "MAP@R", "R-precision"], "t")
+    (ax,) = fig.axes
+    assert ax.get_ylabel() == "value"
+    assert [line.get_label() for line in ax.get_lines()] == ["recall@1", "MAP@R", "R-precision"]
+    assert ax.get_lines()[1].get_ydata().tolist() == [0.2, 0.25]
+    fig.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    assert legend.x0 >= ax.get_window_extent().x1  # beside the axes, over no line

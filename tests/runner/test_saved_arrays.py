@@ -160,3 +160,13 @@ def test_an_old_run_file_with_values_under_recall_is_still_read(cli, tmp_path):
     res = cli("compare", tmp_path / "new.json", tmp_path / "old.json")
     assert res.rc == 0, res.err
     assert "recall@1" in res.out
+
+
+def test_the_history_line_counts_its_runs_in_words(cli, tmp_path):
+    x, labels = _data("float32", n=20)
+    np.save(tmp_path / "e.npy", x)
+    np.save(tmp_path / "l.npy", labels)
+    base = ("evaluate", "--embeddings", tmp_path / "e.npy", "--labels", tmp_path / "l.npy",
+            "--history", tmp_path / "runs.jsonl")  # fmt: skip
+    assert f"history: {tmp_path / 'runs.jsonl'} (1 run)\n" in cli(*base).err
+    assert f"history: {tmp_path / 'runs.jsonl'} (2 runs)\n" in cli(*base).err

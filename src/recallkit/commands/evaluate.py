@@ -667,7 +667,8 @@ def _write_outputs(args: argparse.Namespace, run: Any, record: dict[str, Any]) -
                         count = append_history(args.history, record)
                 except OSError as error:
                     raise _cannot_write("history file", args.history, error) from None
-                done.append(f"history: {args.history} ({count} runs)")
+                runs = "run" if count == 1 else "runs"
+                done.append(f"history: {args.history} ({count} {runs})")
             for item in pending:
                 try:
                     item.commit()

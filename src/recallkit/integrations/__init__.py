@@ -2,7 +2,7 @@
 imported (``import recallkit`` loads none of them):
 
 * :mod:`recallkit.integrations.torchmetrics`: a torchmetrics ``Metric``
-  (``pip install recallkit[torchmetrics]``);
+  (needs ``pip install torchmetrics``);
 * :mod:`recallkit.integrations.lightning`: a Lightning ``Callback``
-  (``pip install recallkit[lightning]``).
+  (needs ``pip install lightning``).
 """
