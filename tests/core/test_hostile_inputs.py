@@ -71,11 +71,11 @@ def test_recall_from_ranks_checks_its_tie_bounds():
     with pytest.raises(ValueError, match="'pessimistic' parameter of recall_from_ranks must be "
                        "given with 'optimistic'"):  # fmt: skip
         recallkit.recall_from_ranks([0, 1], [1], optimistic=[0, 0])
-    with pytest.raises(ValueError, match="'optimistic' parameter .* at most the ranks, which "
-                       "are at most the pessimistic ranks. Got optimistic 1, rank 0, "
-                       "pessimistic 0 at position 0"):  # fmt: skip
+    with pytest.raises(ValueError, match=r"'optimistic' parameter .* at most the ranks, which "
+                       r"are at most the pessimistic ranks. Got optimistic 1, rank 0, "
+                       r"pessimistic 0 at position 0"):  # fmt: skip
         recallkit.recall_from_ranks([0, 1], [1], optimistic=[1, 0], pessimistic=[0, 1])
-    with pytest.raises(ValueError, match="'pessimistic' parameter .* of length 2"):
+    with pytest.raises(ValueError, match=r"'pessimistic' parameter .* of length 2"):
         recallkit.recall_from_ranks([0, 1], [1], optimistic=[0, 0], pessimistic=[0])
     r = recallkit.recall_from_ranks([0, 1], [1], optimistic=[0, 0], pessimistic=[0, 2])
     assert dict(r) == {"recall@1": 0.5} and r.bounds["recall@1"] == (0.5, 1.0)
