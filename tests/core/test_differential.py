@@ -1,0 +1,93 @@
+"""A differential fuzz of every public entry point against the float64 brute force, in every
+precision, back end and chunking: the label form, the ground-truth form, nearest neighbours and
+the Evaluator give the definition's values, bit for bit, in each (sharded evaluation: see
+tests/distributed/test_sharded.py)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import recallkit
+from tests import brute
+
+NAMES = ["recall@1", "recall@3", "precision@3", "MAP@R", "R-precision", "MRR", "nDCG@4"]
+KINDS = [("recall", 1), ("recall", 3), ("precision", 3), ("map_at_r", None),
+         ("r_precision", None), ("mrr", None), ("ndcg", 4)]  # fmt: skip
+# (back end, precision, chunk size): every precision a back end runs, with several chunkings.
+CONFIGS = [
+    ("numba", "float32", None), ("numba", "bfloat16", 3), ("numba", "int8", 7),
+    ("numba", "auto", 1), ("torch", "float32", 5), ("torch", "bfloat16", None),
+    ("torch", "float16", 4), ("torch", "auto", 2), ("triton", "float32", 6),
+]  # fmt: skip
+
+
+def _case(seed: int):
+    rng = np.random.default_rng(seed)
+    n, d = 24, 5
+    x = rng.integers(-3, 4, size=(n, d)).astype(np.float32)  # exact, often tied scores
+    x[rng.integers(0, n, 4)] = x[1]
+    x[x.sum(axis=1) == 0, 0] = 1.0
+    labels = rng.integers(0, 4, n)
+    metric = ("cosine", "dot", "euclidean")[seed % 3]
+    return x, labels, metric
+
+
+@pytest.mark.parametrize(("backend", "precision", "chunk"), CONFIGS)
+def test_every_entry_point_is_the_definition(backend, precision, chunk, monkeypatch):
+    monkeypatch.setenv("RECALLKIT_BACKEND", backend)
+    if backend == "triton":
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    options = dict(precision=precision, chunk_size=chunk)
+    for seed in range(2):
+        x, labels, metric = _case(seed)
+        n = len(x)
+        s = brute.fixed_order_scores64(x, x, metric)
+        excluded = brute.excluded_sets(n, n, query_in_reference=True)
+        # The label form, every kind of metric.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = recallkit.retrieval_metrics(x, x, labels, labels, NAMES, metric=metric,
+                                              query_in_reference=True, **options)  # fmt: skip
+        lists = brute.relevance_lists(s, labels, labels, excluded)
+        for name, (kind, k) in zip(NAMES, KINDS, strict=True):
+            want = [brute.metric(kind, k, rel, r, c) for rel, r, c in lists]
+            assert np.array_equal(got.per_query[name], want, equal_nan=True), (name, seed)
+        # The Evaluator: batches in any order, with ids.
+        order = np.random.default_rng(seed).permutation(n)
+        ev = recallkit.Evaluator(ks=(1, 3), metrics=NAMES, metric=metric, **options)
+        for part in np.array_split(order, 3):
+            ev.update(torch.from_numpy(x[part]), torch.from_numpy(labels[part]),
+                      torch.from_numpy(part))  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            by_batches = ev.compute()
+        for name in NAMES:
+            assert np.array_equal(by_batches.per_query[name], got.per_query[name],
+                                  equal_nan=True), (name, seed)  # fmt: skip
+        # Nearest neighbours: the ranked lists, every item.
+        k = 6
+        index, score = recallkit.nearest_neighbors(x, x, k, query_in_reference=True,
+                                                   metric=metric, **options)  # fmt: skip
+        for i in range(n):
+            order_i = brute.ranked(s[i], excluded[i])[:k]
+            assert index[i].tolist() == order_i, (i, seed)
+            assert score[i].tolist() == [s[i, j] for j in order_i]
+        # The ground-truth form: ranks of several targets, with their tie bounds.
+        targets = np.stack([np.random.default_rng(seed + i).permutation(n)[:3] for i in range(n)])
+        ranks = recallkit.ground_truth_ranks_from_embeddings(
+            x, x, targets, reduce="none", tie_bounds=True, metric=metric, **options
+        )
+        for i in range(n):
+            row = s[i]
+            for t, j in enumerate(targets[i]):
+                above = int((row > row[j]).sum())
+                equal = int((row == row[j]).sum()) - 1
+                before = int(((row == row[j]) & (np.arange(n) < j)).sum())
+                assert ranks.ranks[i, t] == above + before
+                assert (ranks.optimistic[i, t], ranks.pessimistic[i, t]) == (above, above + equal)
+    assert not math.isnan(got["recall@1"])
