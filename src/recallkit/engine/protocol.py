@@ -26,6 +26,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from recallkit.engine import ties
 from recallkit.engine.pairs import Exclusions, LabelPositives, Pairs
 from recallkit.engine.space import Rows, Space
 
@@ -114,3 +115,99 @@ class Backend(Protocol):
         """One chunk of query rows (the whole request's queries), threshold steps reduced
         across processes by ``reducer`` (sharded evaluation); lists are this process's."""
         ...
+
+
+# ----------------------------------------------------------------------------------------------
+# The chunk pipeline's shared steps: every back end runs these on its own tensors (torch
+# operations whose shapes the host knows in advance: no host synchronisation on a device).
+
+
+def merge_best_counted(
+    best: torch.Tensor,
+    where: torch.Tensor,
+    equal: torch.Tensor,
+    b: torch.Tensor,
+    w: torch.Tensor,
+    n: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`ties.merge_best` that also adds up how many items score exactly the best."""
+    new_best, new_where = ties.merge_best(best, where, b, w)
+    count = torch.where(best == new_best, equal, torch.zeros_like(equal))
+    count = count + torch.where(b == new_best, n, torch.zeros_like(n))
+    return new_best, new_where, count
+
+
+def reduce_best(
+    reducer: Reducer, best: torch.Tensor, where: torch.Tensor, equal: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The threshold items across processes: the highest score, then among the processes that
+    hold it the lowest index; the count of items at the best score adds up."""
+    local = best
+    best = reducer.reduce("max", best)
+    keep = (local == best) & torch.isfinite(best)
+    where = reducer.reduce("min", torch.where(keep, where, torch.full_like(where, ties.SENTINEL)))
+    equal = reducer.reduce("sum", torch.where(keep[:, 0], equal, torch.zeros_like(equal)))
+    return best, where, equal
+
+
+def count_into(size: int, index: torch.Tensor, flags: torch.Tensor) -> torch.Tensor:
+    """How many set ``flags`` fall on each of ``size`` slots (``index`` in range)."""
+    out = torch.zeros(size, dtype=torch.int64, device=flags.device)
+    return out.scatter_add_(0, index, flags.to(torch.int64))
+
+
+def settle_counts(
+    scores: torch.Tensor,
+    glob: torch.Tensor,
+    rows: torch.Tensor,
+    slot: torch.Tensor,
+    best: torch.Tensor,
+    where: torch.Tensor,
+    total: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A window's pairs (chunk ``rows``, ``-1`` at padding; global indices ``glob``; threshold
+    ``slot``) with their exact ``scores``: those ranked above their slot's threshold item added
+    to ``total`` (in place); per slot, the items tied with it and those of them that rank before
+    it."""
+    c, g = best.shape
+    at = rows.clamp(min=0) * g + slot.clamp(min=0)
+    b, w = best.reshape(-1)[at], where.reshape(-1)[at]
+    valid = rows >= 0
+    tie = valid & (scores == b)
+    total += count_into(c * g, at, valid & ties.beats(scores, glob, b, w)).view(c, g)
+    tied = count_into(c * g, at, tie & (glob != w)).view(c, g)
+    before = count_into(c * g, at, tie & (glob < w)).view(c, g)
+    return tied, before
+
+
+def threshold_fields(
+    best: torch.Tensor,
+    equal: torch.Tensor,
+    counts: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    reducer: Reducer | None,
+) -> dict[str, torch.Tensor]:
+    """A chunk's threshold fields of :class:`ChunkResult` from ``(total, tied, before)``,
+    summed across processes by ``reducer``."""
+    if reducer is not None:
+        counts = tuple(reducer.reduce("sum", t) for t in counts)
+    total, tied, before = counts
+    found = torch.isfinite(best)
+    return {
+        "ranks": torch.where(found, total, torch.full_like(total, -1)),
+        "ties": torch.where(found, tied, torch.zeros_like(tied)),
+        "ties_before": torch.where(found, before, torch.zeros_like(before)),
+        "tied_positives": (equal - 1).clamp(min=0),
+    }
+
+
+def merge_held(
+    held: tuple[torch.Tensor, torch.Tensor] | None, index: torch.Tensor, score: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ranked candidates of several blocks (best first by the tie rule, ``-1`` padding) side by
+    side, ranked again."""
+    if held is None:
+        return index, score
+    both_i = torch.cat([held[0], index], 1)
+    both_s = torch.cat([held[1], score], 1)
+    order = ties.ranked_order(both_s, both_i)
+    return both_i.gather(1, order), both_s.gather(1, order)
