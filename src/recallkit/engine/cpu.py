@@ -46,9 +46,9 @@ import numpy as np
 import torch
 
 from recallkit.engine import cpu_kernels as kernels
-from recallkit.engine import exact, filters, protocol, ties
+from recallkit.engine import exact, filters, protocol
 from recallkit.engine.cpu_kernels import LIMIT_STATE, pool, single_threaded
-from recallkit.engine.pairs import ChunkExclusions, LabelPositives, Pairs, globals_of, locals_of
+from recallkit.engine.pairs import ChunkExclusions, LabelPositives, Pairs, locals_of
 from recallkit.engine.protocol import ChunkResult, Reducer, Request
 from recallkit.engine.space import DEFAULT_MEMORY_BUDGET, Block, Rows, Space, chunk_rows, chunks
 
@@ -61,6 +61,9 @@ EXTRA = 64  # a top-k buffer holds 2 k + EXTRA items
 # beyond, a reservoir (compacted at its k-th best when full: fewer operations per item).
 HEAP_K = 32
 SAMPLES = 3  # full tiles timed with each way of computing them before the choice
+# precision="auto" weighs a low precision only for passes of at least this many full tiles:
+# enough for the timing and for the tiles after it to pay for the sides' preparation.
+AUTO_TILES = 16
 
 
 def top_state_bytes(kmax: int) -> int:
@@ -290,6 +293,8 @@ def _kinds(space: Space, qf: filters.QueryFilter, block: Block, cached: bool) ->
             "'int8'."
         )
     if cached or qf.rows.dtype != torch.float32 or precision == "float32":
+        return ("float32",)
+    if precision == "auto" and (qf.rows.shape[0] // TILE) * (block.rows // TILE) < AUTO_TILES:
         return ("float32",)
     from recallkit.engine import lowp
 
@@ -601,8 +606,19 @@ def _row_scores(
 # The back end.
 
 
-class CpuBackend:
-    """Requests on CPU tensors: numba tiles (module docstring)."""
+class _Context:
+    """A chunk's inputs on the CPU: exclusions, targets, the scores kept by step 1."""
+
+    def __init__(self, request: Request, start: int, stop: int) -> None:
+        self.request = request
+        self.excluded = ChunkExclusions(request.exclusions, start, stop, torch.device("cpu"))
+        self.targets = None if request.targets is None else torch.from_numpy(request.targets)
+        self.cached: dict[int, torch.Tensor] = {}
+
+
+class CpuBackend(protocol.Pipeline):
+    """Requests on CPU tensors: numba tiles (module docstring), in the shared chunk pipeline
+    (:class:`recallkit.engine.protocol.Pipeline`)."""
 
     name = "numba"
     score_bytes = 0  # tiles: a chunk holds its scores and nothing per score beside them
@@ -624,15 +640,13 @@ class CpuBackend:
         return filters.error_bound(filters.Product.plain(qf.rows.dtype), qf, block.max_norm,
                                    space.dim, block.scale, space.metric)  # fmt: skip
 
-    def _exact(
+    def exact(
         self, space: Space, chunk: Rows, block: Block, rows: torch.Tensor, cols: torch.Tensor
     ) -> torch.Tensor:
         return exact.exact_numba(
             chunk.raw, chunk.aux(space.metric), block.data, block.aux(space.metric),
             rows, cols, space.metric,
         )  # fmt: skip
-
-    # -- step 1: threshold items --------------------------------------------------------------
 
     @staticmethod
     def exact_is_cheaper(positives: Any, block: Block, start: int, stop: int) -> bool:
@@ -642,76 +656,42 @@ class CpuBackend:
             return True
         return positives.pair_count(block, start, stop) * 16 <= (stop - start) * block.rows
 
-    def _thresholds(
-        self,
-        space: Space,
-        chunk: Rows,
-        start: int,
-        stop: int,
-        request: Request,
-        excluded: ChunkExclusions,
-        cached: dict[int, torch.Tensor],
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Each slot's threshold item ``(exact score, global index)`` in this process, and (for
-        positives) how many positives score exactly the best."""
-        c = stop - start
-        if request.targets is not None:
-            targets = torch.from_numpy(request.targets[start:stop])
-            best = torch.full(targets.shape, -torch.inf, dtype=torch.float64)
-            where = torch.where(targets >= 0, targets, torch.full_like(targets, ties.SENTINEL))
-            for block in space.blocks():
-                local, inside = locals_of(block, targets.clamp(min=0))
-                inside &= targets >= 0
-                r, t = inside.nonzero(as_tuple=True)
-                best[r, t] = self._exact(space, chunk, block, r, local[r, t])
-            return best, where, torch.zeros(c, dtype=torch.int64)
-        positives = request.positives
-        best = torch.full((c,), -torch.inf, dtype=torch.float64)
-        where = torch.full((c,), ties.SENTINEL, dtype=torch.int64)
-        equal = torch.zeros(c, dtype=torch.int64)
-        for i, block in enumerate(space.blocks()):
-            if isinstance(positives, Pairs):
-                rows, glob = positives.expand(start, stop, torch.device("cpu"))
-                local, inside = locals_of(block, glob)
-                inside &= ~excluded.excluded(rows, local.clamp(0, max(block.rows - 1, 0)), block)
-                rows, local = rows[inside], local[inside]
+    def candidates(self, space, chunk, block, i, start, stop, ctx):
+        """Step 1's pairs: listed positives less the skipped ones; label positives within the
+        bound of their row's best filter score, from their own filter scores (fine labels) or
+        from the block's scores, kept for the pass (coarse labels)."""
+        positives, excluded = ctx.request.positives, ctx.excluded
+        if isinstance(positives, Pairs):
+            rows, glob = positives.expand(start, stop, torch.device("cpu"))
+            local, inside = locals_of(block, glob)
+            inside &= ~excluded.excluded(rows, local.clamp(0, max(block.rows - 1, 0)), block)
+            rows, local = rows[inside], local[inside]
+        else:
+            qf = self._filter(space, chunk, block, start, stop)
+            eps = self._bound(space, qf, block)
+            lo, hi = positives.ranges(block, start, stop)
+            members = positives.groups(block).members
+            if self.exact_is_cheaper(positives, block, start, stop):
+                ptr, cols = excluded.csr(block)
+                rows, local = kernels.label_best_candidates(
+                    qf.rows, block.gemm, positives.query_codes[start:stop], lo, hi, members,
+                    ptr, cols, excluded.codes(block), eps,
+                )  # fmt: skip
             else:
-                qf = self._filter(space, chunk, block, start, stop)
-                eps = self._bound(space, qf, block)
-                lo, hi = positives.ranges(block, start, stop)
-                members = positives.groups(block).members
-                if self.exact_is_cheaper(positives, block, start, stop):
-                    ptr, cols = excluded.csr(block)
-                    rows, local = kernels.label_best_candidates(
-                        qf.rows, block.gemm, positives.query_codes[start:stop], lo, hi, members,
-                        ptr, cols, excluded.codes(block), eps,
-                    )  # fmt: skip
-                else:
-                    # Many positives (coarse labels): the best positive's filter score narrows
-                    # them down to a few candidates; the scores are kept for the pass.
-                    scores = block_scores(space, qf, block)
-                    _masked(scores, excluded, block)
-                    rows, local = kernels.positive_window(scores, lo, hi, members, eps)
-                    if space.single is not None:
-                        cached[i] = scores
-            exact_scores = self._exact(space, chunk, block, rows, local)
-            b, w, n = ties.segment_best(rows, exact_scores, globals_of(block, local), c)
-            best, where, equal = protocol.merge_best_counted(best, where, equal, b, w, n)
-        return best[:, None], where[:, None], equal
+                scores = block_scores(space, qf, block)
+                _masked(scores, excluded, block)
+                rows, local = kernels.positive_window(scores, lo, hi, members, eps)
+                if space.single is not None:
+                    ctx.cached[i] = scores
+        return rows, local, torch.ones_like(rows, dtype=torch.bool), torch.zeros((), dtype=bool)
 
     def _kth_floor(
-        self,
-        positives: LabelPositives,
-        tp: _TilePass,
-        start: int,
-        stop: int,
-        excluded: ChunkExclusions,
-        ks: np.ndarray,
+        self, positives: LabelPositives, tp: _TilePass, start: int, stop: int, ctx, ks
     ) -> np.ndarray:
         """Per row, a float32 filter score below which no item of the exact top-``k`` can lie:
         at least ``k`` positives score at least the ``k``-th best positive's exact score, so no
         item of the top-``k`` has a filter score below that positive's minus ``2 eps``."""
-        block, qf = tp.block, tp.qf
+        block, qf, excluded = tp.block, tp.qf, ctx.excluded
         lo, hi = positives.ranges(block, start, stop)
         ptr, cols = excluded.csr(block)
         kth = kernels.label_kth(
@@ -721,91 +701,58 @@ class CpuBackend:
         low = filters.round_down(torch.from_numpy(kth - 2.0 * tp.eps32.numpy()), qf.rows.dtype)
         return np.where(np.isfinite(kth), low.numpy(), -np.inf)
 
-    # -- the pass -----------------------------------------------------------------------------
-
-    def _pass(self, space, chunk, block, start, stop, excluded, request, cached) -> _TilePass:
+    def scan(self, space, chunk, block, i, start, stop, ctx, best, where, ks) -> protocol.Scan:
+        """The block's tile pass (:func:`run_tiles`): one :class:`Window` and one :class:`Top`
+        fed by the same tiles."""
+        request, excluded, cached = ctx.request, ctx.excluded, i in ctx.cached
         qf = self._filter(space, chunk, block, start, stop)
         symmetric = (  # a window of one slot reads a tile's columns too
             not cached
             and (not request.thresholds or request.slots() == 1)
             and self._symmetric(space, qf, block, excluded)
         )
-        first = start if space.own_rows(block) else 0
-        names = _kinds(space, qf, block, cached)
-        return _TilePass(space, qf, block, first, symmetric, self._bound(space, qf, block), names)
+        tp = _TilePass(space, qf, block, start if space.own_rows(block) else 0, symmetric,
+                       self._bound(space, qf, block), _kinds(space, qf, block, cached))  # fmt: skip
+        window = top = None
+        if best is not None:
+            window = Window(filters.scaled_centre(best, qf, block.scale), tp)
+        if ks is not None:
+            kb = np.minimum(ks.numpy(), block.rows)
+            floor = None
+            positives = request.positives
+            if (
+                isinstance(positives, LabelPositives)
+                and block is space.single
+                and self.exact_is_cheaper(positives, block, start, stop)
+            ):
+                floor = self._kth_floor(positives, tp, start, stop, ctx, kb)
+            top = Top(kb, tp, torch.get_num_threads(), floor)
+        consumers = [x for x in (window, top) if x is not None]
+        states = run_tiles(tp, excluded, symmetric, consumers, ctx.cached.get(i))
+        per_consumer = list(zip(*states, strict=True)) if states else [[]] * len(consumers)
 
-    def _chunk(
-        self,
-        space: Space,
-        chunk: Rows,
-        start: int,
-        stop: int,
-        request: Request,
-        reducer: Reducer | None,
-    ) -> ChunkResult:
-        excluded = ChunkExclusions(request.exclusions, start, stop, torch.device("cpu"))
-        out: dict[str, Any] = {}
-        cached: dict[int, torch.Tensor] = {}
-        if request.thresholds:
-            best, where, equal = self._thresholds(space, chunk, start, stop, request, excluded,
-                                                  cached)  # fmt: skip
-            if reducer is not None:
-                best, where, equal = protocol.reduce_best(reducer, best, where, equal)
-            counts = tuple(torch.zeros(best.shape, dtype=torch.int64) for _ in range(3))
-        held = None
-        if request.lists:
-            ks = np.ascontiguousarray(request.top_k[start:stop], dtype=np.int64)
-            kmax = int(ks.max(initial=0))
-        for i, block in enumerate(space.blocks()):
-            tp = self._pass(space, chunk, block, start, stop, excluded, request, i in cached)
-            consumers: list[_Consumer] = []
-            window = top = None
-            if request.thresholds:
-                window = Window(filters.scaled_centre(best, tp.qf, block.scale), tp)
-                consumers.append(window)
-            if request.lists:
-                kb = np.minimum(ks, block.rows)
-                floor = None
-                positives = request.positives
-                if (
-                    isinstance(positives, LabelPositives)
-                    and block is space.single
-                    and self.exact_is_cheaper(positives, block, start, stop)
-                ):
-                    floor = self._kth_floor(positives, tp, start, stop, excluded, kb)
-                top = Top(kb, tp, torch.get_num_threads(), floor)
-                consumers.append(top)
-            states = run_tiles(tp, excluded, tp.symmetric, consumers, cached.get(i))
-            per_consumer = list(zip(*states, strict=True)) if states else [[]] * len(consumers)
+        def rescore(rows: np.ndarray) -> torch.Tensor:
+            return _row_scores(space, qf, block, excluded, rows)
 
-            def rescore(rows: np.ndarray, qf=tp.qf, block=block) -> torch.Tensor:
-                return _row_scores(space, qf, block, excluded, rows)
+        out = protocol.Scan(None, None, torch.zeros((), dtype=torch.bool))
+        if window is not None:
+            above, wr, wt, wj = window.finish(list(per_consumer[0]), rescore)
+            out.window = tuple(torch.from_numpy(t) for t in (above, wr, wj, wt))
+        if top is not None:
+            tr, tj = top.finish(rescore, block.rows)
+            out.top = (torch.from_numpy(tr), torch.from_numpy(tj), None, 0)
+        return out
 
-            if window is not None:
-                above, wr, wt, wj = window.finish(list(per_consumer[0]), rescore)
-                wr_t, wj_t = torch.from_numpy(wr), torch.from_numpy(wj)
-                scores = self._exact(space, chunk, block, wr_t, wj_t)
-                counts[0].add_(torch.from_numpy(above))
-                tied, before = protocol.settle_counts(
-                    scores, globals_of(block, wj_t), wr_t, torch.from_numpy(wt), best, where,
-                    counts[0],
-                )  # fmt: skip
-                counts = (counts[0], counts[1] + tied, counts[2] + before)
-            if top is not None:
-                tr, tj = top.finish(rescore, block.rows)
-                tr_t, tj_t = torch.from_numpy(tr), torch.from_numpy(tj)
-                scores = self._exact(space, chunk, block, tr_t, tj_t)
-                parts = kernels.segment_top(tr_t, globals_of(block, tj_t), scores,
-                                            torch.from_numpy(ks), kmax)  # fmt: skip
-                held = parts if held is None else merge_lists(held, parts, ks)
-        if request.thresholds:
-            fields = protocol.threshold_fields(best, equal, counts, reducer)
-            out.update({name: value.numpy() for name, value in fields.items()})
-        if request.lists:
-            index, value, tail_i, tail_v = held
-            beyond = torch.arange(index.shape[1])[None, :] >= torch.from_numpy(ks)[:, None]
-            index[beyond], value[beyond] = -1, -torch.inf
-            out.update(top_index=index, top_score=value, tail_index=tail_i, tail_score=tail_v)
+    def rank(self, rows, glob, scores, top, c, ks) -> tuple[torch.Tensor, torch.Tensor]:
+        """The candidates' lists (``rows`` sorted), each ``(top-k, tail)`` side by side."""
+        kmax = int(ks.max()) if len(ks) else 0
+        index, value, tail_i, tail_v = kernels.segment_top(rows, glob, scores, ks, kmax)
+        return torch.cat([index, tail_i], 1), torch.cat([value, tail_v], 1)
+
+    def _chunk(self, space, chunk, start, stop, request, reducer) -> ChunkResult:
+        ctx = _Context(request, start, stop)
+        fields, _ = self.chunk_fields(space, chunk, start, stop, request, reducer, ctx)
+        out = {n: v if n.startswith(("top_", "tail_")) else v.numpy() for n, v in fields.items()}
         return ChunkResult(start, stop, **out)
 
     def _symmetric(
@@ -842,18 +789,6 @@ class CpuBackend:
         self, space: Space, chunk: Rows, request: Request, reducer: Reducer | None
     ) -> ChunkResult:
         return self._chunk(space, chunk, 0, chunk.raw.shape[0], request, reducer)
-
-
-def merge_lists(
-    held: tuple[torch.Tensor, ...], new: tuple[torch.Tensor, ...], ks: np.ndarray
-) -> tuple[torch.Tensor, ...]:
-    """Two blocks' ranked lists with their tails, merged: the top-``k`` of all and the new tail
-    (items beyond ``k`` tied with the ``k``-th)."""
-    index, score = protocol.merge_held((torch.cat([held[0], held[2]], 1),
-                                        torch.cat([held[1], held[3]], 1)),
-                                       torch.cat([new[0], new[2]], 1),
-                                       torch.cat([new[1], new[3]], 1))  # fmt: skip
-    return ties.split_tail(index, score, torch.from_numpy(ks))
 
 
 BACKEND = CpuBackend()

@@ -554,16 +554,24 @@ def window_cols(
     for i in range(rows):
         row = tile[i]
         scale = rs[i]
-        at_least = 0
-        over = 0
+        inside = 0
         for j in range(width):
             s = row[j] * scale
             a = s > high[j]
             acc[j] += a
-            over += a
-            at_least += s >= low[j]
-        if at_least > over:
-            for j in range(width):
+            inside += (s >= low[j]) & ~a
+        for b in range(0, width, _BLOCK):
+            if inside <= 0:
+                break
+            end = min(b + _BLOCK, width)
+            found = 0
+            for j in range(b, end):
+                s = row[j] * scale
+                found += (s >= low[j]) & (s <= high[j])
+            if found == 0:
+                continue
+            inside -= found
+            for j in range(b, end):
                 s = row[j] * scale
                 if s >= low[j] and s <= high[j]:
                     r = col0 + j
@@ -697,17 +705,24 @@ def top_rows(
         hits = 0
         for j in range(width):
             hits += row[j] >= start
-        j = 0
-        while hits > 0 and j < width:  # the floor only rises: at most ``hits`` items to offer
-            s = row[j]
-            if s >= start:
-                hits -= 1
-                if s > -np.inf and not over[r]:
-                    s = _dot32(a32[r], b32[col0 + j]) if cascade else s * rs[i]
+        for b in range(0, width, _BLOCK):  # the floor only rises: at most ``hits`` to offer
+            if hits <= 0 or over[r]:
+                break
+            end = min(b + _BLOCK, width)
+            found = 0
+            for j in range(b, end):
+                found += row[j] >= start
+            if found == 0:
+                continue
+            hits -= found
+            for j in range(b, end):
+                t = row[j]
+                if t >= start and t > -np.inf and not over[r]:
+                    s = _dot32(a32[r], b32[col0 + j]) if cascade else t * rs[i]
                     if s >= floor[r]:
                         _keep(r, s, col0 + j, ks, slack, heap, size, floor, buf_col, buf_score,
                               fill, over)  # fmt: skip
-            j += 1
+            start = _down32((np.float64(floor[r]) - margin[r]) / scale)
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -728,19 +743,26 @@ def top_cols(
         hits = 0
         for j in range(width):
             hits += row[j] * scale >= start[j]
-        j = 0
-        while hits > 0 and j < width:
-            s = row[j] * scale
-            if s >= start[j]:
-                hits -= 1
+        for b in range(0, width, _BLOCK):
+            if hits <= 0:
+                break
+            end = min(b + _BLOCK, width)
+            found = 0
+            for j in range(b, end):
+                found += row[j] * scale >= start[j]
+            if found == 0:
+                continue
+            hits -= found
+            for j in range(b, end):
+                s = row[j] * scale
                 r = col0 + j
-                if s > -np.inf and not over[r]:
-                    s = _dot32(a32[r], b32[row0 + i]) if cascade else s
+                if s >= start[j] and s > -np.inf and not over[r]:
+                    if cascade:
+                        s = _dot32(a32[r], b32[row0 + i])
                     if s >= floor[r]:
                         _keep(r, s, row0 + i, ks, slack, heap, size, floor, buf_col, buf_score,
                               fill, over)  # fmt: skip
                         start[j] = _down32(np.float64(floor[r]) - margin[r])
-            j += 1
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)

@@ -31,10 +31,13 @@ GEMM has.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numba
+import numpy as np
 import torch
 
 # Low-precision GEMM types, by the public name of a precision.
@@ -75,9 +78,39 @@ class Product:
         return cls(dtype, UNIT[dtype])
 
 
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _norms_numba(x, out):  # pragma: no cover - compiled
+    for i in numba.prange(x.shape[0]):
+        top = 0.0
+        for k in range(x.shape[1]):
+            top = max(top, abs(np.float64(x[i, k])))
+        if top == 0.0:
+            out[i] = 0.0
+            continue
+        exponent = math.frexp(top)[1]
+        half = -exponent // 2  # two exact factors: 2**-exponent overflows for subnormal rows
+        first, second = math.ldexp(1.0, half), math.ldexp(1.0, -exponent - half)
+        acc = 0.0
+        for k in range(x.shape[1]):
+            z = (np.float64(x[i, k]) * first) * second
+            acc += z * z
+        out[i] = math.ldexp(math.sqrt(acc), exponent)
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _unit_rows_numba(x, norm, out):  # pragma: no cover - compiled
+    for i in numba.prange(x.shape[0]):
+        for k in range(x.shape[1]):
+            out[i, k] = np.float64(x[i, k]) / norm[i]
+
+
 def robust_norms(x: torch.Tensor) -> torch.Tensor:
     """Euclidean norms of the rows of ``x`` in float64, without underflow or overflow (each row
     is divided by a power of two near its largest magnitude first)."""
+    if x.device.type == "cpu" and x.dim() == 2 and x.dtype in (torch.float32, torch.float64):
+        out = np.empty(x.shape[0], dtype=np.float64)
+        _norms_numba(x.detach().contiguous().numpy(), out)
+        return torch.from_numpy(out)
     x = x.to(torch.float64)
     top = x.abs().amax(dim=1) if x.shape[1] else torch.zeros(x.shape[0], dtype=torch.float64)
     _, exponent = torch.frexp(top)
@@ -115,7 +148,10 @@ def reference_filter(
     width = d + (metric == "euclidean")
     out = torch.empty((n, width), dtype=dtype, device=raw.device)
     step = 8192
-    for start in range(0, n, step):
+    fused = metric == "cosine" and raw.device.type == "cpu"
+    if fused:  # one pass, the same roundings
+        _unit_rows_numba(raw.contiguous().numpy(), norm.numpy(), out.numpy())
+    for start in range(0, 0 if fused else n, step):
         stop = min(start + step, n)
         x = raw[start:stop].to(torch.float64)
         if metric == "cosine":
@@ -125,8 +161,8 @@ def reference_filter(
             if metric == "euclidean":
                 out[start:stop, d] = (sq[start:stop] * (scale * scale)).to(dtype)
     top = torch.zeros((), dtype=torch.float64, device=out.device)
-    for start in range(0, n, step):  # no float64 copy of the whole block
-        top = torch.maximum(top, robust_norms(out[start : start + step]).max())
+    for start in range(0, n, 8192):  # no float64 copy of the whole block
+        top = torch.maximum(top, robust_norms(out[start : start + 8192]).max())
     return out, scale, float(top)
 
 

@@ -263,8 +263,11 @@ def holds(x: np.ndarray | torch.Tensor) -> bool:
     """Whether every value of ``x`` is finite and below :data:`MAX_ABS` in magnitude: rows a
     low-precision side can hold (the engine runs other filter rows in float32)."""
     if isinstance(x, torch.Tensor):
-        return bool(x.numel() == 0 or float(x.abs().max()) < MAX_ABS)
-    return bool(x.size == 0 or np.abs(x).max() < MAX_ABS)  # nan compares False
+        if x.numel() == 0:
+            return True
+        low, high = torch.aminmax(x)  # nan propagates and compares False
+        return bool(-MAX_ABS < float(low) and float(high) < MAX_ABS)
+    return bool(x.size == 0 or (-MAX_ABS < x.min() and x.max() < MAX_ABS))
 
 
 def _check_range(x: np.ndarray) -> None:
@@ -591,6 +594,7 @@ class OnnxInt8(Kernel):
                 options.inter_op_num_threads = 1
                 options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
                 options.log_severity_level = 3
+                options.enable_cpu_mem_arena = False  # no memory kept between tiles
                 options.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 options.add_session_config_entry("session.inter_op.allow_spinning", "0")
                 self.session = ort.InferenceSession(

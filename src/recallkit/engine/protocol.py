@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from recallkit.engine import ties
-from recallkit.engine.pairs import Exclusions, LabelPositives, Pairs
+from recallkit.engine.pairs import Exclusions, LabelPositives, Pairs, globals_of, locals_of
 from recallkit.engine.space import Rows, Space
 
 
@@ -211,3 +211,127 @@ def merge_held(
     both_s = torch.cat([held[1], score], 1)
     order = ties.ranked_order(both_s, both_i)
     return both_i.gather(1, order), both_s.gather(1, order)
+
+
+@dataclass
+class Scan:
+    """One block's filter pass for a chunk (:meth:`Pipeline.scan`): ``window``, per threshold
+    slot, ``(above (c, g), rows, local cols, slots)``: the counts certainly above and the pairs
+    to score exactly (``rows`` ``-1`` at padding); ``top``, the ranked lists' candidates
+    ``(rows, local cols, at, width)``: each candidate's position ``at`` in its row's list of at
+    most ``width``; ``flag``, a device bool set where a fixed capacity may have been too small."""
+
+    window: tuple[torch.Tensor, ...] | None
+    top: tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None
+    flag: torch.Tensor
+
+
+class Pipeline:
+    """The chunk pipeline of every back end, written once over a back end's primitives.
+
+    Step 1: each slot's threshold item (its exact score and global index): the targets scored
+    exactly, or the best of the positives that :meth:`candidates` cannot rule out; reduced
+    across processes. Step 2, per block: :meth:`scan` filters the block (the window of each
+    threshold, the candidates of each ranked list), :meth:`exact` scores what it kept, and the
+    counts (:func:`settle_counts`) and lists (:meth:`rank`, :func:`merge_held`) follow. The
+    fields of :class:`ChunkResult` come out as tensors on the work's device with the flag of
+    :class:`Scan` (``fixed_shapes``: the lists' tails get a width known in advance)."""
+
+    fixed_shapes = False
+
+    def candidates(self, space, chunk, block, i, start, stop, ctx):
+        """Step 1's pairs in ``block``: ``(rows, local cols, valid, flag)``."""
+        raise NotImplementedError
+
+    def scan(self, space, chunk, block, i, start, stop, ctx, best, where, ks) -> Scan:
+        raise NotImplementedError
+
+    def exact(self, space, chunk, block, rows, cols) -> torch.Tensor:
+        raise NotImplementedError
+
+    def rank(self, rows, glob, scores, top, c, ks) -> tuple[torch.Tensor, torch.Tensor]:
+        """Candidates' exact scores as ranked lists ``(c, w)`` (index, score; best first by the
+        tie rule, ``-1``/``-inf`` padding), every item tied with the k-th kept."""
+        raise NotImplementedError
+
+    def thresholds(self, space, chunk, start, stop, request, ctx):
+        """Step 1 in this process: ``(best, where, equal, flag)``."""
+        c, dev = stop - start, space.device
+        flag = torch.zeros((), dtype=torch.bool, device=dev)
+        if request.targets is not None:
+            targets = ctx.targets[start:stop]
+            g = targets.shape[1]
+            best = torch.full(targets.shape, -torch.inf, dtype=torch.float64, device=dev)
+            where = torch.where(targets >= 0, targets, ties.SENTINEL)
+            slots = torch.arange(c, device=dev)[:, None].expand(c, g)
+            for block in space.blocks():
+                local, inside = locals_of(block, targets.clamp(min=0))
+                inside = inside & (targets >= 0)
+                rows = torch.where(inside, slots, -1).reshape(-1)
+                scores = self.exact(space, chunk, block, rows, local.reshape(-1))
+                best = torch.where(inside, scores.view(c, g), best)
+            return best, where, torch.zeros(c, dtype=torch.int64, device=dev), flag
+        best = torch.full((c,), -torch.inf, dtype=torch.float64, device=dev)
+        where = torch.full((c,), ties.SENTINEL, dtype=torch.int64, device=dev)
+        equal = torch.zeros(c, dtype=torch.int64, device=dev)
+        for i, block in enumerate(space.blocks()):
+            rows, local, valid, found = self.candidates(space, chunk, block, i, start, stop, ctx)
+            rows = torch.where(valid, rows, -1)
+            scores = self.exact(space, chunk, block, rows, local)
+            glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
+            b, w, n = ties.segment_best(rows, scores, glob, c)
+            best, where, equal = merge_best_counted(best, where, equal, b, w, n)
+            flag = flag | found
+        return best[:, None], where[:, None], equal, flag
+
+    def chunk_fields(self, space, chunk, start, stop, request, reducer, ctx):
+        """One chunk's fields as tensors on the work's device, and the overflow flag (clear
+        with a reducer: every step is settled before its reduction)."""
+        c, dev = stop - start, space.device
+        out: dict[str, torch.Tensor] = {}
+        best = where = None
+        flag = torch.zeros((), dtype=torch.bool, device=dev)
+        if request.thresholds:
+            best, where, equal, flag = self.thresholds(space, chunk, start, stop, request, ctx)
+            if reducer is not None:  # exact sizes (a learning call): nothing overflows
+                best, where, equal = reduce_best(reducer, best, where, equal)
+            counts = [torch.zeros(best.shape, dtype=torch.int64, device=dev) for _ in range(3)]
+        ks = kmax = None
+        held = None
+        if request.lists:
+            ks_host = np.ascontiguousarray(request.top_k[start:stop], dtype=np.int64)
+            ks = torch.from_numpy(ks_host).to(dev)
+            kmax = int(ks_host.max(initial=0))
+        for i, block in enumerate(space.blocks()):
+            if block.rows == 0:
+                continue
+            scan = self.scan(space, chunk, block, i, start, stop, ctx, best, where,
+                             ks if kmax else None)  # fmt: skip
+            flag = flag | scan.flag
+            if scan.window is not None:
+                above, rows, local, slot = scan.window
+                scores = self.exact(space, chunk, block, rows, local)
+                glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
+                counts[0] = counts[0] + above
+                tied, before = settle_counts(scores, glob, rows, slot, best, where, counts[0])
+                counts[1], counts[2] = counts[1] + tied, counts[2] + before
+            if scan.top is not None:
+                rows, local = scan.top[0], scan.top[1]
+                scores = self.exact(space, chunk, block, rows, local)
+                glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
+                index, score = self.rank(rows, glob, scores, scan.top, c, ks)
+                held = merge_held(held, index, score)
+        if request.thresholds:
+            out.update(threshold_fields(best, equal, tuple(counts), reducer))
+        if request.lists:
+            if held is None:
+                empty = torch.full((c, kmax), -1, dtype=torch.int64, device=dev)
+                held = (empty, torch.full(empty.shape, -torch.inf, dtype=torch.float64, device=dev))
+            width = None
+            if self.fixed_shapes:
+                kmin = int(request.top_k[start:stop].min(initial=0)) if c else 0
+                width = max(held[0].shape[1] - kmin, 0)
+            parts = ties.split_tail(held[0], held[1], ks, tail_width=width, kmax=kmax)
+            out.update(zip(("top_index", "top_score", "tail_index", "tail_score"), parts,
+                           strict=True))  # fmt: skip
+        return out, flag
