@@ -78,9 +78,9 @@ class Product:
         return cls(dtype, UNIT[dtype])
 
 
-@numba.njit(parallel=True, cache=True, boundscheck=False)
+@numba.njit(nogil=True, cache=True, boundscheck=False)
 def _norms_numba(x, out):  # pragma: no cover - compiled
-    for i in numba.prange(x.shape[0]):
+    for i in range(x.shape[0]):
         top = 0.0
         for k in range(x.shape[1]):
             top = max(top, abs(np.float64(x[i, k])))
@@ -97,9 +97,9 @@ def _norms_numba(x, out):  # pragma: no cover - compiled
         out[i] = math.ldexp(math.sqrt(acc), exponent)
 
 
-@numba.njit(parallel=True, cache=True, boundscheck=False)
+@numba.njit(nogil=True, cache=True, boundscheck=False)
 def _unit_rows_numba(x, norm, out):  # pragma: no cover - compiled
-    for i in numba.prange(x.shape[0]):
+    for i in range(x.shape[0]):
         for k in range(x.shape[1]):
             out[i, k] = np.float64(x[i, k]) / norm[i]
 
@@ -107,15 +107,18 @@ def _unit_rows_numba(x, norm, out):  # pragma: no cover - compiled
 def robust_norms(x: torch.Tensor) -> torch.Tensor:
     """Euclidean norms of the rows of ``x`` in float64, without underflow or overflow (each row
     is divided by a power of two near its largest magnitude first)."""
-    if x.device.type == "cpu" and x.dim() == 2 and x.dtype in (torch.float32, torch.float64):
+    if x.device.type == "cpu" and x.dim() == 2 and x.dtype == torch.float64:
         out = np.empty(x.shape[0], dtype=np.float64)
         _norms_numba(x.detach().contiguous().numpy(), out)
         return torch.from_numpy(out)
     x = x.to(torch.float64)
     top = x.abs().amax(dim=1) if x.shape[1] else torch.zeros(x.shape[0], dtype=torch.float64)
     _, exponent = torch.frexp(top)
-    scaled = torch.ldexp(x, -exponent[:, None])
-    return torch.ldexp(torch.linalg.vector_norm(scaled, dim=1), exponent)
+    # Two exact power-of-two factors (one would overflow for subnormal rows).
+    half = torch.div(-exponent, 2, rounding_mode="floor").to(torch.float64)
+    rest = -exponent.to(torch.float64) - half
+    scaled = (x * torch.exp2(half)[:, None]) * torch.exp2(rest)[:, None]
+    return torch.linalg.vector_norm(scaled, dim=1) * torch.exp2(-half - rest)
 
 
 def pow2_scales(norms: torch.Tensor, cap_log2: int = MAX_SCALE_LOG2 // 2) -> torch.Tensor:
