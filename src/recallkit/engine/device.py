@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit.engine import exact, filters, ties
+from recallkit.engine import exact, filters, protocol, ties
 from recallkit.engine.pairs import LabelPositives, Pairs, block_codes, globals_of, locals_of
 from recallkit.engine.protocol import ChunkResult, Reducer, Request
 from recallkit.engine.space import (
@@ -203,12 +203,6 @@ def _compact(mask: torch.Tensor, caps: Capacities, site: str) -> tuple[torch.Ten
     return found, found[-1, 0] >= 0
 
 
-def _count_into(size: int, index: torch.Tensor, flags: torch.Tensor) -> torch.Tensor:
-    """How many set ``flags`` fall on each of ``size`` slots (``index`` in range)."""
-    out = torch.zeros(size, dtype=torch.int64, device=flags.device)
-    return out.scatter_add_(0, index, flags.to(torch.int64))
-
-
 def _window32(
     f32: torch.Tensor,
     centre: torch.Tensor,
@@ -229,7 +223,7 @@ def _window32(
     at = rows.clamp(min=0) * g + slot.clamp(min=0)
     lo_at, hi_at = lo32.reshape(-1)[at], hi32.reshape(-1)[at]
     valid = rows >= 0
-    total += _count_into(c * g, at, valid & (f32 > hi_at)).view(c, g)
+    total += protocol.count_into(c * g, at, valid & (f32 > hi_at)).view(c, g)
     keep = valid & (f32 >= lo_at) & (f32 <= hi_at)
     picked, flag = _compact(keep, caps, "window32")
     sel = picked[:, 0]
@@ -430,8 +424,20 @@ class _Pass:
 # The back end.
 
 
-class DeviceBackend:
-    """Requests as torch operations on the space's device (module docstring)."""
+class _Context:
+    """A chunk's context on the device: the call's inputs, its capacities, the passes step 1
+    kept for step 2."""
+
+    def __init__(self, inputs: _Inputs, caps: Capacities) -> None:
+        self.inputs, self.caps, self.targets = inputs, caps, inputs.targets
+        self.passes: dict[int, _Pass] = {}
+
+
+class DeviceBackend(protocol.Pipeline):
+    """Requests as torch operations on the space's device (module docstring), in the shared
+    chunk pipeline (:class:`recallkit.engine.protocol.Pipeline`)."""
+
+    fixed_shapes = True
 
     def __init__(self, kernels: Any) -> None:
         self.kernels = kernels
@@ -568,81 +574,37 @@ class DeviceBackend:
         rows = torch.where(at >= 0, rows[at.clamp(min=0)], -1)
         return rows, local[at.clamp(min=0)], over | over32
 
-    def _thresholds(
-        self,
-        space: Space,
-        inputs: _Inputs,
-        chunk: Rows,
-        start: int,
-        stop: int,
-        passes: dict[int, _Pass],
-        caps: Capacities,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Step 1 in this process: each slot's threshold item ``(exact score, global index)``,
-        how many positives score exactly the best, and the overflow flag."""
-        c = stop - start
-        dev = space.device
-        over = _no_flag(dev)
-        if inputs.targets is not None:
-            targets = inputs.targets[start:stop]
-            g = targets.shape[1]
-            best = torch.full(targets.shape, -torch.inf, dtype=torch.float64, device=dev)
-            where = torch.where(targets >= 0, targets, ties.SENTINEL)
-            slots = torch.arange(c, device=dev)[:, None].expand(c, g)
-            for block in space.blocks():
-                local, inside = locals_of(block, targets.clamp(min=0))
-                inside = inside & (targets >= 0)
-                rows = torch.where(inside, slots, -1).reshape(-1)
-                scores = self.kernels.exact(space, chunk, block, rows, local.reshape(-1))
-                best = torch.where(inside, scores.view(c, g), best)
-            return best, where, torch.zeros(c, dtype=torch.int64, device=dev), over
-        best = torch.full((c,), -torch.inf, dtype=torch.float64, device=dev)
-        where = torch.full((c,), ties.SENTINEL, dtype=torch.int64, device=dev)
-        equal = torch.zeros(c, dtype=torch.int64, device=dev)
-        for i, block in enumerate(space.blocks()):
-            skipped = inputs.skipped(block, start, stop)
-            if inputs.listed is not None or self.exact_is_cheaper(
-                space, inputs.labels.positives, block, start, stop
-            ):
-                # Few positives (fine labels, listed ground truth): score them all exactly.
-                if inputs.listed is not None:
-                    rows, glob = inputs.listed.chunk(start, stop)
-                    local, valid = locals_of(block, glob)
-                else:
-                    rows, local = inputs.labels.pairs(block, start, stop)
-                    glob = globals_of(block, local)
-                    valid = torch.ones_like(rows, dtype=torch.bool)
-                valid = valid & ~skipped.contains(rows, glob, local)
+    def candidates(self, space, chunk, block, i, start, stop, ctx):
+        """Step 1's pairs: every listed or label positive (few per query: scored exactly), or
+        those within the bound of the row's best filter score (:meth:`_positive_candidates`;
+        the pass is kept for step 2)."""
+        inputs = ctx.inputs
+        skipped = inputs.skipped(block, start, stop)
+        if inputs.listed is not None or self.exact_is_cheaper(
+            space, inputs.labels.positives, block, start, stop
+        ):
+            if inputs.listed is not None:
+                rows, glob = inputs.listed.chunk(start, stop)
+                local, valid = locals_of(block, glob)
             else:
-                p = self._pass(space, chunk, block, skipped, start, stop)
-                if space.single is not None:
-                    passes[i] = p
-                rows, local, flag = self._positive_candidates(
-                    p, block, inputs.labels, start, stop, caps
-                )
-                over = over | flag
-                valid = rows >= 0
-            rows = torch.where(valid, rows, -1)
-            scores = self.kernels.exact(space, chunk, block, rows, local)
-            glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
-            b, w, n = ties.segment_best(rows, scores, glob, c)
-            best, where, equal = _merge_counted(best, where, equal, b, w, n)
-        return best[:, None], where[:, None], equal, over
+                rows, local = inputs.labels.pairs(block, start, stop)
+                glob = globals_of(block, local)
+                valid = torch.ones_like(rows, dtype=torch.bool)
+            return rows, local, valid & ~skipped.contains(rows, glob, local), _no_flag(space.device)
+        p = self._pass(space, chunk, block, skipped, start, stop)
+        if space.single is not None:
+            ctx.passes[i] = p
+        rows, local, flag = self._positive_candidates(p, block, inputs.labels, start, stop,
+                                                      ctx.caps)  # fmt: skip
+        return rows, local, rows >= 0, flag
 
     # -- step 2: counts and lists -------------------------------------------------------------
 
     def _counts(
-        self,
-        space: Space,
-        chunk: Rows,
-        block: Block,
-        p: _Pass,
-        best: torch.Tensor,
-        where: torch.Tensor,
-        caps: Capacities,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per slot, in this block: how many candidates rank above the threshold item, how many
-        are tied with it, how many of those rank before it; and the overflow flag."""
+        self, space: Space, block: Block, p: _Pass, best: torch.Tensor, caps: Capacities
+    ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """Per slot, in this block: how many candidates are certainly above the threshold item,
+        and the window's pairs to score exactly; and the overflow flag."""
         c, g = best.shape
         dev = space.device
         s = p.scores
@@ -666,9 +628,7 @@ class DeviceBackend:
             rows, local, slot, over = _window32(
                 f32, centre, p.eps32, rows, local, slot, total, over, caps
             )
-        tied, before = self._settle_counts(space, chunk, block, rows, local, slot, best, where,
-                                           total)  # fmt: skip
-        return total, tied, before, over
+        return (total, rows, local, slot), over
 
     def _fused_counts(
         self,
@@ -679,9 +639,8 @@ class DeviceBackend:
         start: int,
         stop: int,
         best: torch.Tensor,
-        where: torch.Tensor,
         caps: Capacities,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
         """:meth:`_counts` with the fused threshold pass: the filter GEMM, the counts above
         and the windows of every slot in one launch, the chunk's score matrix never written."""
         c, g = best.shape
@@ -719,50 +678,14 @@ class DeviceBackend:
             rows, local, slot, over = _window32(
                 f32, centre, eps32, rows, local, slot, total, over, caps
             )
-        tied, before = self._settle_counts(space, chunk, block, rows, local, slot, best, where,
-                                           total)  # fmt: skip
-        return total, tied, before, over
-
-    def _settle_counts(
-        self,
-        space: Space,
-        chunk: Rows,
-        block: Block,
-        rows: torch.Tensor,
-        local: torch.Tensor,
-        slot: torch.Tensor,
-        best: torch.Tensor,
-        where: torch.Tensor,
-        total: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The window's pairs (``rows`` ``-1`` at padding) scored exactly: those ranked above
-        their slot's threshold item added to ``total`` (in place), and per slot the items tied
-        with it and those of them that rank before it."""
-        c, g = best.shape
-        scores = self.kernels.exact(space, chunk, block, rows, local)
-        glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
-        at = rows.clamp(min=0) * g + slot.clamp(min=0)
-        b, w = best.reshape(-1)[at], where.reshape(-1)[at]
-        valid = rows >= 0
-        tie = valid & (scores == b)
-        total += _count_into(c * g, at, valid & ties.beats(scores, glob, b, w)).view(c, g)
-        tied = _count_into(c * g, at, tie & (glob != w)).view(c, g)
-        before = _count_into(c * g, at, tie & (glob < w)).view(c, g)
-        return tied, before
+        return (total, rows, local, slot), over
 
     def _ranked_block(
-        self,
-        space: Space,
-        chunk: Rows,
-        block: Block,
-        p: _Pass,
-        ks: torch.Tensor,
-        ks_host: np.ndarray,
-        caps: Capacities,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Exact candidates of the chunk's top-``ks[i]`` in one block: ``(global index, score)``
-        sorted by the tie rule (``-1``/``-inf`` padding) with every item tied with the k-th, and
-        the overflow flag."""
+        self, block: Block, p: _Pass, ks: torch.Tensor, ks_host: np.ndarray, caps: Capacities
+    ) -> tuple[tuple, torch.Tensor]:
+        """Candidates of the chunk's top-``ks[i]`` in one block (:class:`protocol.Scan`'s
+        ``top``: every item the filter cannot rule out of the top-k, with every item tied with
+        the k-th) and the overflow flag."""
         s = p.scores
         c, cols = s.shape[0], block.rows
         kk = min(int(ks_host.max()), cols)
@@ -789,15 +712,46 @@ class DeviceBackend:
         picked, flag = _compact(keep, caps, "top_exact")
         rows, at = picked[:, 0], picked[:, 1]
         local = idx[rows.clamp(min=0), at.clamp(min=0)]
-        scores = self.kernels.exact(space, chunk, block, rows, local)
-        flat = torch.where(rows >= 0, rows * width + at, c * width)  # padding to a spare slot
-        score = torch.full((c * width + 1,), -torch.inf, dtype=torch.float64, device=s.device)
+        return (rows, local, at, width), over | flag
+
+    def rank(self, rows, glob, scores, top, c, ks) -> tuple[torch.Tensor, torch.Tensor]:
+        """The candidates at their places ``at`` of ``(c, width)`` lists, sorted by the tie
+        rule (padding to a spare slot, then dropped)."""
+        at, width = top[2], top[3]
+        flat = torch.where(rows >= 0, rows * width + at, c * width)
+        size = (c * width + 1,)
+        score = torch.full(size, -torch.inf, dtype=torch.float64, device=scores.device)
         score = score.index_put((flat,), scores)[:-1].view(c, width)
-        index = torch.where(torch.isfinite(score), globals_of(block, idx), -1)
+        index = torch.full(size, -1, dtype=torch.int64, device=scores.device)
+        index = index.index_put((flat,), glob)[:-1].view(c, width)
+        index = torch.where(torch.isfinite(score), index, -1)
         order = ties.ranked_order(score, index)
-        return index.gather(1, order), score.gather(1, order), over | flag
+        return index.gather(1, order), score.gather(1, order)
 
     # -- a chunk ------------------------------------------------------------------------------
+
+    def scan(self, space, chunk, block, i, start, stop, ctx, best, where, ks) -> protocol.Scan:
+        """The block's filter: the GEMM kept by step 1 or computed now (or the fused threshold
+        pass where no lists are asked for), the windows and the lists' candidates."""
+        inputs, caps = ctx.inputs, ctx.caps
+        p = ctx.passes.get(i)
+        fused = self.kernels.fused and p is None and ks is None
+        if p is None and not fused:
+            p = self._pass(space, chunk, block, inputs.skipped(block, start, stop), start, stop)
+        out = protocol.Scan(None, None, _no_flag(space.device))
+        if best is not None and fused:
+            out.window, out.flag = self._fused_counts(space, inputs, chunk, block, start, stop,
+                                                      best, caps)  # fmt: skip
+        elif best is not None:
+            out.window, out.flag = self._counts(space, block, p, best, caps)
+        if ks is not None:
+            ks_host = inputs.ks_host[start:stop]
+            out.top, flag = self._ranked_block(block, p, ks, ks_host, caps)
+            out.flag = out.flag | flag
+        return out
+
+    def exact(self, space, chunk, block, rows, cols) -> torch.Tensor:
+        return self.kernels.exact(space, chunk, block, rows, cols)
 
     def _chunk(
         self,
@@ -812,77 +766,9 @@ class DeviceBackend:
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """One chunk's answer as device tensors, and the overflow flag (clear with a
         reducer: every step is settled before its reduction)."""
-        c = stop - start
-        dev = space.device
-        out: dict[str, torch.Tensor] = {}
-        passes: dict[int, _Pass] = {}
-        over = _no_flag(dev)
-        with filters.no_autocast(dev):
-            if request.thresholds:
-                best, where, equal, over = self._thresholds(
-                    space, inputs, chunk, start, stop, passes, caps
-                )
-                if reducer is not None:  # exact sizes (a learning call): nothing overflows
-                    best, where, equal = _reduce_best(reducer, best, where, equal)
-                g = best.shape[1]
-                total = torch.zeros((c, g), dtype=torch.int64, device=dev)
-                tied = torch.zeros_like(total)
-                before = torch.zeros_like(total)
-            kmax = 0
-            if request.lists:
-                ks, ks_host = inputs.ks[start:stop], inputs.ks_host[start:stop]
-                kmax = int(ks_host.max(initial=0))
-                held = None
-            for i, block in enumerate(space.blocks()):
-                if block.rows == 0:
-                    continue
-                skipped = inputs.skipped(block, start, stop)
-                p = passes.get(i)
-                fused = self.kernels.fused and p is None and not kmax
-                if p is None and not fused and (request.thresholds or kmax):
-                    p = self._pass(space, chunk, block, skipped, start, stop)
-                if request.thresholds and fused:
-                    a, b, d, flag = self._fused_counts(space, inputs, chunk, block, start, stop,
-                                                       best, where, caps)  # fmt: skip
-                    total, tied, before = total + a, tied + b, before + d
-                    over = over | flag
-                elif request.thresholds:
-                    a, b, d, flag = self._counts(space, chunk, block, p, best, where, caps)
-                    total, tied, before = total + a, tied + b, before + d
-                    over = over | flag
-                if kmax:
-                    index, score, flag = self._ranked_block(space, chunk, block, p, ks,
-                                                            ks_host, caps)  # fmt: skip
-                    over = over | flag
-                    if held is None:
-                        held = (index, score)
-                    else:
-                        both_i = torch.cat([held[0], index], 1)
-                        both_s = torch.cat([held[1], score], 1)
-                        order = ties.ranked_order(both_s, both_i)
-                        held = (both_i.gather(1, order), both_s.gather(1, order))
-            if request.thresholds:
-                if reducer is not None:
-                    total = reducer.reduce("sum", total)
-                    tied = reducer.reduce("sum", tied)
-                    before = reducer.reduce("sum", before)
-                found = torch.isfinite(best)
-                out["ranks"] = torch.where(found, total, -1)
-                out["ties"] = torch.where(found, tied, 0)
-                out["ties_before"] = torch.where(found, before, 0)
-                out["tied_positives"] = (equal - 1).clamp(min=0)
-            if request.lists:
-                if kmax == 0 or held is None:
-                    empty = torch.full((c, kmax), -1, dtype=torch.int64, device=dev)
-                    held = (empty, torch.full((c, kmax), -torch.inf, dtype=torch.float64,
-                                              device=dev))  # fmt: skip
-                kmin = int(ks_host.min(initial=0)) if len(ks_host) else 0
-                top_i, top_s, tail_i, tail_s = ties.split_tail(
-                    held[0], held[1], ks, tail_width=max(held[0].shape[1] - kmin, 0), kmax=kmax
-                )
-                out.update(top_index=top_i, top_score=top_s, tail_index=tail_i,
-                           tail_score=tail_s)  # fmt: skip
-        return out, over
+        with filters.no_autocast(space.device):
+            ctx = _Context(inputs, caps)
+            return self.chunk_fields(space, chunk, start, stop, request, reducer, ctx)
 
     def _settle(
         self,
@@ -973,22 +859,6 @@ def _result(start: int, stop: int, host: dict[str, Any]) -> ChunkResult:
     if "tied_positives" in host:
         host["tied_positives"] = host["tied_positives"].reshape(-1)
     return ChunkResult(start, stop, **host)
-
-
-def _merge_counted(best, where, equal, b, w, n):
-    new_best, new_where = ties.merge_best(best, where, b, w)
-    count = torch.where(best == new_best, equal, torch.zeros_like(equal))
-    count = count + torch.where(b == new_best, n, torch.zeros_like(n))
-    return new_best, new_where, count
-
-
-def _reduce_best(reducer: Reducer, best, where, equal):
-    local = best
-    best = reducer.reduce("max", best)
-    keep = (local == best) & torch.isfinite(best)
-    where = reducer.reduce("min", torch.where(keep, where, torch.full_like(where, ties.SENTINEL)))
-    equal = reducer.reduce("sum", torch.where(keep[:, 0], equal, torch.zeros_like(equal)))
-    return best, where, equal
 
 
 def _timed(f: Callable[[], Any], device: torch.device) -> float:

@@ -31,7 +31,6 @@ GEMM has.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -79,25 +78,6 @@ class Product:
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def _norms_numba(x, out):  # pragma: no cover - compiled
-    for i in range(x.shape[0]):
-        top = 0.0
-        for k in range(x.shape[1]):
-            top = max(top, abs(np.float64(x[i, k])))
-        if top == 0.0:
-            out[i] = 0.0
-            continue
-        exponent = math.frexp(top)[1]
-        half = -exponent // 2  # two exact factors: 2**-exponent overflows for subnormal rows
-        first, second = math.ldexp(1.0, half), math.ldexp(1.0, -exponent - half)
-        acc = 0.0
-        for k in range(x.shape[1]):
-            z = (np.float64(x[i, k]) * first) * second
-            acc += z * z
-        out[i] = math.ldexp(math.sqrt(acc), exponent)
-
-
-@numba.njit(nogil=True, cache=True, boundscheck=False)
 def _unit_rows_numba(x, norm, out):  # pragma: no cover - compiled
     for i in range(x.shape[0]):
         for k in range(x.shape[1]):
@@ -107,10 +87,6 @@ def _unit_rows_numba(x, norm, out):  # pragma: no cover - compiled
 def robust_norms(x: torch.Tensor) -> torch.Tensor:
     """Euclidean norms of the rows of ``x`` in float64, without underflow or overflow (each row
     is divided by a power of two near its largest magnitude first)."""
-    if x.device.type == "cpu" and x.dim() == 2 and x.dtype == torch.float64:
-        out = np.empty(x.shape[0], dtype=np.float64)
-        _norms_numba(x.detach().contiguous().numpy(), out)
-        return torch.from_numpy(out)
     x = x.to(torch.float64)
     top = x.abs().amax(dim=1) if x.shape[1] else torch.zeros(x.shape[0], dtype=torch.float64)
     _, exponent = torch.frexp(top)
