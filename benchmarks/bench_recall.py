@@ -298,7 +298,8 @@ def run_dim(
     row("GEMM floor float32, numpy (row-split threads)", lambda: gemm_floor_numpy_split(x, chunk))
     floor = min(timings.values())
     low_floors = {}  # on the tile shape, float32's first: the ratios below are to it
-    for way in ("float32", *(k.name for k in lowp.KERNELS.values() if k.available() is None)):
+    weighed = [k.name for p in lowp.worth_timing()[1:] for k in lowp.kernels_for(p)]
+    for way in ("float32", *weighed):  # the kernels precision="auto" weighs here
         if way != "float32" and lowp.usable(lowp.KERNELS[way], dim) is not None:
             print(f"GEMM floor {way}: {lowp.usable(lowp.KERNELS[way], dim)}")
             continue

@@ -684,8 +684,23 @@ def _keep(
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
 def top_rows(
-    tile, rs, row0, col0, ks, slack, margin, heap, size, floor, buf_col, buf_score, fill, over,
-    cascade, a32, b32,
+    tile,
+    rs,
+    row0,
+    col0,
+    ks,
+    slack,
+    margin,
+    heap,
+    size,
+    floor,
+    buf_col,
+    buf_score,
+    fill,
+    over,
+    cascade,
+    a32,
+    b32,
 ):  # pragma: no cover
     """Running top-k candidates of the tile's rows (row ``i`` worth ``rs[i]`` times its values):
     a heap per row (``heap`` not empty, :func:`_offer`) or a reservoir (as faiss's: every item at
@@ -727,8 +742,23 @@ def top_rows(
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
 def top_cols(
-    tile, rs, row0, col0, ks, slack, margin, heap, size, floor, buf_col, buf_score, fill, over,
-    cascade, a32, b32,
+    tile,
+    rs,
+    row0,
+    col0,
+    ks,
+    slack,
+    margin,
+    heap,
+    size,
+    floor,
+    buf_col,
+    buf_score,
+    fill,
+    over,
+    cascade,
+    a32,
+    b32,
 ):  # pragma: no cover
     """:func:`top_rows` of the transposed tile (tile row ``i`` worth ``rs[i]`` times its values,
     the scores of item ``row0 + i`` for the rows ``col0 + j``)."""

@@ -46,10 +46,22 @@ import numpy as np
 import torch
 
 from recallkit.engine import exact, filters, protocol, ties
-from recallkit.engine.pairs import LabelPositives, Pairs, block_codes, globals_of, locals_of
-from recallkit.engine.protocol import ChunkResult, Reducer, Request
+from recallkit.engine.pairs import Pairs, globals_of, locals_of
+from recallkit.engine.protocol import (
+    Capacities,
+    ChunkResult,
+    DeviceLabels,
+    Inputs,
+    Reducer,
+    Request,
+    Skipped,
+    compact,
+    no_flag,
+)
 from recallkit.engine.space import (
     DEVICE_BYTES_PER_SCORE,
+    MIN_CAPACITY,
+    TOP_EXTRA,
     Block,
     Rows,
     Space,
@@ -57,11 +69,6 @@ from recallkit.engine.space import (
     chunks,
     memory_budget,
 )
-
-MIN_CAPACITY = 256
-# Slots per row before a call has learned its windows, and the least it keeps after.
-FIRST_ROWS = 8
-TOP_EXTRA = 32  # a ranked list's topk width beyond k, at least
 
 
 def _fp16_accumulation() -> bool:
@@ -145,64 +152,6 @@ def low_rows(block: Block, dtype: torch.dtype) -> torch.Tensor:
     return block.cache[key]
 
 
-# ----------------------------------------------------------------------------------------------
-# Capacities, learned per call.
-
-
-class Capacities:
-    """Fixed window sizes for a call's chunks (module docstring): ``None`` (exact sizes) until
-    :meth:`learned`, then twice the per-row window each site needed in the learning chunk."""
-
-    def __init__(self) -> None:
-        self.learning = True
-        self.rates: dict[str, float] = {}
-
-    def size(self, site: str, rows: int, cols: int) -> int | None:
-        if self.learning:
-            return None
-        rate = self.rates.get(site, 0.0)
-        return min(rows * cols, max(MIN_CAPACITY, math.ceil(rows * max(2.0 * rate, 1.0))))
-
-    def extra(self, site: str) -> int | None:
-        """A ranked list's learned width beyond k (``None`` while learning)."""
-        if self.learning:
-            return None
-        return max(TOP_EXTRA, math.ceil(2.0 * self.rates.get(site, 0.0)))
-
-    def record(self, site: str, found: int, rows: int) -> None:
-        if self.learning:
-            self.rates[site] = max(self.rates.get(site, 0.0), found / max(rows, 1))
-
-    def learned(self) -> None:
-        self.learning = False
-
-
-def _no_flag(device: torch.device) -> torch.Tensor:
-    return torch.zeros((), dtype=torch.bool, device=device)
-
-
-def _compact(mask: torch.Tensor, caps: Capacities, site: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Positions of the True entries of ``mask`` (2-D or 1-D), row-major, as ``(p, ndim)``.
-
-    With a capacity: exactly that many (no synchronisation), padded with ``-1``, and a device
-    flag set when some may have been left out. While learning: all of them (``torch.nonzero``:
-    one synchronisation), recorded for the site."""
-    rows = mask.shape[0] if mask.dim() else 1
-    cols = mask.numel() // max(rows, 1)
-    capacity = caps.size(site, rows, cols)
-    if capacity is None:
-        found = torch.nonzero(mask)
-        caps.record(site, found.shape[0], rows)
-        return found, _no_flag(mask.device)
-    capacity = min(capacity, mask.numel())
-    found = torch.nonzero_static(mask, size=capacity, fill_value=-1)
-    if capacity == mask.numel():
-        return found, _no_flag(mask.device)
-    if capacity == 0:
-        return found, mask.any()
-    return found, found[-1, 0] >= 0
-
-
 def _window32(
     f32: torch.Tensor,
     centre: torch.Tensor,
@@ -225,7 +174,7 @@ def _window32(
     valid = rows >= 0
     total += protocol.count_into(c * g, at, valid & (f32 > hi_at)).view(c, g)
     keep = valid & (f32 >= lo_at) & (f32 <= hi_at)
-    picked, flag = _compact(keep, caps, "window32")
+    picked, flag = compact(keep, caps, "window32")
     sel = picked[:, 0]
     rows = torch.where(sel >= 0, rows[sel.clamp(min=0)], -1)
     local, slot = local[sel.clamp(min=0)], slot[sel.clamp(min=0)]
@@ -237,175 +186,6 @@ def _segment_max(rows: torch.Tensor, values: torch.Tensor, c: int) -> torch.Tens
     padding), deterministically."""
     best, _, _ = ties.segment_best(rows, values.to(torch.float64), torch.zeros_like(rows), c)
     return best
-
-
-# ----------------------------------------------------------------------------------------------
-# Per-call inputs on the device.
-
-
-class _DevicePairs:
-    """Per-query pairs (CSR) with their columns on the device and the row pointers on the host."""
-
-    def __init__(self, pairs: Pairs, device: torch.device) -> None:
-        self.indptr = pairs.indptr.numpy()
-        self.counts = pairs.counts().to(device)
-        self.indices = pairs.indices.to(device)
-
-    def chunk(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(rows local to the chunk, columns)`` of queries ``start:stop``."""
-        lo, hi = int(self.indptr[start]), int(self.indptr[stop])
-        rows = torch.repeat_interleave(
-            torch.arange(stop - start, device=self.indices.device),
-            self.counts[start:stop],
-            output_size=hi - lo,
-        )
-        return rows, self.indices[lo:hi]
-
-
-class _Skipped:
-    """A chunk's skipped pairs on the device: explicit pairs and exclusion codes."""
-
-    def __init__(
-        self,
-        rows: torch.Tensor,
-        cols: torch.Tensor,
-        codes: torch.Tensor | None,
-        ref_codes: torch.Tensor | None,
-    ) -> None:
-        self.rows, self.cols = rows, cols
-        self.codes, self.ref_codes = codes, ref_codes
-        self.keys = torch.sort(rows * _KEY + cols).values
-
-    def mask(self, scores: torch.Tensor, block: Block) -> torch.Tensor:
-        """``scores`` with the skipped pairs of ``block`` at ``-inf``."""
-        c, m = scores.shape
-        if self.rows.numel():
-            local, inside = locals_of(block, self.cols)
-            flat = torch.where(inside, self.rows * m + local.clamp(0, max(m - 1, 0)), c * m)
-            hit = torch.zeros(c * m + 1, dtype=torch.bool, device=scores.device)
-            hit.index_put_((flat,), torch.ones_like(flat, dtype=torch.bool))
-            scores = scores.masked_fill(hit[: c * m].view(c, m), -torch.inf)
-        if self.codes is not None:
-            same = (self.codes[:, None] >= 0) & (self.codes[:, None] == self.ref_codes[None, :])
-            scores = scores.masked_fill(same, -torch.inf)
-        return scores
-
-    def lists(self, block: Block, c: int, width: int) -> torch.Tensor | None:
-        """The explicit pairs in ``block`` as ``(c, width)`` local columns, ``-1`` padded
-        (``width``: the most pairs of a row, known on the host), or ``None``."""
-        if self.rows.numel() == 0:
-            return None
-        local, inside = locals_of(block, self.cols)
-        dev = self.rows.device
-        sizes = torch.zeros(c, dtype=torch.int64, device=dev)
-        sizes.scatter_add_(0, self.rows, torch.ones_like(self.rows))
-        starts = torch.cumsum(sizes, 0) - sizes
-        position = torch.arange(self.rows.numel(), device=dev) - starts[self.rows]
-        out = torch.full((c, max(width, 1)), -1, dtype=torch.int64, device=dev)
-        out[self.rows, position] = torch.where(inside, local, torch.full_like(local, -1))
-        return out
-
-    def contains(self, rows: torch.Tensor, glob: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
-        """Which of the pairs ``(rows, global cols)`` are skipped."""
-        out = torch.zeros(rows.shape, dtype=torch.bool, device=rows.device)
-        if self.keys.numel():
-            key = rows * _KEY + glob
-            pos = torch.searchsorted(self.keys, key).clamp(max=self.keys.numel() - 1)
-            out |= self.keys[pos] == key
-        if self.codes is not None:
-            q = self.codes[rows.clamp(min=0)]
-            out |= (q >= 0) & (q == self.ref_codes[local.clamp(min=0)])
-        return out
-
-
-_KEY = 2**40
-
-
-class _DeviceLabels:
-    """Label positives on the device: per block, each query's range of positives in the block's
-    members grouped by code (and the codes themselves, for the filter's window)."""
-
-    def __init__(self, positives: LabelPositives, device: torch.device) -> None:
-        self.positives = positives
-        self.device = device
-        self.query_codes = torch.from_numpy(positives.query_codes).to(device)
-        self._blocks: dict[tuple[int, int], tuple] = {}
-
-    def _block(self, block: Block) -> tuple:
-        key = (block.offset, block.rows)
-        if key not in self._blocks:
-            groups = self.positives.groups(block)
-            lo, hi = groups.ranges(self.positives.query_codes)
-            own = self.positives.block_codes(block)
-
-            def put(a: np.ndarray) -> torch.Tensor:
-                return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(self.device)
-
-            self._blocks[key] = (lo, hi, put(lo), put(hi), put(groups.members), put(own))
-        return self._blocks[key]
-
-    def pairs(self, block: Block, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every positive pair of queries ``start:stop`` in ``block``: ``(rows, local cols)``."""
-        lo, hi, lo_d, hi_d, members, _ = self._block(block)
-        total = int((hi[start:stop] - lo[start:stop]).sum())
-        counts = hi_d[start:stop] - lo_d[start:stop]
-        rows = torch.repeat_interleave(
-            torch.arange(stop - start, device=self.device), counts, output_size=total
-        )
-        begin = torch.cumsum(counts, 0) - counts
-        shift = torch.repeat_interleave(begin - lo_d[start:stop], counts, output_size=total)
-        return rows, members[torch.arange(total, device=self.device) - shift]
-
-    def codes(self, block: Block) -> torch.Tensor:
-        return self._block(block)[5]
-
-
-class _Inputs:
-    """A call's inputs on the device, put there once: exclusions, positives, targets, k."""
-
-    def __init__(self, space: Space, request: Request) -> None:
-        dev = space.device
-        self.device = dev
-        excl = request.exclusions
-        self.pairs = None
-        if excl is not None and excl.pairs is not None:
-            self.pairs = _DevicePairs(excl.pairs, dev)
-        self.exclusions = excl
-        self.codes = None
-        if excl is not None and excl.has_codes:
-            self.codes = torch.from_numpy(excl.query_codes).to(dev)
-        self.labels = None
-        self.listed = None
-        if isinstance(request.positives, LabelPositives):
-            self.labels = _DeviceLabels(request.positives, dev)
-        elif request.positives is not None:
-            self.listed = _DevicePairs(request.positives, dev)
-        self.targets = None
-        if request.targets is not None:
-            self.targets = torch.from_numpy(np.ascontiguousarray(request.targets)).to(dev)
-        self.ks_host = None
-        self.ks = None
-        if request.top_k is not None:
-            self.ks_host = np.ascontiguousarray(request.top_k, dtype=np.int64)
-            self.ks = torch.from_numpy(self.ks_host).to(dev)
-        self._ref_codes: dict[tuple[int, int], torch.Tensor] = {}
-
-    def list_width(self, start: int, stop: int) -> int:
-        """The most explicit skipped pairs of a query of ``start:stop`` (host arithmetic)."""
-        if self.pairs is None or stop <= start:
-            return 0
-        return int(np.diff(self.pairs.indptr[start : stop + 1]).max(initial=0))
-
-    def skipped(self, block: Block, start: int, stop: int) -> _Skipped:
-        empty = torch.empty(0, dtype=torch.int64, device=self.device)
-        rows, cols = (empty, empty) if self.pairs is None else self.pairs.chunk(start, stop)
-        if self.codes is None:
-            return _Skipped(rows, cols, None, None)
-        key = (block.offset, block.rows)
-        if key not in self._ref_codes:
-            codes = block_codes(self.exclusions.reference_codes, block)
-            self._ref_codes[key] = torch.from_numpy(codes).to(self.device)
-        return _Skipped(rows, cols, self.codes[start:stop], self._ref_codes[key])
 
 
 @dataclass
@@ -428,7 +208,7 @@ class _Context:
     """A chunk's context on the device: the call's inputs, its capacities, the passes step 1
     kept for step 2."""
 
-    def __init__(self, inputs: _Inputs, caps: Capacities) -> None:
+    def __init__(self, inputs: Inputs, caps: Capacities) -> None:
         self.inputs, self.caps, self.targets = inputs, caps, inputs.targets
         self.passes: dict[int, _Pass] = {}
 
@@ -483,7 +263,7 @@ class DeviceBackend(protocol.Pipeline):
         space: Space,
         chunk: Rows,
         block: Block,
-        skipped: _Skipped,
+        skipped: Skipped,
         start: int,
         stop: int,
     ) -> _Pass:
@@ -546,7 +326,7 @@ class DeviceBackend(protocol.Pipeline):
         self,
         p: _Pass,
         block: Block,
-        labels: _DeviceLabels,
+        labels: DeviceLabels,
         start: int,
         stop: int,
         caps: Capacities,
@@ -560,7 +340,7 @@ class DeviceBackend(protocol.Pipeline):
         top = masked.amax(dim=1).to(torch.float64)
         floor = filters.round_down(top - 2.0 * p.eps, s.dtype)
         keep = (masked >= floor[:, None]) & torch.isfinite(masked)
-        found, over = _compact(keep, caps, "positives")
+        found, over = compact(keep, caps, "positives")
         rows, local = found[:, 0], found[:, 1]
         if p.eps32 is None:
             return rows, local, over
@@ -569,7 +349,7 @@ class DeviceBackend(protocol.Pipeline):
         top32 = _segment_max(rows, f32, c)
         floor32 = filters.round_down(top32 - 2.0 * p.eps32, f32.dtype)
         keep32 = (rows >= 0) & (f32 >= floor32[rows.clamp(min=0)]) & torch.isfinite(f32)
-        picked, over32 = _compact(keep32, caps, "positives32")
+        picked, over32 = compact(keep32, caps, "positives32")
         at = picked[:, 0]
         rows = torch.where(at >= 0, rows[at.clamp(min=0)], -1)
         return rows, local[at.clamp(min=0)], over | over32
@@ -590,7 +370,7 @@ class DeviceBackend(protocol.Pipeline):
                 rows, local = inputs.labels.pairs(block, start, stop)
                 glob = globals_of(block, local)
                 valid = torch.ones_like(rows, dtype=torch.bool)
-            return rows, local, valid & ~skipped.contains(rows, glob, local), _no_flag(space.device)
+            return rows, local, valid & ~skipped.contains(rows, glob, local), no_flag(space.device)
         p = self._pass(space, chunk, block, skipped, start, stop)
         if space.single is not None:
             ctx.passes[i] = p
@@ -611,12 +391,12 @@ class DeviceBackend(protocol.Pipeline):
         centre = filters.scaled_centre(best, p.qf, block.scale)
         lo, hi = filters.bounds(centre, p.eps[:, None], s.dtype)
         total = torch.zeros((c, g), dtype=torch.int64, device=dev)
-        over = _no_flag(dev)
+        over = no_flag(dev)
         found = []
         for t in range(g):
             total[:, t] += (s > hi[:, t : t + 1]).sum(dim=1)
             inside = (s >= lo[:, t : t + 1]) & (s <= hi[:, t : t + 1])
-            pairs, flag = _compact(inside, caps, "window")
+            pairs, flag = compact(inside, caps, "window")
             over = over | flag
             found.append(torch.cat([pairs, torch.full_like(pairs[:, :1], t)], dim=1))
         found = torch.cat(found)
@@ -633,7 +413,7 @@ class DeviceBackend(protocol.Pipeline):
     def _fused_counts(
         self,
         space: Space,
-        inputs: _Inputs,
+        inputs: Inputs,
         chunk: Rows,
         block: Block,
         start: int,
@@ -664,7 +444,7 @@ class DeviceBackend(protocol.Pipeline):
             if found > guess:
                 above, window, count = self.kernels.window(qf, block, low, lo, hi, found, codes,
                                                            lists)  # fmt: skip
-            over = _no_flag(dev)
+            over = no_flag(dev)
         else:
             over = count > capacity
         rows, local, slot = window[:, 0], window[:, 1], window[:, 2]
@@ -695,7 +475,7 @@ class DeviceBackend(protocol.Pipeline):
         values, idx = torch.topk(s, width, dim=1)
         kth = values.gather(1, (kb.clamp(min=1) - 1)[:, None])[:, 0]
         lo = filters.top_floor(kth, p.eps, s.dtype, kb)
-        over = _no_flag(s.device)
+        over = no_flag(s.device)
         keep = values >= lo[:, None]
         if extra is None:
             caps.record("top", max(int(keep.sum(dim=1).max()) - kk, 0) if c else 0, 1)
@@ -709,7 +489,7 @@ class DeviceBackend(protocol.Pipeline):
             top32 = torch.topk(f32, kk, dim=1).values
             kth32 = top32.gather(1, (kb.clamp(min=1, max=kk) - 1)[:, None])[:, 0]
             keep = keep & (f32 >= filters.top_floor(kth32, p.eps32, f32.dtype, kb)[:, None])
-        picked, flag = _compact(keep, caps, "top_exact")
+        picked, flag = compact(keep, caps, "top_exact")
         rows, at = picked[:, 0], picked[:, 1]
         local = idx[rows.clamp(min=0), at.clamp(min=0)]
         return (rows, local, at, width), over | flag
@@ -738,7 +518,7 @@ class DeviceBackend(protocol.Pipeline):
         fused = self.kernels.fused and p is None and ks is None
         if p is None and not fused:
             p = self._pass(space, chunk, block, inputs.skipped(block, start, stop), start, stop)
-        out = protocol.Scan(None, None, _no_flag(space.device))
+        out = protocol.Scan(None, None, no_flag(space.device))
         if best is not None and fused:
             out.window, out.flag = self._fused_counts(space, inputs, chunk, block, start, stop,
                                                       best, caps)  # fmt: skip
@@ -756,7 +536,7 @@ class DeviceBackend(protocol.Pipeline):
     def _chunk(
         self,
         space: Space,
-        inputs: _Inputs,
+        inputs: Inputs,
         request: Request,
         chunk: Rows,
         start: int,
@@ -773,7 +553,7 @@ class DeviceBackend(protocol.Pipeline):
     def _settle(
         self,
         space: Space,
-        inputs: _Inputs,
+        inputs: Inputs,
         request: Request,
         held: list[tuple[int, int, dict[str, torch.Tensor], torch.Tensor]],
     ) -> Iterator[ChunkResult]:
@@ -786,7 +566,7 @@ class DeviceBackend(protocol.Pipeline):
         outs = []
         for (start, stop, out, _), flag in zip(held, flags, strict=True):
             if flag:
-                again = Capacities()
+                again = Capacities(MIN_CAPACITY, TOP_EXTRA)
                 out, _ = self._chunk(space, inputs, request, space.chunk(start, stop), start,
                                      stop, again)  # fmt: skip
             outs.append(out)
@@ -817,7 +597,7 @@ class DeviceBackend(protocol.Pipeline):
             yield _result(start, stop, part)
 
     def run(self, space: Space, request: Request, size: int | None) -> Iterator[ChunkResult]:
-        inputs = _Inputs(space, request)
+        inputs = Inputs(space, request)
         per_row = 0
         if request.lists:
             per_row = int(request.top_k.max(initial=0)) * 40
@@ -825,7 +605,7 @@ class DeviceBackend(protocol.Pipeline):
             per_row += 48 * request.slots()
         rows = chunk_rows(space, size, per_row_bytes=per_row, score_bytes=self.score_bytes)
         budget = memory_budget(space.device)
-        caps = Capacities()
+        caps = Capacities(MIN_CAPACITY, TOP_EXTRA)
         held: list[tuple[int, int, dict[str, torch.Tensor], torch.Tensor]] = []
         held_bytes = 0
         for start, stop in chunks(space.num_query, rows):
@@ -843,9 +623,10 @@ class DeviceBackend(protocol.Pipeline):
     def run_chunk(
         self, space: Space, chunk: Rows, request: Request, reducer: Reducer | None
     ) -> ChunkResult:
-        inputs = _Inputs(space, request)
+        inputs = Inputs(space, request)
         c = chunk.raw.shape[0]
-        out, _ = self._chunk(space, inputs, request, chunk, 0, c, Capacities(), reducer)
+        caps = Capacities(MIN_CAPACITY, TOP_EXTRA)
+        out, _ = self._chunk(space, inputs, request, chunk, 0, c, caps, reducer)
         host = {
             name: value if name.startswith(("top_", "tail_")) and request.lists_on_device
             else (value.cpu() if name.startswith(("top_", "tail_")) else value.cpu().numpy())

@@ -650,9 +650,7 @@ def kernels_for(precision: str, flags: frozenset[str] | None = None) -> tuple[Ke
     return tuple(
         k
         for k in KERNELS.values()
-        if k.precision == precision
-        and any(f in flags for f in k.flags)
-        and k.available() is None
+        if k.precision == precision and any(f in flags for f in k.flags) and k.available() is None
     )
 
 

@@ -19,6 +19,7 @@ Both may be asked together: a back end then computes each filter score once for 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -26,9 +27,17 @@ from typing import Protocol
 import numpy as np
 import torch
 
+from recallkit.engine import space as sizing
 from recallkit.engine import ties
-from recallkit.engine.pairs import Exclusions, LabelPositives, Pairs, globals_of, locals_of
-from recallkit.engine.space import Rows, Space
+from recallkit.engine.pairs import (
+    Exclusions,
+    LabelPositives,
+    Pairs,
+    block_codes,
+    globals_of,
+    locals_of,
+)
+from recallkit.engine.space import Block, Rows, Space
 
 
 @dataclass(frozen=True)
@@ -335,3 +344,232 @@ class Pipeline:
             out.update(zip(("top_index", "top_score", "tail_index", "tail_score"), parts,
                            strict=True))  # fmt: skip
         return out, flag
+
+
+# ----------------------------------------------------------------------------------------------
+# Fixed capacities (a back end whose shapes the host knows in advance), learned per call.
+
+
+class Capacities:
+    """Fixed window sizes for a call's chunks: ``None`` (exact sizes) until :meth:`learned`,
+    then twice the per-row window each site needed in the learning chunk, at least ``minimum``
+    pairs (a ranked list: ``extra`` beyond k)."""
+
+    def __init__(self, minimum: int = sizing.MIN_CAPACITY, extra: int = sizing.TOP_EXTRA) -> None:
+        self.learning = True
+        self.rates: dict[str, float] = {}
+        self.minimum, self.top_extra = minimum, extra
+
+    def size(self, site: str, rows: int, cols: int) -> int | None:
+        if self.learning:
+            return None
+        rate = self.rates.get(site, 0.0)
+        return min(rows * cols, max(self.minimum, math.ceil(rows * max(2.0 * rate, 1.0))))
+
+    def extra(self, site: str) -> int | None:
+        """A ranked list's learned width beyond k (``None`` while learning)."""
+        if self.learning:
+            return None
+        return max(self.top_extra, math.ceil(2.0 * self.rates.get(site, 0.0)))
+
+    def record(self, site: str, found: int, rows: int) -> None:
+        if self.learning:
+            self.rates[site] = max(self.rates.get(site, 0.0), found / max(rows, 1))
+
+    def learned(self) -> None:
+        self.learning = False
+
+
+def no_flag(device: torch.device) -> torch.Tensor:
+    return torch.zeros((), dtype=torch.bool, device=device)
+
+
+def compact(mask: torch.Tensor, caps: Capacities, site: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions of the True entries of ``mask`` (2-D or 1-D), row-major, as ``(p, ndim)``.
+
+    With a capacity: exactly that many (no synchronisation), padded with ``-1``, and a device
+    flag set when some may have been left out. While learning: all of them (``torch.nonzero``:
+    one synchronisation), recorded for the site."""
+    rows = mask.shape[0] if mask.dim() else 1
+    cols = mask.numel() // max(rows, 1)
+    capacity = caps.size(site, rows, cols)
+    if capacity is None:
+        found = torch.nonzero(mask)
+        caps.record(site, found.shape[0], rows)
+        return found, no_flag(mask.device)
+    capacity = min(capacity, mask.numel())
+    found = torch.nonzero_static(mask, size=capacity, fill_value=-1)
+    if capacity == mask.numel():
+        return found, no_flag(mask.device)
+    if capacity == 0:
+        return found, mask.any()
+    return found, found[-1, 0] >= 0
+
+
+# ----------------------------------------------------------------------------------------------
+# A call's inputs as tensors on the work's device, put there once.
+
+
+class DevicePairs:
+    """Per-query pairs (CSR) with their columns on the device and the row pointers on the host."""
+
+    def __init__(self, pairs: Pairs, device: torch.device) -> None:
+        self.indptr = pairs.indptr.numpy()
+        self.counts = pairs.counts().to(device)
+        self.indices = pairs.indices.to(device)
+
+    def chunk(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(rows local to the chunk, columns)`` of queries ``start:stop``."""
+        lo, hi = int(self.indptr[start]), int(self.indptr[stop])
+        rows = torch.repeat_interleave(
+            torch.arange(stop - start, device=self.indices.device),
+            self.counts[start:stop],
+            output_size=hi - lo,
+        )
+        return rows, self.indices[lo:hi]
+
+
+class Skipped:
+    """A chunk's skipped pairs on the device: explicit pairs and exclusion codes."""
+
+    def __init__(
+        self,
+        rows: torch.Tensor,
+        cols: torch.Tensor,
+        codes: torch.Tensor | None,
+        ref_codes: torch.Tensor | None,
+    ) -> None:
+        self.rows, self.cols = rows, cols
+        self.codes, self.ref_codes = codes, ref_codes
+        self.keys = torch.sort(rows * PAIR_KEY + cols).values
+
+    def mask(self, scores: torch.Tensor, block: Block) -> torch.Tensor:
+        """``scores`` with the skipped pairs of ``block`` at ``-inf``."""
+        c, m = scores.shape
+        if self.rows.numel():
+            local, inside = locals_of(block, self.cols)
+            flat = torch.where(inside, self.rows * m + local.clamp(0, max(m - 1, 0)), c * m)
+            hit = torch.zeros(c * m + 1, dtype=torch.bool, device=scores.device)
+            hit.index_put_((flat,), torch.ones_like(flat, dtype=torch.bool))
+            scores = scores.masked_fill(hit[: c * m].view(c, m), -torch.inf)
+        if self.codes is not None:
+            same = (self.codes[:, None] >= 0) & (self.codes[:, None] == self.ref_codes[None, :])
+            scores = scores.masked_fill(same, -torch.inf)
+        return scores
+
+    def lists(self, block: Block, c: int, width: int) -> torch.Tensor | None:
+        """The explicit pairs in ``block`` as ``(c, width)`` local columns, ``-1`` padded
+        (``width``: the most pairs of a row, known on the host), or ``None``."""
+        if self.rows.numel() == 0:
+            return None
+        local, inside = locals_of(block, self.cols)
+        dev = self.rows.device
+        sizes = torch.zeros(c, dtype=torch.int64, device=dev)
+        sizes.scatter_add_(0, self.rows, torch.ones_like(self.rows))
+        starts = torch.cumsum(sizes, 0) - sizes
+        position = torch.arange(self.rows.numel(), device=dev) - starts[self.rows]
+        out = torch.full((c, max(width, 1)), -1, dtype=torch.int64, device=dev)
+        out[self.rows, position] = torch.where(inside, local, torch.full_like(local, -1))
+        return out
+
+    def contains(self, rows: torch.Tensor, glob: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        """Which of the pairs ``(rows, global cols)`` are skipped."""
+        out = torch.zeros(rows.shape, dtype=torch.bool, device=rows.device)
+        if self.keys.numel():
+            key = rows * PAIR_KEY + glob
+            pos = torch.searchsorted(self.keys, key).clamp(max=self.keys.numel() - 1)
+            out |= self.keys[pos] == key
+        if self.codes is not None:
+            q = self.codes[rows.clamp(min=0)]
+            out |= (q >= 0) & (q == self.ref_codes[local.clamp(min=0)])
+        return out
+
+
+PAIR_KEY = 2**40
+
+
+class DeviceLabels:
+    """Label positives on the device: per block, each query's range of positives in the block's
+    members grouped by code (and the codes themselves, for the filter's window)."""
+
+    def __init__(self, positives: LabelPositives, device: torch.device) -> None:
+        self.positives = positives
+        self.device = device
+        self.query_codes = torch.from_numpy(positives.query_codes).to(device)
+        self._blocks: dict[tuple[int, int], tuple] = {}
+
+    def _block(self, block: Block) -> tuple:
+        key = (block.offset, block.rows)
+        if key not in self._blocks:
+            groups = self.positives.groups(block)
+            lo, hi = groups.ranges(self.positives.query_codes)
+            own = self.positives.block_codes(block)
+
+            def put(a: np.ndarray) -> torch.Tensor:
+                return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(self.device)
+
+            self._blocks[key] = (lo, hi, put(lo), put(hi), put(groups.members), put(own))
+        return self._blocks[key]
+
+    def pairs(self, block: Block, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every positive pair of queries ``start:stop`` in ``block``: ``(rows, local cols)``."""
+        lo, hi, lo_d, hi_d, members, _ = self._block(block)
+        total = int((hi[start:stop] - lo[start:stop]).sum())
+        counts = hi_d[start:stop] - lo_d[start:stop]
+        rows = torch.repeat_interleave(
+            torch.arange(stop - start, device=self.device), counts, output_size=total
+        )
+        begin = torch.cumsum(counts, 0) - counts
+        shift = torch.repeat_interleave(begin - lo_d[start:stop], counts, output_size=total)
+        return rows, members[torch.arange(total, device=self.device) - shift]
+
+    def codes(self, block: Block) -> torch.Tensor:
+        return self._block(block)[5]
+
+
+class Inputs:
+    """A call's inputs on the device, put there once: exclusions, positives, targets, k."""
+
+    def __init__(self, space: Space, request: Request) -> None:
+        dev = space.device
+        self.device = dev
+        excl = request.exclusions
+        self.pairs = None
+        if excl is not None and excl.pairs is not None:
+            self.pairs = DevicePairs(excl.pairs, dev)
+        self.exclusions = excl
+        self.codes = None
+        if excl is not None and excl.has_codes:
+            self.codes = torch.from_numpy(excl.query_codes).to(dev)
+        self.labels = None
+        self.listed = None
+        if isinstance(request.positives, LabelPositives):
+            self.labels = DeviceLabels(request.positives, dev)
+        elif request.positives is not None:
+            self.listed = DevicePairs(request.positives, dev)
+        self.targets = None
+        if request.targets is not None:
+            self.targets = torch.from_numpy(np.ascontiguousarray(request.targets)).to(dev)
+        self.ks_host = None
+        self.ks = None
+        if request.top_k is not None:
+            self.ks_host = np.ascontiguousarray(request.top_k, dtype=np.int64)
+            self.ks = torch.from_numpy(self.ks_host).to(dev)
+        self._ref_codes: dict[tuple[int, int], torch.Tensor] = {}
+
+    def list_width(self, start: int, stop: int) -> int:
+        """The most explicit skipped pairs of a query of ``start:stop`` (host arithmetic)."""
+        if self.pairs is None or stop <= start:
+            return 0
+        return int(np.diff(self.pairs.indptr[start : stop + 1]).max(initial=0))
+
+    def skipped(self, block: Block, start: int, stop: int) -> Skipped:
+        empty = torch.empty(0, dtype=torch.int64, device=self.device)
+        rows, cols = (empty, empty) if self.pairs is None else self.pairs.chunk(start, stop)
+        if self.codes is None:
+            return Skipped(rows, cols, None, None)
+        key = (block.offset, block.rows)
+        if key not in self._ref_codes:
+            codes = block_codes(self.exclusions.reference_codes, block)
+            self._ref_codes[key] = torch.from_numpy(codes).to(self.device)
+        return Skipped(rows, cols, self.codes[start:stop], self._ref_codes[key])
