@@ -19,17 +19,13 @@ and tiles of different kinds mix freely within a pass. Rows a low-precision side
 (:func:`lowp.holds`) run in float32.
 
 Symmetric problems (leave-one-out on one tensor, cosine or dot, exclusions symmetric) compute
-each off-diagonal tile once and read it twice, as rows and transposed: half the GEMM. The
-filter's error bound does not depend on which side a rounding came from, so the results are
-the same.
-
-Thresholds come first, from the positives alone where they are few (fine labels: each query's
-best positive from its positives' filter scores, before any pass), else from the chunk's scores
-kept in memory (coarse labels), which the pass then reads instead of computing the GEMM again.
+each off-diagonal tile once and read it twice, as rows and transposed: half the GEMM (the
+bound does not depend on which side a rounding came from). Thresholds come first, from the
+positives alone where they are few (fine labels), else from the chunk's scores kept in memory
+(coarse labels), which the pass then reads instead of computing the GEMM again.
 
 Worker threads take tiles from a shared list and keep their own per-row state, merged at the
-end: counts add, window items concatenate, running top-k lists keep the k best of all. BLAS,
-torch and ONNX Runtime run single-threaded inside the workers
+end. BLAS, torch and ONNX Runtime run single-threaded inside the workers
 (:func:`recallkit.engine.cpu_kernels.single_threaded`).
 """
 
@@ -46,24 +42,18 @@ import numpy as np
 import torch
 
 from recallkit.engine import cpu_kernels as kernels
-from recallkit.engine import exact, filters, protocol
+from recallkit.engine import exact, filters, lowp, protocol
 from recallkit.engine.cpu_kernels import LIMIT_STATE, pool, single_threaded
 from recallkit.engine.pairs import ChunkExclusions, LabelPositives, Pairs, locals_of
 from recallkit.engine.protocol import ChunkResult, Reducer, Request
 from recallkit.engine.space import DEFAULT_MEMORY_BUDGET, Block, Rows, Space, chunk_rows, chunks
 
 __all__ = ["BACKEND", "TILE", "block_scores", "precision_report", "single_threaded", "tile_scores"]
-
+precision_report = lowp.precision_report
 _LIMIT_STATE = LIMIT_STATE  # the process-wide BLAS limit's users (tests read it)
 TILE = 1024
 EXTRA = 64  # a top-k buffer holds 2 k + EXTRA items
-# Up to this k, a top-k pass keeps a heap per row (its floor follows every new k-th best);
-# beyond, a reservoir (compacted at its k-th best when full: fewer operations per item).
-HEAP_K = 32
-SAMPLES = 3  # full tiles timed with each way of computing them before the choice
-# precision="auto" weighs a low precision only for passes of at least this many full tiles:
-# enough for the timing and for the tiles after it to pay for the sides' preparation.
-AUTO_TILES = 16
+HEAP_K = 32  # up to this k a heap per row keeps a top-k; beyond, a reservoir (fewer operations)
 
 
 def top_state_bytes(kmax: int) -> int:
@@ -88,62 +78,11 @@ def state_bytes(request: Request) -> int:
     return per_worker * max(1, torch.get_num_threads()) + listed
 
 
-# ----------------------------------------------------------------------------------------------
-# Choices: which way computes a tile, timed as tiles run.
-
-
-class _Choice:
-    """The fastest of several names for one key (a tile's type and width), timed as tiles run:
-    a name's first tile warms it up, its next ``SAMPLES`` are timed; then the fastest of the
-    names asked for."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.times: dict[str, list[float]] = {}
-        self.warm: set[str] = set()
-
-    def pick(self, names: Sequence[str]) -> str:
-        if len(names) == 1:
-            return names[0]
-        with self.lock:
-            if all(len(self.times.get(n, ())) >= SAMPLES for n in names):
-                return min(names, key=lambda n: min(self.times[n]))
-            return min(names, key=lambda n: len(self.times.get(n, ())) + (n in self.warm))
-
-    def record(self, name: str, seconds: float) -> None:
-        with self.lock:
-            if name not in self.warm:
-                self.warm.add(name)
-            elif len(self.times.setdefault(name, [])) < SAMPLES:
-                self.times[name].append(seconds)
-
-
-_CHOICES: dict[tuple, _Choice] = {}
-
-
-def _choice(*key: Any) -> _Choice:
-    return _CHOICES.setdefault(key, _Choice())
-
-
-def _numpy_product(a: torch.Tensor, b: torch.Tensor, out: np.ndarray) -> None:
-    np.matmul(a.numpy(), b.numpy().T, out=out)
-
-
-def _torch_product(a: torch.Tensor, b: torch.Tensor, out: np.ndarray) -> None:
-    torch.mm(a, b.T, out=torch.from_numpy(out))
-
-
-PRODUCTS = {"numpy": _numpy_product, "torch": _torch_product}
-
-
 def choose_product(dtype: torch.dtype, width: int) -> str:
-    """The BLAS for the next float32 (or float64) tile of this inner dimension: numpy's and
-    torch's differ by machine (OpenBLAS is the faster on some AMD servers, MKL on Intel). torch's
-    is a candidate only while its float32 matmuls are IEEE (``torch.set_float32_matmul_precision``
-    ``"highest"``): otherwise oneDNN may multiply in bfloat16, beyond the float32 bound."""
-    if dtype == torch.float32 and filters.float32_matmul_rounding(torch.device("cpu")) != 0.0:
-        return "numpy"
-    return _choice("blas", dtype, width).pick(tuple(PRODUCTS))
+    """The BLAS for the next float32 (or float64) tile of this width (:func:`lowp.choose_blas`;
+    torch's only while its float32 matmuls are IEEE)."""
+    ieee = dtype != torch.float32 or filters.float32_matmul_rounding(torch.device("cpu")) == 0.0
+    return lowp.choose_blas(dtype, width, ieee)
 
 
 def tile_scores(
@@ -155,9 +94,9 @@ def tile_scores(
     dtype, width = qf.rows.dtype, qf.rows.shape[1]
     name = choose_product(dtype, width)
     start = time.perf_counter()
-    PRODUCTS[name](qf.rows[row0 : row0 + rows], block.gemm[col0 : col0 + cols], out)
+    lowp.BLAS[name](qf.rows[row0 : row0 + rows], block.gemm[col0 : col0 + cols], out)
     if rows == cols == TILE:
-        _choice("blas", dtype, width).record(name, time.perf_counter() - start)
+        lowp.choice("blas", dtype, width).record(name, time.perf_counter() - start)
 
 
 def block_scores(space: Space, qf: filters.QueryFilter, block: Block) -> torch.Tensor:
@@ -207,143 +146,6 @@ def _masked(scores: torch.Tensor, excluded: ChunkExclusions, block: Block, rows=
 
 
 # ----------------------------------------------------------------------------------------------
-# A pass: a chunk against one block, and the kinds of tile it may use.
-
-
-class _Kind:
-    """One way of computing a pass's tiles: ``product(r0, c0, out)``, the row scales ``rs`` of
-    its tile rows, whether it is a cascade, and its bound ``eps`` per chunk row."""
-
-    def __init__(self, name, precision, eps, product, scales=None) -> None:
-        self.name, self.precision, self.eps, self.product = name, precision, eps, product
-        self.cascade = precision != "float32"
-        self.scales = scales
-
-    def rs(self, r0: int, rows: int, dtype: np.dtype) -> np.ndarray:
-        if self.scales is None:
-            return np.ones(rows, dtype=dtype)
-        return self.scales[r0 : r0 + rows]
-
-
-class _TilePass:
-    """The filter of a chunk against one block (``qf``, its float32 bound ``eps32``) and the
-    kinds of tile it may use, built when first needed."""
-
-    def __init__(self, space, qf, block, first, symmetric, eps32, names) -> None:
-        self.space, self.qf, self.block, self.first = space, qf, block, first
-        self.symmetric, self.eps32, self.names = symmetric, eps32, names
-        self.lock = threading.Lock()
-        self.kinds: dict[str, _Kind] = {}
-        self.a32, self.b32 = qf.rows.numpy(), block.gemm.numpy()
-        self.key = ("tiles", qf.rows.dtype, qf.rows.shape[1])
-
-    def kind(self, name: str) -> _Kind:
-        with self.lock:
-            if name not in self.kinds:
-                self.kinds[name] = self._build(name)
-            return self.kinds[name]
-
-    def pick(self) -> _Kind:
-        return self.kind(_choice(*self.key).pick(self.names))
-
-    def _build(self, name: str) -> _Kind:
-        qf, block = self.qf, self.block
-        if name == "float32":
-            return _Kind(name, "float32", self.eps32,
-                         lambda r0, c0, out: tile_scores(qf, block, r0, c0, out))  # fmt: skip
-        from recallkit.engine import lowp
-
-        kernel = lowp.KERNELS[name]
-        b_side = _low_side(block, kernel.b_form)
-        if self.space.own_rows(block):
-            a_side = _low_side(block, kernel.a_form)
-        else:
-            a_side = lowp.prepare(qf.rows, kernel.a_form)
-        first, c = self.first, qf.rows.shape[0]
-        low = lowp.row_bounds(a_side, b_side, (first, first + c))
-        if self.symmetric:  # the transposed reading: the chunk's rows on the other side
-            low = np.maximum(low, lowp.row_bounds(b_side, a_side, (first, first + c)))
-
-        def product(r0, c0, out):
-            rows, cols = out.shape
-            lowp.tile_product(a_side, b_side, out, (first + r0, first + r0 + rows),
-                              (c0, c0 + cols), scaled=False, kernel=kernel)  # fmt: skip
-
-        scales = a_side.scale32[first : first + c] if kernel.precision == "int8" else None
-        return _Kind(name, kernel.precision, self.eps32 + torch.from_numpy(low), product, scales)
-
-
-def _low_side(block: Block, form: str) -> Any:
-    """The block's filter rows as a low-precision side, kept on the block."""
-    from recallkit.engine import lowp
-
-    key = ("lowp", form)
-    if key not in block.cache:
-        block.cache[key] = lowp.prepare(block.gemm, form)
-    return block.cache[key]
-
-
-def _kinds(space: Space, qf: filters.QueryFilter, block: Block, cached: bool) -> tuple[str, ...]:
-    """The kinds of tile a pass may use: float32, or the low-precision kernels the request
-    allows that run here, passed their self-check and hold the rows (else float32)."""
-    precision = space.precision
-    if precision == "float16":
-        raise ValueError(
-            "precision='float16' runs on CUDA; on the CPU use 'auto', 'float32', 'bfloat16' or "
-            "'int8'."
-        )
-    if cached or qf.rows.dtype != torch.float32 or precision == "float32":
-        return ("float32",)
-    if precision == "auto" and (qf.rows.shape[0] // TILE) * (block.rows // TILE) < AUTO_TILES:
-        return ("float32",)
-    from recallkit.engine import lowp
-
-    width = qf.rows.shape[1]
-    if precision == "auto":
-        found = [k for p in lowp.worth_timing()[1:] for k in lowp.kernels_for(p)]
-    else:  # asked for: the kernels with instructions for it, else any that runs
-        found = list(lowp.kernels_for(precision)) or [
-            k for k in lowp.KERNELS.values() if k.precision == precision and k.available() is None
-        ]
-    names = [k.name for k in found if lowp.usable(k, width) is None]
-    if names and not (_held(block) and lowp.holds(qf.rows)):
-        names = []  # rows beyond the low precision's range: float32
-    if precision == "auto" or not names:
-        return ("float32", *names)
-    return tuple(names)
-
-
-def _held(block: Block) -> bool:
-    from recallkit.engine import lowp
-
-    if "held" not in block.cache:
-        block.cache["held"] = lowp.holds(block.gemm)
-    return block.cache["held"]
-
-
-def precision_report(width: int) -> str:
-    """What ``precision="auto"`` weighs for float32 filter rows of ``width`` on this machine:
-    each kernel with why it is not used (no instructions for it, not installed, or not exact
-    in its self-check), the tile times measured so far, and the choice once made."""
-    from recallkit.engine import lowp
-
-    worth = lowp.worth_timing()
-    lines = [f"CPU tiles of width {width}; precisions with instructions here: {', '.join(worth)}"]
-    for kernel in lowp.KERNELS.values():
-        reason = kernel.available() or lowp.usable(kernel, width)
-        if reason is None and kernel.precision not in worth:
-            reason = f"no {kernel.precision} instructions ({', '.join(kernel.flags)})"
-        lines.append(f"  {kernel.name} ({kernel.precision}): {reason or 'usable'}")
-    choice = _choice("tiles", torch.float32, width)
-    with choice.lock:
-        times = {n: min(t) for n, t in choice.times.items() if t}
-    if times:
-        shown = ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in sorted(times.items()))
-        lines.append(f"  best tile times so far: {shown}")
-    return "\n".join(lines)
-
-
-# ----------------------------------------------------------------------------------------------
 # The tile pass and its consumers.
 
 
@@ -353,15 +155,15 @@ class _Consumer:
     def state(self) -> Any:
         raise NotImplementedError
 
-    def rows(self, state: Any, tile: np.ndarray, row0: int, col0: int, kind: _Kind) -> None:
+    def rows(self, state: Any, tile: np.ndarray, row0: int, col0: int, kind: lowp.TileKind) -> None:
         raise NotImplementedError
 
-    def cols(self, state: Any, tile: np.ndarray, row0: int, col0: int, kind: _Kind) -> None:
+    def cols(self, state: Any, tile: np.ndarray, row0: int, col0: int, kind: lowp.TileKind) -> None:
         raise NotImplementedError
 
 
 def run_tiles(
-    tp: _TilePass,
+    tp: lowp.TilePass,
     excluded: ChunkExclusions,
     symmetric: bool,
     consumers: Sequence[_Consumer],
@@ -420,7 +222,7 @@ def run_tiles(
                 if symmetric and c0 != r0:
                     consumer.cols(state, tile, r0, c0, kind)
             if source is None and shape == (TILE, TILE) and len(tp.names) > 1:
-                _choice(*tp.key).record(kind.name, time.perf_counter() - began)
+                lowp.choice(*tp.key).record(kind.name, time.perf_counter() - began)
 
     with single_threaded() as threads:
         workers = max(1, min(threads, len(tasks)))
@@ -434,7 +236,7 @@ class Window(_Consumer):
     ``centre ± eps32`` (``lo32``/``hi32``), entered through each kind's own (a cascade's wider
     window, its items scored in float32 in the tile kernels)."""
 
-    def __init__(self, centre: torch.Tensor, tp: _TilePass) -> None:
+    def __init__(self, centre: torch.Tensor, tp: lowp.TilePass) -> None:
         self.centre, self.tp = centre, tp
         lo, hi = filters.bounds(centre, tp.eps32[:, None], tp.qf.rows.dtype)
         self.lo_t, self.hi_t = lo, hi
@@ -443,7 +245,7 @@ class Window(_Consumer):
         self.by_kind: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.lock = threading.Lock()
 
-    def thresholds(self, kind: _Kind) -> tuple[np.ndarray, np.ndarray]:
+    def thresholds(self, kind: lowp.TileKind) -> tuple[np.ndarray, np.ndarray]:
         if not kind.cascade:
             return self.lo32, self.hi32
         with self.lock:
@@ -461,13 +263,13 @@ class Window(_Consumer):
             np.empty((c, g, self.cap), dtype=np.int64),
         )
 
-    def rows(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: _Kind) -> None:
+    def rows(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
         lo, hi = self.thresholds(kind)
         kernels.window_rows(tile, kind.rs(r0, tile.shape[0], tile.dtype), r0, c0, lo, hi,
                             self.cap, *st, kind.cascade, self.tp.a32, self.tp.b32, self.lo32,
                             self.hi32)  # fmt: skip
 
-    def cols(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: _Kind) -> None:
+    def cols(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
         above, count, index = st
         lo, hi = self.thresholds(kind)
         kernels.window_cols(
@@ -518,7 +320,7 @@ class Top(_Consumer):
     ``floor`` (optional, per row): a float32 filter score below which no item of the exact top-k
     can lie (from the query's positives); items below it are never looked at twice."""
 
-    def __init__(self, ks: np.ndarray, tp: _TilePass, workers: int, floor=None) -> None:
+    def __init__(self, ks: np.ndarray, tp: lowp.TilePass, workers: int, floor=None) -> None:
         c = len(ks)
         self.ks, self.tp = ks, tp
         self.eps = tp.eps32
@@ -540,7 +342,7 @@ class Top(_Consumer):
         self.worker = itertools.count()
         self.no_margin = np.zeros(c)
 
-    def margin(self, kind: _Kind) -> np.ndarray:
+    def margin(self, kind: lowp.TileKind) -> np.ndarray:
         if not kind.cascade:
             return self.no_margin
         return (kind.eps + self.eps).numpy() * (1.0 + 2.0**-20)
@@ -550,12 +352,12 @@ class Top(_Consumer):
         return (self.heaps[w], self.sizes[w], self.floors[w], self.columns[w], self.scores[w],
                 self.fills[w], self.overs[w])  # fmt: skip
 
-    def rows(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: _Kind) -> None:
+    def rows(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
         kernels.top_rows(tile, kind.rs(r0, tile.shape[0], tile.dtype), r0, c0, self.ks,
                          self.slack, self.margin(kind), *st, kind.cascade, self.tp.a32,
                          self.tp.b32)  # fmt: skip
 
-    def cols(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: _Kind) -> None:
+    def cols(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
         kernels.top_cols(tile, kind.rs(r0, tile.shape[0], tile.dtype), r0, c0, self.ks,
                          self.slack, self.margin(kind), *st, kind.cascade, self.tp.a32,
                          self.tp.b32)  # fmt: skip
@@ -592,9 +394,7 @@ class Top(_Consumer):
         return rows_all[order], cols_all[order]
 
 
-def _row_scores(
-    space: Space, qf: filters.QueryFilter, block: Block, excluded: ChunkExclusions, rows
-) -> torch.Tensor:
+def _row_scores(space: Space, qf, block: Block, excluded: ChunkExclusions, rows) -> torch.Tensor:
     """float32 filter scores of some chunk rows against ``block`` (skipped pairs ``-inf``), for
     the rare rows whose tiled pass overflowed."""
     scores = block_scores(space, qf[torch.from_numpy(rows)], block).clone()
@@ -686,7 +486,7 @@ class CpuBackend(protocol.Pipeline):
         return rows, local, torch.ones_like(rows, dtype=torch.bool), torch.zeros((), dtype=bool)
 
     def _kth_floor(
-        self, positives: LabelPositives, tp: _TilePass, start: int, stop: int, ctx, ks
+        self, positives: LabelPositives, tp: lowp.TilePass, start: int, stop: int, ctx, ks
     ) -> np.ndarray:
         """Per row, a float32 filter score below which no item of the exact top-``k`` can lie:
         at least ``k`` positives score at least the ``k``-th best positive's exact score, so no
@@ -711,8 +511,11 @@ class CpuBackend(protocol.Pipeline):
             and (not request.thresholds or request.slots() == 1)
             and self._symmetric(space, qf, block, excluded)
         )
-        tp = _TilePass(space, qf, block, start if space.own_rows(block) else 0, symmetric,
-                       self._bound(space, qf, block), _kinds(space, qf, block, cached))  # fmt: skip
+        tp = lowp.TilePass(
+            space, qf, block, start if space.own_rows(block) else 0, symmetric,
+            self._bound(space, qf, block), lowp.tile_kinds(space, qf, block, cached, TILE),
+            lambda r0, c0, out: tile_scores(qf, block, r0, c0, out),
+        )  # fmt: skip
         window = top = None
         if best is not None:
             window = Window(filters.scaled_centre(best, qf, block.scale), tp)

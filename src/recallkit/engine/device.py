@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit.engine import exact, filters, protocol, ties
+from recallkit.engine import filters, protocol, ties
+from recallkit.engine.filters import TorchKernels, check_low_precision, low_rows
 from recallkit.engine.pairs import Pairs, globals_of, locals_of
 from recallkit.engine.protocol import (
     Capacities,
@@ -70,86 +71,8 @@ from recallkit.engine.space import (
     memory_budget,
 )
 
-
-def _fp16_accumulation() -> bool:
-    try:
-        return bool(getattr(torch.backends.cuda.matmul, "allow_fp16_accumulation", False))
-    except RuntimeError:
-        return True
-
-
-def check_low_precision(low: torch.dtype, device_type: str) -> None:
-    """Refuse a float16 filter on a device whose float16 GEMMs may accumulate in float16
-    (``torch.backends.cuda.matmul.allow_fp16_accumulation``): beyond the filter's bound."""
-    if low == torch.float16 and device_type != "cpu" and _fp16_accumulation():
-        raise ValueError(
-            "precision='float16' cannot run while "
-            "torch.backends.cuda.matmul.allow_fp16_accumulation is True: float16 accumulation "
-            "is beyond the filter's error bound. Use precision='bfloat16' or 'float32', or "
-            "unset it."
-        )
-
-
-# ----------------------------------------------------------------------------------------------
-# Kernel sets: the same results, computed by torch operations or by fused Triton kernels.
-
-
-class TorchKernels:
-    """Exact scores and float32 re-scores with torch operations (any device)."""
-
-    name = "torch"
-    fused = False  # no fused threshold pass: the chunk's scores are a torch.mm
-
-    def exact(
-        self, space: Space, chunk: Rows, block: Block, rows: torch.Tensor, cols: torch.Tensor
-    ) -> torch.Tensor:
-        """Exact scores of ``(chunk row, local col)`` pairs; padding rows give ``-inf``."""
-        cols = cols.clamp(0, max(block.rows - 1, 0))
-        return exact.exact_torch(
-            chunk.raw, chunk.aux(space.metric), block.data, block.aux(space.metric),
-            rows, cols, space.metric,
-        )  # fmt: skip
-
-    def dots(
-        self, a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor
-    ) -> torch.Tensor:
-        """float32 dot products of filter rows for pairs (any order); padding gives ``-inf``."""
-        out = torch.empty(rows.shape[0], dtype=b.dtype, device=b.device)
-        step = max(1024, (1 << 24) // max(b.shape[1], 1))
-        for begin in range(0, rows.shape[0], step):
-            r = rows[begin : begin + step]
-            c = cols[begin : begin + step]
-            value = (a[r.clamp(min=0)] * b[c.clamp(min=0)]).sum(dim=1)
-            out[begin : begin + step] = torch.where(r >= 0, value, -torch.inf)
-        return out
-
-    def product(self, qf: filters.QueryFilter, block: Block, low: torch.dtype | None):
-        """The chunk's filter scores against ``block`` (float32, or float64) and the GEMM's
-        :class:`filters.Product`."""
-        a = qf.rows
-        if low is not None:
-            b_low = low_rows(block, low)
-            if a.device.type == "cpu":  # the same products, summed in float32
-                scores = a.to(low).to(torch.float32) @ b_low.to(torch.float32).T
-            else:
-                check_low_precision(low, a.device.type)
-                scores = torch.mm(a.to(low), b_low.T, out_dtype=torch.float32)
-            unit = 2.0**-23 if a.device.type != "cpu" else 2.0**-24
-            return scores, filters.Product(low, unit, filters.INPUT_ROUNDING[low])
-        scores = a @ block.gemm.T
-        if a.dtype == torch.float64:
-            return scores, filters.Product.plain(torch.float64)
-        rounding = filters.float32_matmul_rounding(a.device)
-        unit = 2.0**-23 if rounding else 2.0**-24
-        return scores, filters.Product(torch.float32, unit, rounding)
-
-
-def low_rows(block: Block, dtype: torch.dtype) -> torch.Tensor:
-    """The block's filter rows in a low-precision type, kept on the block."""
-    key = ("low", dtype)
-    if key not in block.cache:
-        block.cache[key] = block.gemm.to(dtype)
-    return block.cache[key]
+# The kernel sets of the back end (triton_backend builds on TorchKernels).
+__all__ = ["DeviceBackend", "TorchKernels", "check_low_precision", "low_rows"]
 
 
 def _window32(

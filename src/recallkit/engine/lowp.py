@@ -82,7 +82,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -947,6 +947,194 @@ def usable(kernel: Kernel, w: int) -> str | None:
             reason = "beyond the bfloat16 bound on adversarial rows"
         _CHECKED[key] = reason
         return reason
+
+
+# ---------------------------------------------------------------------------------------------
+# The CPU engine's tiles: which way computes them, timed as they run
+
+SAMPLES = 3
+"""Full tiles timed with each way of computing them before the choice."""
+AUTO_TILES = 16
+"""``precision="auto"`` weighs a low precision only for passes of at least this many full tiles:
+enough for the timing and for the tiles after it to pay for the sides' preparation."""
+
+
+class Choice:
+    """The fastest of several names for one key (a tile's type and width), timed as tiles run:
+    a name's first tile warms it up, its next ``SAMPLES`` are timed; then the fastest of the
+    names asked for."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.times: dict[str, list[float]] = {}
+        self.warm: set[str] = set()
+
+    def pick(self, names: Sequence[str]) -> str:
+        if len(names) == 1:
+            return names[0]
+        with self.lock:
+            if all(len(self.times.get(n, ())) >= SAMPLES for n in names):
+                return min(names, key=lambda n: min(self.times[n]))
+            return min(names, key=lambda n: len(self.times.get(n, ())) + (n in self.warm))
+
+    def record(self, name: str, seconds: float) -> None:
+        with self.lock:
+            if name not in self.warm:
+                self.warm.add(name)
+            elif len(self.times.setdefault(name, [])) < SAMPLES:
+                self.times[name].append(seconds)
+
+
+CHOICES: dict[tuple, Choice] = {}
+
+
+def choice(*key: Any) -> Choice:
+    return CHOICES.setdefault(key, Choice())
+
+
+class TileKind:
+    """One way of computing a pass's tiles: ``product(r0, c0, out)``, the row scales ``rs`` of
+    its tile rows, whether it is a cascade, and its bound ``eps`` per chunk row."""
+
+    def __init__(self, name, precision, eps, product, scales=None) -> None:
+        self.name, self.precision, self.eps, self.product = name, precision, eps, product
+        self.cascade = precision != "float32"
+        self.scales = scales
+
+    def rs(self, r0: int, rows: int, dtype: np.dtype) -> np.ndarray:
+        if self.scales is None:
+            return np.ones(rows, dtype=dtype)
+        return self.scales[r0 : r0 + rows]
+
+
+class TilePass:
+    """The filter of a chunk against one block (``qf``, its float32 bound ``eps32``) and the
+    kinds of tile it may use, built when first needed."""
+
+    def __init__(self, space, qf, block, first, symmetric, eps32, names, float32) -> None:
+        self.space, self.qf, self.block, self.first = space, qf, block, first
+        self.float32 = float32
+        self.symmetric, self.eps32, self.names = symmetric, eps32, names
+        self.lock = threading.Lock()
+        self.kinds: dict[str, TileKind] = {}
+        self.a32, self.b32 = qf.rows.numpy(), block.gemm.numpy()
+        self.key = ("tiles", qf.rows.dtype, qf.rows.shape[1])
+
+    def kind(self, name: str) -> TileKind:
+        with self.lock:
+            if name not in self.kinds:
+                self.kinds[name] = self._build(name)
+            return self.kinds[name]
+
+    def pick(self) -> TileKind:
+        return self.kind(choice(*self.key).pick(self.names))
+
+    def _build(self, name: str) -> TileKind:
+        qf, block = self.qf, self.block
+        if name == "float32":
+            return TileKind(name, "float32", self.eps32, self.float32)
+        kernel = KERNELS[name]
+        b_side = block_side(block, kernel.b_form)
+        if self.space.own_rows(block):
+            a_side = block_side(block, kernel.a_form)
+        else:
+            a_side = prepare(qf.rows, kernel.a_form)
+        first, c = self.first, qf.rows.shape[0]
+        low = row_bounds(a_side, b_side, (first, first + c))
+        if self.symmetric:  # the transposed reading: the chunk's rows on the other side
+            low = np.maximum(low, row_bounds(b_side, a_side, (first, first + c)))
+
+        def product(r0, c0, out):
+            rows, cols = out.shape
+            tile_product(a_side, b_side, out, (first + r0, first + r0 + rows),
+                              (c0, c0 + cols), scaled=False, kernel=kernel)  # fmt: skip
+
+        scales = a_side.scale32[first : first + c] if kernel.precision == "int8" else None
+        return TileKind(name, kernel.precision, self.eps32 + torch.from_numpy(low), product, scales)
+
+
+def block_side(block: Any, form: str) -> Any:
+    """The block's filter rows as a low-precision side, kept on the block."""
+    key = ("lowp", form)
+    if key not in block.cache:
+        block.cache[key] = prepare(block.gemm, form)
+    return block.cache[key]
+
+
+def _numpy_product(a: torch.Tensor, b: torch.Tensor, out: np.ndarray) -> None:
+    np.matmul(a.numpy(), b.numpy().T, out=out)
+
+
+def _torch_product(a: torch.Tensor, b: torch.Tensor, out: np.ndarray) -> None:
+    torch.mm(a, b.T, out=torch.from_numpy(out))
+
+
+BLAS = {"numpy": _numpy_product, "torch": _torch_product}
+
+
+def choose_blas(dtype: torch.dtype, width: int, ieee: bool) -> str:
+    """The BLAS for the next float32 (or float64) tile of this inner dimension: numpy's and
+    torch's differ by machine (OpenBLAS is the faster on some AMD servers, MKL on Intel), timed on
+    the first tiles (:class:`Choice`). torch's is a candidate only while its float32 matmuls are
+    IEEE (``ieee``; ``torch.set_float32_matmul_precision("highest")``): otherwise oneDNN may
+    multiply in bfloat16, beyond the float32 bound."""
+    if not ieee:
+        return "numpy"
+    return choice("blas", dtype, width).pick(tuple(BLAS))
+
+
+def tile_kinds(space: Any, qf: Any, block: Any, cached: bool, tile: int) -> tuple[str, ...]:
+    """The kinds of tile a pass may use: float32, or the low-precision kernels the request
+    allows that run here, passed their self-check and hold the rows (else float32)."""
+    precision = space.precision
+    if precision == "float16":
+        raise ValueError(
+            "precision='float16' runs on CUDA; on the CPU use 'auto', 'float32', 'bfloat16' or "
+            "'int8'."
+        )
+    if cached or qf.rows.dtype != torch.float32 or precision == "float32":
+        return ("float32",)
+    if precision == "auto" and (qf.rows.shape[0] // tile) * (block.rows // tile) < AUTO_TILES:
+        return ("float32",)
+    width = qf.rows.shape[1]
+    if precision == "auto":
+        found = [k for p in worth_timing()[1:] for k in kernels_for(p)]
+    else:  # asked for: the kernels with instructions for it, else any that runs
+        found = list(kernels_for(precision)) or [
+            k for k in KERNELS.values() if k.precision == precision and k.available() is None
+        ]
+    names = [k.name for k in found if usable(k, width) is None]
+    if names and not (block_holds(block) and holds(qf.rows)):
+        names = []  # rows beyond the low precision's range: float32
+    if precision == "auto" or not names:
+        return ("float32", *names)
+    return tuple(names)
+
+
+def block_holds(block: Any) -> bool:
+    if "held" not in block.cache:
+        block.cache["held"] = holds(block.gemm)
+    return block.cache["held"]
+
+
+def precision_report(width: int) -> str:
+    """What ``precision="auto"`` weighs for float32 filter rows of ``width`` on this machine:
+    each kernel with why it is not used (no instructions for it, not installed, or not exact
+    in its self-check), the tile times measured so far, and the choice once made."""
+    worth = worth_timing()
+    lines = [f"CPU tiles of width {width}; precisions with instructions here: {', '.join(worth)}"]
+    for kernel in KERNELS.values():
+        reason = kernel.available() or usable(kernel, width)
+        if reason is None and kernel.precision not in worth:
+            reason = f"no {kernel.precision} instructions ({', '.join(kernel.flags)})"
+        lines.append(f"  {kernel.name} ({kernel.precision}): {reason or 'usable'}")
+    timing = choice("tiles", torch.float32, width)
+    with timing.lock:
+        times = {n: min(t) for n, t in timing.times.items() if t}
+    if times:
+        shown = ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in sorted(times.items()))
+        lines.append(f"  best tile times so far: {shown}")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
