@@ -222,7 +222,7 @@ def run_tiles(
                 if symmetric and c0 != r0:
                     consumer.cols(state, tile, r0, c0, kind)
             if source is None and shape == (TILE, TILE) and len(tp.names) > 1:
-                lowp.choice(*tp.key).record(kind.name, time.perf_counter() - began)
+                tp.choice.record(kind.name, time.perf_counter() - began)
 
     with single_threaded() as threads:
         workers = max(1, min(threads, len(tasks)))

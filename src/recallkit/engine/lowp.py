@@ -960,14 +960,14 @@ enough for the timing and for the tiles after it to pay for the sides' preparati
 
 
 class Choice:
-    """The fastest of several names for one key (a tile's type and width), timed as tiles run:
-    a name's first tile warms it up, its next ``SAMPLES`` are timed; then the fastest of the
+    """The fastest of several names, timed as tiles run: a name's first tile (in the process:
+    ``warm`` may be shared) warms it up, its next ``SAMPLES`` are timed; then the fastest of the
     names asked for."""
 
-    def __init__(self) -> None:
+    def __init__(self, warm: set[str] | None = None) -> None:
         self.lock = threading.Lock()
         self.times: dict[str, list[float]] = {}
-        self.warm: set[str] = set()
+        self.warm: set[str] = set() if warm is None else warm
 
     def pick(self, names: Sequence[str]) -> str:
         if len(names) == 1:
@@ -986,6 +986,9 @@ class Choice:
 
 
 CHOICES: dict[tuple, Choice] = {}
+
+
+WARM: dict[tuple, set[str]] = {}
 
 
 def choice(*key: Any) -> Choice:
@@ -1018,7 +1021,12 @@ class TilePass:
         self.lock = threading.Lock()
         self.kinds: dict[str, TileKind] = {}
         self.a32, self.b32 = qf.rows.numpy(), block.gemm.numpy()
-        self.key = ("tiles", qf.rows.dtype, qf.rows.shape[1])
+        # Each pass times its own tiles: the fastest kind depends on the data (the windows the
+        # filter leaves), not on the machine alone. The last pass's times are kept for the report.
+        key = ("tiles", qf.rows.dtype, qf.rows.shape[1])
+        self.choice = Choice(WARM.setdefault(key, set()))
+        if len(names) > 1:
+            CHOICES[key] = self.choice
 
     def kind(self, name: str) -> TileKind:
         with self.lock:
@@ -1027,7 +1035,7 @@ class TilePass:
             return self.kinds[name]
 
     def pick(self) -> TileKind:
-        return self.kind(choice(*self.key).pick(self.names))
+        return self.kind(self.choice.pick(self.names))
 
     def _build(self, name: str) -> TileKind:
         qf, block = self.qf, self.block
@@ -1120,7 +1128,7 @@ def block_holds(block: Any) -> bool:
 def precision_report(width: int) -> str:
     """What ``precision="auto"`` weighs for float32 filter rows of ``width`` on this machine:
     each kernel with why it is not used (no instructions for it, not installed, or not exact
-    in its self-check), the tile times measured so far, and the choice once made."""
+    in its self-check), and the tile times of the last pass that weighed several."""
     worth = worth_timing()
     lines = [f"CPU tiles of width {width}; precisions with instructions here: {', '.join(worth)}"]
     for kernel in KERNELS.values():
@@ -1133,7 +1141,7 @@ def precision_report(width: int) -> str:
         times = {n: min(t) for n, t in timing.times.items() if t}
     if times:
         shown = ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in sorted(times.items()))
-        lines.append(f"  best tile times so far: {shown}")
+        lines.append(f"  best tile times of the last pass that weighed them: {shown}")
     return "\n".join(lines)
 
 
