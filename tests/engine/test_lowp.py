@@ -553,3 +553,18 @@ def test_holds():
         assert not lowp.holds(x) and not lowp.holds(torch.from_numpy(x))
     with pytest.raises(ValueError, match=r"lowp\.holds"):
         lowp.prepare(np.full((1, 2), 2.0**40, np.float32), "int7")
+
+
+def test_onnxruntime_is_loaded_on_first_int8_use_only():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, numpy as np, recallkit, recallkit.engine.cpu\n"
+        "x = np.eye(8, dtype=np.float32)\n"
+        "recallkit.recall_at_k(x, x, [0] * 8, [0] * 8, (1,), query_in_reference=True)\n"
+        "print('onnxruntime' in sys.modules)\n"
+    )
+    command = [sys.executable, "-c", script]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    assert done.stdout.split()[-1] == "False"
