@@ -5,9 +5,10 @@ Prints the processor and the instructions the precision choice looks for, then p
 wall time, the ratio to the float32 GEMM floor (the same n × n similarity multiplication alone:
 torch, numpy's BLAS chunked, numpy's BLAS on row slices of one thread each; the fastest is the
 floor), the peak resident memory beyond the inputs, and whether the methods agree where their
-tie rules allow. The bfloat16 and int8 floors are the engine's own tile products
-(``lowp.tile_product`` on 1024 × 1024 tiles, one thread per tile, as the tile pass issues them),
-timed on a sample of the tiles and scaled to all of them.
+tie rules allow. The tile floors are the engine's own tile products on 1024 × 1024 tiles, one
+thread per tile, as the tile pass issues them (float32: its BLAS choice; each low-precision
+kernel of ``lowp.KERNELS`` that runs here and passes its self-check), timed on a sample of the
+tiles and scaled to all of them.
 
     uv run --frozen --no-sync --env-file tests/cpu.env python benchmarks/bench_recall.py
     uv run --frozen --no-sync --env-file tests/cpu.env \
@@ -15,10 +16,14 @@ timed on a sample of the tiles and scaled to all of them.
 
 recallkit runs with ``precision="auto"`` and with each precision given explicitly: by default
 every precision at CUB scale, and at SOP scale float32 plus the low precisions this processor
-has instructions for (``--precisions all`` times every one everywhere).
+has instructions for (``--precisions all`` times every one everywhere). After each scale the
+engine's own account of the choice is printed (``cpu.precision_report``).
 
 Data: synthetic class clusters (about 5 items per class at SOP scale, 100 classes at CUB scale),
-L2-normalised float32, evaluated leave-one-out (the test split against itself).
+L2-normalised float32, evaluated leave-one-out (the test split against itself). The noise of
+each dimension is set so that recall is a trained model's (SOP recall@1 about 0.8, CUB about
+0.65, printed in each row); SOP at d = 128 also runs a hard setting (recall@1 about 0.06:
+noise that dominates the class centres), recallkit and the floors only.
 """
 
 from __future__ import annotations
@@ -47,11 +52,14 @@ except ImportError:  # pragma: no cover - an older checkout
     engine = cpu = lowp = None
 
 SCALES = {
-    # name: (rows, classes, dims)
-    "sop": (60_502, 60_502 // 5, (512, 128)),
-    "cub": (5_924, 100, (512, 128)),
-    "small": (12_000, 2_400, (128,)),
-}
+    # name: (rows, classes, ((dim, noise, setting), ...)): the noise of each dimension gives the
+    # recall of trained models (SOP recall@1 about 0.8, CUB about 0.65); "hard" keeps a setting
+    # whose noise dominates its class centres (recallkit and the floors only).
+    "sop": (60_502, 60_502 // 5, ((512, 2.2, "trained"), (128, 1.4, "trained"),
+                                  (128, 2.2, "hard"))),
+    "cub": (5_924, 100, ((512, 3.5, "trained"), (128, 2.2, "trained"))),
+    "small": (12_000, 2_400, ((128, 1.4, "trained"),)),
+}  # fmt: skip
 KS = (1, 10, 100, 1000)
 PRECISIONS = ("float32", "bfloat16", "int8")
 
@@ -102,12 +110,16 @@ def measure(fn: Callable[[], Any]) -> tuple[Any, float, float]:
     return value, seconds, max(peak - base, 0) / 2**20
 
 
-def make_data(rows: int, classes: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def make_data(
+    rows: int, classes: int, dim: int, seed: int = 0, noise: float = 2.2
+) -> tuple[np.ndarray, np.ndarray]:
+    """Class centres (standard normal) plus ``noise`` times standard normal noise per item,
+    L2-normalised, in a random order."""
     rng = np.random.default_rng(seed)
     labels = np.sort(rng.integers(0, classes, size=rows))
     centers = rng.standard_normal((classes, dim)).astype(np.float32)
-    noise = rng.standard_normal((rows, dim)).astype(np.float32)
-    x = centers[labels] + noise * np.float32(2.2)
+    spread = rng.standard_normal((rows, dim)).astype(np.float32)
+    x = centers[labels] + spread * np.float32(noise)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     perm = rng.permutation(rows)
     return np.ascontiguousarray(x[perm]), labels[perm]
@@ -159,15 +171,33 @@ def gemm_floor_numpy_split(x: np.ndarray, rows: int) -> float:
     return checksum
 
 
-def gemm_floor_low(x: np.ndarray, precision: str, sample: int) -> tuple[float, int, int]:
-    """The n × n product in ``precision`` as the tile pass issues it: ``lowp.tile_product`` on
-    1024 × 1024 tiles, one tile per worker thread, each thread single-threaded. Times at most
-    ``sample`` tiles (spread over the matrix) and returns the time scaled to every tile, with the
-    tiles timed and the tiles in all."""
+def gemm_floor_tiles(x: np.ndarray, way: str, sample: int) -> tuple[float, int, int]:
+    """The n × n product as the tile pass issues it, on 1024 × 1024 tiles, one tile per worker
+    thread, each thread single-threaded: ``way`` "float32" (the engine's BLAS choice,
+    ``cpu.tile_scores``) or a low-precision kernel of ``lowp.KERNELS`` (its sides prepared
+    first, not timed). Times at most ``sample`` tiles (spread over the matrix) and returns the
+    time scaled to every tile, with the tiles timed and the tiles in all."""
     from concurrent.futures import ThreadPoolExecutor
 
-    side = lowp.prepare(x, precision)
+    from recallkit.engine import filters
+
     n, tile = len(x), cpu.TILE
+    if way == "float32":
+        rows = torch.from_numpy(x)
+        qf = filters.QueryFilter(rows, torch.ones(n, dtype=torch.float64), torch.ones(n))
+        block = engine.make_block(rows, 0, "bench", "cosine", torch.device("cpu"), torch.float32)
+
+        def compute(out, a, b):
+            cpu.tile_scores(qf, block, a, b, out)
+    else:
+        kernel = lowp.KERNELS[way]
+        left, right = lowp.prepare(x, kernel.a_form), lowp.prepare(x, kernel.b_form)
+
+        def compute(out, a, b):
+            r, c = out.shape
+            lowp.tile_product(left, right, out, (a, a + r), (b, b + c), scaled=False,
+                              kernel=kernel)  # fmt: skip
+
     starts = range(0, n, tile)
     every = [(a, b) for a in starts for b in starts]
     step = max(1, len(every) // sample)
@@ -178,7 +208,7 @@ def gemm_floor_low(x: np.ndarray, precision: str, sample: int) -> tuple[float, i
     def product(job: tuple[int, tuple[int, int]]) -> None:
         slot, (a, b) = job
         rows, cols = min(tile, n - a), min(tile, n - b)
-        lowp.tile_product(side, side, buffers[slot][:rows, :cols], (a, a + rows), (b, b + cols))
+        compute(buffers[slot][:rows, :cols], a, b)
 
     with cpu.single_threaded(), ThreadPoolExecutor(workers) as pool:
         list(pool.map(product, [(i % workers, t) for i, t in enumerate(timed[:workers])]))
@@ -223,8 +253,8 @@ def naive_recall(x: np.ndarray, labels: np.ndarray, ks: tuple[int, ...]) -> dict
 
 def run_scale(name: str, with_naive: bool, precisions: tuple[str, ...], sample: int) -> None:
     rows, classes, dims = SCALES[name]
-    for dim in dims:
-        run_dim(name, rows, classes, dim, with_naive, precisions, sample)
+    for dim, noise, setting in dims:
+        run_dim(name, rows, classes, dim, with_naive, precisions, sample, noise, setting)
         gc.collect()
 
 
@@ -236,15 +266,17 @@ def run_dim(
     with_naive: bool,
     precisions: tuple[str, ...],
     sample: int,
+    noise: float = 2.2,
+    setting: str = "trained",
 ) -> None:
-    x, labels = make_data(rows, classes, dim)
+    x, labels = make_data(rows, classes, dim, noise=noise)
     xt = torch.from_numpy(x)
     space = engine.prepare(xt, xt, recallkit.Options(), "bench")
     chunk = engine.chunk_rows(space, None)
     del space
     print(
-        f"\n== {name}: {rows:,} x {rows:,} leave-one-out, d={dim}, {classes:,} classes, "
-        f"ks={KS}, chunk={chunk} rows, {torch.get_num_threads()} threads =="
+        f"\n== {name}: {rows:,} x {rows:,} leave-one-out, d={dim}, {classes:,} classes, noise "
+        f"{noise} ({setting}), ks={KS}, chunk={chunk} rows, {torch.get_num_threads()} threads =="
     )
     print(f"{'method':<52}{'time s':>9}{'x floor':>9}{'peak GiB':>10}  result")
     results: dict[str, Any] = {}
@@ -265,12 +297,18 @@ def run_dim(
     row("GEMM floor float32, numpy BLAS (chunked)", lambda: gemm_floor_numpy(x, chunk))
     row("GEMM floor float32, numpy (row-split threads)", lambda: gemm_floor_numpy_split(x, chunk))
     floor = min(timings.values())
-    low_floors = {}
-    for precision in ("bfloat16", "int8"):
-        seconds, timed, total = gemm_floor_low(x, precision, sample)
-        low_floors[precision] = seconds
-        label = f"GEMM floor {precision}, 1024² tiles ({timed}/{total} timed)"
-        print(f"{label:<52}{seconds:9.2f}{seconds / floor:9.2f}{'':>10}  scaled", flush=True)
+    low_floors = {}  # on the tile shape, float32's first: the ratios below are to it
+    weighed = [k.name for p in lowp.worth_timing()[1:] for k in lowp.kernels_for(p)]
+    for way in ("float32", *weighed):  # the kernels precision="auto" weighs here
+        if way != "float32" and lowp.usable(lowp.KERNELS[way], dim) is not None:
+            print(f"GEMM floor {way}: {lowp.usable(lowp.KERNELS[way], dim)}")
+            continue
+        seconds, timed, total = gemm_floor_tiles(x, way, sample)
+        low_floors[way] = seconds
+        label = f"GEMM floor {way}, 1024² tiles ({timed}/{total} timed)"
+        ratio = seconds / low_floors["float32"]
+        print(f"{label:<52}{seconds:9.2f}{seconds / floor:9.2f}{'':>10}  scaled; "
+              f"{ratio:.2f} x float32's tiles", flush=True)  # fmt: skip
 
     def recall(precision: str) -> dict[str, float]:
         result = recallkit.recall_at_k(
@@ -285,6 +323,10 @@ def run_dim(
             f"recallkit.recall_at_k precision={precision}", partial(recall, precision), floor
         )
         agree.append(value == rk)
+    if setting == "hard":  # recallkit and the floors only
+        print(f"every precision gives the same values: {all(agree)}")
+        print(cpu.precision_report(dim))
+        return
     rk_map = row(
         "recallkit.map_at_r",
         lambda: float(recallkit.map_at_r(xt, xt, labels, labels, query_in_reference=True)),
@@ -345,15 +387,20 @@ def run_dim(
     per_precision = "; ".join(
         f"{p} {timings[f'recallkit.recall_at_k precision={p}'] / floor:.3f}" for p in precisions
     )
+    tiles = ", ".join(f"{w} {t / low_floors['float32']:.2f}" for w, t in low_floors.items())
+    pml_map_t = timings["PML AccuracyCalculator MAP@R (max_bin_count)"]
     print(
         f"recall@K (auto) / float32 floor = {rk_t / floor:.3f} ({per_precision}); "
-        f"floors / float32: bfloat16 {low_floors['bfloat16'] / floor:.2f}, "
-        f"int8 {low_floors['int8'] / floor:.2f}; recall@K / faiss = "
+        f"tile floors / float32's tiles: {tiles}; recall@K / faiss = "
         f"{rk_t / timings[f'faiss IndexFlatIP k={max(KS) + 1}']:.3f}; MAP@R / recall@K = "
         f"{timings['recallkit.map_at_r'] / rk_t:.3f}; R-precision / recall@K = "
         f"{timings['recallkit.r_precision'] / rk_t:.3f}; three metrics in one pass / MAP@R = "
-        f"{one_pass / timings['recallkit.map_at_r']:.3f}"
+        f"{one_pass / timings['recallkit.map_at_r']:.3f}; MAP@R / PML MAP@R = "
+        f"{timings['recallkit.map_at_r'] / pml_map_t:.3f}"
+        f"; recall@K / PML p@1 = "
+        f"{rk_t / timings['PML AccuracyCalculator precision_at_1']:.3f}"
     )
+    print(cpu.precision_report(dim))
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from recallkit import (
     nearest_neighbors,
     recall_at_k,
 )
-from recallkit.engine import cpu, device
+from recallkit.engine import cpu, device, protocol
 from recallkit.engine.space import DEVICE_BYTES_PER_SCORE as MASKS
 from recallkit.options import Options
 from tests import brute
@@ -189,13 +189,14 @@ def test_overflowing_capacities_are_computed_again_exactly(torch_path, monkeypat
     monkeypatch.setattr(device, "TOP_EXTRA", 0)
     monkeypatch.setattr(device.Capacities, "record", lambda self, site, found, rows: None)
     modes = collections.Counter()
-    compact = device._compact
+    compact = device.compact
 
     def counting_compact(mask, caps, site):
         modes["exact sizes" if caps.learning else "capacity"] += 1
         return compact(mask, caps, site)
 
-    monkeypatch.setattr(device, "_compact", counting_compact)
+    monkeypatch.setattr(device, "compact", counting_compact)
+    monkeypatch.setattr(protocol, "compact", counting_compact)
     for precision in ("float32", "bfloat16"):
         _assert_expected(_calls(x, labels, coarse, targets, 37, precision), expected)
     assert modes["exact sizes"] > 0 and modes["capacity"] > 0

@@ -305,3 +305,56 @@ def test_no_floating_point_warning_at_extreme_magnitudes(dtype, metric):
         warnings.simplefilter("error")
         recall_at_k(query, reference, q_labels, r_labels, ks=(1,), metric=metric)
         nearest_neighbors(query, reference, 5, metric=metric)
+
+
+# ----------------------------------------------------------------------------------------------
+# Every precision accepts what float32 accepts, with the same values.
+
+LOW = ("bfloat16", "int8")
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_every_precision_ranks_every_magnitude_as_the_definition(metric):
+    """The CPU's low-precision filters (whose scaling cannot hold every row: those rows run in
+    float32) give the definition's values at every entry point: the label form, the ground-truth
+    form and nearest neighbours."""
+    from recallkit import retrieval_metrics
+
+    query, reference, q_labels, r_labels = _case(0, np.float32, metric)
+    s = exact_scores(query, reference, metric)
+    hits = first_hits(s, q_labels, r_labels)
+    targets = np.arange(len(query)) * 3 % len(reference)
+    want_gt = gt_ranks(s, targets)
+    want_index = np.array([order(row)[:6] for row in s])
+    for precision in LOW:
+        for chunk in (None, 2):
+            options = dict(metric=metric, chunk_size=chunk, precision=precision)
+            where = f"{precision}, chunk_size {chunk}"
+            result = retrieval_metrics(query, reference, q_labels, r_labels, ["recall@1"],
+                                       **options)  # fmt: skip
+            assert result.first_hit_ranks.tolist() == hits, where
+            index, score = nearest_neighbors(query, reference, 6, **options)
+            np.testing.assert_array_equal(index, want_index, err_msg=where)
+            np.testing.assert_array_equal(score, np.take_along_axis(s, want_index, axis=1))
+            ranks = ground_truth_ranks_from_embeddings(query, reference, targets, **options)
+            assert ranks.tolist() == want_gt, where
+
+
+@pytest.mark.parametrize("precision", ("float32", *LOW))
+def test_euclidean_query_of_norm_2e_minus_19_in_every_precision(precision):
+    # Its euclidean filter row carries -c/s with c near 2**62 (the query's scale): beyond what
+    # a low-precision side holds, so that row's filter runs in float32; the ranks are the
+    # definition's in every precision.
+    rng = np.random.default_rng(19)
+    reference = rng.standard_normal((40, 8)).astype(np.float32)
+    query = rng.standard_normal((3, 8))
+    query = (query / np.linalg.norm(query, axis=1, keepdims=True) * 2e-19).astype(np.float32)
+    s = exact_scores(query, reference, "euclidean")
+    want = np.array([order(row) for row in s])
+    options = dict(metric="euclidean", precision=precision)
+    index, score = nearest_neighbors(query, reference, 40, **options)
+    np.testing.assert_array_equal(index, want)
+    np.testing.assert_array_equal(score, np.take_along_axis(s, want, axis=1))
+    targets = np.array([5, 17, 33])
+    ranks = ground_truth_ranks_from_embeddings(query, reference, targets, **options)
+    assert ranks.tolist() == gt_ranks(s, targets)

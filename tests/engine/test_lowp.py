@@ -393,7 +393,7 @@ def test_invalid_inputs_are_refused():
         lowp.prepare_bf16(x.astype(np.float64))
     with pytest.raises(ValueError):
         lowp.prepare(x, "float16")
-    with pytest.raises(TypeError):
+    with pytest.raises((TypeError, ValueError)):
         lowp.tile_product(lowp.prepare_int8(x), lowp.prepare_bf16(x), np.empty((2, 2), np.float32))
     with pytest.raises(ValueError):
         lowp.tile_product(
@@ -427,24 +427,25 @@ def test_worth_timing_follows_the_flags():
     expect = ["float32"]
     if flags & {"avx512_bf16", "amx_bf16"}:
         expect.append("bfloat16")
-    if flags & {"avx512_vnni", "avx_vnni", "amx_int8"}:
-        expect.append("int8")
+    if flags & {"avx2", "asimddp", "i8mm", "avx512_vnni", "avx_vnni", "amx_int8"}:
+        expect.append("int8")  # ONNX Runtime's kernels (AVX2 and up), torch's (VNNI, AMX)
     assert lowp.worth_timing() == tuple(expect)
-    if not flags & {"avx512_bf16", "amx_bf16", "avx512_vnni", "avx_vnni", "amx_int8"}:
-        assert lowp.worth_timing() == ("float32",)  # this machine (AVX2 only)
     assert lowp.worth_timing(frozenset({"amx_bf16", "amx_int8"})) == ("float32", "bfloat16", "int8")
-    assert lowp.worth_timing(frozenset({"avx_vnni"})) == ("float32", "int8")
+    assert lowp.worth_timing(frozenset({"avx2"})) == ("float32", "int8")
+    assert lowp.worth_timing(frozenset({"sse4_2"})) == ("float32",)
     assert lowp.worth_timing(frozenset()) == ("float32",)
+    assert [k.name for k in lowp.kernels_for("int8", frozenset({"avx2"}))] == ["onnxruntime"]
 
 
-@pytest.mark.parametrize("precision", LOW)
+@pytest.mark.parametrize("precision", ["bfloat16", "torch-int8"])
 def test_verify_passes_here_and_catches_a_weaker_arithmetic(precision, monkeypatch):
-    assert lowp.verify(precision, widths=(1, 63, 257))
+    kernel = lowp.KERNELS.get(precision, precision)
+    assert lowp.verify(kernel, widths=(1, 63, 257))
     if precision == "bfloat16":  # a bound assuming output rounding to 9 bits is caught
         monkeypatch.setattr(lowp, "BF16_UNIT", 2.0**-9)
     else:  # and a bound half as large
         monkeypatch.setattr(lowp, "_round_up", lambda v: v * 0.5)
-    assert not lowp.verify(precision, widths=(257,))
+    assert not lowp.verify(kernel, widths=(257,))
 
 
 def test_probe_rate():
@@ -461,3 +462,109 @@ def test_window_ratio():
     assert lowp.window_ratio(np.array([0.5, 1.5]), np.array([0.25, 0.25])) == 4.0
     assert lowp.window_ratio(np.zeros(2), np.zeros(2)) == 1.0
     assert lowp.window_ratio(np.ones(2), np.zeros(2)) == math.inf
+
+
+# --------------------------------------------------------------------------------------------
+# int7 × int8 through ONNX Runtime, and the self-check that guards every int8 kernel
+
+
+ORT = lowp.KERNELS["onnxruntime"]
+needs_ort = pytest.mark.skipif(ORT.available() is not None, reason="onnxruntime not installed")
+
+
+def test_int7_codes_and_scales():
+    """``int7``: codes in [-63, 63] stored plus 64 (never above 127: no pair of ``u8 × s8``
+    products can saturate an int16), the smallest power-of-two scale with max|x| <= 63 s."""
+    x = np.array([[63 * 2.0**-7, -0.1, 0.0], [1.0, 0.5, -1.0], [0.0, 0.0, 0.0]], np.float32)
+    side = lowp.prepare(x, "int7")
+    assert side.codes.dtype == torch.uint8 and int(side.codes.max()) <= 127
+    assert side.scale.tolist() == [2.0**-7, 2.0**-5, 2.0**-100]  # 63 · 2^-6 < 1 <= 63 · 2^-5
+    assert side.values().tolist() == [[63, -13, 0], [32, 16, -32], [0, 0, 0]]  # rint(-12.8)
+    assert np.array_equal(side.dequantised(), side.values() * side.scale[:, None])
+
+
+@needs_ort
+@pytest.mark.parametrize("w", (1, 7, 128, 513))
+def test_onnxruntime_tiles_are_exact_and_within_the_bound(w):
+    rng = np.random.default_rng(w)
+    x, y = unit_rows(rng, 37, w), unit_rows(rng, 45, w)
+    a, b = lowp.prepare(x, "int7"), lowp.prepare(y, "int8")
+    tile = lowp.tile_product(a, b, np.empty((37, 45), np.float32), kernel=ORT)
+    v = a.values() @ b.values().T  # the exact integer product, then the two exact scalings
+    want = (v.astype(np.float32) * b.scale32[None, :]) * a.scale32[:, None]
+    assert np.array_equal(tile, want)
+    eps = lowp.row_bounds(a, b)
+    ref, ref_err = exact_dots(x, y)
+    assert np.all(np.abs(tile - ref) <= eps[:, None] - ref_err)
+    assert lowp.usable(ORT, w) is None
+
+
+class _ShiftedPairs(lowp.Kernel):
+    """A kernel as some int8 libraries run it on AVX2: the signed codes of the left side shifted
+    by 128 to make them unsigned, each pair of adjacent ``u8 × s8`` products summed in a
+    saturating int16 (``vpmaddubsw``), the shift taken off again with the right side's sums."""
+
+    name = "shifted-pairs"
+    a_form, b_form = "int7", "int8"
+
+    def product(self, a, b, out, a0, a1, b0, b1):
+        shifted = a.values()[a0:a1] + 128  # 65..191: pairs reach 2 · 191 · 127 > 32767
+        right = b.values()[b0:b1]
+        w = shifted.shape[1] + shifted.shape[1] % 2
+        left = np.zeros((shifted.shape[0], w), np.int64)
+        left[:, : shifted.shape[1]] = shifted
+        other = np.zeros((right.shape[0], w), np.int64)
+        other[:, : right.shape[1]] = right
+        pairs = (
+            left[:, None, 0::2] * other[None, :, 0::2] + left[:, None, 1::2] * other[None, :, 1::2]
+        )
+        total = np.clip(pairs, -32768, 32767).sum(axis=2) - 128 * right.sum(axis=1)[None, :]
+        out[...] = total.astype(np.float32) * b.scale32[b0:b1][None, :]
+
+
+def test_the_self_check_refuses_a_saturating_kernel_and_auto_says_why():
+    kernel = _ShiftedPairs()
+    rng = np.random.default_rng(3)
+    small = lowp.prepare(unit_rows(rng, 8, 16) * np.float32(0.05), "int7")  # small codes: exact
+    right = lowp.prepare(unit_rows(rng, 8, 16), "int8")
+    out = np.empty((8, 8), np.float32)
+    kernel.product(small, right, out, 0, 8, 0, 8)  # exact where no pair saturates
+    exact = small.values() @ right.values().T
+    assert np.array_equal(out, exact.astype(np.float32) * right.scale32[None, :])
+    reason = lowp.check_int8(kernel, 64)
+    assert reason is not None and "differ from the exact product" in reason
+    assert lowp.check_int8(ORT, 64) is None if ORT.available() is None else True
+    lowp.KERNELS[kernel.name] = kernel
+    try:
+        assert "not exact" in lowp.usable(kernel, 64)
+        from recallkit.engine import cpu
+
+        report = cpu.precision_report(64)
+        assert "shifted-pairs (int8): not exact" in report
+    finally:
+        del lowp.KERNELS[kernel.name]
+
+
+def test_holds():
+    assert lowp.holds(np.ones((2, 3), np.float32)) and lowp.holds(torch.ones(0, 3))
+    for bad in (2.0**32, np.inf, np.nan, -(2.0**33)):
+        x = np.zeros((2, 3), np.float32)
+        x[1, 2] = bad
+        assert not lowp.holds(x) and not lowp.holds(torch.from_numpy(x))
+    with pytest.raises(ValueError, match=r"lowp\.holds"):
+        lowp.prepare(np.full((1, 2), 2.0**40, np.float32), "int7")
+
+
+def test_onnxruntime_is_loaded_on_first_int8_use_only():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, numpy as np, recallkit, recallkit.engine.cpu\n"
+        "x = np.eye(8, dtype=np.float32)\n"
+        "recallkit.recall_at_k(x, x, [0] * 8, [0] * 8, (1,), query_in_reference=True)\n"
+        "print('onnxruntime' in sys.modules)\n"
+    )
+    command = [sys.executable, "-c", script]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    assert done.stdout.split()[-1] == "False"

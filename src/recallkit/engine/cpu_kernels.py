@@ -18,6 +18,12 @@ matches nothing.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
 import numba
 import numpy as np
 import torch
@@ -447,18 +453,61 @@ def mask_ranges(tile, row0, col0, lo, hi, members):  # pragma: no cover - compil
             p += 1
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False, fastmath=True)
+def _dot32(x, y):  # pragma: no cover - compiled
+    """float32 dot product in any order (SIMD): within the float32 filter's bound."""
+    s = np.float32(0.0)
+    for k in range(x.shape[0]):
+        s += x[k] * y[k]
+    return s
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _down32(x):  # pragma: no cover - compiled
+    """``x`` (float64) rounded down to float32, at least float32's lowest finite value."""
+    y = np.float32(x)
+    if np.float64(y) > x:
+        y = np.nextafter(y, np.float32(-np.inf))
+    if y < np.float32(-3.4028234663852886e38):
+        y = np.float32(-3.4028234663852886e38)
+    return y
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _up32(x):  # pragma: no cover - compiled
+    """``x`` (float64) rounded up to float32."""
+    y = np.float32(x)
+    if np.float64(y) < x:
+        y = np.nextafter(y, np.float32(np.inf))
+    return y
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _classify(f, low, high):  # pragma: no cover - compiled
+    """A cascade item's float32 score against its float32 window: 1 above, 0 inside, -1 below."""
+    if f > high:
+        return 1
+    return 0 if f >= low else -1
+
+
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def window_rows(tile, row0, col0, lo, hi, cap, above, count, index):  # pragma: no cover
+def window_rows(
+    tile, rs, row0, col0, lo, hi, cap, above, count, index, cascade, a32, b32, lo32, hi32
+):  # pragma: no cover
     """:func:`window` over one tile, accumulated into ``above``/``count``/``index`` (``(n, g)``,
-    ``(n, g)``, ``(n, g, cap)``)."""
+    ``(n, g)``, ``(n, g, cap)``). Row ``i`` of the tile is worth ``rs[i]`` times its values (a
+    power of two; the thresholds are divided by it, rounded outwards). With ``cascade``, the tile
+    is a low-precision filter: each item inside ``[lo, hi]`` is scored in float32 at once
+    (``a32[row] · b32[col]``) and counted above, kept or dropped by ``[lo32, hi32]``."""
     rows, width = tile.shape
     slots = lo.shape[1]
     for i in range(rows):
         r = row0 + i
         row = tile[i]
+        scale = np.float64(rs[i])
         for t in range(slots):
-            low = lo[r, t]
-            high = hi[r, t]
+            low = _down32(np.float64(lo[r, t]) / scale)
+            high = _up32(np.float64(hi[r, t]) / scale)
             at_least = 0
             over = 0
             for j in range(width):
@@ -480,6 +529,11 @@ def window_rows(tile, row0, col0, lo, hi, cap, above, count, index):  # pragma: 
                 for j in range(b, end):
                     s = row[j]
                     if s >= low and s <= high:
+                        if cascade:
+                            side = _classify(_dot32(a32[r], b32[col0 + j]), lo32[r, t], hi32[r, t])
+                            if side != 0:
+                                above[r, t] += side > 0
+                                continue
                         if n < cap:
                             index[r, t, n] = col0 + j
                         n += 1
@@ -487,27 +541,45 @@ def window_rows(tile, row0, col0, lo, hi, cap, above, count, index):  # pragma: 
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def window_cols(tile, row0, col0, lo, hi, cap, above, count, index):  # pragma: no cover
+def window_cols(
+    tile, rs, row0, col0, lo, hi, cap, above, count, index, cascade, a32, b32, lo32, hi32
+):  # pragma: no cover
     """:func:`window_rows` of the transposed tile, one slot (``lo``/``hi``/``above``/``count``
-    of shape ``(n,)``, ``index`` ``(n, cap)``)."""
+    of shape ``(n,)``, ``index`` ``(n, cap)``): tile row ``i`` times ``rs[i]`` is the score of
+    item ``row0 + i`` for the rows ``col0 + j``."""
     rows, width = tile.shape
     low = lo[col0 : col0 + width]
     high = hi[col0 : col0 + width]
     acc = above[col0 : col0 + width]
     for i in range(rows):
         row = tile[i]
-        at_least = 0
-        over = 0
+        scale = rs[i]
+        inside = 0
         for j in range(width):
-            a = row[j] > high[j]
+            s = row[j] * scale
+            a = s > high[j]
             acc[j] += a
-            over += a
-            at_least += row[j] >= low[j]
-        if at_least > over:
-            for j in range(width):
-                s = row[j]
+            inside += (s >= low[j]) & ~a
+        for b in range(0, width, _BLOCK):
+            if inside <= 0:
+                break
+            end = min(b + _BLOCK, width)
+            found = 0
+            for j in range(b, end):
+                s = row[j] * scale
+                found += (s >= low[j]) & (s <= high[j])
+            if found == 0:
+                continue
+            inside -= found
+            for j in range(b, end):
+                s = row[j] * scale
                 if s >= low[j] and s <= high[j]:
                     r = col0 + j
+                    if cascade:
+                        side = _classify(_dot32(a32[r], b32[row0 + i]), lo32[r], hi32[r])
+                        if side != 0:
+                            acc[j] += side > 0
+                            continue
                     n = count[r]
                     if n < cap:
                         index[r, n] = row0 + i
@@ -521,7 +593,7 @@ def _offer(
     """Offer item ``col`` with filter score ``s`` to row ``r``'s running top-k: a min-heap of
     the ``ks[r]`` best scores and a buffer of every item within ``slack[r]`` of its root (the
     root only rises, so nothing dropped could be needed later; ``floor`` may start higher, at a
-    known lower bound of the k-th score). ``floor`` has the tile's type:
+    known lower bound of the k-th score). ``floor`` has the scores' type:
     its rounding is far below the slack's margin over the final ``2 eps``. A full buffer is
     compacted; one that stays over half full marks the row in ``over`` (the caller recomputes
     it)."""
@@ -540,7 +612,7 @@ def _offer(
                 break
         size[r] = n + 1
         if n + 1 == k:
-            f = np.float64(h[0]) - slack[r]  # rounded to the tile's type
+            f = np.float64(h[0]) - slack[r]  # rounded to the scores' type
             if f > floor[r]:
                 floor[r] = f
     elif s > h[0]:
@@ -569,59 +641,6 @@ def _offer(
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def top_rows(
-    tile, row0, col0, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
-):  # pragma: no cover
-    """Running top-k candidates (:func:`_offer`) of the tile's rows."""
-    rows, width = tile.shape
-    for i in range(rows):
-        r = row0 + i
-        if ks[r] <= 0 or over[r]:
-            continue
-        row = tile[i]
-        start = floor[r]
-        hits = 0
-        for j in range(width):
-            hits += row[j] >= start
-        j = 0
-        while hits > 0 and j < width:  # the floor only rises: at most ``hits`` items to offer
-            s = row[j]
-            if s >= start:
-                hits -= 1
-                if s > -np.inf and s >= floor[r] and not over[r]:
-                    _offer(
-                        r, s, col0 + j, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
-                    )
-            j += 1
-
-
-@numba.njit(nogil=True, cache=True, boundscheck=False)
-def top_cols(
-    tile, row0, col0, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
-):  # pragma: no cover
-    """:func:`top_rows` of the transposed tile."""
-    rows, width = tile.shape
-    start = floor[col0 : col0 + width].copy()
-    for i in range(rows):
-        row = tile[i]
-        hits = 0
-        for j in range(width):
-            hits += row[j] >= start[j]
-        j = 0
-        while hits > 0 and j < width:
-            s = row[j]
-            if s >= start[j]:
-                hits -= 1
-                r = col0 + j
-                if s > -np.inf and s >= floor[r] and not over[r]:
-                    _offer(
-                        r, s, row0 + i, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
-                    )
-                    start[j] = floor[r]
-            j += 1
-
-
-@numba.njit(nogil=True, cache=True, boundscheck=False)
 def _compact(r, k, slack, floor, buf_col, buf_score, fill, over):  # pragma: no cover - compiled
     """Row ``r``'s full buffer: raise its floor to the buffer's k-th best score minus the slack
     (the k-th best of all items seen can only be higher) and drop what lies below. A buffer
@@ -631,7 +650,7 @@ def _compact(r, k, slack, floor, buf_col, buf_score, fill, over):  # pragma: no 
     if n >= k:
         values = buf_score[r, :n].copy()
         kth = np.partition(values, n - k)[n - k]
-        f = np.float64(kth) - slack[r]  # rounded to the tile's type
+        f = np.float64(kth) - slack[r]  # rounded to the scores' type
         if f > floor[r]:
             floor[r] = f
     kept = 0
@@ -645,77 +664,135 @@ def _compact(r, k, slack, floor, buf_col, buf_score, fill, over):  # pragma: no 
         over[r] = True
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
-def reservoir_rows(
-    tile, row0, col0, ks, slack, floor, buf_col, buf_score, fill, over
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _keep(
+    r, s, col, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
 ):  # pragma: no cover
-    """Running top-k candidates of the tile's rows for a large k (a reservoir, as faiss's):
-    every item at or above the row's ``floor`` is kept in its buffer; a full buffer raises the
-    floor to its k-th best score minus ``slack`` and drops what lies below (:func:`_compact`).
-    The floor only rises, and stays below the k-th best score of all items seen, so nothing
-    dropped could be needed later; it may start higher, at a known lower bound of the k-th
-    score. ``floor`` has the tile's type: its rounding is far below the slack's margin over the
-    final ``2 eps``."""
+    """Offer ``(col, s)`` to row ``r``: its heap (:func:`_offer`, ``heap`` not empty) or its
+    reservoir (every item at or above the floor; a full one compacted, :func:`_compact`)."""
+    if heap.shape[1] > 0:
+        _offer(r, s, col, ks, slack, heap, size, floor, buf_col, buf_score, fill, over)
+        return
+    if fill[r] == buf_col.shape[1]:
+        _compact(r, ks[r], slack, floor, buf_col, buf_score, fill, over)
+        if over[r] or s < floor[r]:
+            return
+    buf_col[r, fill[r]] = col
+    buf_score[r, fill[r]] = s
+    fill[r] += 1
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def top_rows(
+    tile,
+    rs,
+    row0,
+    col0,
+    ks,
+    slack,
+    margin,
+    heap,
+    size,
+    floor,
+    buf_col,
+    buf_score,
+    fill,
+    over,
+    cascade,
+    a32,
+    b32,
+):  # pragma: no cover
+    """Running top-k candidates of the tile's rows (row ``i`` worth ``rs[i]`` times its values):
+    a heap per row (``heap`` not empty, :func:`_offer`) or a reservoir (as faiss's: every item at
+    or above the row's ``floor``, compacted at its k-th best minus ``slack`` when full). The floor
+    only rises and stays below the k-th best score of all items seen, so nothing dropped could be
+    needed later; it may start higher, at a known lower bound of the k-th score. With
+    ``cascade`` the tile is a low-precision filter: items within ``margin`` of the floor are
+    scored in float32 at once, and the float32 scores are what the heap and buffer hold."""
     rows, width = tile.shape
-    cap = buf_col.shape[1]
     for i in range(rows):
         r = row0 + i
-        k = ks[r]
-        if k <= 0 or over[r]:
+        if ks[r] <= 0 or over[r]:
             continue
         row = tile[i]
-        start = floor[r]
+        scale = np.float64(rs[i])
+        start = _down32((np.float64(floor[r]) - margin[r]) / scale)
         hits = 0
         for j in range(width):
             hits += row[j] >= start
-        j = 0
-        while hits > 0 and j < width:  # the floor only rises: at most ``hits`` items to keep
-            s = row[j]
-            if s >= start:
-                hits -= 1
-                if s > -np.inf and s >= floor[r]:
-                    if fill[r] == cap:
-                        _compact(r, k, slack, floor, buf_col, buf_score, fill, over)
-                        if over[r]:
-                            break
-                        if s < floor[r]:
-                            j += 1
-                            continue
-                    buf_col[r, fill[r]] = col0 + j
-                    buf_score[r, fill[r]] = s
-                    fill[r] += 1
-            j += 1
+        for b in range(0, width, _BLOCK):  # the floor only rises: at most ``hits`` to offer
+            if hits <= 0 or over[r]:
+                break
+            end = min(b + _BLOCK, width)
+            found = 0
+            for j in range(b, end):
+                found += row[j] >= start
+            if found == 0:
+                continue
+            hits -= found
+            for j in range(b, end):
+                t = row[j]
+                if t >= start and t > -np.inf and not over[r]:
+                    s = _dot32(a32[r], b32[col0 + j]) if cascade else t * rs[i]
+                    if s >= floor[r]:
+                        _keep(r, s, col0 + j, ks, slack, heap, size, floor, buf_col, buf_score,
+                              fill, over)  # fmt: skip
+            start = _down32((np.float64(floor[r]) - margin[r]) / scale)
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def reservoir_cols(
-    tile, row0, col0, ks, slack, floor, buf_col, buf_score, fill, over
+def top_cols(
+    tile,
+    rs,
+    row0,
+    col0,
+    ks,
+    slack,
+    margin,
+    heap,
+    size,
+    floor,
+    buf_col,
+    buf_score,
+    fill,
+    over,
+    cascade,
+    a32,
+    b32,
 ):  # pragma: no cover
-    """:func:`reservoir_rows` of the transposed tile."""
+    """:func:`top_rows` of the transposed tile (tile row ``i`` worth ``rs[i]`` times its values,
+    the scores of item ``row0 + i`` for the rows ``col0 + j``)."""
     rows, width = tile.shape
-    cap = buf_col.shape[1]
-    start = floor[col0 : col0 + width].copy()
+    start = np.empty(width, dtype=tile.dtype)
+    for j in range(width):
+        r = col0 + j
+        start[j] = _down32(np.float64(floor[r]) - margin[r]) if ks[r] > 0 else np.inf
     for i in range(rows):
         row = tile[i]
+        scale = rs[i]
         hits = 0
         for j in range(width):
-            hits += row[j] >= start[j]
-        j = 0
-        while hits > 0 and j < width:
-            s = row[j]
-            if s >= start[j]:
-                hits -= 1
+            hits += row[j] * scale >= start[j]
+        for b in range(0, width, _BLOCK):
+            if hits <= 0:
+                break
+            end = min(b + _BLOCK, width)
+            found = 0
+            for j in range(b, end):
+                found += row[j] * scale >= start[j]
+            if found == 0:
+                continue
+            hits -= found
+            for j in range(b, end):
+                s = row[j] * scale
                 r = col0 + j
-                k = ks[r]
-                if k > 0 and not over[r] and s > -np.inf and s >= floor[r]:
-                    if fill[r] == cap:
-                        _compact(r, k, slack, floor, buf_col, buf_score, fill, over)
-                        start[j] = floor[r]
-                    if not over[r] and s >= floor[r]:
-                        buf_col[r, fill[r]] = row0 + i
-                        buf_score[r, fill[r]] = s
-                        fill[r] += 1
-            j += 1
+                if s >= start[j] and s > -np.inf and not over[r]:
+                    if cascade:
+                        s = _dot32(a32[r], b32[row0 + i])
+                    if s >= floor[r]:
+                        _keep(r, s, row0 + i, ks, slack, heap, size, floor, buf_col, buf_score,
+                              fill, over)  # fmt: skip
+                        start[j] = _down32(np.float64(floor[r]) - margin[r])
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
@@ -823,3 +900,99 @@ def segment_kth(rows: np.ndarray, values: np.ndarray, ks: np.ndarray) -> np.ndar
     out = np.empty(c, dtype=np.float64)
     _segment_kth_numba(starts, values.astype(np.float64), np.ascontiguousarray(ks, np.int64), out)
     return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Threads: single-threaded BLAS and torch inside the workers, one limit for concurrent calls.
+
+POOLS: dict[int, ThreadPoolExecutor] = {}
+_CONTROLLER: list[Any] = []
+_LIMIT_LOCK = threading.Lock()
+_CONTROLLER_LOCK = threading.Lock()
+LIMIT_STATE: dict[str, Any] = {"users": 0, "keeper": None}
+
+
+def _blas_controller() -> Any:
+    """One ``threadpoolctl`` controller per process (building it scans the loaded libraries)."""
+    with _CONTROLLER_LOCK:
+        if not _CONTROLLER:
+            from threadpoolctl import ThreadpoolController
+
+            _CONTROLLER.append(ThreadpoolController())
+        return _CONTROLLER[0]
+
+
+class _BlasLimit:
+    """The process-wide BLAS limit of one thread, held by a thread of its own.
+
+    OpenBLAS with pthreads has one thread pool per process, and threadpoolctl lets one thread
+    at a time change it: the first to set a limit, until that thread's limit block ends. So the
+    limit is taken and given back inside one ``with`` block of one thread, whichever calls
+    start and end it."""
+
+    def __init__(self) -> None:
+        self.held = threading.Event()
+        self.release = threading.Event()
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._hold, name="recallkit-blas-limit")
+        self.thread.start()
+        self.held.wait()
+        if self.error is not None:
+            self.thread.join()
+            raise self.error
+
+    def _hold(self) -> None:
+        try:
+            with _blas_controller().limit(limits=1, user_api="blas"):
+                self.held.set()
+                self.release.wait()
+        except BaseException as error:  # reported in the thread that took the limit
+            self.error = error
+            self.held.set()
+
+    def restore(self) -> None:
+        """Give the limit back (the original settings are restored when this returns)."""
+        self.release.set()
+        self.thread.join()
+
+
+@contextlib.contextmanager
+def single_threaded() -> Iterator[int]:
+    """BLAS limited to one thread while any call of the process runs its tiles; yields the
+    calling thread's torch thread count (the number of workers to use).
+
+    The BLAS limit is process-wide (OpenBLAS's thread pool is the process's): the first call in
+    takes it, the last one out gives it back (:class:`_BlasLimit`). torch's and OpenMP's thread
+    counts are per thread: the workers set their own (:func:`_one_thread_worker`) and no
+    calling thread's is touched, nor torch's default for new threads. Calls from several
+    Python threads, in any order of entry and exit, leave every setting as they found it."""
+    with _LIMIT_LOCK:
+        if LIMIT_STATE["users"] == 0:
+            LIMIT_STATE["keeper"] = _BlasLimit()
+        LIMIT_STATE["users"] += 1
+    try:
+        yield torch.get_num_threads()
+    finally:
+        with _LIMIT_LOCK:
+            LIMIT_STATE["users"] -= 1
+            if LIMIT_STATE["users"] == 0:
+                LIMIT_STATE["keeper"].restore()
+                LIMIT_STATE["keeper"] = None
+
+
+def _one_thread_worker() -> None:
+    """A tile worker's start: its own OpenMP thread count (torch's intra-op threads) set to one.
+
+    torch sets a thread's OpenMP count when the thread first uses it, so it is used first; the
+    count is the worker's own, and torch's default for other threads is left as it is."""
+    torch.get_num_threads()
+    _blas_controller().limit(limits=1, user_api="openmp")
+
+
+def pool(workers: int) -> ThreadPoolExecutor:
+    with _LIMIT_LOCK:
+        if workers not in POOLS:
+            POOLS[workers] = ThreadPoolExecutor(
+                workers, thread_name_prefix="recallkit-tiles", initializer=_one_thread_worker
+            )
+        return POOLS[workers]

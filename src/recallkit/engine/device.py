@@ -45,11 +45,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit.engine import exact, filters, ties
-from recallkit.engine.pairs import LabelPositives, Pairs, block_codes, globals_of, locals_of
-from recallkit.engine.protocol import ChunkResult, Reducer, Request
+from recallkit.engine import filters, protocol, ties
+from recallkit.engine.filters import TorchKernels, check_low_precision, low_rows
+from recallkit.engine.pairs import Pairs, globals_of, locals_of
+from recallkit.engine.protocol import (
+    Capacities,
+    ChunkResult,
+    DeviceLabels,
+    Inputs,
+    Reducer,
+    Request,
+    Skipped,
+    compact,
+    no_flag,
+)
 from recallkit.engine.space import (
     DEVICE_BYTES_PER_SCORE,
+    MIN_CAPACITY,
+    TOP_EXTRA,
     Block,
     Rows,
     Space,
@@ -58,155 +71,8 @@ from recallkit.engine.space import (
     memory_budget,
 )
 
-MIN_CAPACITY = 256
-# Slots per row before a call has learned its windows, and the least it keeps after.
-FIRST_ROWS = 8
-TOP_EXTRA = 32  # a ranked list's topk width beyond k, at least
-
-
-def _fp16_accumulation() -> bool:
-    try:
-        return bool(getattr(torch.backends.cuda.matmul, "allow_fp16_accumulation", False))
-    except RuntimeError:
-        return True
-
-
-def check_low_precision(low: torch.dtype, device_type: str) -> None:
-    """Refuse a float16 filter on a device whose float16 GEMMs may accumulate in float16
-    (``torch.backends.cuda.matmul.allow_fp16_accumulation``): beyond the filter's bound."""
-    if low == torch.float16 and device_type != "cpu" and _fp16_accumulation():
-        raise ValueError(
-            "precision='float16' cannot run while "
-            "torch.backends.cuda.matmul.allow_fp16_accumulation is True: float16 accumulation "
-            "is beyond the filter's error bound. Use precision='bfloat16' or 'float32', or "
-            "unset it."
-        )
-
-
-# ----------------------------------------------------------------------------------------------
-# Kernel sets: the same results, computed by torch operations or by fused Triton kernels.
-
-
-class TorchKernels:
-    """Exact scores and float32 re-scores with torch operations (any device)."""
-
-    name = "torch"
-    fused = False  # no fused threshold pass: the chunk's scores are a torch.mm
-
-    def exact(
-        self, space: Space, chunk: Rows, block: Block, rows: torch.Tensor, cols: torch.Tensor
-    ) -> torch.Tensor:
-        """Exact scores of ``(chunk row, local col)`` pairs; padding rows give ``-inf``."""
-        cols = cols.clamp(0, max(block.rows - 1, 0))
-        return exact.exact_torch(
-            chunk.raw, chunk.aux(space.metric), block.data, block.aux(space.metric),
-            rows, cols, space.metric,
-        )  # fmt: skip
-
-    def dots(
-        self, a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor
-    ) -> torch.Tensor:
-        """float32 dot products of filter rows for pairs (any order); padding gives ``-inf``."""
-        out = torch.empty(rows.shape[0], dtype=b.dtype, device=b.device)
-        step = max(1024, (1 << 24) // max(b.shape[1], 1))
-        for begin in range(0, rows.shape[0], step):
-            r = rows[begin : begin + step]
-            c = cols[begin : begin + step]
-            value = (a[r.clamp(min=0)] * b[c.clamp(min=0)]).sum(dim=1)
-            out[begin : begin + step] = torch.where(r >= 0, value, -torch.inf)
-        return out
-
-    def product(self, qf: filters.QueryFilter, block: Block, low: torch.dtype | None):
-        """The chunk's filter scores against ``block`` (float32, or float64) and the GEMM's
-        :class:`filters.Product`."""
-        a = qf.rows
-        if low is not None:
-            b_low = low_rows(block, low)
-            if a.device.type == "cpu":  # the same products, summed in float32
-                scores = a.to(low).to(torch.float32) @ b_low.to(torch.float32).T
-            else:
-                check_low_precision(low, a.device.type)
-                scores = torch.mm(a.to(low), b_low.T, out_dtype=torch.float32)
-            unit = 2.0**-23 if a.device.type != "cpu" else 2.0**-24
-            return scores, filters.Product(low, unit, filters.INPUT_ROUNDING[low])
-        scores = a @ block.gemm.T
-        if a.dtype == torch.float64:
-            return scores, filters.Product.plain(torch.float64)
-        rounding = filters.float32_matmul_rounding(a.device)
-        unit = 2.0**-23 if rounding else 2.0**-24
-        return scores, filters.Product(torch.float32, unit, rounding)
-
-
-def low_rows(block: Block, dtype: torch.dtype) -> torch.Tensor:
-    """The block's filter rows in a low-precision type, kept on the block."""
-    key = ("low", dtype)
-    if key not in block.cache:
-        block.cache[key] = block.gemm.to(dtype)
-    return block.cache[key]
-
-
-# ----------------------------------------------------------------------------------------------
-# Capacities, learned per call.
-
-
-class Capacities:
-    """Fixed window sizes for a call's chunks (module docstring): ``None`` (exact sizes) until
-    :meth:`learned`, then twice the per-row window each site needed in the learning chunk."""
-
-    def __init__(self) -> None:
-        self.learning = True
-        self.rates: dict[str, float] = {}
-
-    def size(self, site: str, rows: int, cols: int) -> int | None:
-        if self.learning:
-            return None
-        rate = self.rates.get(site, 0.0)
-        return min(rows * cols, max(MIN_CAPACITY, math.ceil(rows * max(2.0 * rate, 1.0))))
-
-    def extra(self, site: str) -> int | None:
-        """A ranked list's learned width beyond k (``None`` while learning)."""
-        if self.learning:
-            return None
-        return max(TOP_EXTRA, math.ceil(2.0 * self.rates.get(site, 0.0)))
-
-    def record(self, site: str, found: int, rows: int) -> None:
-        if self.learning:
-            self.rates[site] = max(self.rates.get(site, 0.0), found / max(rows, 1))
-
-    def learned(self) -> None:
-        self.learning = False
-
-
-def _no_flag(device: torch.device) -> torch.Tensor:
-    return torch.zeros((), dtype=torch.bool, device=device)
-
-
-def _compact(mask: torch.Tensor, caps: Capacities, site: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Positions of the True entries of ``mask`` (2-D or 1-D), row-major, as ``(p, ndim)``.
-
-    With a capacity: exactly that many (no synchronisation), padded with ``-1``, and a device
-    flag set when some may have been left out. While learning: all of them (``torch.nonzero``:
-    one synchronisation), recorded for the site."""
-    rows = mask.shape[0] if mask.dim() else 1
-    cols = mask.numel() // max(rows, 1)
-    capacity = caps.size(site, rows, cols)
-    if capacity is None:
-        found = torch.nonzero(mask)
-        caps.record(site, found.shape[0], rows)
-        return found, _no_flag(mask.device)
-    capacity = min(capacity, mask.numel())
-    found = torch.nonzero_static(mask, size=capacity, fill_value=-1)
-    if capacity == mask.numel():
-        return found, _no_flag(mask.device)
-    if capacity == 0:
-        return found, mask.any()
-    return found, found[-1, 0] >= 0
-
-
-def _count_into(size: int, index: torch.Tensor, flags: torch.Tensor) -> torch.Tensor:
-    """How many set ``flags`` fall on each of ``size`` slots (``index`` in range)."""
-    out = torch.zeros(size, dtype=torch.int64, device=flags.device)
-    return out.scatter_add_(0, index, flags.to(torch.int64))
+# The kernel sets of the back end (triton_backend builds on TorchKernels).
+__all__ = ["DeviceBackend", "TorchKernels", "check_low_precision", "low_rows"]
 
 
 def _window32(
@@ -229,9 +95,9 @@ def _window32(
     at = rows.clamp(min=0) * g + slot.clamp(min=0)
     lo_at, hi_at = lo32.reshape(-1)[at], hi32.reshape(-1)[at]
     valid = rows >= 0
-    total += _count_into(c * g, at, valid & (f32 > hi_at)).view(c, g)
+    total += protocol.count_into(c * g, at, valid & (f32 > hi_at)).view(c, g)
     keep = valid & (f32 >= lo_at) & (f32 <= hi_at)
-    picked, flag = _compact(keep, caps, "window32")
+    picked, flag = compact(keep, caps, "window32")
     sel = picked[:, 0]
     rows = torch.where(sel >= 0, rows[sel.clamp(min=0)], -1)
     local, slot = local[sel.clamp(min=0)], slot[sel.clamp(min=0)]
@@ -243,175 +109,6 @@ def _segment_max(rows: torch.Tensor, values: torch.Tensor, c: int) -> torch.Tens
     padding), deterministically."""
     best, _, _ = ties.segment_best(rows, values.to(torch.float64), torch.zeros_like(rows), c)
     return best
-
-
-# ----------------------------------------------------------------------------------------------
-# Per-call inputs on the device.
-
-
-class _DevicePairs:
-    """Per-query pairs (CSR) with their columns on the device and the row pointers on the host."""
-
-    def __init__(self, pairs: Pairs, device: torch.device) -> None:
-        self.indptr = pairs.indptr.numpy()
-        self.counts = pairs.counts().to(device)
-        self.indices = pairs.indices.to(device)
-
-    def chunk(self, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(rows local to the chunk, columns)`` of queries ``start:stop``."""
-        lo, hi = int(self.indptr[start]), int(self.indptr[stop])
-        rows = torch.repeat_interleave(
-            torch.arange(stop - start, device=self.indices.device),
-            self.counts[start:stop],
-            output_size=hi - lo,
-        )
-        return rows, self.indices[lo:hi]
-
-
-class _Skipped:
-    """A chunk's skipped pairs on the device: explicit pairs and exclusion codes."""
-
-    def __init__(
-        self,
-        rows: torch.Tensor,
-        cols: torch.Tensor,
-        codes: torch.Tensor | None,
-        ref_codes: torch.Tensor | None,
-    ) -> None:
-        self.rows, self.cols = rows, cols
-        self.codes, self.ref_codes = codes, ref_codes
-        self.keys = torch.sort(rows * _KEY + cols).values
-
-    def mask(self, scores: torch.Tensor, block: Block) -> torch.Tensor:
-        """``scores`` with the skipped pairs of ``block`` at ``-inf``."""
-        c, m = scores.shape
-        if self.rows.numel():
-            local, inside = locals_of(block, self.cols)
-            flat = torch.where(inside, self.rows * m + local.clamp(0, max(m - 1, 0)), c * m)
-            hit = torch.zeros(c * m + 1, dtype=torch.bool, device=scores.device)
-            hit.index_put_((flat,), torch.ones_like(flat, dtype=torch.bool))
-            scores = scores.masked_fill(hit[: c * m].view(c, m), -torch.inf)
-        if self.codes is not None:
-            same = (self.codes[:, None] >= 0) & (self.codes[:, None] == self.ref_codes[None, :])
-            scores = scores.masked_fill(same, -torch.inf)
-        return scores
-
-    def lists(self, block: Block, c: int, width: int) -> torch.Tensor | None:
-        """The explicit pairs in ``block`` as ``(c, width)`` local columns, ``-1`` padded
-        (``width``: the most pairs of a row, known on the host), or ``None``."""
-        if self.rows.numel() == 0:
-            return None
-        local, inside = locals_of(block, self.cols)
-        dev = self.rows.device
-        sizes = torch.zeros(c, dtype=torch.int64, device=dev)
-        sizes.scatter_add_(0, self.rows, torch.ones_like(self.rows))
-        starts = torch.cumsum(sizes, 0) - sizes
-        position = torch.arange(self.rows.numel(), device=dev) - starts[self.rows]
-        out = torch.full((c, max(width, 1)), -1, dtype=torch.int64, device=dev)
-        out[self.rows, position] = torch.where(inside, local, torch.full_like(local, -1))
-        return out
-
-    def contains(self, rows: torch.Tensor, glob: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
-        """Which of the pairs ``(rows, global cols)`` are skipped."""
-        out = torch.zeros(rows.shape, dtype=torch.bool, device=rows.device)
-        if self.keys.numel():
-            key = rows * _KEY + glob
-            pos = torch.searchsorted(self.keys, key).clamp(max=self.keys.numel() - 1)
-            out |= self.keys[pos] == key
-        if self.codes is not None:
-            q = self.codes[rows.clamp(min=0)]
-            out |= (q >= 0) & (q == self.ref_codes[local.clamp(min=0)])
-        return out
-
-
-_KEY = 2**40
-
-
-class _DeviceLabels:
-    """Label positives on the device: per block, each query's range of positives in the block's
-    members grouped by code (and the codes themselves, for the filter's window)."""
-
-    def __init__(self, positives: LabelPositives, device: torch.device) -> None:
-        self.positives = positives
-        self.device = device
-        self.query_codes = torch.from_numpy(positives.query_codes).to(device)
-        self._blocks: dict[tuple[int, int], tuple] = {}
-
-    def _block(self, block: Block) -> tuple:
-        key = (block.offset, block.rows)
-        if key not in self._blocks:
-            groups = self.positives.groups(block)
-            lo, hi = groups.ranges(self.positives.query_codes)
-            own = self.positives.block_codes(block)
-
-            def put(a: np.ndarray) -> torch.Tensor:
-                return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(self.device)
-
-            self._blocks[key] = (lo, hi, put(lo), put(hi), put(groups.members), put(own))
-        return self._blocks[key]
-
-    def pairs(self, block: Block, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every positive pair of queries ``start:stop`` in ``block``: ``(rows, local cols)``."""
-        lo, hi, lo_d, hi_d, members, _ = self._block(block)
-        total = int((hi[start:stop] - lo[start:stop]).sum())
-        counts = hi_d[start:stop] - lo_d[start:stop]
-        rows = torch.repeat_interleave(
-            torch.arange(stop - start, device=self.device), counts, output_size=total
-        )
-        begin = torch.cumsum(counts, 0) - counts
-        shift = torch.repeat_interleave(begin - lo_d[start:stop], counts, output_size=total)
-        return rows, members[torch.arange(total, device=self.device) - shift]
-
-    def codes(self, block: Block) -> torch.Tensor:
-        return self._block(block)[5]
-
-
-class _Inputs:
-    """A call's inputs on the device, put there once: exclusions, positives, targets, k."""
-
-    def __init__(self, space: Space, request: Request) -> None:
-        dev = space.device
-        self.device = dev
-        excl = request.exclusions
-        self.pairs = None
-        if excl is not None and excl.pairs is not None:
-            self.pairs = _DevicePairs(excl.pairs, dev)
-        self.exclusions = excl
-        self.codes = None
-        if excl is not None and excl.has_codes:
-            self.codes = torch.from_numpy(excl.query_codes).to(dev)
-        self.labels = None
-        self.listed = None
-        if isinstance(request.positives, LabelPositives):
-            self.labels = _DeviceLabels(request.positives, dev)
-        elif request.positives is not None:
-            self.listed = _DevicePairs(request.positives, dev)
-        self.targets = None
-        if request.targets is not None:
-            self.targets = torch.from_numpy(np.ascontiguousarray(request.targets)).to(dev)
-        self.ks_host = None
-        self.ks = None
-        if request.top_k is not None:
-            self.ks_host = np.ascontiguousarray(request.top_k, dtype=np.int64)
-            self.ks = torch.from_numpy(self.ks_host).to(dev)
-        self._ref_codes: dict[tuple[int, int], torch.Tensor] = {}
-
-    def list_width(self, start: int, stop: int) -> int:
-        """The most explicit skipped pairs of a query of ``start:stop`` (host arithmetic)."""
-        if self.pairs is None or stop <= start:
-            return 0
-        return int(np.diff(self.pairs.indptr[start : stop + 1]).max(initial=0))
-
-    def skipped(self, block: Block, start: int, stop: int) -> _Skipped:
-        empty = torch.empty(0, dtype=torch.int64, device=self.device)
-        rows, cols = (empty, empty) if self.pairs is None else self.pairs.chunk(start, stop)
-        if self.codes is None:
-            return _Skipped(rows, cols, None, None)
-        key = (block.offset, block.rows)
-        if key not in self._ref_codes:
-            codes = block_codes(self.exclusions.reference_codes, block)
-            self._ref_codes[key] = torch.from_numpy(codes).to(self.device)
-        return _Skipped(rows, cols, self.codes[start:stop], self._ref_codes[key])
 
 
 @dataclass
@@ -430,8 +127,20 @@ class _Pass:
 # The back end.
 
 
-class DeviceBackend:
-    """Requests as torch operations on the space's device (module docstring)."""
+class _Context:
+    """A chunk's context on the device: the call's inputs, its capacities, the passes step 1
+    kept for step 2."""
+
+    def __init__(self, inputs: Inputs, caps: Capacities) -> None:
+        self.inputs, self.caps, self.targets = inputs, caps, inputs.targets
+        self.passes: dict[int, _Pass] = {}
+
+
+class DeviceBackend(protocol.Pipeline):
+    """Requests as torch operations on the space's device (module docstring), in the shared
+    chunk pipeline (:class:`recallkit.engine.protocol.Pipeline`)."""
+
+    fixed_shapes = True
 
     def __init__(self, kernels: Any) -> None:
         self.kernels = kernels
@@ -477,7 +186,7 @@ class DeviceBackend:
         space: Space,
         chunk: Rows,
         block: Block,
-        skipped: _Skipped,
+        skipped: Skipped,
         start: int,
         stop: int,
     ) -> _Pass:
@@ -540,7 +249,7 @@ class DeviceBackend:
         self,
         p: _Pass,
         block: Block,
-        labels: _DeviceLabels,
+        labels: DeviceLabels,
         start: int,
         stop: int,
         caps: Capacities,
@@ -554,7 +263,7 @@ class DeviceBackend:
         top = masked.amax(dim=1).to(torch.float64)
         floor = filters.round_down(top - 2.0 * p.eps, s.dtype)
         keep = (masked >= floor[:, None]) & torch.isfinite(masked)
-        found, over = _compact(keep, caps, "positives")
+        found, over = compact(keep, caps, "positives")
         rows, local = found[:, 0], found[:, 1]
         if p.eps32 is None:
             return rows, local, over
@@ -563,98 +272,54 @@ class DeviceBackend:
         top32 = _segment_max(rows, f32, c)
         floor32 = filters.round_down(top32 - 2.0 * p.eps32, f32.dtype)
         keep32 = (rows >= 0) & (f32 >= floor32[rows.clamp(min=0)]) & torch.isfinite(f32)
-        picked, over32 = _compact(keep32, caps, "positives32")
+        picked, over32 = compact(keep32, caps, "positives32")
         at = picked[:, 0]
         rows = torch.where(at >= 0, rows[at.clamp(min=0)], -1)
         return rows, local[at.clamp(min=0)], over | over32
 
-    def _thresholds(
-        self,
-        space: Space,
-        inputs: _Inputs,
-        chunk: Rows,
-        start: int,
-        stop: int,
-        passes: dict[int, _Pass],
-        caps: Capacities,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Step 1 in this process: each slot's threshold item ``(exact score, global index)``,
-        how many positives score exactly the best, and the overflow flag."""
-        c = stop - start
-        dev = space.device
-        over = _no_flag(dev)
-        if inputs.targets is not None:
-            targets = inputs.targets[start:stop]
-            g = targets.shape[1]
-            best = torch.full(targets.shape, -torch.inf, dtype=torch.float64, device=dev)
-            where = torch.where(targets >= 0, targets, ties.SENTINEL)
-            slots = torch.arange(c, device=dev)[:, None].expand(c, g)
-            for block in space.blocks():
-                local, inside = locals_of(block, targets.clamp(min=0))
-                inside = inside & (targets >= 0)
-                rows = torch.where(inside, slots, -1).reshape(-1)
-                scores = self.kernels.exact(space, chunk, block, rows, local.reshape(-1))
-                best = torch.where(inside, scores.view(c, g), best)
-            return best, where, torch.zeros(c, dtype=torch.int64, device=dev), over
-        best = torch.full((c,), -torch.inf, dtype=torch.float64, device=dev)
-        where = torch.full((c,), ties.SENTINEL, dtype=torch.int64, device=dev)
-        equal = torch.zeros(c, dtype=torch.int64, device=dev)
-        for i, block in enumerate(space.blocks()):
-            skipped = inputs.skipped(block, start, stop)
-            if inputs.listed is not None or self.exact_is_cheaper(
-                space, inputs.labels.positives, block, start, stop
-            ):
-                # Few positives (fine labels, listed ground truth): score them all exactly.
-                if inputs.listed is not None:
-                    rows, glob = inputs.listed.chunk(start, stop)
-                    local, valid = locals_of(block, glob)
-                else:
-                    rows, local = inputs.labels.pairs(block, start, stop)
-                    glob = globals_of(block, local)
-                    valid = torch.ones_like(rows, dtype=torch.bool)
-                valid = valid & ~skipped.contains(rows, glob, local)
+    def candidates(self, space, chunk, block, i, start, stop, ctx):
+        """Step 1's pairs: every listed or label positive (few per query: scored exactly), or
+        those within the bound of the row's best filter score (:meth:`_positive_candidates`;
+        the pass is kept for step 2)."""
+        inputs = ctx.inputs
+        skipped = inputs.skipped(block, start, stop)
+        if inputs.listed is not None or self.exact_is_cheaper(
+            space, inputs.labels.positives, block, start, stop
+        ):
+            if inputs.listed is not None:
+                rows, glob = inputs.listed.chunk(start, stop)
+                local, valid = locals_of(block, glob)
             else:
-                p = self._pass(space, chunk, block, skipped, start, stop)
-                if space.single is not None:
-                    passes[i] = p
-                rows, local, flag = self._positive_candidates(
-                    p, block, inputs.labels, start, stop, caps
-                )
-                over = over | flag
-                valid = rows >= 0
-            rows = torch.where(valid, rows, -1)
-            scores = self.kernels.exact(space, chunk, block, rows, local)
-            glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
-            b, w, n = ties.segment_best(rows, scores, glob, c)
-            best, where, equal = _merge_counted(best, where, equal, b, w, n)
-        return best[:, None], where[:, None], equal, over
+                rows, local = inputs.labels.pairs(block, start, stop)
+                glob = globals_of(block, local)
+                valid = torch.ones_like(rows, dtype=torch.bool)
+            return rows, local, valid & ~skipped.contains(rows, glob, local), no_flag(space.device)
+        p = self._pass(space, chunk, block, skipped, start, stop)
+        if space.single is not None:
+            ctx.passes[i] = p
+        rows, local, flag = self._positive_candidates(p, block, inputs.labels, start, stop,
+                                                      ctx.caps)  # fmt: skip
+        return rows, local, rows >= 0, flag
 
     # -- step 2: counts and lists -------------------------------------------------------------
 
     def _counts(
-        self,
-        space: Space,
-        chunk: Rows,
-        block: Block,
-        p: _Pass,
-        best: torch.Tensor,
-        where: torch.Tensor,
-        caps: Capacities,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per slot, in this block: how many candidates rank above the threshold item, how many
-        are tied with it, how many of those rank before it; and the overflow flag."""
+        self, space: Space, block: Block, p: _Pass, best: torch.Tensor, caps: Capacities
+    ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """Per slot, in this block: how many candidates are certainly above the threshold item,
+        and the window's pairs to score exactly; and the overflow flag."""
         c, g = best.shape
         dev = space.device
         s = p.scores
         centre = filters.scaled_centre(best, p.qf, block.scale)
         lo, hi = filters.bounds(centre, p.eps[:, None], s.dtype)
         total = torch.zeros((c, g), dtype=torch.int64, device=dev)
-        over = _no_flag(dev)
+        over = no_flag(dev)
         found = []
         for t in range(g):
             total[:, t] += (s > hi[:, t : t + 1]).sum(dim=1)
             inside = (s >= lo[:, t : t + 1]) & (s <= hi[:, t : t + 1])
-            pairs, flag = _compact(inside, caps, "window")
+            pairs, flag = compact(inside, caps, "window")
             over = over | flag
             found.append(torch.cat([pairs, torch.full_like(pairs[:, :1], t)], dim=1))
         found = torch.cat(found)
@@ -666,22 +331,19 @@ class DeviceBackend:
             rows, local, slot, over = _window32(
                 f32, centre, p.eps32, rows, local, slot, total, over, caps
             )
-        tied, before = self._settle_counts(space, chunk, block, rows, local, slot, best, where,
-                                           total)  # fmt: skip
-        return total, tied, before, over
+        return (total, rows, local, slot), over
 
     def _fused_counts(
         self,
         space: Space,
-        inputs: _Inputs,
+        inputs: Inputs,
         chunk: Rows,
         block: Block,
         start: int,
         stop: int,
         best: torch.Tensor,
-        where: torch.Tensor,
         caps: Capacities,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
         """:meth:`_counts` with the fused threshold pass: the filter GEMM, the counts above
         and the windows of every slot in one launch, the chunk's score matrix never written."""
         c, g = best.shape
@@ -705,7 +367,7 @@ class DeviceBackend:
             if found > guess:
                 above, window, count = self.kernels.window(qf, block, low, lo, hi, found, codes,
                                                            lists)  # fmt: skip
-            over = _no_flag(dev)
+            over = no_flag(dev)
         else:
             over = count > capacity
         rows, local, slot = window[:, 0], window[:, 1], window[:, 2]
@@ -719,50 +381,14 @@ class DeviceBackend:
             rows, local, slot, over = _window32(
                 f32, centre, eps32, rows, local, slot, total, over, caps
             )
-        tied, before = self._settle_counts(space, chunk, block, rows, local, slot, best, where,
-                                           total)  # fmt: skip
-        return total, tied, before, over
-
-    def _settle_counts(
-        self,
-        space: Space,
-        chunk: Rows,
-        block: Block,
-        rows: torch.Tensor,
-        local: torch.Tensor,
-        slot: torch.Tensor,
-        best: torch.Tensor,
-        where: torch.Tensor,
-        total: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The window's pairs (``rows`` ``-1`` at padding) scored exactly: those ranked above
-        their slot's threshold item added to ``total`` (in place), and per slot the items tied
-        with it and those of them that rank before it."""
-        c, g = best.shape
-        scores = self.kernels.exact(space, chunk, block, rows, local)
-        glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
-        at = rows.clamp(min=0) * g + slot.clamp(min=0)
-        b, w = best.reshape(-1)[at], where.reshape(-1)[at]
-        valid = rows >= 0
-        tie = valid & (scores == b)
-        total += _count_into(c * g, at, valid & ties.beats(scores, glob, b, w)).view(c, g)
-        tied = _count_into(c * g, at, tie & (glob != w)).view(c, g)
-        before = _count_into(c * g, at, tie & (glob < w)).view(c, g)
-        return tied, before
+        return (total, rows, local, slot), over
 
     def _ranked_block(
-        self,
-        space: Space,
-        chunk: Rows,
-        block: Block,
-        p: _Pass,
-        ks: torch.Tensor,
-        ks_host: np.ndarray,
-        caps: Capacities,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Exact candidates of the chunk's top-``ks[i]`` in one block: ``(global index, score)``
-        sorted by the tie rule (``-1``/``-inf`` padding) with every item tied with the k-th, and
-        the overflow flag."""
+        self, block: Block, p: _Pass, ks: torch.Tensor, ks_host: np.ndarray, caps: Capacities
+    ) -> tuple[tuple, torch.Tensor]:
+        """Candidates of the chunk's top-``ks[i]`` in one block (:class:`protocol.Scan`'s
+        ``top``: every item the filter cannot rule out of the top-k, with every item tied with
+        the k-th) and the overflow flag."""
         s = p.scores
         c, cols = s.shape[0], block.rows
         kk = min(int(ks_host.max()), cols)
@@ -772,7 +398,7 @@ class DeviceBackend:
         values, idx = torch.topk(s, width, dim=1)
         kth = values.gather(1, (kb.clamp(min=1) - 1)[:, None])[:, 0]
         lo = filters.top_floor(kth, p.eps, s.dtype, kb)
-        over = _no_flag(s.device)
+        over = no_flag(s.device)
         keep = values >= lo[:, None]
         if extra is None:
             caps.record("top", max(int(keep.sum(dim=1).max()) - kk, 0) if c else 0, 1)
@@ -786,23 +412,54 @@ class DeviceBackend:
             top32 = torch.topk(f32, kk, dim=1).values
             kth32 = top32.gather(1, (kb.clamp(min=1, max=kk) - 1)[:, None])[:, 0]
             keep = keep & (f32 >= filters.top_floor(kth32, p.eps32, f32.dtype, kb)[:, None])
-        picked, flag = _compact(keep, caps, "top_exact")
+        picked, flag = compact(keep, caps, "top_exact")
         rows, at = picked[:, 0], picked[:, 1]
         local = idx[rows.clamp(min=0), at.clamp(min=0)]
-        scores = self.kernels.exact(space, chunk, block, rows, local)
-        flat = torch.where(rows >= 0, rows * width + at, c * width)  # padding to a spare slot
-        score = torch.full((c * width + 1,), -torch.inf, dtype=torch.float64, device=s.device)
+        return (rows, local, at, width), over | flag
+
+    def rank(self, rows, glob, scores, top, c, ks) -> tuple[torch.Tensor, torch.Tensor]:
+        """The candidates at their places ``at`` of ``(c, width)`` lists, sorted by the tie
+        rule (padding to a spare slot, then dropped)."""
+        at, width = top[2], top[3]
+        flat = torch.where(rows >= 0, rows * width + at, c * width)
+        size = (c * width + 1,)
+        score = torch.full(size, -torch.inf, dtype=torch.float64, device=scores.device)
         score = score.index_put((flat,), scores)[:-1].view(c, width)
-        index = torch.where(torch.isfinite(score), globals_of(block, idx), -1)
+        index = torch.full(size, -1, dtype=torch.int64, device=scores.device)
+        index = index.index_put((flat,), glob)[:-1].view(c, width)
+        index = torch.where(torch.isfinite(score), index, -1)
         order = ties.ranked_order(score, index)
-        return index.gather(1, order), score.gather(1, order), over | flag
+        return index.gather(1, order), score.gather(1, order)
 
     # -- a chunk ------------------------------------------------------------------------------
+
+    def scan(self, space, chunk, block, i, start, stop, ctx, best, where, ks) -> protocol.Scan:
+        """The block's filter: the GEMM kept by step 1 or computed now (or the fused threshold
+        pass where no lists are asked for), the windows and the lists' candidates."""
+        inputs, caps = ctx.inputs, ctx.caps
+        p = ctx.passes.get(i)
+        fused = self.kernels.fused and p is None and ks is None
+        if p is None and not fused:
+            p = self._pass(space, chunk, block, inputs.skipped(block, start, stop), start, stop)
+        out = protocol.Scan(None, None, no_flag(space.device))
+        if best is not None and fused:
+            out.window, out.flag = self._fused_counts(space, inputs, chunk, block, start, stop,
+                                                      best, caps)  # fmt: skip
+        elif best is not None:
+            out.window, out.flag = self._counts(space, block, p, best, caps)
+        if ks is not None:
+            ks_host = inputs.ks_host[start:stop]
+            out.top, flag = self._ranked_block(block, p, ks, ks_host, caps)
+            out.flag = out.flag | flag
+        return out
+
+    def exact(self, space, chunk, block, rows, cols) -> torch.Tensor:
+        return self.kernels.exact(space, chunk, block, rows, cols)
 
     def _chunk(
         self,
         space: Space,
-        inputs: _Inputs,
+        inputs: Inputs,
         request: Request,
         chunk: Rows,
         start: int,
@@ -812,82 +469,14 @@ class DeviceBackend:
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """One chunk's answer as device tensors, and the overflow flag (clear with a
         reducer: every step is settled before its reduction)."""
-        c = stop - start
-        dev = space.device
-        out: dict[str, torch.Tensor] = {}
-        passes: dict[int, _Pass] = {}
-        over = _no_flag(dev)
-        with filters.no_autocast(dev):
-            if request.thresholds:
-                best, where, equal, over = self._thresholds(
-                    space, inputs, chunk, start, stop, passes, caps
-                )
-                if reducer is not None:  # exact sizes (a learning call): nothing overflows
-                    best, where, equal = _reduce_best(reducer, best, where, equal)
-                g = best.shape[1]
-                total = torch.zeros((c, g), dtype=torch.int64, device=dev)
-                tied = torch.zeros_like(total)
-                before = torch.zeros_like(total)
-            kmax = 0
-            if request.lists:
-                ks, ks_host = inputs.ks[start:stop], inputs.ks_host[start:stop]
-                kmax = int(ks_host.max(initial=0))
-                held = None
-            for i, block in enumerate(space.blocks()):
-                if block.rows == 0:
-                    continue
-                skipped = inputs.skipped(block, start, stop)
-                p = passes.get(i)
-                fused = self.kernels.fused and p is None and not kmax
-                if p is None and not fused and (request.thresholds or kmax):
-                    p = self._pass(space, chunk, block, skipped, start, stop)
-                if request.thresholds and fused:
-                    a, b, d, flag = self._fused_counts(space, inputs, chunk, block, start, stop,
-                                                       best, where, caps)  # fmt: skip
-                    total, tied, before = total + a, tied + b, before + d
-                    over = over | flag
-                elif request.thresholds:
-                    a, b, d, flag = self._counts(space, chunk, block, p, best, where, caps)
-                    total, tied, before = total + a, tied + b, before + d
-                    over = over | flag
-                if kmax:
-                    index, score, flag = self._ranked_block(space, chunk, block, p, ks,
-                                                            ks_host, caps)  # fmt: skip
-                    over = over | flag
-                    if held is None:
-                        held = (index, score)
-                    else:
-                        both_i = torch.cat([held[0], index], 1)
-                        both_s = torch.cat([held[1], score], 1)
-                        order = ties.ranked_order(both_s, both_i)
-                        held = (both_i.gather(1, order), both_s.gather(1, order))
-            if request.thresholds:
-                if reducer is not None:
-                    total = reducer.reduce("sum", total)
-                    tied = reducer.reduce("sum", tied)
-                    before = reducer.reduce("sum", before)
-                found = torch.isfinite(best)
-                out["ranks"] = torch.where(found, total, -1)
-                out["ties"] = torch.where(found, tied, 0)
-                out["ties_before"] = torch.where(found, before, 0)
-                out["tied_positives"] = (equal - 1).clamp(min=0)
-            if request.lists:
-                if kmax == 0 or held is None:
-                    empty = torch.full((c, kmax), -1, dtype=torch.int64, device=dev)
-                    held = (empty, torch.full((c, kmax), -torch.inf, dtype=torch.float64,
-                                              device=dev))  # fmt: skip
-                kmin = int(ks_host.min(initial=0)) if len(ks_host) else 0
-                top_i, top_s, tail_i, tail_s = ties.split_tail(
-                    held[0], held[1], ks, tail_width=max(held[0].shape[1] - kmin, 0), kmax=kmax
-                )
-                out.update(top_index=top_i, top_score=top_s, tail_index=tail_i,
-                           tail_score=tail_s)  # fmt: skip
-        return out, over
+        with filters.no_autocast(space.device):
+            ctx = _Context(inputs, caps)
+            return self.chunk_fields(space, chunk, start, stop, request, reducer, ctx)
 
     def _settle(
         self,
         space: Space,
-        inputs: _Inputs,
+        inputs: Inputs,
         request: Request,
         held: list[tuple[int, int, dict[str, torch.Tensor], torch.Tensor]],
     ) -> Iterator[ChunkResult]:
@@ -900,7 +489,7 @@ class DeviceBackend:
         outs = []
         for (start, stop, out, _), flag in zip(held, flags, strict=True):
             if flag:
-                again = Capacities()
+                again = Capacities(MIN_CAPACITY, TOP_EXTRA)
                 out, _ = self._chunk(space, inputs, request, space.chunk(start, stop), start,
                                      stop, again)  # fmt: skip
             outs.append(out)
@@ -931,7 +520,7 @@ class DeviceBackend:
             yield _result(start, stop, part)
 
     def run(self, space: Space, request: Request, size: int | None) -> Iterator[ChunkResult]:
-        inputs = _Inputs(space, request)
+        inputs = Inputs(space, request)
         per_row = 0
         if request.lists:
             per_row = int(request.top_k.max(initial=0)) * 40
@@ -939,7 +528,7 @@ class DeviceBackend:
             per_row += 48 * request.slots()
         rows = chunk_rows(space, size, per_row_bytes=per_row, score_bytes=self.score_bytes)
         budget = memory_budget(space.device)
-        caps = Capacities()
+        caps = Capacities(MIN_CAPACITY, TOP_EXTRA)
         held: list[tuple[int, int, dict[str, torch.Tensor], torch.Tensor]] = []
         held_bytes = 0
         for start, stop in chunks(space.num_query, rows):
@@ -957,9 +546,10 @@ class DeviceBackend:
     def run_chunk(
         self, space: Space, chunk: Rows, request: Request, reducer: Reducer | None
     ) -> ChunkResult:
-        inputs = _Inputs(space, request)
+        inputs = Inputs(space, request)
         c = chunk.raw.shape[0]
-        out, _ = self._chunk(space, inputs, request, chunk, 0, c, Capacities(), reducer)
+        caps = Capacities(MIN_CAPACITY, TOP_EXTRA)
+        out, _ = self._chunk(space, inputs, request, chunk, 0, c, caps, reducer)
         host = {
             name: value if name.startswith(("top_", "tail_")) and request.lists_on_device
             else (value.cpu() if name.startswith(("top_", "tail_")) else value.cpu().numpy())
@@ -973,22 +563,6 @@ def _result(start: int, stop: int, host: dict[str, Any]) -> ChunkResult:
     if "tied_positives" in host:
         host["tied_positives"] = host["tied_positives"].reshape(-1)
     return ChunkResult(start, stop, **host)
-
-
-def _merge_counted(best, where, equal, b, w, n):
-    new_best, new_where = ties.merge_best(best, where, b, w)
-    count = torch.where(best == new_best, equal, torch.zeros_like(equal))
-    count = count + torch.where(b == new_best, n, torch.zeros_like(n))
-    return new_best, new_where, count
-
-
-def _reduce_best(reducer: Reducer, best, where, equal):
-    local = best
-    best = reducer.reduce("max", best)
-    keep = (local == best) & torch.isfinite(best)
-    where = reducer.reduce("min", torch.where(keep, where, torch.full_like(where, ties.SENTINEL)))
-    equal = reducer.reduce("sum", torch.where(keep[:, 0], equal, torch.zeros_like(equal)))
-    return best, where, equal
 
 
 def _timed(f: Callable[[], Any], device: torch.device) -> float:

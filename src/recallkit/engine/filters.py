@@ -35,7 +35,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numba
+import numpy as np
 import torch
+
+from recallkit.engine import exact
 
 # Low-precision GEMM types, by the public name of a precision.
 LOW_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -75,14 +79,24 @@ class Product:
         return cls(dtype, UNIT[dtype])
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _unit_rows_numba(x, norm, out):  # pragma: no cover - compiled
+    for i in range(x.shape[0]):
+        for k in range(x.shape[1]):
+            out[i, k] = np.float64(x[i, k]) / norm[i]
+
+
 def robust_norms(x: torch.Tensor) -> torch.Tensor:
     """Euclidean norms of the rows of ``x`` in float64, without underflow or overflow (each row
     is divided by a power of two near its largest magnitude first)."""
     x = x.to(torch.float64)
     top = x.abs().amax(dim=1) if x.shape[1] else torch.zeros(x.shape[0], dtype=torch.float64)
     _, exponent = torch.frexp(top)
-    scaled = torch.ldexp(x, -exponent[:, None])
-    return torch.ldexp(torch.linalg.vector_norm(scaled, dim=1), exponent)
+    # Two exact power-of-two factors (one would overflow for subnormal rows).
+    half = torch.div(-exponent, 2, rounding_mode="floor").to(torch.float64)
+    rest = -exponent.to(torch.float64) - half
+    scaled = (x * torch.exp2(half)[:, None]) * torch.exp2(rest)[:, None]
+    return torch.linalg.vector_norm(scaled, dim=1) * torch.exp2(-half - rest)
 
 
 def pow2_scales(norms: torch.Tensor, cap_log2: int = MAX_SCALE_LOG2 // 2) -> torch.Tensor:
@@ -115,7 +129,10 @@ def reference_filter(
     width = d + (metric == "euclidean")
     out = torch.empty((n, width), dtype=dtype, device=raw.device)
     step = 8192
-    for start in range(0, n, step):
+    fused = metric == "cosine" and raw.device.type == "cpu"
+    if fused:  # one pass, the same roundings
+        _unit_rows_numba(raw.contiguous().numpy(), norm.numpy(), out.numpy())
+    for start in range(0, 0 if fused else n, step):
         stop = min(start + step, n)
         x = raw[start:stop].to(torch.float64)
         if metric == "cosine":
@@ -125,8 +142,8 @@ def reference_filter(
             if metric == "euclidean":
                 out[start:stop, d] = (sq[start:stop] * (scale * scale)).to(dtype)
     top = torch.zeros((), dtype=torch.float64, device=out.device)
-    for start in range(0, n, step):  # no float64 copy of the whole block
-        top = torch.maximum(top, robust_norms(out[start : start + step]).max())
+    for start in range(0, n, 8192):  # no float64 copy of the whole block
+        top = torch.maximum(top, robust_norms(out[start : start + 8192]).max())
     return out, scale, float(top)
 
 
@@ -301,3 +318,89 @@ def float32_matmul_rounding(device: torch.device) -> float:
     except RuntimeError:  # legacy and new APIs mixed: assume the wider rounding
         return 2.0**-10
     return 2.0**-10 if tf32 or legacy is None else 0.0
+
+
+# ----------------------------------------------------------------------------------------------
+# The torch back end's products: the same results by torch operations (any device), or by the
+# fused Triton kernels (:mod:`recallkit.engine.triton_backend`).
+
+
+def _fp16_accumulation() -> bool:
+    try:
+        return bool(getattr(torch.backends.cuda.matmul, "allow_fp16_accumulation", False))
+    except RuntimeError:
+        return True
+
+
+def check_low_precision(low: torch.dtype, device_type: str) -> None:
+    """Refuse a float16 filter on a device whose float16 GEMMs may accumulate in float16
+    (``torch.backends.cuda.matmul.allow_fp16_accumulation``): beyond the filter's bound."""
+    if low == torch.float16 and device_type != "cpu" and _fp16_accumulation():
+        raise ValueError(
+            "precision='float16' cannot run while "
+            "torch.backends.cuda.matmul.allow_fp16_accumulation is True: float16 accumulation "
+            "is beyond the filter's error bound. Use precision='bfloat16' or 'float32', or "
+            "unset it."
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Kernel sets: the same results, computed by torch operations or by fused Triton kernels.
+
+
+class TorchKernels:
+    """Exact scores and float32 re-scores with torch operations (any device)."""
+
+    name = "torch"
+    fused = False  # no fused threshold pass: the chunk's scores are a torch.mm
+
+    def exact(
+        self, space: Any, chunk: Any, block: Any, rows: torch.Tensor, cols: torch.Tensor
+    ) -> torch.Tensor:
+        """Exact scores of ``(chunk row, local col)`` pairs; padding rows give ``-inf``."""
+        cols = cols.clamp(0, max(block.rows - 1, 0))
+        return exact.exact_torch(
+            chunk.raw, chunk.aux(space.metric), block.data, block.aux(space.metric),
+            rows, cols, space.metric,
+        )  # fmt: skip
+
+    def dots(
+        self, a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor
+    ) -> torch.Tensor:
+        """float32 dot products of filter rows for pairs (any order); padding gives ``-inf``."""
+        out = torch.empty(rows.shape[0], dtype=b.dtype, device=b.device)
+        step = max(1024, (1 << 24) // max(b.shape[1], 1))
+        for begin in range(0, rows.shape[0], step):
+            r = rows[begin : begin + step]
+            c = cols[begin : begin + step]
+            value = (a[r.clamp(min=0)] * b[c.clamp(min=0)]).sum(dim=1)
+            out[begin : begin + step] = torch.where(r >= 0, value, -torch.inf)
+        return out
+
+    def product(self, qf: QueryFilter, block: Any, low: torch.dtype | None):
+        """The chunk's filter scores against ``block`` (float32, or float64) and the GEMM's
+        :class:`Product`."""
+        a = qf.rows
+        if low is not None:
+            b_low = low_rows(block, low)
+            if a.device.type == "cpu":  # the same products, summed in float32
+                scores = a.to(low).to(torch.float32) @ b_low.to(torch.float32).T
+            else:
+                check_low_precision(low, a.device.type)
+                scores = torch.mm(a.to(low), b_low.T, out_dtype=torch.float32)
+            unit = 2.0**-23 if a.device.type != "cpu" else 2.0**-24
+            return scores, Product(low, unit, INPUT_ROUNDING[low])
+        scores = a @ block.gemm.T
+        if a.dtype == torch.float64:
+            return scores, Product.plain(torch.float64)
+        rounding = float32_matmul_rounding(a.device)
+        unit = 2.0**-23 if rounding else 2.0**-24
+        return scores, Product(torch.float32, unit, rounding)
+
+
+def low_rows(block: Any, dtype: torch.dtype) -> torch.Tensor:
+    """The block's filter rows in a low-precision type, kept on the block."""
+    key = ("low", dtype)
+    if key not in block.cache:
+        block.cache[key] = block.gemm.to(dtype)
+    return block.cache[key]

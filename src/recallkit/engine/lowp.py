@@ -1,84 +1,80 @@
-"""Low-precision (bfloat16, int8) filter tiles for the CPU, with rigorous per-row error bounds.
+"""Low-precision (int8, bfloat16) filter tiles for the CPU, with rigorous per-row error bounds.
 
-The CPU engine's filter is a float32 GEMM over the filter rows (unit rows for cosine; rows scaled
-by a power of two for dot and euclidean), in tiles ``A (<=1024, w) @ B (<=1024, w).T``, and only
-items within the filter's error bound of a threshold are scored again exactly. On CPUs that
-multiply bfloat16 or int8 faster than float32 (AVX512-BF16, AVX512-VNNI, AMX), a tile can first be
-computed in low precision; its wider window is then scored in float32, and float32's window in
-float64 (a cascade). This module provides that first stage:
+The CPU engine's filter is a GEMM over the filter rows (unit rows for cosine; rows scaled by a
+power of two for dot and euclidean) in tiles ``A (<=1024, w) @ B (<=1024, w).T``; only items
+within the filter's error bound of a decision are scored again. A tile can be computed in low
+precision first: the items its wider window cannot rule out are scored in float32 at once (the
+float32 dot product of the same filter rows), and float32's window in float64 (a cascade). This
+module provides the first stage:
 
-* :func:`prepare` turns a side's float32 filter rows ``x`` (``n × w``) into a :class:`Int8Side` or
-  a :class:`BF16Side`: the low-precision rows ``x̂`` and, per row, upper bounds on ``‖x‖``,
-  ``‖x̂‖`` and ``‖x - x̂‖``. Each row is prepared from its own values alone.
-* :func:`tile_product` writes ``x̂_i · ŷ_j`` for a range of rows of each side into a float32
-  buffer: ``torch._int_mm`` (exact int32) and two power-of-two scalings for int8; torch's CPU
-  ``bfloat16 @ bfloat16.T`` for bfloat16.
+* :func:`prepare` turns a side's float32 filter rows ``x`` (``n × w``) into an
+  :class:`Int8Side` (``x̂_i = s_i q_i``, integer codes and a power-of-two scale per row) or a
+  :class:`BF16Side`, with per-row upper bounds on ``‖x‖``, ``‖x̂‖`` and ``‖x - x̂‖``; each row is
+  prepared from its own values alone. ``"int8"`` codes lie in ``[-127, 127]``; ``"int7"`` codes in
+  ``[-63, 63]``, stored as ``uint8`` with a zero point of 64.
+* a :class:`Kernel` multiplies two sides: ONNX Runtime's ``MatMulIntegerToFloat`` (``int7``
+  rows against ``int8`` rows, exact int32 sums, the ``int8`` side's scale applied in its output
+  stage), ``torch._int_mm`` (``int8`` against ``int8``) or torch's ``bfloat16`` matmul.
+  :func:`tile_product` writes ``x̂_i · ŷ_j`` into a float32 buffer (with ``scaled=False``,
+  ``x̂_i · ŷ_j / s_i``: the engine's tile kernels apply the row scale themselves).
 * :func:`row_bounds` gives ``eps_i >= max_j |tile[i, j] - x_i · y_j|``, where ``x_i · y_j`` is
-  the exact real dot product of the float32 filter rows (the float32 and float64 stages of the
-  cascade have their own bounds).
-* :func:`cpu_flags`, :func:`worth_timing` and :func:`probe_rate` say which precisions are worth
-  timing on this CPU, :func:`verify` checks the arithmetic the bounds assume on this machine's
-  code path, and :func:`window_ratio` compares window widths for the engine's cost estimate.
+  the exact real dot product of the float32 filter rows.
+* :func:`usable` checks a kernel on this machine before it is trusted (below), and
+  :func:`worth_timing` says which precisions the CPU has instructions for.
 
-Which precision a tile pass uses is decided by timing real tiles on the machine at hand; the CPU
-flags only rule out precisions without hardware support (there, torch emulates them at a few
-GFLOP/s).
+Saturation. Every fast int8 kernel for x86 without VNNI (ONNX Runtime's and oneDNN's U8S8
+kernels, fbgemm) multiplies with ``vpmaddubsw``, which adds each pair of adjacent ``u8 × s8``
+products into a *saturating* int16: with codes of 8 bits on the unsigned side (or signed codes
+shifted by 128 to make them unsigned) a pair reaches ``2 · 255 · 127 > 32767`` and the int32 sum
+silently comes out wrong. The ``int7`` side's stored codes are at most 127, so no pair can
+exceed ``2 · 127 · 128 = 32512`` and the sum is exact on every path (with VNNI, ``vpdpbusd``
+widens to int32 and is exact at any code). :func:`usable` multiplies code patterns that saturate
+a kernel which shifts or widens the codes in any other way, and compares with the exact integer
+product; a kernel that differs in one entry is never used for that width.
 
 Error bound. Notation per row: ``x`` the float32 filter row, ``x̂`` its low-precision value
-(exactly representable: ``s_i q_i`` for int8, the bfloat16 row for bfloat16), ``ν ≥ ‖x‖``,
-``ν̂ ≥ ‖x̂‖``, ``ρ ≥ ‖x - x̂‖`` (2-norms, computed in float64 and rounded up); over the rows ``j``
-of the other side's range, ``N̂ = max_j ν̂_j`` and ``P = max_j ρ_j``; ``u = 2^-24``.
+(``s_i q_i`` for int8 and int7, the bfloat16 row for bfloat16), ``ν ≥ ‖x‖``, ``ν̂ ≥ ‖x̂‖``,
+``ρ ≥ ‖x - x̂‖`` (2-norms, computed in float64 and rounded up); over the rows ``j`` of the other
+side's range, ``N̂ = max_j ν̂_j`` and ``P = max_j ρ_j``; ``u = 2^-24``.
 
 1. Representation. ``x·y - x̂·ŷ = (x - x̂)·ŷ + x·(y - ŷ)``, so by Cauchy–Schwarz
-   ``|x·y - x̂·ŷ| <= ρ_x ν̂_y + ν_x ρ_y <= ρ_x N̂ + ν_x P``.
-2. int8 product. ``v = q_x·q_y`` is an exact int32 (``|v| <= w 127²``; the VNNI kernels shift
-   int8 codes to uint8, so partial sums stay below ``w·255·128``, which :data:`INT8_MAX_WIDTH`
-   keeps under ``2^31``). Converting ``v`` to float32 rounds to nearest: ``|fl(v) - v| <= u |v|``
-   (exact when ``|v| <= 2^24``). Multiplying by ``s_x`` then ``s_y`` (powers of two, float32) is
-   exact except that the second product may underflow (absolute error ``< 2^-126``, flushed or
-   gradual). With ``|v| s_x s_y = |x̂·ŷ| <= ν̂_x N̂``:
+   ``|x·y - x̂·ŷ| <= ρ_x ν̂_y + ν_x ρ_y <= ρ_x N̂ + ν_x P``. The two sides may be quantised
+   differently (int7 against int8): each enters with its own residual.
+2. int8 product. ``v = q_x·q_y`` is an exact int32 (``|v| <= w 127²``, partial sums below
+   ``w · 255 · 128``, which :data:`INT8_MAX_WIDTH` keeps under ``2^31``). Converting ``v`` to
+   float32 rounds to nearest: ``|fl(v) - v| <= u |v|`` (exact when ``|v| <= 2^24``). Multiplying
+   by the other side's scale ``s_y`` is exact (``fl(v)`` is 0 or at least 1, ``s_y >= 2^-100``,
+   both powers of two within range); multiplying by ``s_x`` may underflow (absolute error
+   ``< 2^-126``, flushed or gradual). With ``|v| s_x s_y = |x̂·ŷ| <= ν̂_x N̂``:
    ``|tile - x̂·ŷ| <= u ν̂_x N̂ + 2^-126``.
 3. bfloat16 product. Products of bfloat16 values are exact in float32 (8-bit significands), and
-   torch's CPU kernels accumulate in float32 (see below). The rounding error of any summation
-   order (blocked, vectorised, fused multiply-add) of ``w`` terms is at most
-   ``γ_w Σ_k |x̂_k ŷ_k| <= γ_w ν̂_x ν̂_y`` with ``γ_w = w u / (1 - w u)`` (Higham, *Accuracy and
-   Stability of Numerical Algorithms*, 2nd ed., §3.1 and §4.2); with flush-to-zero or gradual
-   underflow each of the ``w`` products and ``w`` additions may add ``< 2^-126``, so the float32
-   sum ``σ`` has ``|σ - x̂·ŷ| <= γ_w ν̂_x N̂ + w 2^-124``. The output is rounded to bfloat16
-   (round to nearest even, 8-bit significand, unit roundoff ``2^-8``): ``|tile - σ| <= 2^-8 |σ| +
-   2^-126`` with ``|σ| <= (1 + γ_w) ν̂_x N̂ + w 2^-124``. Together
+   torch's CPU kernels accumulate in float32 (``aten/src/ATen/native/CPUBlas.cpp``: oneDNN with
+   float32 accumulation, OpenBLAS ``sbgemm`` or the reference loop in ``opmath_t``) and round the
+   result to bfloat16 (nearest even). The rounding error of any summation order of ``w`` terms
+   is at most ``γ_w Σ_k |x̂_k ŷ_k| <= γ_w ν̂_x ν̂_y`` with ``γ_w = w u / (1 - w u)`` (Higham,
+   *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §3.1 and §4.2); with flush-to-zero
+   or gradual underflow each of the ``w`` products and ``w`` additions may add ``< 2^-126``. The
+   output's rounding to bfloat16 adds ``2^-8 |σ| + 2^-126``. Together
    ``|tile - x̂·ŷ| <= (γ_w + 2^-8 (1 + γ_w)) ν̂_x N̂ + (w + 1) 2^-123``. Input rows have their
-   bfloat16 subnormals flushed to zero at preparation (the residual covers them), so kernels that
-   treat subnormal inputs as zero compute the same products.
+   bfloat16 subnormals flushed to zero at preparation (the residual covers them).
 4. ``eps_i = ρ_i N̂ + ν_i P + c ν̂_i N̂ + a``, with ``(c, a) = (u, 2^-125)`` for int8 and
    ``(γ_w + 2^-8 (1 + γ_w), (w + 1) 2^-123)`` for bfloat16, evaluated in float64 and rounded up
    (:func:`row_bounds`). Only the other side's range enters through maxima, so a row's bound does
    not depend on the rows that share its chunk. With ``value_relative=True`` the output rounding
-   is charged to the tile value instead: ``|tile - x·y| <= e_i + r |tile|`` with
-   ``r = 2^-8 / (1 - 2^-8)`` (bfloat16) or ``u / (1 - u)`` (int8), which is narrower for items whose
-   score is well below ``ν̂_i N̂``.
+   is charged to the tile value instead: ``|tile - x·y| <= e_i + r |tile|``.
+
+Scales are powers of two: the codes' scaling is then exact in float32 and float64 (the residual
+``x - s q`` is computed exactly, and the float32 output needs no rounding of its own), and the
+engine's tile kernels can apply a row's scale to its thresholds without rounding them. A scale
+``max|x_i| / 63`` would use the full code range on every row: on unit rows it shrinks the
+residual by a factor of about 1.4 on average, a window about 1.4 times narrower, which the
+cascade's float32 stage pays for in a few more dot products per row
+(``benchmarks/bench_recall.py`` prints both windows).
 
 Norms. A row's norm is computed as ``2^e sqrt(Σ_k (v_k 2^-e)²)`` in float64 with ``2^e`` the
-power of two just above ``max_k |v_k|`` (so no square overflows and the largest is at least
-``1/4``); over any summation order the computed root is below the true norm by a relative
-``(w + 4) 2^-53`` at most (squares and additions ``γ_{w+1}``, underflow of small squares below
-``2^-53`` relative, the square root ``2^-53``), so it is multiplied by ``1 + (w + 4) 2^-52`` and
-moved up one float64 step.
-
-torch's CPU bfloat16 matmul. ``a @ b.T`` dispatches to ``at::native::cpublas::gemm`` for
-``BFloat16`` (``aten/src/ATen/native/CPUBlas.cpp``). Where oneDNN supports bfloat16
-(``ideep::has_bf16_type_support()``: AVX512 with BW/VL/DQ, or AVX2-VNNI-2) and ``m n k > 16³``,
-it runs a oneDNN matmul with bfloat16 sources and destination, which accumulates in float32 and
-converts the result to bfloat16 with round-to-nearest-even (``vcvtneps2bf16`` or its emulation;
-AVX512-BF16 ``vdpbf16ps`` and AMX ``tdpbf16ps`` accumulate pairs of exact products in float32).
-Elsewhere (OpenBLAS ``sbgemm`` when torch is built with it, else the reference kernel in
-``aten/src/ATen/native/cpu/BlasKernel.cpp``) the dot products are summed in float32 (``opmath_t``)
-and the float32 result is converted to bfloat16 (round to nearest even). No CPU path accumulates
-in bfloat16, and every path returns a bfloat16 tensor (there is no CPU ``mm`` with a float32
-output for bfloat16 inputs). :func:`verify` checks this on the running machine, with inputs that
-attain the bound and inputs for which bfloat16 accumulation (up to 64 lanes) or rounding towards
-zero would break it. ``torch._int_mm`` on the CPU runs oneDNN's s8·s8→s32 matmul
-where AVX512-VNNI is present and an exact int32 loop elsewhere.
+power of two just above ``max_k |v_k|``; over any summation order the computed root is below the
+true norm by a relative ``(w + 4) 2^-53`` at most, so it is multiplied by ``1 + (w + 4) 2^-52``
+and moved up one float64 step.
 """
 
 from __future__ import annotations
@@ -86,13 +82,16 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numba
 import numpy as np
 import torch
 
 PRECISIONS = ("float32", "bfloat16", "int8")
+FORMS = ("int8", "int7", "bfloat16")
 
 UNIT = 2.0**-24
 """float32 unit roundoff."""
@@ -105,13 +104,20 @@ INT8_MAX_WIDTH = (2**31 - 1) // (255 * 128)
 codes to uint8 (``w · 255 · 128 < 2^31``; the plain bound ``w · 127² < 2^31`` is looser)."""
 INT8_MIN_EXPONENT = -100
 """int8 scales are at least ``2^-100``: rows of smaller values quantise to coarse codes (their
-residual bounds account for it) so that both float32 scalings stay exact or underflow once."""
+residual bounds account for it) so that the float32 scalings stay exact or underflow once."""
 MAX_ABS = 2.0**32
-"""Filter values must be finite and below this in magnitude (the engine's rows are below 1)."""
+"""Filter values a low-precision side holds: finite and below this in magnitude (the engine's
+filter rows are below 1 except for rows its scaling caps; those run in float32)."""
+INT7_ZERO_POINT = 64
+"""``int7`` codes ``q`` in ``[-63, 63]`` are stored as ``q + 64`` (``uint8``, at most 127)."""
+LEVELS = {"int8": 127, "int7": 63}
 
 _BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-_INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
-_BATCH_ELEMENTS = 2**21  # rows are prepared in batches of about this many values
+_VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+# ONNX Runtime's int8 kernels: AVX2 (pairs of u8 × s8 products, or u8 × u8 widened), AVX-VNNI and
+# AVX512-VNNI on x86; the dot-product instructions on Arm.
+_ORT_FLAGS = ("avx2", "asimddp", "i8mm")
+_BATCH_ELEMENTS = 2**21  # bfloat16 rows are prepared in batches of about this many values
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,18 +146,17 @@ def cpu_flags() -> frozenset[str]:
 
 def worth_timing(flags: frozenset[str] | None = None) -> tuple[str, ...]:
     """The precisions worth timing on this CPU: always ``"float32"``; ``"bfloat16"`` with
-    AVX512-BF16 or AMX-BF16; ``"int8"`` with AVX512-VNNI, AVX-VNNI or AMX-INT8.
+    AVX512-BF16 or AMX-BF16; ``"int8"`` where an int8 kernel has the instructions it needs
+    (:func:`kernels_for`: ONNX Runtime with AVX2 or Arm's dot products, torch with VNNI or AMX).
 
-    Without these instructions torch emulates the low-precision products far below the float32
-    rate. The flags only rule precisions out: the engine chooses by timing real tiles
-    (:func:`probe_rate`, then its own tile timings), since a flag says nothing about the kernel
-    torch picks (``torch._int_mm`` uses oneDNN only with AVX512-VNNI, for instance).
-    """
+    Without them the low-precision products run far below the float32 rate. The flags only rule
+    precisions out: the engine chooses by timing real tiles, since a flag says nothing about the
+    kernel a library picks."""
     flags = cpu_flags() if flags is None else flags
     out = ["float32"]
-    if any(f in flags for f in _BF16_FLAGS):
+    if kernels_for("bfloat16", flags):
         out.append("bfloat16")
-    if any(f in flags for f in _INT8_FLAGS):
+    if kernels_for("int8", flags):
         out.append("int8")
     return tuple(out)
 
@@ -176,15 +181,19 @@ class _Side:
 
 @dataclass(frozen=True, eq=False)
 class Int8Side(_Side):
-    """A side quantised to int8 with a power-of-two scale per row: ``x̂_i = s_i q_i``."""
+    """A side quantised with a power-of-two scale per row: ``x̂_i = s_i q_i``, ``|q_i| <= levels``
+    (127 for ``"int8"``, 63 for ``"int7"``), stored as ``q + zero_point``."""
 
     codes: torch.Tensor
-    """``(n, w)`` int8, contiguous, values in ``[-127, 127]``."""
+    """``(n, w)`` contiguous: ``int8`` codes (``"int8"``) or ``uint8`` codes plus 64
+    (``"int7"``)."""
     scale: np.ndarray
     """``(n,)`` float64 powers of two: the smallest ``s_i >= 2^-100`` with
-    ``max|x_i| <= 127 s_i``."""
+    ``max|x_i| <= levels s_i``."""
     scale32: np.ndarray
     """``scale`` as float32 (exact)."""
+    form: str = "int8"
+    cache: dict = field(default_factory=dict, repr=False)
 
     precision = "int8"
 
@@ -192,9 +201,27 @@ class Int8Side(_Side):
     def w(self) -> int:
         return int(self.codes.shape[1])
 
+    @property
+    def zero_point(self) -> int:
+        return INT7_ZERO_POINT if self.form == "int7" else 0
+
+    def values(self) -> np.ndarray:
+        """The integer codes ``q`` (int64)."""
+        return self.codes.numpy().astype(np.int64) - self.zero_point
+
     def dequantised(self) -> np.ndarray:
         """``s_i q_i`` in float64 (exact)."""
-        return self.codes.numpy().astype(np.float64) * self.scale[:, None]
+        return self.values().astype(np.float64) * self.scale[:, None]
+
+    def columns(self, start: int, stop: int) -> np.ndarray:
+        """Codes of rows ``start:stop`` transposed, ``(w, stop - start)`` contiguous: the right
+        operand of a GEMM (kept, one copy per range)."""
+        key = (start, stop)
+        found = self.cache.get(key)
+        if found is None:
+            found = np.ascontiguousarray(self.codes.numpy()[start:stop].T)
+            self.cache[key] = found
+        return found
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,10 +232,15 @@ class BF16Side(_Side):
     """``(n, w)`` ``torch.bfloat16``, contiguous."""
 
     precision = "bfloat16"
+    form = "bfloat16"
 
     @property
     def w(self) -> int:
         return int(self.rows.shape[1])
+
+    @property
+    def scale32(self) -> np.ndarray:
+        return np.ones(self.n, np.float32)
 
     def dequantised(self) -> np.ndarray:
         """The bfloat16 rows in float64 (exact)."""
@@ -227,9 +259,32 @@ def _as_rows(x: np.ndarray | torch.Tensor) -> np.ndarray:
     return x
 
 
+def holds(x: np.ndarray | torch.Tensor) -> bool:
+    """Whether every value of ``x`` is finite and below :data:`MAX_ABS` in magnitude: rows a
+    low-precision side can hold (the engine runs other filter rows in float32)."""
+    if isinstance(x, torch.Tensor):
+        if x.numel() == 0:
+            return True
+        low, high = torch.aminmax(x)  # nan propagates and compares False
+        return bool(-MAX_ABS < float(low) and float(high) < MAX_ABS)
+    return bool(x.size == 0 or (-MAX_ABS < x.min() and x.max() < MAX_ABS))
+
+
 def _check_range(x: np.ndarray) -> None:
-    if x.size and not np.all(np.abs(x) < MAX_ABS):  # also rejects nan and inf
-        raise ValueError("filter rows must be finite and below 2^32 in magnitude")
+    if not holds(x):
+        raise ValueError(
+            "low-precision rows must be finite and below 2^32 in magnitude (lowp.holds); "
+            "the engine runs other rows in float32"
+        )
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _norm_up(acc, e, w):  # pragma: no cover - compiled
+    """The rounded-up norm of a row whose squares, scaled by ``2^-2e``, sum to ``acc``."""
+    if acc == 0.0:
+        return 0.0
+    raw = math.sqrt(acc) * math.ldexp(1.0, e)
+    return np.nextafter(raw * (1.0 + (w + 4) * 2.0**-52), np.inf)
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -261,45 +316,85 @@ def _norms_up(v: np.ndarray) -> np.ndarray:
     return np.nextafter(raw * (1.0 + (v.shape[1] + 4) * 2.0**-52), np.inf) * (raw > 0)
 
 
-def _batches(n: int, w: int):
-    step = max(1, _BATCH_ELEMENTS // w)
-    for start in range(0, n, step):
-        yield start, min(n, start + step)
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _quantise(x, levels, bits, offset, codes, scale, norm, residual, source):  # pragma: no cover
+    """Per row: the scale (:func:`int8_scales`), the codes ``rint(x / s) + offset`` and the
+    rounded-up norms of ``x``, ``s q`` and ``x - s q`` (all exact in float64)."""
+    n, w = x.shape
+    for i in numba.prange(n):
+        m = 0.0
+        for k in range(w):
+            a = abs(np.float64(x[i, k]))
+            if a > m:
+                m = a
+        e = INT8_MIN_EXPONENT
+        if m > 0.0:
+            e = math.frexp(m)[1] - bits  # m / 2^e in [2^(bits-1), 2^bits)
+            if m > math.ldexp(np.float64(levels), e):
+                e += 1
+            if e < INT8_MIN_EXPONENT:
+                e = INT8_MIN_EXPONENT
+        s = math.ldexp(1.0, e)
+        inv = math.ldexp(1.0, -e)
+        scale[i] = s
+        mq = 0.0
+        mr = 0.0
+        for k in range(w):
+            v = np.float64(x[i, k])
+            q = np.rint(v * inv)
+            codes[i, k] = q + offset
+            d = q * s
+            if abs(d) > mq:
+                mq = abs(d)
+            if abs(v - d) > mr:
+                mr = abs(v - d)
+        ex = math.frexp(m)[1]
+        eq = math.frexp(mq)[1]
+        er = math.frexp(mr)[1]
+        dx, dq, dr = math.ldexp(1.0, -ex), math.ldexp(1.0, -eq), math.ldexp(1.0, -er)
+        ax = 0.0
+        aq = 0.0
+        ar = 0.0
+        for k in range(w):
+            v = np.float64(x[i, k])
+            d = np.float64(codes[i, k] - offset) * s
+            ax += (v * dx) * (v * dx)
+            aq += (d * dq) * (d * dq)
+            ar += ((v - d) * dr) * ((v - d) * dr)
+        source[i] = _norm_up(ax, ex, w)
+        norm[i] = _norm_up(aq, eq, w)
+        residual[i] = _norm_up(ar, er, w)
 
 
-def int8_scales(x: np.ndarray) -> np.ndarray:
-    """Per row, the smallest power of two ``s >= 2^-100`` with ``max|x_i| <= 127 s`` (float64)."""
+def int8_scales(x: np.ndarray, levels: int = 127) -> np.ndarray:
+    """Per row, the smallest power of two ``s >= 2^-100`` with ``max|x_i| <= levels s``
+    (float64)."""
+    bits = int(levels).bit_length()
     m = np.abs(x).max(axis=1).astype(np.float64)
-    e = np.frexp(m)[1] - 7  # m / 2^e in [64, 128)
-    e = np.where(m > np.ldexp(127.0, e), e + 1, e)
+    e = np.frexp(m)[1] - bits
+    e = np.where(m > np.ldexp(float(levels), e), e + 1, e)
     e = np.maximum(np.where(m > 0, e, INT8_MIN_EXPONENT), INT8_MIN_EXPONENT)
     return np.ldexp(1.0, e)
 
 
-def prepare_int8(x: np.ndarray | torch.Tensor) -> Int8Side:
-    """Quantise float32 filter rows ``(n, w)`` to int8 codes with a power-of-two scale per row.
+def prepare_int8(x: np.ndarray | torch.Tensor, form: str = "int8") -> Int8Side:
+    """Quantise float32 filter rows ``(n, w)`` with a power-of-two scale per row.
 
-    ``q_i = round(x_i / s_i)`` (nearest even) with :func:`int8_scales`, so ``|q_i| <= 127`` and
+    ``q_i = rint(x_i / s_i)`` (nearest even) with :func:`int8_scales`, so ``|q_i| <= levels`` and
     ``s_i q_i`` is exact in float32 and float64. The residual ``x_ik - s_i q_ik`` is exact in
     float64: it is ``x_ik`` where ``q_ik = 0``; elsewhere ``|x_ik| >= s_i / 2``, so it is a multiple
-    of ``ulp(x_ik) >= 2^-24 s_i`` no larger than ``s_i / 2`` (24 bits).
+    of ``ulp(x_ik) >= 2^-24 s_i`` no larger than ``s_i / 2`` (24 bits). ``form`` ``"int8"``
+    (``int8`` codes in ``[-127, 127]``) or ``"int7"`` (``[-63, 63]``, stored plus 64 as
+    ``uint8``).
     """
+    levels = LEVELS[form]
     x = _as_rows(x)
     _check_range(x)
     n, w = x.shape
-    scale = int8_scales(x)
-    codes = np.empty((n, w), np.int8)
-    norm = np.empty(n)
-    residual = np.empty(n)
-    source = np.empty(n)
-    for start, stop in _batches(n, w):
-        xb = x[start:stop].astype(np.float64)
-        s = scale[start:stop, None]
-        q = np.rint(xb / s)
-        codes[start:stop] = q
-        source[start:stop] = _norms_up(x[start:stop])
-        norm[start:stop] = _norms_up(q * s)
-        residual[start:stop] = _norms_up(xb - q * s)
+    codes = np.empty((n, w), np.uint8 if form == "int7" else np.int8)
+    scale, norm, residual, source = (np.empty(n) for _ in range(4))
+    offset = INT7_ZERO_POINT if form == "int7" else 0
+    _quantise(x, levels, int(levels).bit_length(), offset, codes, scale, norm, residual, source)
     return Int8Side(
         norm=norm,
         residual=residual,
@@ -307,6 +402,7 @@ def prepare_int8(x: np.ndarray | torch.Tensor) -> Int8Side:
         codes=torch.from_numpy(codes),
         scale=scale,
         scale32=scale.astype(np.float32),
+        form=form,
     )
 
 
@@ -325,6 +421,12 @@ def _bits_to_float32(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
+def _batches(n: int, w: int):
+    step = max(1, _BATCH_ELEMENTS // w)
+    for start in range(0, n, step):
+        yield start, min(n, start + step)
+
+
 def prepare_bf16(x: np.ndarray | torch.Tensor) -> BF16Side:
     """Round float32 filter rows ``(n, w)`` to bfloat16 (:func:`bf16_bits`).
 
@@ -335,9 +437,7 @@ def prepare_bf16(x: np.ndarray | torch.Tensor) -> BF16Side:
     _check_range(x)
     n, w = x.shape
     bits = np.empty((n, w), np.uint16)
-    norm = np.empty(n)
-    residual = np.empty(n)
-    source = np.empty(n)
+    norm, residual, source = (np.empty(n) for _ in range(3))
     for start, stop in _batches(n, w):
         xb = x[start:stop]
         bb = bf16_bits(xb)
@@ -350,38 +450,208 @@ def prepare_bf16(x: np.ndarray | torch.Tensor) -> BF16Side:
     return BF16Side(norm=norm, residual=residual, source_norm=source, rows=rows)
 
 
-def prepare(x: np.ndarray | torch.Tensor, precision: str) -> Side:
-    """A side's float32 filter rows prepared for ``precision`` (``"int8"`` or ``"bfloat16"``)."""
-    if precision == "int8":
-        return prepare_int8(x)
-    if precision == "bfloat16":
+def prepare(x: np.ndarray | torch.Tensor, form: str) -> Side:
+    """A side's float32 filter rows prepared as ``form`` (``"int8"``, ``"int7"`` or
+    ``"bfloat16"``)."""
+    if form in LEVELS:
+        return prepare_int8(x, form)
+    if form == "bfloat16":
         return prepare_bf16(x)
-    raise ValueError(f"no low-precision side for {precision!r}")
+    raise ValueError(f"no low-precision side for {form!r}")
 
 
 # ---------------------------------------------------------------------------------------------
-# Tile products
+# Kernels
 
 _work = threading.local()
 
 
-def _workspace(dtype: torch.dtype, rows: int, cols: int) -> torch.Tensor:
-    """A per-thread contiguous ``(rows, cols)`` scratch tensor, reused across tiles."""
+def _workspace(dtype: Any, rows: int, cols: int) -> Any:
+    """A per-thread contiguous ``(rows, cols)`` scratch buffer (a tensor for a torch dtype, else
+    an array), reused across tiles."""
     key = f"buf_{dtype}"
     buf = getattr(_work, key, None)
-    if buf is None or buf.numel() < rows * cols:
-        buf = torch.empty(max(rows * cols, 1), dtype=dtype)
+    size = rows * cols
+    if buf is None or len(buf) < size:
+        if isinstance(dtype, torch.dtype):
+            buf = torch.empty(max(size, 1), dtype=dtype)
+        else:
+            buf = np.empty(max(size, 1), dtype)
         setattr(_work, key, buf)
-    return buf[: rows * cols].view(rows, cols)
+    return buf[:size].reshape(rows, cols)
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def _int8_scale(c, sa, sb, out):  # pragma: no cover - compiled
-    """``out[i, j] = (float32(c[i, j]) * sa[i]) * sb[j]``, each step rounded to float32."""
+def _scale_columns(c, sb, out):  # pragma: no cover - compiled
+    """``out[i, j] = float32(c[i, j]) * sb[j]`` (exact: powers of two, ``|c| >= 1`` or 0)."""
     for i in range(c.shape[0]):
-        a = sa[i]
         for j in range(c.shape[1]):
-            out[i, j] = (np.float32(c[i, j]) * a) * sb[j]
+            out[i, j] = np.float32(c[i, j]) * sb[j]
+
+
+class Kernel:
+    """A low-precision GEMM: ``product(a, b, out, a0, a1, b0, b1)`` writes
+    ``x̂_i · ŷ_j / s_i`` (rows ``a0:a1`` of ``a``, ``b0:b1`` of ``b``) into the contiguous float32
+    ``out``; ``a_form``/``b_form`` are the sides it multiplies."""
+
+    name = "kernel"
+    precision = "int8"
+    a_form = "int8"
+    b_form = "int8"
+    flags: tuple[str, ...] = ()
+
+    def available(self) -> str | None:
+        """``None`` where the kernel can run here, else why not."""
+        return None
+
+    def product(self, a: Side, b: Side, out: np.ndarray, a0: int, a1: int, b0: int, b1: int):
+        raise NotImplementedError
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, value: int | bytes | str) -> bytes:
+    """One protobuf field: a varint (``int``) or a length-delimited value."""
+    if isinstance(value, int):
+        return _varint(number << 3) + _varint(value)
+    data = value.encode() if isinstance(value, str) else value
+    return _varint(number << 3 | 2) + _varint(len(data)) + data
+
+
+def _onnx_matmul() -> bytes:
+    """A one-node ONNX model, serialised: ``Y = MatMulIntegerToFloat(A, B, 1, b_scale, 64)``
+    (``com.microsoft`` domain) with ``A`` ``uint8 [n, w]``, ``B`` ``int8 [w, m]``, ``b_scale``
+    ``float [m]``, ``Y`` ``float [n, m]``: ``Y = (A - 64) B · b_scale``.
+
+    Written with the field numbers of ``onnx/onnx.proto`` (ModelProto, GraphProto, NodeProto,
+    TensorProto, ValueInfoProto, TypeProto) so that the ``onnx`` package is not needed; ONNX
+    Runtime validates the model when the session is created."""
+    uint8, int8, float32 = 2, 3, 1  # TensorProto.DataType
+
+    def tensor(name: str, elem: int, dims: list[int | str]) -> bytes:
+        shape = b"".join(
+            _field(1, _field(1, d) if isinstance(d, int) else _field(2, d)) for d in dims
+        )
+        return _field(1, name) + _field(2, _field(1, _field(1, elem) + _field(2, shape)))
+
+    def constant(name: str, elem: int, raw: bytes) -> bytes:
+        return _field(2, elem) + _field(8, name) + _field(9, raw)
+
+    node = b"".join(_field(1, n) for n in ("A", "B", "a_scale", "b_scale", "a_zero"))
+    node += _field(2, "Y") + _field(4, "MatMulIntegerToFloat") + _field(7, "com.microsoft")
+    graph = (
+        _field(1, node)
+        + _field(2, "recallkit_int8_tile")
+        + _field(5, constant("a_scale", float32, np.float32(1.0).tobytes()))
+        + _field(5, constant("a_zero", uint8, bytes([INT7_ZERO_POINT])))
+        + _field(11, tensor("A", uint8, ["n", "w"]))
+        + _field(11, tensor("B", int8, ["w", "m"]))
+        + _field(11, tensor("b_scale", float32, ["m"]))
+        + _field(12, tensor("Y", float32, ["n", "m"]))
+    )
+    opsets = _field(8, _field(1, "") + _field(2, 13))
+    opsets += _field(8, _field(1, "com.microsoft") + _field(2, 1))
+    return _field(1, 8) + _field(2, "recallkit") + opsets + _field(7, graph)
+
+
+class OnnxInt8(Kernel):
+    """ONNX Runtime's ``MatMulIntegerToFloat``: ``int7`` rows (``uint8``, zero point 64)
+    against ``int8`` rows, exact int32 sums (MLAS's U8S8 kernels), the right side's scale applied
+    in the output stage. One session, one thread (``intra_op_num_threads = 1``, no spinning): it
+    runs in the calling worker thread; each thread binds its own inputs and output buffer."""
+
+    name = "onnxruntime"
+    a_form = "int7"
+    b_form = "int8"
+    flags = _ORT_FLAGS
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.session: Any = None
+        self.local = threading.local()
+
+    def available(self) -> str | None:
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            return "onnxruntime is not installed"
+        return None
+
+    def _session(self) -> Any:
+        with self.lock:
+            if self.session is None:
+                import onnxruntime as ort
+
+                options = ort.SessionOptions()
+                options.intra_op_num_threads = 1
+                options.inter_op_num_threads = 1
+                options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+                options.log_severity_level = 3
+                options.enable_cpu_mem_arena = False  # no memory kept between tiles
+                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+                self.session = ort.InferenceSession(
+                    _onnx_matmul(), options, providers=["CPUExecutionProvider"]
+                )
+            return self.session
+
+    def product(self, a, b, out, a0, a1, b0, b1):
+        session = self._session()
+        binding = getattr(self.local, "binding", None)
+        if binding is None:
+            binding = self.local.binding = session.io_binding()
+        binding.bind_cpu_input("A", a.codes.numpy()[a0:a1])
+        binding.bind_cpu_input("B", b.columns(b0, b1))
+        binding.bind_cpu_input("b_scale", np.ascontiguousarray(b.scale32[b0:b1]))
+        binding.bind_output("Y", "cpu", 0, np.float32, out.shape, out.ctypes.data)
+        session.run_with_iobinding(binding)
+
+
+class TorchInt8(Kernel):
+    """``torch._int_mm`` (oneDNN's s8·s8→s32 where AVX512-VNNI or AMX is present, an exact
+    int32 loop elsewhere), then the right side's scale."""
+
+    name = "torch-int8"
+    flags = _VNNI_FLAGS
+
+    def product(self, a, b, out, a0, a1, b0, b1):
+        c = _workspace(torch.int32, a1 - a0, b1 - b0)
+        torch._int_mm(a.codes[a0:a1], b.codes[b0:b1].T, out=c)
+        _scale_columns(c.numpy(), b.scale32[b0:b1], out)
+
+
+class TorchBF16(Kernel):
+    """torch's CPU ``bfloat16 @ bfloat16.T`` (float32 accumulation, bfloat16 output)."""
+
+    name = "torch-bfloat16"
+    precision = "bfloat16"
+    a_form = b_form = "bfloat16"
+    flags = _BF16_FLAGS
+
+    def product(self, a, b, out, a0, a1, b0, b1):
+        t = _workspace(torch.bfloat16, a1 - a0, b1 - b0)
+        torch.mm(a.rows[a0:a1], b.rows[b0:b1].T, out=t)
+        torch.from_numpy(out).copy_(t)
+
+
+KERNELS: dict[str, Kernel] = {k.name: k for k in (OnnxInt8(), TorchInt8(), TorchBF16())}
+
+
+def kernels_for(precision: str, flags: frozenset[str] | None = None) -> tuple[Kernel, ...]:
+    """The kernels of ``precision`` that can run here and whose instructions the CPU has."""
+    flags = cpu_flags() if flags is None else flags
+    return tuple(
+        k
+        for k in KERNELS.values()
+        if k.precision == precision and any(f in flags for f in k.flags) and k.available() is None
+    )
 
 
 def _range(rows: tuple[int, int] | slice | None, n: int) -> tuple[int, int]:
@@ -398,11 +668,21 @@ def _range(rows: tuple[int, int] | slice | None, n: int) -> tuple[int, int]:
     return int(start), int(stop)
 
 
-def _pair(a: Side, b: Side) -> None:
-    if type(a) is not type(b):
-        raise TypeError(f"sides of different precisions: {a.precision} and {b.precision}")
+def kernel_of(a: Side, b: Side, kernel: Kernel | None = None) -> Kernel:
+    """The kernel that multiplies these sides (``kernel`` if given): by their forms."""
     if a.w != b.w:
         raise ValueError(f"sides of different widths: {a.w} and {b.w}")
+    if kernel is None:
+        kernel = next(
+            (k for k in KERNELS.values() if (k.a_form, k.b_form) == (a.form, b.form)), None
+        )
+    if kernel is None or (kernel.a_form, kernel.b_form) != (a.form, b.form):
+        raise TypeError(f"no kernel multiplies {a.form} rows by {b.form} rows")
+    if kernel.precision == "int8" and a.w > INT8_MAX_WIDTH:
+        raise ValueError(
+            f"int8 tiles need w <= {INT8_MAX_WIDTH} for exact int32 sums, got w = {a.w}"
+        )
+    return kernel
 
 
 def tile_product(
@@ -411,15 +691,14 @@ def tile_product(
     out: np.ndarray,
     a_rows: tuple[int, int] | slice | None = None,
     b_rows: tuple[int, int] | slice | None = None,
+    scaled: bool = True,
+    kernel: Kernel | None = None,
 ) -> np.ndarray:
-    """``out[i, j] = x̂_i · ŷ_j`` (float32) for rows ``a_rows`` of ``a`` and ``b_rows`` of ``b``.
-
-    ``out`` is a float32 array of shape ``(rows, cols)`` (any strides, e.g. a view of a larger
-    tile buffer); it is returned. The computation runs on torch's intra-op threads: the engine
-    calls it from one worker thread per tile with ``torch.set_num_threads(1)``. Scratch memory is
-    one tile per thread, kept between calls.
-    """
-    _pair(a, b)
+    """``out[i, j] = x̂_i · ŷ_j`` (float32) for rows ``a_rows`` of ``a`` and ``b_rows`` of ``b``;
+    with ``scaled=False``, ``x̂_i · ŷ_j / s_i`` (the engine's tile kernels apply the row scale
+    ``a.scale32`` themselves). ``out`` is a float32 array of shape ``(rows, cols)`` (any strides);
+    it is returned. The kernel (:func:`kernel_of`) runs in the calling thread."""
+    kernel = kernel_of(a, b, kernel)
     a0, a1 = _range(a_rows, a.n)
     b0, b1 = _range(b_rows, b.n)
     rows, cols = a1 - a0, b1 - b0
@@ -429,18 +708,12 @@ def tile_product(
         )
     if rows == 0 or cols == 0:
         return out
-    if isinstance(a, Int8Side):
-        if a.w > INT8_MAX_WIDTH:
-            raise ValueError(
-                f"int8 tiles need w <= {INT8_MAX_WIDTH} for exact int32 sums, got w = {a.w}"
-            )
-        c = _workspace(torch.int32, rows, cols)
-        torch._int_mm(a.codes[a0:a1], b.codes[b0:b1].T, out=c)
-        _int8_scale(c.numpy(), a.scale32[a0:a1], b.scale32[b0:b1], out)
-        return out
-    t = _workspace(torch.bfloat16, rows, cols)
-    torch.mm(a.rows[a0:a1], b.rows[b0:b1].T, out=t)
-    torch.from_numpy(out).copy_(t)
+    target = out if out.flags.c_contiguous else _workspace(np.float32, rows, cols)
+    kernel.product(a, b, target, a0, a1, b0, b1)
+    if scaled and a.form in LEVELS:
+        np.multiply(target, a.scale32[a0:a1, None], out=target)
+    if target is not out:
+        out[...] = target
     return out
 
 
@@ -489,7 +762,8 @@ def row_bounds(
     returns ``(e, r)`` with ``|tile[i, j] - x_i · y_j| <= e_i + r |tile[i, j]|``, where the output
     rounding is charged to the tile value rather than to ``ν̂_i N̂``.
     """
-    _pair(a, b)
+    if a.precision != b.precision or a.w != b.w:
+        raise TypeError(f"sides of different kinds: {a.form} ({a.w}) and {b.form} ({b.w})")
     a0, a1 = _range(a_rows, a.n)
     b0, b1 = _range(b_rows, b.n)
     if b1 == b0:
@@ -516,13 +790,8 @@ def row_bounds(
 
 def window_ratio(eps_low: np.ndarray, eps_ref: np.ndarray) -> float:
     """How much wider the low-precision windows are than the reference (float32) windows:
-    ``Σ eps_low / Σ eps_ref`` over the rows.
-
-    Where scores are locally evenly spread around the thresholds, the number of items a window
-    catches grows in proportion to its width, so this is the expected ratio of the number of
-    items re-scored in float32 after a low-precision tile to the number re-scored exactly after a
-    float32 tile. ``inf`` if the reference windows are all empty and the low ones are not.
-    """
+    ``Σ eps_low / Σ eps_ref`` over the rows (``inf`` if the reference windows are all empty and
+    the low ones are not)."""
     low = float(np.sum(np.asarray(eps_low, np.float64)))
     ref = float(np.sum(np.asarray(eps_ref, np.float64)))
     if ref > 0:
@@ -531,67 +800,77 @@ def window_ratio(eps_low: np.ndarray, eps_ref: np.ndarray) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Timing and self-checks
+# Self-checks
 
 
-def probe_rate(precision: str, w: int, rows: int = 256, repeats: int = 3) -> float:
-    """Operations per second (multiplications and additions, ``2 rows² w / seconds``, best of
-    ``repeats`` after one warm-up) of a single-threaded ``rows × rows × w`` tile of Gaussian unit
-    rows.
+def code_patterns(w: int, a_form: str, b_form: str) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """Named ``(a, b)`` integer code matrices of width ``w`` (``48 × w`` and ``80 × w``) at the
+    edges of each form's range, arranged so that a kernel that does not keep every product and
+    partial sum exact gets some entry wrong: runs of two equal-signed extreme codes (``vpmaddubsw``
+    saturates a pair once the unsigned side exceeds 7 bits, as when signed codes are shifted by
+    128), long runs of one sign (16-bit accumulation), odd codes (kernels that halve a side), and
+    random codes over the whole range."""
+    top_a, top_b = LEVELS.get(a_form, 127), LEVELS.get(b_form, 127)
+    k = np.arange(w)
+    rng = np.random.default_rng(w)
+    run = np.where((k // 2) % 3 == 2, -1, 1)
+    rows = {
+        "high": np.full(w, top_a),
+        "low": np.full(w, -top_a),
+        "alternating": np.where(k % 2, -top_a, top_a),
+        "odd": (2 * (k % (top_a + 1)) - top_a).clip(-top_a, top_a),
+    }
+    cols = {
+        "pairs": run * top_b,
+        "positive": np.full(w, top_b),
+        "negative": np.full(w, -top_b),
+        "odd": (2 * (k % (top_b + 1)) - top_b).clip(-top_b, top_b),
+    }
+    out = []
+    for name, row in rows.items():
+        a = np.tile(row, (48, 1))
+        b = np.stack([cols[c] for c in cols] * 20)
+        out.append((name, a, b))
+    a = rng.integers(-top_a, top_a + 1, (48, w))
+    out.append(("random", a, rng.integers(-top_b, top_b + 1, (80, w))))
+    return out
 
-    ``"int8"`` and ``"bfloat16"`` time :func:`tile_product` (the low-precision product and its
-    conversion to float32; preparation excluded); ``"float32"`` times torch's float32 ``mm``
-    into a preallocated output (torch's BLAS, which may differ from the engine's). torch's
-    intra-op thread count is set to 1 for the probe (process-wide) and restored afterwards, so
-    call it before starting worker threads. A cheap first look; the engine decides by timing its
-    own tiles.
-    """
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}")
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((rows, w)).astype(np.float32)
-    x /= np.linalg.norm(x, axis=1, keepdims=True).astype(np.float32)
-    out = np.empty((rows, rows), np.float32)
-    if precision == "float32":
-        t = torch.from_numpy(x)
-        o = torch.from_numpy(out)
 
-        def run() -> None:
-            torch.mm(t, t.T, out=o)
-    else:
-        side = prepare(x, precision)
+def _side_of_codes(codes: np.ndarray, form: str, scale: np.ndarray) -> Int8Side:
+    offset = INT7_ZERO_POINT if form == "int7" else 0
+    stored = (codes + offset).astype(np.uint8 if form == "int7" else np.int8)
+    ones = np.ones(len(codes))
+    return Int8Side(
+        norm=ones, residual=ones, source_norm=ones, codes=torch.from_numpy(stored),
+        scale=scale, scale32=scale.astype(np.float32), form=form,
+    )  # fmt: skip
 
-        def run() -> None:
-            tile_product(side, side, out)
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        run()
-        best = math.inf
-        for _ in range(max(1, repeats)):
-            start = time.perf_counter()
-            run()
-            best = min(best, time.perf_counter() - start)
-    finally:
-        torch.set_num_threads(threads)
-    return 2.0 * rows * rows * w / max(best, 1e-9)
+def check_int8(kernel: Kernel, w: int) -> str | None:
+    """``None`` if ``kernel`` computes every entry of :func:`code_patterns` exactly at width
+    ``w`` (the exact integer product converted to float32, times the right side's power-of-two
+    scale), else what it got wrong."""
+    for name, a, b in code_patterns(w, kernel.a_form, kernel.b_form):
+        scale = np.ldexp(1.0, -np.arange(len(b)) % 9 - 3)
+        a_side = _side_of_codes(a, kernel.a_form, np.ones(len(a)))
+        b_side = _side_of_codes(b, kernel.b_form, scale)
+        out = np.full((len(a), len(b)), np.nan, np.float32)
+        try:
+            kernel.product(a_side, b_side, out, 0, len(a), 0, len(b))
+        except Exception as error:  # a kernel that cannot run is not used
+            return f"{name} codes: {type(error).__name__}: {error}"
+        exact = a.astype(np.int64) @ b.astype(np.int64).T
+        want = exact.astype(np.float32) * scale.astype(np.float32)[None, :]
+        wrong = int(np.sum(out != want))
+        if wrong:
+            return f"{name} codes: {wrong} of {out.size} entries differ from the exact product"
+    return None
 
 
 def adversarial_pairs(precision: str, w: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Named ``(x, y)`` float32 row pairs of width ``w`` that attain the bound nearly, or break it
-    under a weaker arithmetic than the bound assumes.
-
-    bfloat16: ``aligned``, every element just below a rounding midpoint and all products
-    positive, so the input roundings add up along the rows and, for ``w = 257``, the sum ties and
-    rounds down as well (bound attained to 0.2%); ``truncation``, a result just below a bfloat16
-    midpoint (rounding towards zero errs by twice the bound); ``accumulation``, 64 ones then
-    terms of ``2^-8`` against ones (a bfloat16 accumulator with up to 64 lanes drops them all,
-    beyond the bound for ``w >= 100``). int8: ``aligned``, every element just below a grid
-    midpoint, residuals parallel to the rows (bound attained to ``10^-5``); ``saturation``, codes
-    127 against runs of two codes +-127 (kernels that sum uint8-shifted pairs in int16 saturate);
-    ``odd``, odd codes (kernels that halve int8 weights lose their low bit).
-    """
+    under a weaker arithmetic than the bound assumes (bfloat16: ``aligned``, ``truncation``,
+    ``accumulation``; int8: ``aligned``, ``saturation``, ``odd``)."""
     k = np.arange(w)
     if precision == "bfloat16":
         acc = np.where(k < 64, 1.0, 2.0**-8)
@@ -615,9 +894,9 @@ def adversarial_pairs(precision: str, w: int) -> dict[str, tuple[np.ndarray, np.
     return {name: (x.astype(np.float32), y.astype(np.float32)) for name, (x, y) in pairs.items()}
 
 
-def _within_bound(x: np.ndarray, y: np.ndarray, precision: str) -> bool:
-    a, b = prepare(x, precision), prepare(y, precision)
-    tile = tile_product(a, b, np.empty((x.shape[0], y.shape[0]), np.float32))
+def _within_bound(x: np.ndarray, y: np.ndarray, kernel: Kernel) -> bool:
+    a, b = prepare(x, kernel.a_form), prepare(y, kernel.b_form)
+    tile = tile_product(a, b, np.empty((x.shape[0], y.shape[0]), np.float32), kernel=kernel)
     eps = row_bounds(a, b)
     x64, y64 = x.astype(np.float64), y.astype(np.float64)
     w = x.shape[1]
@@ -626,21 +905,289 @@ def _within_bound(x: np.ndarray, y: np.ndarray, precision: str) -> bool:
     return bool(np.all(np.abs(tile.astype(np.float64) - ref) <= eps[:, None] - ref_err))
 
 
-def verify(precision: str, widths: tuple[int, ...] = (1, 63, 257, 1025)) -> bool:
-    """Whether this machine's kernels for ``precision`` stay within :func:`row_bounds` on
-    :func:`adversarial_pairs` and on Gaussian unit rows.
-
-    Each pair fills a ``64 × 64`` tile (large enough for torch's optimised kernels), compared with
-    float64 dot products less their own rounding bound. Run once per process before timing a
-    precision; ``False`` means the low-precision filter must not be used on this machine.
-    """
+def verify(kernel: Kernel | str, widths: tuple[int, ...] = (1, 63, 257, 1025)) -> bool:
+    """Whether ``kernel`` (or the first kernel of a precision) stays within :func:`row_bounds`
+    on :func:`adversarial_pairs` and on Gaussian unit rows, in ``64 × 64`` tiles compared with
+    float64 dot products less their own rounding bound."""
+    if isinstance(kernel, str):
+        kernel = next(k for k in KERNELS.values() if k.precision == kernel)
     rng = np.random.default_rng(0)
     for w in widths:
-        for x, y in adversarial_pairs(precision, w).values():
-            if not _within_bound(np.tile(x, (64, 1)), np.tile(y, (64, 1)), precision):
+        for x, y in adversarial_pairs(kernel.precision, w).values():
+            if not _within_bound(np.tile(x, (64, 1)), np.tile(y, (64, 1)), kernel):
                 return False
         g = rng.standard_normal((128, w)).astype(np.float32)
         g /= np.linalg.norm(g, axis=1, keepdims=True).astype(np.float32)
-        if not _within_bound(g[:64], g[64:], precision):
+        if not _within_bound(g[:64], g[64:], kernel):
             return False
     return True
+
+
+_CHECKED: dict[tuple[str, int], str | None] = {}
+_CHECK_LOCK = threading.Lock()
+
+
+def usable(kernel: Kernel, w: int) -> str | None:
+    """``None`` if ``kernel`` may compute tiles of width ``w`` on this machine, else why not:
+    it cannot run here, the rows are too wide for exact int32 sums, or its self-check failed
+    (int8: :func:`check_int8`, exact on saturating code patterns; bfloat16: :func:`verify`, within
+    the bound). Checked once per process and width, before the kernel's first tile."""
+    key = (kernel.name, w)
+    with _CHECK_LOCK:
+        if key in _CHECKED:
+            return _CHECKED[key]
+        reason = kernel.available()
+        if reason is None and kernel.precision == "int8" and w > INT8_MAX_WIDTH:
+            reason = f"rows of width {w} exceed {INT8_MAX_WIDTH} (exact int32 sums)"
+        if reason is None and kernel.precision == "int8":
+            reason = check_int8(kernel, w)
+            if reason is not None:
+                reason = f"not exact: {reason}"
+        if reason is None and kernel.precision == "bfloat16" and not verify(kernel, (w,)):
+            reason = "beyond the bfloat16 bound on adversarial rows"
+        _CHECKED[key] = reason
+        return reason
+
+
+# ---------------------------------------------------------------------------------------------
+# The CPU engine's tiles: which way computes them, timed as they run
+
+SAMPLES = 3
+"""Full tiles timed with each way of computing them before the choice."""
+AUTO_TILES = 16
+"""``precision="auto"`` weighs a low precision only for passes of at least this many full tiles:
+enough for the timing and for the tiles after it to pay for the sides' preparation."""
+
+
+class Choice:
+    """The fastest of several names, timed as tiles run: a name's first tile (in the process:
+    ``warm`` may be shared) warms it up, its next ``SAMPLES`` are timed; then the fastest of the
+    names asked for."""
+
+    def __init__(self, warm: set[str] | None = None) -> None:
+        self.lock = threading.Lock()
+        self.times: dict[str, list[float]] = {}
+        self.warm: set[str] = set() if warm is None else warm
+
+    def pick(self, names: Sequence[str]) -> str:
+        if len(names) == 1:
+            return names[0]
+        with self.lock:
+            if all(len(self.times.get(n, ())) >= SAMPLES for n in names):
+                return min(names, key=lambda n: min(self.times[n]))
+            return min(names, key=lambda n: len(self.times.get(n, ())) + (n in self.warm))
+
+    def record(self, name: str, seconds: float) -> None:
+        with self.lock:
+            if name not in self.warm:
+                self.warm.add(name)
+            elif len(self.times.setdefault(name, [])) < SAMPLES:
+                self.times[name].append(seconds)
+
+
+CHOICES: dict[tuple, Choice] = {}
+
+
+WARM: dict[tuple, set[str]] = {}
+
+
+def choice(*key: Any) -> Choice:
+    return CHOICES.setdefault(key, Choice())
+
+
+class TileKind:
+    """One way of computing a pass's tiles: ``product(r0, c0, out)``, the row scales ``rs`` of
+    its tile rows, whether it is a cascade, and its bound ``eps`` per chunk row."""
+
+    def __init__(self, name, precision, eps, product, scales=None) -> None:
+        self.name, self.precision, self.eps, self.product = name, precision, eps, product
+        self.cascade = precision != "float32"
+        self.scales = scales
+
+    def rs(self, r0: int, rows: int, dtype: np.dtype) -> np.ndarray:
+        if self.scales is None:
+            return np.ones(rows, dtype=dtype)
+        return self.scales[r0 : r0 + rows]
+
+
+class TilePass:
+    """The filter of a chunk against one block (``qf``, its float32 bound ``eps32``) and the
+    kinds of tile it may use, built when first needed."""
+
+    def __init__(self, space, qf, block, first, symmetric, eps32, names, float32) -> None:
+        self.space, self.qf, self.block, self.first = space, qf, block, first
+        self.float32 = float32
+        self.symmetric, self.eps32, self.names = symmetric, eps32, names
+        self.lock = threading.Lock()
+        self.kinds: dict[str, TileKind] = {}
+        self.a32, self.b32 = qf.rows.numpy(), block.gemm.numpy()
+        # Each pass times its own tiles: the fastest kind depends on the data (the windows the
+        # filter leaves), not on the machine alone. The last pass's times are kept for the report.
+        key = ("tiles", qf.rows.dtype, qf.rows.shape[1])
+        self.choice = Choice(WARM.setdefault(key, set()))
+        if len(names) > 1:
+            CHOICES[key] = self.choice
+
+    def kind(self, name: str) -> TileKind:
+        with self.lock:
+            if name not in self.kinds:
+                self.kinds[name] = self._build(name)
+            return self.kinds[name]
+
+    def pick(self) -> TileKind:
+        return self.kind(self.choice.pick(self.names))
+
+    def _build(self, name: str) -> TileKind:
+        qf, block = self.qf, self.block
+        if name == "float32":
+            return TileKind(name, "float32", self.eps32, self.float32)
+        kernel = KERNELS[name]
+        b_side = block_side(block, kernel.b_form)
+        if self.space.own_rows(block):
+            a_side = block_side(block, kernel.a_form)
+        else:
+            a_side = prepare(qf.rows, kernel.a_form)
+        first, c = self.first, qf.rows.shape[0]
+        low = row_bounds(a_side, b_side, (first, first + c))
+        if self.symmetric:  # the transposed reading: the chunk's rows on the other side
+            low = np.maximum(low, row_bounds(b_side, a_side, (first, first + c)))
+
+        def product(r0, c0, out):
+            rows, cols = out.shape
+            tile_product(a_side, b_side, out, (first + r0, first + r0 + rows),
+                              (c0, c0 + cols), scaled=False, kernel=kernel)  # fmt: skip
+
+        scales = a_side.scale32[first : first + c] if kernel.precision == "int8" else None
+        return TileKind(name, kernel.precision, self.eps32 + torch.from_numpy(low), product, scales)
+
+
+def block_side(block: Any, form: str) -> Any:
+    """The block's filter rows as a low-precision side, kept on the block."""
+    key = ("lowp", form)
+    if key not in block.cache:
+        block.cache[key] = prepare(block.gemm, form)
+    return block.cache[key]
+
+
+def _numpy_product(a: torch.Tensor, b: torch.Tensor, out: np.ndarray) -> None:
+    np.matmul(a.numpy(), b.numpy().T, out=out)
+
+
+def _torch_product(a: torch.Tensor, b: torch.Tensor, out: np.ndarray) -> None:
+    torch.mm(a, b.T, out=torch.from_numpy(out))
+
+
+BLAS = {"numpy": _numpy_product, "torch": _torch_product}
+
+
+def choose_blas(dtype: torch.dtype, width: int, ieee: bool) -> str:
+    """The BLAS for the next float32 (or float64) tile of this inner dimension: numpy's and
+    torch's differ by machine (OpenBLAS is the faster on some AMD servers, MKL on Intel), timed on
+    the first tiles (:class:`Choice`). torch's is a candidate only while its float32 matmuls are
+    IEEE (``ieee``; ``torch.set_float32_matmul_precision("highest")``): otherwise oneDNN may
+    multiply in bfloat16, beyond the float32 bound."""
+    if not ieee:
+        return "numpy"
+    return choice("blas", dtype, width).pick(tuple(BLAS))
+
+
+def tile_kinds(space: Any, qf: Any, block: Any, cached: bool, tile: int) -> tuple[str, ...]:
+    """The kinds of tile a pass may use: float32, or the low-precision kernels the request
+    allows that run here, passed their self-check and hold the rows (else float32)."""
+    precision = space.precision
+    if precision == "float16":
+        raise ValueError(
+            "precision='float16' runs on CUDA; on the CPU use 'auto', 'float32', 'bfloat16' or "
+            "'int8'."
+        )
+    if cached or qf.rows.dtype != torch.float32 or precision == "float32":
+        return ("float32",)
+    if precision == "auto" and (qf.rows.shape[0] // tile) * (block.rows // tile) < AUTO_TILES:
+        return ("float32",)
+    width = qf.rows.shape[1]
+    if precision == "auto":
+        found = [k for p in worth_timing()[1:] for k in kernels_for(p)]
+    else:  # asked for: the kernels with instructions for it, else any that runs
+        found = list(kernels_for(precision)) or [
+            k for k in KERNELS.values() if k.precision == precision and k.available() is None
+        ]
+    names = [k.name for k in found if usable(k, width) is None]
+    if names and not (block_holds(block) and holds(qf.rows)):
+        names = []  # rows beyond the low precision's range: float32
+    if precision == "auto" or not names:
+        return ("float32", *names)
+    return tuple(names)
+
+
+def block_holds(block: Any) -> bool:
+    if "held" not in block.cache:
+        block.cache["held"] = holds(block.gemm)
+    return block.cache["held"]
+
+
+def precision_report(width: int) -> str:
+    """What ``precision="auto"`` weighs for float32 filter rows of ``width`` on this machine:
+    each kernel with why it is not used (no instructions for it, not installed, or not exact
+    in its self-check), and the tile times of the last pass that weighed several."""
+    worth = worth_timing()
+    lines = [f"CPU tiles of width {width}; precisions with instructions here: {', '.join(worth)}"]
+    for kernel in KERNELS.values():
+        reason = kernel.available() or usable(kernel, width)
+        if reason is None and kernel.precision not in worth:
+            reason = f"no {kernel.precision} instructions ({', '.join(kernel.flags)})"
+        lines.append(f"  {kernel.name} ({kernel.precision}): {reason or 'usable'}")
+    timing = choice("tiles", torch.float32, width)
+    with timing.lock:
+        times = {n: min(t) for n, t in timing.times.items() if t}
+    if times:
+        shown = ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in sorted(times.items()))
+        lines.append(f"  best tile times of the last pass that weighed them: {shown}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing
+
+
+def probe_rate(
+    precision: str, w: int, rows: int = 256, repeats: int = 3, kernel: Kernel | None = None
+) -> float:
+    """Operations per second (``2 rows² w / seconds``, best of ``repeats`` after one warm-up) of
+    a single-threaded ``rows × rows × w`` tile of Gaussian unit rows: torch's float32 ``mm``,
+    or a low-precision kernel (the first of the precision that runs here, or ``kernel``) with its
+    conversion to float32 (preparation excluded). torch's thread count is 1 during the probe."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((rows, w)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True).astype(np.float32)
+    out = np.empty((rows, rows), np.float32)
+    run: Callable[[], Any]
+    if precision == "float32":
+        t, o = torch.from_numpy(x), torch.from_numpy(out)
+
+        def run() -> None:
+            torch.mm(t, t.T, out=o)
+    else:
+        if kernel is None:
+            found = kernels_for(precision) or tuple(
+                k for k in KERNELS.values() if k.precision == precision and k.available() is None
+            )
+            kernel = found[0]
+        a, b = prepare(x, kernel.a_form), prepare(x, kernel.b_form)
+
+        def run() -> None:
+            tile_product(a, b, out, kernel=kernel)
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run()
+        best = math.inf
+        for _ in range(max(1, repeats)):
+            start = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
+    return 2.0 * rows * rows * w / max(best, 1e-9)

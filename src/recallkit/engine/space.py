@@ -34,6 +34,10 @@ _UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 # Bytes per filter score that a chunk's masks and temporaries take on the device back end,
 # besides the score.
 DEVICE_BYTES_PER_SCORE = 8
+# Fixed window capacities of the device back end: at least this many pairs per window, and a
+# ranked list's top-k width beyond k, at least (learned per call above them).
+MIN_CAPACITY = 256
+TOP_EXTRA = 32
 PRECISIONS = ("auto", "float32", "bfloat16", "float16", "int8")
 
 
