@@ -33,9 +33,6 @@ UNREACHABLE = {
     "crop=True": "the command line never asks load_benchmark for cropped images",
     "name={}": "only with crop=True, which the command line never passes",
     "gallery_split={}": "Protocol's own consistency check; its protocols are fixed tables",
-    "precision='float16'": "said when a CUDA-only precision is asked on the CPU",
-    "precision='bfloat16'": "said when a CUDA-only precision is asked on the CPU",
-    "precision='int8'": "said when a CPU-only precision is asked on another device",
 }
 
 

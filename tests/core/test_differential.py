@@ -91,3 +91,18 @@ def test_every_entry_point_is_the_definition(backend, precision, chunk, monkeypa
                 assert ranks.ranks[i, t] == above + before
                 assert (ranks.optimistic[i, t], ranks.pessimistic[i, t]) == (above, above + equal)
     assert not math.isnan(got["recall@1"])
+
+
+def test_the_triton_back_end_takes_float64_inputs_in_every_form(monkeypatch):
+    monkeypatch.setenv("RECALLKIT_BACKEND", "triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    x, labels, _ = _case(5)
+    x = x.astype(np.float64) / 3.0
+    s = brute.fixed_order_scores64(x, x, "dot")
+    targets = np.arange(len(x))
+    got = recallkit.ground_truth_ranks_from_embeddings(x, x, targets, metric="dot")
+    want = [brute.gt_rank(s[i], i, set()) for i in range(len(x))]
+    assert got.tolist() == want
+    r = recallkit.recall_at_k(x, x, labels, labels, (1,), metric="dot", query_in_reference=True)
+    excluded = brute.excluded_sets(len(x), len(x), query_in_reference=True)
+    assert r.first_hit_ranks.tolist() == brute.first_hit_ranks(s, labels, labels, excluded).tolist()

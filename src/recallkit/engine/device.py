@@ -70,6 +70,7 @@ from recallkit.engine.space import (
     chunks,
     memory_budget,
 )
+from recallkit.exceptions import RecallkitError, Text
 
 # The kernel sets of the back end (triton_backend builds on TorchKernels).
 __all__ = ["DeviceBackend", "TorchKernels", "check_low_precision", "low_rows"]
@@ -156,10 +157,12 @@ class DeviceBackend(protocol.Pipeline):
         if space.precision in ("float16", "bfloat16"):
             return filters.LOW_DTYPES[space.precision]
         if space.precision == "int8":
-            raise ValueError(
-                "precision='int8' runs on the CPU back end; on this device use 'auto', "
-                "'float32', 'bfloat16' or 'float16'."
-            )
+            raise RecallkitError(Text(
+                "{i8} runs on the CPU back end; on this device use {auto}, {f32}, {bf16} or "
+                "{f16}", i8=("precision", "int8"), auto=("precision", "auto"),
+                f32=("precision", "float32"), bf16=("precision", "bfloat16"),
+                f16=("precision", "float16"),
+            ))  # fmt: skip
         return None
 
     def _filter(
@@ -438,7 +441,9 @@ class DeviceBackend(protocol.Pipeline):
         pass where no lists are asked for), the windows and the lists' candidates."""
         inputs, caps = ctx.inputs, ctx.caps
         p = ctx.passes.get(i)
+        # The fused kernel filters in float32 or lower; a float64 block has its own GEMM.
         fused = self.kernels.fused and p is None and ks is None
+        fused = fused and block.gemm.dtype != torch.float64
         if p is None and not fused:
             p = self._pass(space, chunk, block, inputs.skipped(block, start, stop), start, stop)
         out = protocol.Scan(None, None, no_flag(space.device))

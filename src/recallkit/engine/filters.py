@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from recallkit.engine import exact
+from recallkit.exceptions import RecallkitError, Text
 
 # Low-precision GEMM types, by the public name of a precision.
 LOW_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -336,12 +337,12 @@ def check_low_precision(low: torch.dtype, device_type: str) -> None:
     """Refuse a float16 filter on a device whose float16 GEMMs may accumulate in float16
     (``torch.backends.cuda.matmul.allow_fp16_accumulation``): beyond the filter's bound."""
     if low == torch.float16 and device_type != "cpu" and _fp16_accumulation():
-        raise ValueError(
-            "precision='float16' cannot run while "
-            "torch.backends.cuda.matmul.allow_fp16_accumulation is True: float16 accumulation "
-            "is beyond the filter's error bound. Use precision='bfloat16' or 'float32', or "
-            "unset it."
-        )
+        raise RecallkitError(Text(
+            "{f16} cannot run while torch.backends.cuda.matmul.allow_fp16_accumulation is True: "
+            "float16 accumulation is beyond the filter's error bound. Use {bf16} or {f32}, or "
+            "unset it.", f16=("precision", "float16"), bf16=("precision", "bfloat16"),
+            f32=("precision", "float32"),
+        ))  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------

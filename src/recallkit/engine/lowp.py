@@ -90,6 +90,8 @@ import numba
 import numpy as np
 import torch
 
+from recallkit.exceptions import RecallkitError, Text
+
 PRECISIONS = ("float32", "bfloat16", "int8")
 FORMS = ("int8", "int7", "bfloat16")
 
@@ -1096,10 +1098,12 @@ def tile_kinds(space: Any, qf: Any, block: Any, cached: bool, tile: int) -> tupl
     allows that run here, passed their self-check and hold the rows (else float32)."""
     precision = space.precision
     if precision == "float16":
-        raise ValueError(
-            "precision='float16' runs on CUDA; on the CPU use 'auto', 'float32', 'bfloat16' or "
-            "'int8'."
-        )
+        raise RecallkitError(Text(
+            "{f16} filters on CUDA (and the torch back end); on the CPU use {auto}, {f32}, "
+            "{bf16} or {i8}", f16=("precision", "float16"), auto=("precision", "auto"),
+            f32=("precision", "float32"), bf16=("precision", "bfloat16"),
+            i8=("precision", "int8"),
+        ))  # fmt: skip
     if cached or qf.rows.dtype != torch.float32 or precision == "float32":
         return ("float32",)
     if precision == "auto" and (qf.rows.shape[0] // tile) * (block.rows // tile) < AUTO_TILES:
