@@ -463,7 +463,7 @@ def _not_dense(tensor: torch.Tensor) -> str:
 
 
 def _names(data: dict[Any, Any]) -> str:
-    names = [str(k) for k in data]
+    names = sorted(str(k) for k in data)
     return ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
 
 

@@ -75,13 +75,6 @@ def _memory(x: Any) -> tuple[Any, ...] | None:
     return None
 
 
-def candidate_counts(exclusions: engine.Exclusions | None, n: int, m: int, block: Any = None):
-    """Per query, the reference items it is ranked among: ``m`` minus what it skips (in
-    ``block`` of a shard when given)."""
-    every = engine.LabelPositives(np.zeros(n, dtype=np.int64), np.zeros(m, dtype=np.int64))
-    return every.num_relevant(exclusions, block)
-
-
 def build(
     func: str,
     query: Any,
@@ -126,10 +119,9 @@ def build(
         plain_ids = plain_list(query_ids)
     exclusions = engine.Exclusions.of(pairs, n, m, codes)
     positives = engine.LabelPositives(q_codes, r_codes)
-    return Problem(
-        space, positives, exclusions, query_in_reference, options,
-        positives.num_relevant(exclusions), candidate_counts(exclusions, n, m), plain_ids,
-    )  # fmt: skip
+    num_relevant, candidates = positives.counts(exclusions)
+    return Problem(space, positives, exclusions, query_in_reference, options, num_relevant,
+                   candidates, plain_ids)  # fmt: skip
 
 
 def plain_list(values: Any) -> list[Any]:
@@ -483,8 +475,7 @@ def shard_chunk(
     codes = (c_ids, reference_ids) if reference_ids is not None else None
     bound = int(block.global_index.max()) + 1 if block.rows else 1
     exclusions = engine.Exclusions.of(pairs, c, bound, codes)
-    local = np.stack([positives.num_relevant(exclusions, block),
-                      candidate_counts(exclusions, c, block.rows, block)])  # fmt: skip
+    local = np.stack(positives.counts(exclusions, block))
     num_relevant, candidates = reducer.reduce("sum", torch.from_numpy(local)).cpu().numpy()
     values = Values(metrics, num_relevant, candidates)
     ask = request(metrics, positives, exclusions, num_relevant, candidates)

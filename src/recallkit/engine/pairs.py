@@ -335,31 +335,45 @@ class LabelPositives:
     def num_relevant(self, exclusions: Exclusions | None, block: Any = None) -> np.ndarray:
         """Positives per query minus the skipped ones: ``|{j : label_j = label_i, j not
         skipped by i}|``. ``block`` (a sharded block) maps global columns to its rows."""
+        return self.counts(exclusions, block)[0]
+
+    def counts(
+        self, exclusions: Exclusions | None, block: Any = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(relevant, candidates)`` per query: the positives it does not skip
+        (:meth:`num_relevant`) and every reference item it does not skip, from one reading
+        of the exclusions."""
         whole = block is None
         codes = self.reference_codes
+        m = len(codes)
         counts = Groups(codes).ranges(self.query_codes)
         counts = counts[1] - counts[0]
+        candidates = np.full(len(counts), m, dtype=np.int64)
         if exclusions is None:
-            return counts
+            return counts, candidates
         q_ex = exclusions.query_codes
         r_ex = exclusions.reference_codes
         if exclusions.has_codes:
-            # Positives that share the query's id: count the (label, id) pairs.
+            # Items that share the query's id: count the (label, id) pairs, and the ids.
             width = int(max(q_ex.max(initial=-1), r_ex.max(initial=-1))) + 1
             joint_r = _joint(codes, r_ex, width)
             lo, hi = Groups(joint_r).ranges(_joint(self.query_codes, q_ex, width))
             counts = counts - (hi - lo)
+            lo, hi = Groups(r_ex).ranges(q_ex)
+            candidates = candidates - (hi - lo)
         if exclusions.pairs is not None:
             rows, cols = exclusions.pairs.expand(0, exclusions.pairs.num_query, torch.device("cpu"))
             if not whole:
                 cols, inside = locals_of(block, cols)
                 rows, cols = rows[inside], cols[inside]
             rows, cols = rows.numpy(), cols.numpy()
-            same = codes[cols] == self.query_codes[rows]
+            fresh = np.ones(len(rows), dtype=bool)
             if exclusions.has_codes:  # not already counted as a shared id
-                same &= ~((q_ex[rows] >= 0) & (r_ex[cols] == q_ex[rows]))
+                fresh = ~((q_ex[rows] >= 0) & (r_ex[cols] == q_ex[rows]))
+            same = (codes[cols] == self.query_codes[rows]) & fresh
             counts = counts - np.bincount(rows[same], minlength=len(counts))
-        return counts
+            candidates = candidates - np.bincount(rows[fresh], minlength=len(counts))
+        return counts, candidates
 
 
 def _joint(labels: np.ndarray, ids: np.ndarray, width: int) -> np.ndarray:
