@@ -43,7 +43,7 @@ def test_every_entry_point_is_the_definition(backend, precision, chunk, monkeypa
     if backend == "triton":
         monkeypatch.setenv("TRITON_INTERPRET", "1")
     options = dict(precision=precision, chunk_size=chunk)
-    for seed in range(2):
+    for seed in range(1 if backend == "triton" else 2):  # the interpreter: one case
         x, labels, metric = _case(seed)
         n = len(x)
         s = brute.fixed_order_scores64(x, x, metric)

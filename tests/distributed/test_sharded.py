@@ -17,7 +17,7 @@ import recallkit
 from recallkit.engine import device
 
 
-def _data(seed: int, n: int = 130):
+def _data(seed: int, n: int = 100):
     """Dot-product data with exact ties, duplicates across shards and lone queries."""
     rng = np.random.default_rng(seed)
     x = rng.integers(-1, 2, size=(n, 4)).astype(np.float32)

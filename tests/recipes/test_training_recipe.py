@@ -16,7 +16,7 @@ from recallkit.runner import read_history
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = ["recall@1", "recall@2", "recall@4", "recall@8", "MAP@R", "R-precision"]
-EPOCHS = 3
+EPOCHS = 2
 
 
 def _whole_split(out: Path, tag: str, world: int):
