@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import recallkit
+from recallkit.runner import read_history
 
-pl = pytest.importorskip("lightning.pytorch")
+# Lightning loads on first use, in the tests that run here: collecting this file (which every
+# worker of the suite does) does not import it.
+if importlib.util.find_spec("lightning") is None:
+    pytest.skip("needs Lightning", allow_module_level=True)
 
-from recallkit.integrations.lightning import RetrievalCallback  # noqa: E402
-from recallkit.runner import read_history  # noqa: E402
+
+def _pl():
+    import lightning.pytorch as pl
+
+    return pl
+
+
+def RetrievalCallback(*args, **kwargs):
+    from recallkit.integrations.lightning import RetrievalCallback as cls
+
+    return cls(*args, **kwargs)
+
 
 NAMES = ["recall@1", "recall@2", "MAP@R", "R-precision"]
 
@@ -24,35 +40,40 @@ def _split(seed, n, classes=6, dim=10):
     return TensorDataset(x, y, torch.arange(n))
 
 
-class Model(pl.LightningModule):
-    def __init__(self, outputs=True):
-        super().__init__()
-        torch.manual_seed(0)
-        self.net = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.Tanh(),
-                                       torch.nn.Linear(16, 8))  # fmt: skip
-        self.outputs = outputs
+def Model(outputs=True):
+    pl = _pl()
 
-    def forward(self, x):
-        return self.net(x)
+    class Model(pl.LightningModule):
+        def __init__(self, outputs=True):
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.Tanh(),
+                                           torch.nn.Linear(16, 8))  # fmt: skip
+            self.outputs = outputs
 
-    def training_step(self, batch, batch_idx):
-        x, y, _ = batch
-        e = torch.nn.functional.normalize(self(x), dim=1)
-        same = (y[:, None] == y[None, :]).float()
-        return ((e @ e.T - (2 * same - 1)) ** 2).mean()  # pull classes together
+        def forward(self, x):
+            return self.net(x)
 
-    def validation_step(self, batch, batch_idx, dataloader_idx=0):
-        x, y, i = batch
-        if self.outputs:
-            return {"embeddings": self(x), "labels": y, "ids": i}
-        return None
+        def training_step(self, batch, batch_idx):
+            x, y, _ = batch
+            e = torch.nn.functional.normalize(self(x), dim=1)
+            same = (y[:, None] == y[None, :]).float()
+            return ((e @ e.T - (2 * same - 1)) ** 2).mean()  # pull classes together
 
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.5)
+        def validation_step(self, batch, batch_idx, dataloader_idx=0):
+            x, y, i = batch
+            if self.outputs:
+                return {"embeddings": self(x), "labels": y, "ids": i}
+            return None
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.5)
+
+    return Model(outputs)
 
 
 def _trainer(callback, epochs=2):
-    return pl.Trainer(
+    return _pl().Trainer(
         max_epochs=epochs, accelerator="cpu", devices=1, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         num_sanity_val_steps=1, callbacks=[callback],
@@ -110,8 +131,10 @@ def test_collect_hook_and_separate_gallery():
 def test_the_callback_pickles():
     import pickle
 
-    callback = pickle.loads(pickle.dumps(RetrievalCallback(ks=(1, 2))))
-    assert type(callback) is RetrievalCallback and callback.evaluator.ks == (1, 2)
+    from recallkit.integrations.lightning import RetrievalCallback as cls
+
+    callback = pickle.loads(pickle.dumps(cls(ks=(1, 2))))
+    assert type(callback) is cls and callback.evaluator.ks == (1, 2)
 
 
 def test_outputs_without_embeddings_are_named():
