@@ -695,12 +695,14 @@ def _compact(r, k, slack, floor, buf_col, buf_score, fill, over):  # pragma: no 
         over[r] = True
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+@numba.njit(nogil=True, cache=True, boundscheck=False)
 def _keep(
     r, s, col, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
 ):  # pragma: no cover
     """Offer ``(col, s)`` to row ``r``: its heap (:func:`_offer`, ``heap`` not empty) or its
-    reservoir (every item at or above the floor; a full one compacted, :func:`_compact`)."""
+    reservoir (every item at or above the floor; a full one compacted, :func:`_compact`).
+    The tile kernels append to a reservoir with room themselves: a call that passes arrays costs
+    more than the append (about 80 ns), and most items kept are such appends."""
     if heap.shape[1] > 0:
         _offer(r, s, col, ks, slack, heap, size, floor, buf_col, buf_score, fill, over)
         return
@@ -741,6 +743,8 @@ def top_rows(
     ``cascade`` the tile is a low-precision filter: items within ``margin`` of the floor are
     scored in float32 at once, and the float32 scores are what the heap and buffer hold."""
     rows, width = tile.shape
+    heap_mode = heap.shape[1] > 0
+    cap = buf_col.shape[1]
     for i in range(rows):
         r = row0 + i
         if ks[r] <= 0 or over[r]:
@@ -766,8 +770,14 @@ def top_rows(
                 if t >= start and t > -np.inf and not over[r]:
                     s = _dot32(a32[r], b32[col0 + j]) if cascade else t * rs[i]
                     if s >= floor[r]:
-                        _keep(r, s, col0 + j, ks, slack, heap, size, floor, buf_col, buf_score,
-                              fill, over)  # fmt: skip
+                        f = fill[r]
+                        if heap_mode or f == cap:
+                            _keep(r, s, col0 + j, ks, slack, heap, size, floor, buf_col,
+                                  buf_score, fill, over)  # fmt: skip
+                        else:
+                            buf_col[r, f] = col0 + j
+                            buf_score[r, f] = s
+                            fill[r] = f + 1
             start = _down32((np.float64(floor[r]) - margin[r]) / scale)
 
 
@@ -794,6 +804,8 @@ def top_cols(
     """:func:`top_rows` of the transposed tile (tile row ``i`` worth ``rs[i]`` times its values,
     the scores of item ``row0 + i`` for the rows ``col0 + j``)."""
     rows, width = tile.shape
+    heap_mode = heap.shape[1] > 0
+    cap = buf_col.shape[1]
     start = np.empty(width, dtype=tile.dtype)
     for j in range(width):
         r = col0 + j
@@ -821,9 +833,15 @@ def top_cols(
                     if cascade:
                         s = _dot32(a32[r], b32[row0 + i])
                     if s >= floor[r]:
-                        _keep(r, s, row0 + i, ks, slack, heap, size, floor, buf_col, buf_score,
-                              fill, over)  # fmt: skip
-                        start[j] = _down32(np.float64(floor[r]) - margin[r])
+                        f = fill[r]
+                        if heap_mode or f == cap:  # the floor may rise
+                            _keep(r, s, row0 + i, ks, slack, heap, size, floor, buf_col,
+                                  buf_score, fill, over)  # fmt: skip
+                            start[j] = _down32(np.float64(floor[r]) - margin[r])
+                        else:
+                            buf_col[r, f] = row0 + i
+                            buf_score[r, f] = s
+                            fill[r] = f + 1
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from recallkit import metrics as registry
 from recallkit.definitions import check_definitions, differences
 from recallkit.exceptions import fail
 from recallkit.ground_truth import recall_from_ranks
@@ -480,8 +481,8 @@ def compare_records(
         rows.append(
             KComparison(
                 int(k),
-                values_a[f"recall@{k}"],
-                values_b[f"recall@{k}"],
+                values_a[registry.Recall(k).name],
+                values_b[registry.Recall(k).name],
                 diff,
                 low,
                 high,
@@ -515,7 +516,7 @@ def format_comparison(c: Comparison) -> str:
     pct = f"{100 * c.confidence:g}%"
     wa = max(len(c.name_a), 6)
     wb = max(len(c.name_b), 6)
-    wm = max([len("metric")] + [len(f"recall@{r.k}") for r in c.rows])
+    wm = max([len("metric")] + [len(registry.Recall(r.k).name) for r in c.rows])
     lines = [
         (
             f"{c.num_queries} paired queries; {pct} paired bootstrap interval "
@@ -534,7 +535,7 @@ def format_comparison(c: Comparison) -> str:
             verdict = "no"
         interval = f"[{r.low:+.4f}, {r.high:+.4f}]"
         lines.append(
-            f"  {f'recall@{r.k}':<{wm}}  {r.recall_a:>{wa}.4f}  {r.recall_b:>{wb}.4f}  "
+            f"  {registry.Recall(r.k).name:<{wm}}  {r.recall_a:>{wa}.4f}  {r.recall_b:>{wb}.4f}  "
             f"{r.diff:+.4f}  {interval:<18}  {r.a_only:>6}  {r.b_only:>6}  {verdict}"
         )
     return "\n".join(lines)

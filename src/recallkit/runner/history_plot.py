@@ -49,6 +49,12 @@ def _recall_k(name: str) -> int | None:
     return metric.k if isinstance(metric, Recall) else None
 
 
+def _recall_name(k: int) -> str:
+    from recallkit.metrics import Recall
+
+    return Recall(k).name
+
+
 def _axis_label(keys: Sequence[str]) -> str:
     """``recall@K`` when every line is a recall@K, else ``value``."""
     return "recall@K" if keys and all(_recall_k(k) is not None for k in keys) else "value"
@@ -233,7 +239,7 @@ def plot_history(
         raise RunnerError(f"The history {source} has no runs to plot.")
     keys = _recall_keys(records)
     if ks is not None:
-        wanted = [f"recall@{int(k)}" for k in ks]
+        wanted = [_recall_name(int(k)) for k in ks]
         missing = [k for k in wanted if k not in keys]
         if missing:
             raise RunnerError(

@@ -473,7 +473,7 @@ def worst_classes(run: Run, n: int = 5, *, confusions: bool = True) -> list[Clas
             ClassRow(
                 names[int(code)],
                 int(counts[code]),
-                {f"recall@{k}": float(share[k][j]) for k in result.ks},
+                {registry.Recall(k).name: float(share[k][j]) for k in result.ks},
                 c[0] if c else None,
                 c[1] if c else 0,
                 c[2] if c else 0,
