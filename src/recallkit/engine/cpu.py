@@ -9,9 +9,9 @@ One pass over the tiles feeds every consumer a request needs: the window counts 
 thresholds and the running top-k of the ranked lists read the same tiles.
 
 A tile is computed by the fastest of the ways the request allows, timed on the first full tiles
-of each call (each way's first tile in the process warms it up, the next ``SAMPLES`` are timed
-from the GEMM to the last consumer; the call's later passes keep the choice): float32 (numpy's
-or torch's BLAS, whichever is faster here), or a low-precision kernel of
+of each pass (each way's first tile in the process warms it up, the next ``SAMPLES`` of the
+pass are timed from the GEMM to the last consumer; then the pass keeps the fastest): float32
+(numpy's or torch's BLAS, whichever is faster here), or a low-precision kernel of
 :mod:`recallkit.engine.lowp` (int8 through ONNX Runtime, bfloat16) that passed its self-check.
 A low-precision tile is a cascade inside the tile kernels: an item its wider window cannot
 rule out is scored in float32 at once (the dot product of the float32 filter rows) and decided
@@ -516,7 +516,6 @@ class CpuBackend(protocol.Pipeline):
             space, qf, block, start if space.own_rows(block) else 0, symmetric,
             self._bound(space, qf, block), lowp.tile_kinds(space, qf, block, cached, TILE),
             lambda r0, c0, out: tile_scores(qf, block, r0, c0, out),
-            (bool(request.thresholds), ks is not None, symmetric, cached),
         )  # fmt: skip
         window = top = None
         if best is not None:

@@ -1018,24 +1018,21 @@ class TilePass:
     """The filter of a chunk against one block (``qf``, its float32 bound ``eps32``) and the
     kinds of tile it may use, built when first needed."""
 
-    def __init__(self, space, qf, block, first, symmetric, eps32, names, float32, work=()) -> None:
+    def __init__(self, space, qf, block, first, symmetric, eps32, names, float32) -> None:
         self.space, self.qf, self.block, self.first = space, qf, block, first
         self.float32 = float32
         self.symmetric, self.eps32, self.names = symmetric, eps32, names
         self.lock = threading.Lock()
         self.kinds: dict[str, TileKind] = {}
         self.a32, self.b32 = qf.rows.numpy(), block.gemm.numpy()
-        # Each call times its own tiles on its first passes of each ``work`` (what the tiles
-        # feed: counts, lists), and its later passes keep the choice: the fastest kind depends
-        # on the data (the windows the filter leaves), not on the machine alone. The last
-        # call's times are kept for the report.
+        # Each pass times its own tiles: the fastest kind depends on the data (the windows the
+        # filter leaves, which a ranked list's first tiles, before its list fills, make wider
+        # than its later ones), not on the machine alone. The last pass's times are kept for
+        # the report.
         key = ("tiles", qf.rows.dtype, qf.rows.shape[1])
-        calls = space.extra.setdefault("tile choices", {})
-        if (key, names, work) not in calls:
-            calls[key, names, work] = Choice(WARM.setdefault(key, set()))
-            if len(names) > 1:
-                CHOICES[key] = calls[key, names, work]
-        self.choice = calls[key, names, work]
+        self.choice = Choice(WARM.setdefault(key, set()))
+        if len(names) > 1:
+            CHOICES[key] = self.choice
 
     def kind(self, name: str) -> TileKind:
         with self.lock:
@@ -1141,7 +1138,7 @@ def block_holds(block: Any) -> bool:
 def precision_report(width: int) -> str:
     """What ``precision="auto"`` weighs for float32 filter rows of ``width`` on this machine:
     each kernel with why it is not used (no instructions for it, not installed, or not exact
-    in its self-check), and the tile times of the last call that weighed several."""
+    in its self-check), and the tile times of the last pass that weighed several."""
     worth = worth_timing()
     lines = [f"CPU tiles of width {width}; precisions with instructions here: {', '.join(worth)}"]
     for kernel in KERNELS.values():
@@ -1154,7 +1151,7 @@ def precision_report(width: int) -> str:
         times = {n: min(t) for n, t in timing.times.items() if t}
     if times:
         shown = ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in sorted(times.items()))
-        lines.append(f"  best tile times of the last call that weighed them: {shown}")
+        lines.append(f"  best tile times of the last pass that weighed them: {shown}")
     return "\n".join(lines)
 
 
