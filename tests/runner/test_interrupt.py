@@ -23,6 +23,24 @@ from recallkit.commands import evaluate as evaluate_command
 INTERRUPTED = "recallkit evaluate: interrupted\n"
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_is_delivered():
+    """SIGINT as an interactive shell leaves it (Python's KeyboardInterrupt handler), also when
+    the suite itself was started with interrupts ignored (``nohup``, a background job of a
+    script), which the command respects and its processes would inherit."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _default_sigint() -> None:
+    """In a child before it starts Python: SIGINT not ignored (Python then installs its
+    KeyboardInterrupt handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _outputs(tmp_path):
     return {
         "json": tmp_path / "out" / "run.json",
@@ -218,7 +236,8 @@ def test_a_real_sigint_to_a_running_command(tmp_path, hand_case):
         "--history", str(out["history"]),
     ]  # fmt: skip
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        preexec_fn=_default_sigint,
     )
     try:
         deadline = time.monotonic() + 120
@@ -256,7 +275,7 @@ def test_sigint_at_any_moment_of_the_engine_once_or_twice(tmp_path):
     codes = []
     for trial, delay in enumerate((0.8, 1.3, 1.8, 2.3)):
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, env=env)  # fmt: skip
+                                   text=True, env=env, preexec_fn=_default_sigint)  # fmt: skip
         try:
             time.sleep(delay + rng.uniform(0, 0.3))
             process.send_signal(signal.SIGINT)
