@@ -20,6 +20,7 @@ from recallkit import metrics as registry
 from recallkit._codes import dense_codes
 from recallkit.neighbors import id_codes, nearest_neighbors
 from recallkit.options import Options, accepts
+from recallkit.options import names as option_names
 from recallkit.retrieval import retrieval_metrics
 
 #: The ranking metrics :class:`RecallCalculator` computes by default (PML's names), before the
@@ -175,8 +176,8 @@ class RecallCalculator(AccuracyCalculator):
       :data:`recallkit.metrics.REGISTRY`), with PML's ``ref_includes_query`` and lone-query
       semantics, and ``avg_of_avgs``/``return_per_class`` applied to their per-query values as
       PML applies them. PML's other metrics (and all of them with another ``knn_func``) are
-      PML's own. ``chunk_size`` and ``precision`` are those of :class:`recallkit.Options`; the
-      engine runs on the calculator's ``device``.
+      PML's own. ``metric``, ``chunk_size``, ``precision`` and every other engine option are
+      those of :class:`recallkit.Options`; the engine runs on the calculator's ``device``.
     - Labels are mapped to dense int64 codes before PML sees them (PML casts labels to
       float32, which merges identifiers above 2**24); labels are compared by equality (a
       custom ``label_comparison_fn`` is refused).
@@ -197,7 +198,7 @@ class RecallCalculator(AccuracyCalculator):
     """
 
     @accepts("RecallCalculator", scope="engine", defaults={"metric": "euclidean"},
-             only=("metric", "chunk_size", "precision"))  # fmt: skip
+             only=tuple(n for n in option_names("engine") if n != "device"))  # fmt: skip
     def __init__(
         self,
         ks: Any = (1, 2, 4, 8),
