@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit.engine import filters, protocol, ties
+from recallkit.engine import filters, lowp, protocol, ties
 from recallkit.engine.filters import TorchKernels, check_low_precision, low_rows
 from recallkit.engine.pairs import Pairs, globals_of, locals_of
 from recallkit.engine.protocol import (
@@ -70,7 +70,6 @@ from recallkit.engine.space import (
     chunks,
     memory_budget,
 )
-from recallkit.exceptions import RecallkitError, Text
 
 # The kernel sets of the back end (triton_backend builds on TorchKernels).
 __all__ = ["DeviceBackend", "TorchKernels", "check_low_precision", "low_rows"]
@@ -157,12 +156,10 @@ class DeviceBackend(protocol.Pipeline):
         if space.precision in ("float16", "bfloat16"):
             return filters.LOW_DTYPES[space.precision]
         if space.precision == "int8":
-            raise RecallkitError(Text(
-                "{i8} runs on the CPU back end; on this device use {auto}, {f32}, {bf16} or "
-                "{f16}", i8=("precision", "int8"), auto=("precision", "auto"),
-                f32=("precision", "float32"), bf16=("precision", "bfloat16"),
-                f16=("precision", "float16"),
-            ))  # fmt: skip
+            raise lowp.precision_refused(
+                "int8", "runs on the CPU back end", "on this device",
+                ("auto", "float32", "bfloat16", "float16"),
+            )  # fmt: skip
         return None
 
     def _filter(

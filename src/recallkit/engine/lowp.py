@@ -1102,17 +1102,16 @@ def tile_kinds(space: Any, qf: Any, block: Any, cached: bool, tile: int) -> tupl
     allows that run here, passed their self-check and hold the rows (else float32)."""
     precision = space.precision
     if precision == "float16":
-        raise RecallkitError(Text(
-            "{f16} filters on CUDA (and the torch back end); on the CPU use {auto}, {f32}, "
-            "{bf16} or {i8}", f16=("precision", "float16"), auto=("precision", "auto"),
-            f32=("precision", "float32"), bf16=("precision", "bfloat16"),
-            i8=("precision", "int8"),
-        ))  # fmt: skip
+        raise precision_refused(
+            "float16", "filters on CUDA (and the torch back end)", "on the CPU",
+            ("auto", "float32", "bfloat16", "int8"),
+        )  # fmt: skip
     if cached or qf.rows.dtype != torch.float32 or precision == "float32":
         return ("float32",)
-    if precision == "auto" and (space.num_query // tile) * (
-        space.num_reference // tile
-    ) < AUTO_TILES:
+    if (
+        precision == "auto"
+        and (space.num_query // tile) * (space.num_reference // tile) < AUTO_TILES
+    ):
         return ("float32",)
     width = qf.rows.shape[1]
     if precision == "auto":
@@ -1127,6 +1126,17 @@ def tile_kinds(space: Any, qf: Any, block: Any, cached: bool, tile: int) -> tupl
     if precision == "auto" or not names:
         return ("float32", *names)
     return tuple(names)
+
+
+def precision_refused(asked: str, runs: str, here: str, instead: tuple[str, ...]) -> RecallkitError:
+    """The error for a ``precision`` this back end does not run: where ``asked`` ``runs``, and
+    the precisions to use ``here`` instead (each named as the parameter's value)."""
+    parts = {f"p{i}": ("precision", p) for i, p in enumerate(instead)}
+    names = [f"{{p{i}}}" for i in range(len(instead))]
+    alternatives = f"{', '.join(names[:-1])} or {names[-1]}"
+    return RecallkitError(
+        Text(f"{{asked}} {runs}; {here} use {alternatives}", asked=("precision", asked), **parts)
+    )
 
 
 def block_holds(block: Any) -> bool:
