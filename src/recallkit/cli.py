@@ -64,6 +64,10 @@ COMMANDS = (
     ("image-text", "protocols", "image-text retrieval recall@K (COCO 5k, Flickr30k 1k)"),
 )
 NAMES = tuple(name for name, _, _ in COMMANDS)
+# The command modules that run the engine, and so import torch: they import it before the
+# command starts, with Ctrl-C held until the import is done (an interrupt raised inside torch's
+# import, in its native initialisation, aborts the process instead of stopping it).
+ENGINE_MODULES = frozenset({"evaluate", "demo", "protocols"})
 PROG = "recallkit"
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as a shell reports it.
 INTERRUPTED = 130
@@ -273,6 +277,11 @@ def _run(argv: list[str], command: str) -> int:
         return int(exit_.code or 0)
     if extras:
         return _usage_error(f"{PROG} {command}", _unrecognized(extras, _subparser(parser, command)))
+    if dict((name, module) for name, module, _ in COMMANDS)[command] in ENGINE_MODULES:
+        from recallkit.commands._args import interrupts_deferred
+
+        with interrupts_deferred():
+            import torch  # noqa: F401
     try:
         with (
             _reader_may_leave(),
