@@ -259,8 +259,8 @@ def test_a_real_sigint_to_a_running_command(tmp_path, hand_case):
 
 def test_sigint_at_any_moment_of_the_engine_once_or_twice(tmp_path):
     """SIGINT at random moments of a run on saved arrays (torch being imported, its threads busy
-    in the engine), once and twice in a row: one line, exit 130 (or the finished run), never a traceback or a
-    native abort, and no partial file."""
+    in the engine), once and twice in a row: one line, exit 130 (or the finished run), never a
+    traceback or a native abort, and no partial file."""
     rng = np.random.default_rng(0)
     n = 10_000
     labels = rng.integers(0, 300, n)
