@@ -64,10 +64,12 @@ COMMANDS = (
     ("image-text", "protocols", "image-text retrieval recall@K (COCO 5k, Flickr30k 1k)"),
 )
 NAMES = tuple(name for name, _, _ in COMMANDS)
-# The command modules that run the engine, and so import torch: they import it before the
-# command starts, with Ctrl-C held until the import is done (an interrupt raised inside torch's
-# import, in its native initialisation, aborts the process instead of stopping it).
+# The command modules that run the engine: they import its native libraries (torch, and ONNX
+# Runtime where installed, which the int8 filter loads) before the command starts, with Ctrl-C
+# held until the imports are done (an interrupt raised inside such an import, in its native
+# initialisation, aborts the process instead of stopping it).
 ENGINE_MODULES = frozenset({"evaluate", "demo", "protocols"})
+NATIVE_IMPORTS = (("torch", True), ("onnxruntime", False))  # (module, required)
 PROG = "recallkit"
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as a shell reports it.
 INTERRUPTED = 130
@@ -281,7 +283,12 @@ def _run(argv: list[str], command: str) -> int:
         from recallkit.commands._args import interrupts_deferred
 
         with interrupts_deferred():
-            import torch  # noqa: F401
+            for module, required in NATIVE_IMPORTS:
+                try:
+                    importlib.import_module(module)
+                except ImportError:
+                    if required:
+                        raise
     try:
         with (
             _reader_may_leave(),

@@ -297,3 +297,36 @@ def test_sigint_at_any_moment_of_the_engine_once_or_twice(tmp_path):
             assert out.exists()
             out.unlink()
     assert 130 in codes  # the interrupts met the run, not only its end
+
+
+@pytest.mark.parametrize("command", ["evaluate", "history"])
+def test_the_engine_commands_load_its_native_libraries_with_ctrl_c_held(
+    cli, tmp_path, monkeypatch, command
+):
+    """torch and ONNX Runtime are imported before an engine command starts, each under a SIGINT
+    handler that holds the interrupt (an interrupt inside their native initialisation aborts
+    the process); a command without the engine imports neither."""
+    from recallkit import cli as cli_module
+
+    seen: dict[str, object] = {}
+    real = cli_module.importlib.import_module
+
+    def recording(name, *args, **kwargs):
+        if name in ("torch", "onnxruntime"):
+            seen[name] = signal.getsignal(signal.SIGINT)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(cli_module.importlib, "import_module", recording)
+    np.save(tmp_path / "e.npy", np.eye(4, dtype=np.float32))
+    np.save(tmp_path / "l.npy", np.array([0, 0, 1, 1]))
+    if command == "evaluate":
+        result = cli("evaluate", "--embeddings", tmp_path / "e.npy", "--labels",
+                     tmp_path / "l.npy", "--ks", "1", "--quiet")  # fmt: skip
+        assert result.rc == 0, result.err
+        assert set(seen) == {"torch", "onnxruntime"}
+        for handler in seen.values():
+            assert callable(handler) and handler is not signal.default_int_handler
+    else:
+        result = cli("history", tmp_path / "none.jsonl")
+        assert seen == {}
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
