@@ -106,3 +106,29 @@ def test_the_triton_back_end_takes_float64_inputs_in_every_form(monkeypatch):
     r = recallkit.recall_at_k(x, x, labels, labels, (1,), metric="dot", query_in_reference=True)
     excluded = brute.excluded_sets(len(x), len(x), query_in_reference=True)
     assert r.first_hit_ranks.tolist() == brute.first_hit_ranks(s, labels, labels, excluded).tolist()
+
+
+@pytest.mark.parametrize("precision", ["float32", "int8"])
+def test_ranked_lists_over_several_tiles_and_both_workers(precision, monkeypatch):
+    """Three blocks of tile rows, two workers: each list's first tile holds far more items than
+    its k above its starting floor (the floor is raised from the tile) and the workers share
+    their floors. Nearest neighbours (a heap per row) and MAP@R with about 70 relevant items a
+    query (a reservoir) are the brute force's, on random and on tie-heavy integer data."""
+    monkeypatch.setenv("RECALLKIT_BACKEND", "numba")
+    n, d = 2_100, 8
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 30, n)
+    for x in (rng.standard_normal((n, d)).astype(np.float32),
+              rng.integers(-2, 3, (n, d)).astype(np.float32) + np.eye(n, d, dtype=np.float32)):
+        s = brute.fixed_order_scores64(x, x, "cosine")
+        np.fill_diagonal(s, -np.inf)  # leave-one-out: the query itself is never a candidate
+        order = np.lexsort((np.broadcast_to(np.arange(n), s.shape), -s), axis=1)[:, : n - 1]
+        index, score = recallkit.nearest_neighbors(x, x, 5, query_in_reference=True,
+                                                   precision=precision)  # fmt: skip
+        assert np.array_equal(np.asarray(index), order[:, :5])
+        assert np.array_equal(np.asarray(score), np.take_along_axis(s, order[:, :5], 1))
+        got = recallkit.retrieval_metrics(x, x, labels, labels, ["MAP@R"],
+                                          query_in_reference=True, precision=precision)
+        want = [brute.metric("map_at_r", None, list(labels[order[i]] == labels[i]),
+                             int((labels == labels[i]).sum()) - 1, n - 1) for i in range(n)]
+        assert np.array_equal(got.per_query["MAP@R"], want, equal_nan=True)

@@ -179,8 +179,10 @@ def run_tiles(
         (r0, c0)
         for r0 in range(0, rows, TILE)
         for c0 in range(0, cols, TILE)
-        if not symmetric or c0 >= r0
+        if not symmetric or c0 > r0
     ]
+    if symmetric:  # the diagonal first: each row's first tile is read by its row
+        tasks = [(r0, r0) for r0 in range(0, rows, TILE)] + tasks
     ptr, excluded_cols = excluded.csr(block)
     code_lo, code_hi, members = excluded.code_ranges(block)
     has_codes = excluded.query_codes is not None
@@ -208,8 +210,9 @@ def run_tiles(
             r0, c0 = task
             shape = (min(TILE, rows - r0), min(TILE, cols - c0))
             began = time.perf_counter()
+            timed = not (symmetric and r0 == c0)  # a diagonal tile is read by its rows only
             if source is None:
-                kind = tp.pick()
+                kind = tp.pick(timed)
                 tile = buffer[: shape[0] * shape[1]].reshape(shape)
                 kind.product(r0, c0, tile)
                 kernels.mask_tile(tile, r0, c0, ptr, excluded_cols)
@@ -222,7 +225,7 @@ def run_tiles(
                 consumer.rows(state, tile, r0, c0, kind)
                 if symmetric and c0 != r0:
                     consumer.cols(state, tile, r0, c0, kind)
-            if source is None and shape == (TILE, TILE) and len(tp.names) > 1:
+            if source is None and timed and shape == (TILE, TILE) and len(tp.names) > 1:
                 tp.choice.record(kind.name, time.perf_counter() - began)
 
     with single_threaded() as threads:
@@ -319,7 +322,9 @@ class Top(_Consumer):
     A cascade's tile enters items within its margin (its bound and float32's) of the floor.
 
     ``floor`` (optional, per row): a float32 filter score below which no item of the exact top-k
-    can lie (from the query's positives); items below it are never looked at twice."""
+    can lie (from the query's positives); items below it are never looked at twice. Each worker
+    keeps its own lists and floors; a row's floor in a tile is the highest of the workers'
+    (:func:`kernels.top_rows`), and a row's first tile may raise it from its own values."""
 
     def __init__(self, ks: np.ndarray, tp: lowp.TilePass, workers: int, floor=None) -> None:
         c = len(ks)
@@ -356,12 +361,12 @@ class Top(_Consumer):
     def rows(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
         kernels.top_rows(tile, kind.rs(r0, tile.shape[0], tile.dtype), r0, c0, self.ks,
                          self.slack, self.margin(kind), *st, kind.cascade, self.tp.a32,
-                         self.tp.b32)  # fmt: skip
+                         self.tp.b32, self.floors)  # fmt: skip
 
     def cols(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
         kernels.top_cols(tile, kind.rs(r0, tile.shape[0], tile.dtype), r0, c0, self.ks,
                          self.slack, self.margin(kind), *st, kind.cascade, self.tp.a32,
-                         self.tp.b32)  # fmt: skip
+                         self.tp.b32, self.floors)  # fmt: skip
 
     def finish(self, rescore: Any, block_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """The candidates as flat ``(rows, local columns)``, by row then column; rows whose

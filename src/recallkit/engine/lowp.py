@@ -966,19 +966,23 @@ sides' preparation."""
 class Choice:
     """The fastest of several names, timed as tiles run: a name's first tile (in the process:
     ``warm`` may be shared) warms it up, its next ``SAMPLES`` are timed; then the fastest of the
-    names asked for."""
+    names asked for. A tile that is not timed (``timed=False``: one with less work than the
+    others, such as a symmetric pass's diagonal tile, read by its rows only) runs in the first
+    name until the choice is made."""
 
     def __init__(self, warm: set[str] | None = None) -> None:
         self.lock = threading.Lock()
         self.times: dict[str, list[float]] = {}
         self.warm: set[str] = set() if warm is None else warm
 
-    def pick(self, names: Sequence[str]) -> str:
+    def pick(self, names: Sequence[str], timed: bool = True) -> str:
         if len(names) == 1:
             return names[0]
         with self.lock:
             if all(len(self.times.get(n, ())) >= SAMPLES for n in names):
                 return min(names, key=lambda n: min(self.times[n]))
+            if not timed:
+                return names[0]
             return min(names, key=lambda n: len(self.times.get(n, ())) + (n in self.warm))
 
     def record(self, name: str, seconds: float) -> None:
@@ -1040,8 +1044,8 @@ class TilePass:
                 self.kinds[name] = self._build(name)
             return self.kinds[name]
 
-    def pick(self) -> TileKind:
-        return self.kind(self.choice.pick(self.names))
+    def pick(self, timed: bool = True) -> TileKind:
+        return self.kind(self.choice.pick(self.names, timed))
 
     def _build(self, name: str) -> TileKind:
         qf, block = self.qf, self.block
