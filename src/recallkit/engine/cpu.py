@@ -209,17 +209,16 @@ def run_tiles(
                 return mine
             r0, c0 = task
             shape = (min(TILE, rows - r0), min(TILE, cols - c0))
-            began = time.perf_counter()
             timed = not (symmetric and r0 == c0)  # a diagonal tile is read by its rows only
+            kind = tp.pick(timed) if source is None else tp.kind("float32")
+            began = time.perf_counter()  # after the kind's sides are prepared (once a pass)
             if source is None:
-                kind = tp.pick(timed)
                 tile = buffer[: shape[0] * shape[1]].reshape(shape)
                 kind.product(r0, c0, tile)
                 kernels.mask_tile(tile, r0, c0, ptr, excluded_cols)
                 if has_codes:
                     kernels.mask_ranges(tile, r0, c0, code_lo, code_hi, members)
             else:
-                kind = tp.kind("float32")
                 tile = source[r0 : r0 + shape[0], c0 : c0 + shape[1]]
             for consumer, state in zip(consumers, mine, strict=True):
                 consumer.rows(state, tile, r0, c0, kind)
