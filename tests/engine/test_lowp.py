@@ -339,18 +339,16 @@ def test_bf16_round_trip():
 
 
 @pytest.mark.parametrize("precision", LOW)
-def test_preparation_is_per_row(precision, monkeypatch):
+def test_preparation_is_per_row(precision):
     rng = np.random.default_rng(10)
     x = unit_rows(rng, 30, 19) * (2.0 ** -rng.integers(0, 90, 30)).astype(np.float32)[:, None]
     whole = lowp.prepare(x, precision)
-    monkeypatch.setattr(lowp, "_BATCH_ELEMENTS", 19 * 4)  # batches of 4 rows
-    batched = lowp.prepare(x, precision)
     perm = rng.permutation(30)
     shuffled = lowp.prepare(x[perm], precision)
     for i in range(30):
         alone = lowp.prepare(x[i : i + 1], precision)
         j = int(np.flatnonzero(perm == i)[0])
-        for side, k in ((whole, i), (batched, i), (shuffled, j)):
+        for side, k in ((whole, i), (shuffled, j)):
             assert np.array_equal(side.dequantised()[k], alone.dequantised()[0])
             for field in ("norm", "residual", "source_norm"):
                 assert getattr(side, field)[k] == getattr(alone, field)[0]

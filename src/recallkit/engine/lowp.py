@@ -119,7 +119,6 @@ _VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 # ONNX Runtime's int8 kernels: AVX2 (pairs of u8 × s8 products, or u8 × u8 widened), AVX-VNNI and
 # AVX512-VNNI on x86; the dot-product instructions on Arm.
 _ORT_FLAGS = ("avx2", "asimddp", "i8mm")
-_BATCH_ELEMENTS = 2**21  # bfloat16 rows are prepared in batches of about this many values
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,35 +288,6 @@ def _norm_up(acc, e, w):  # pragma: no cover - compiled
     return np.nextafter(raw * (1.0 + (w + 4) * 2.0**-52), np.inf)
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
-def _raw_norms(v, out):  # pragma: no cover - compiled
-    """``out[i] = 2^e sqrt(Σ_k (v[i, k] 2^-e)²)`` in float64, ``2^e`` just above ``max|v[i]|``."""
-    n, w = v.shape
-    for i in range(n):
-        m = 0.0
-        for k in range(w):
-            a = abs(np.float64(v[i, k]))
-            if a > m:
-                m = a
-        if m == 0.0:
-            out[i] = 0.0
-            continue
-        e = math.frexp(m)[1]
-        down = math.ldexp(1.0, -e)
-        acc = 0.0
-        for k in range(w):
-            z = np.float64(v[i, k]) * down
-            acc += z * z
-        out[i] = math.sqrt(acc) * math.ldexp(1.0, e)
-
-
-def _norms_up(v: np.ndarray) -> np.ndarray:
-    """Per-row 2-norms of ``v`` (float32 or float64, exact values), rounded up."""
-    raw = np.empty(v.shape[0], np.float64)
-    _raw_norms(v, raw)
-    return np.nextafter(raw * (1.0 + (v.shape[1] + 4) * 2.0**-52), np.inf) * (raw > 0)
-
-
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _quantise(x, levels, bits, offset, codes, scale, norm, residual, source):  # pragma: no cover
     """Per row: the scale (:func:`int8_scales`), the codes ``rint(x / s) + offset`` and the
@@ -408,29 +378,52 @@ def prepare_int8(x: np.ndarray | torch.Tensor, form: str = "int8") -> Int8Side:
     )
 
 
-def bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 values rounded to bfloat16 (nearest, ties to even), as ``uint16`` bit patterns;
-    results below ``2^-126`` in magnitude (bfloat16 subnormals) become ``+0``."""
-    u = np.ascontiguousarray(x, np.float32).view(np.uint32)
-    r = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(
-        np.uint16
-    )
-    r[(r & np.uint16(0x7F80)) == 0] = 0
-    return r
-
-
-def _bits_to_float32(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
-
-
-def _batches(n: int, w: int):
-    step = max(1, _BATCH_ELEMENTS // w)
-    for start in range(0, n, step):
-        yield start, min(n, start + step)
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _round_bf16(x, u, held, values, bits, norm, residual, source):  # pragma: no cover
+    """Per row: the float32 values ``x`` (bit patterns ``u``) rounded to bfloat16, nearest with
+    ties to even, results below ``2^-126`` in magnitude (bfloat16 subnormals) ``+0``, as
+    ``uint16`` patterns; and the rounded-up norms of ``x``, ``x̂`` and ``x - x̂`` (all exact in
+    float64). ``held``/``values``: one row of ``x̂`` per thread, as bits and as float32 (one
+    buffer)."""
+    n, w = x.shape
+    for i in numba.prange(n):
+        t = numba.get_thread_id()
+        mx = 0.0
+        mq = 0.0
+        mr = 0.0
+        for k in range(w):
+            b = np.int64(u[i, k])
+            r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
+            if (r & 0x7F80) == 0:
+                r = 0
+            bits[i, k] = r
+            held[t, k] = np.uint32(r) << np.uint32(16)
+        for k in range(w):
+            v = np.float64(x[i, k])
+            h = np.float64(values[t, k])
+            mx = max(mx, abs(v))
+            mq = max(mq, abs(h))
+            mr = max(mr, abs(v - h))
+        ex = math.frexp(mx)[1]
+        eq = math.frexp(mq)[1]
+        er = math.frexp(mr)[1]
+        dx, dq, dr = math.ldexp(1.0, -ex), math.ldexp(1.0, -eq), math.ldexp(1.0, -er)
+        ax = 0.0
+        aq = 0.0
+        ar = 0.0
+        for k in range(w):
+            v = np.float64(x[i, k])
+            h = np.float64(values[t, k])
+            ax += (v * dx) * (v * dx)
+            aq += (h * dq) * (h * dq)
+            ar += ((v - h) * dr) * ((v - h) * dr)
+        source[i] = _norm_up(ax, ex, w)
+        norm[i] = _norm_up(aq, eq, w)
+        residual[i] = _norm_up(ar, er, w)
 
 
 def prepare_bf16(x: np.ndarray | torch.Tensor) -> BF16Side:
-    """Round float32 filter rows ``(n, w)`` to bfloat16 (:func:`bf16_bits`).
+    """Round float32 filter rows ``(n, w)`` to bfloat16 (:func:`_round_bf16`).
 
     The residual ``x - x̂`` is exact in float32: ``x̂`` is within a factor 2 of ``x`` (Sterbenz)
     or zero.
@@ -440,14 +433,8 @@ def prepare_bf16(x: np.ndarray | torch.Tensor) -> BF16Side:
     n, w = x.shape
     bits = np.empty((n, w), np.uint16)
     norm, residual, source = (np.empty(n) for _ in range(3))
-    for start, stop in _batches(n, w):
-        xb = x[start:stop]
-        bb = bf16_bits(xb)
-        bits[start:stop] = bb
-        xh = _bits_to_float32(bb)
-        source[start:stop] = _norms_up(xb)
-        norm[start:stop] = _norms_up(xh)
-        residual[start:stop] = _norms_up(xb - xh)
+    held = np.empty((numba.config.NUMBA_NUM_THREADS, w), np.uint32)  # any thread's id fits
+    _round_bf16(x, x.view(np.uint32), held, held.view(np.float32), bits, norm, residual, source)
     rows = torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
     return BF16Side(norm=norm, residual=residual, source_norm=source, rows=rows)
 
