@@ -288,12 +288,49 @@ def _norm_up(acc, e, w):  # pragma: no cover - compiled
     return np.nextafter(raw * (1.0 + (w + 4) * 2.0**-52), np.inf)
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _side_norms(x, h, i, source, norm, residual):  # pragma: no cover - compiled
+    """Row ``i``'s rounded-up norms of ``x``, of its low-precision value ``x̂ = h`` and of
+    ``x - x̂`` (each exact in float64: :func:`_norm_up` of the squares scaled by ``2^-2e``, ``2^e``
+    just above the row's largest magnitude)."""
+    w = x.shape[0]
+    mx = 0.0
+    mq = 0.0
+    mr = 0.0
+    for k in range(w):
+        v = np.float64(x[k])
+        d = np.float64(h[k])
+        mx = max(mx, abs(v))
+        mq = max(mq, abs(d))
+        mr = max(mr, abs(v - d))
+    ex = math.frexp(mx)[1]
+    eq = math.frexp(mq)[1]
+    er = math.frexp(mr)[1]
+    dx, dq, dr = math.ldexp(1.0, -ex), math.ldexp(1.0, -eq), math.ldexp(1.0, -er)
+    ax = 0.0
+    aq = 0.0
+    ar = 0.0
+    for k in range(w):
+        v = np.float64(x[k])
+        d = np.float64(h[k])
+        ax += (v * dx) * (v * dx)
+        aq += (d * dq) * (d * dq)
+        ar += ((v - d) * dr) * ((v - d) * dr)
+    source[i] = _norm_up(ax, ex, w)
+    norm[i] = _norm_up(aq, eq, w)
+    residual[i] = _norm_up(ar, er, w)
+
+
 @numba.njit(parallel=True, cache=True, boundscheck=False)
-def _quantise(x, levels, bits, offset, codes, scale, norm, residual, source):  # pragma: no cover
+def _quantise(
+    x, levels, bits, offset, held, codes, scale, norm, residual, source
+):  # pragma: no cover - compiled
     """Per row: the scale (:func:`int8_scales`), the codes ``rint(x / s) + offset`` and the
-    rounded-up norms of ``x``, ``s q`` and ``x - s q`` (all exact in float64)."""
+    rounded-up norms of ``x``, ``s q`` and ``x - s q`` (all exact in float64; ``held``: a row of
+    ``s q`` per thread)."""
     n, w = x.shape
     for i in numba.prange(n):
+        t = numba.get_thread_id()
         m = 0.0
         for k in range(w):
             a = abs(np.float64(x[i, k]))
@@ -309,33 +346,11 @@ def _quantise(x, levels, bits, offset, codes, scale, norm, residual, source):  #
         s = math.ldexp(1.0, e)
         inv = math.ldexp(1.0, -e)
         scale[i] = s
-        mq = 0.0
-        mr = 0.0
         for k in range(w):
-            v = np.float64(x[i, k])
-            q = np.rint(v * inv)
+            q = np.rint(np.float64(x[i, k]) * inv)
             codes[i, k] = q + offset
-            d = q * s
-            if abs(d) > mq:
-                mq = abs(d)
-            if abs(v - d) > mr:
-                mr = abs(v - d)
-        ex = math.frexp(m)[1]
-        eq = math.frexp(mq)[1]
-        er = math.frexp(mr)[1]
-        dx, dq, dr = math.ldexp(1.0, -ex), math.ldexp(1.0, -eq), math.ldexp(1.0, -er)
-        ax = 0.0
-        aq = 0.0
-        ar = 0.0
-        for k in range(w):
-            v = np.float64(x[i, k])
-            d = np.float64(codes[i, k] - offset) * s
-            ax += (v * dx) * (v * dx)
-            aq += (d * dq) * (d * dq)
-            ar += ((v - d) * dr) * ((v - d) * dr)
-        source[i] = _norm_up(ax, ex, w)
-        norm[i] = _norm_up(aq, eq, w)
-        residual[i] = _norm_up(ar, er, w)
+            held[t, k] = q * s
+        _side_norms(x[i], held[t], i, source, norm, residual)
 
 
 def int8_scales(x: np.ndarray, levels: int = 127) -> np.ndarray:
@@ -366,7 +381,9 @@ def prepare_int8(x: np.ndarray | torch.Tensor, form: str = "int8") -> Int8Side:
     codes = np.empty((n, w), np.uint8 if form == "int7" else np.int8)
     scale, norm, residual, source = (np.empty(n) for _ in range(4))
     offset = INT7_ZERO_POINT if form == "int7" else 0
-    _quantise(x, levels, int(levels).bit_length(), offset, codes, scale, norm, residual, source)
+    held = np.empty((numba.config.NUMBA_NUM_THREADS, w))  # any thread's id fits
+    _quantise(x, levels, int(levels).bit_length(), offset, held, codes, scale, norm, residual,
+              source)  # fmt: skip
     return Int8Side(
         norm=norm,
         residual=residual,
@@ -388,9 +405,6 @@ def _round_bf16(x, u, held, values, bits, norm, residual, source):  # pragma: no
     n, w = x.shape
     for i in numba.prange(n):
         t = numba.get_thread_id()
-        mx = 0.0
-        mq = 0.0
-        mr = 0.0
         for k in range(w):
             b = np.int64(u[i, k])
             r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
@@ -398,28 +412,7 @@ def _round_bf16(x, u, held, values, bits, norm, residual, source):  # pragma: no
                 r = 0
             bits[i, k] = r
             held[t, k] = np.uint32(r) << np.uint32(16)
-        for k in range(w):
-            v = np.float64(x[i, k])
-            h = np.float64(values[t, k])
-            mx = max(mx, abs(v))
-            mq = max(mq, abs(h))
-            mr = max(mr, abs(v - h))
-        ex = math.frexp(mx)[1]
-        eq = math.frexp(mq)[1]
-        er = math.frexp(mr)[1]
-        dx, dq, dr = math.ldexp(1.0, -ex), math.ldexp(1.0, -eq), math.ldexp(1.0, -er)
-        ax = 0.0
-        aq = 0.0
-        ar = 0.0
-        for k in range(w):
-            v = np.float64(x[i, k])
-            h = np.float64(values[t, k])
-            ax += (v * dx) * (v * dx)
-            aq += (h * dq) * (h * dq)
-            ar += ((v - h) * dr) * ((v - h) * dr)
-        source[i] = _norm_up(ax, ex, w)
-        norm[i] = _norm_up(aq, eq, w)
-        residual[i] = _norm_up(ar, er, w)
+        _side_norms(x[i], values[t], i, source, norm, residual)
 
 
 def prepare_bf16(x: np.ndarray | torch.Tensor) -> BF16Side:
