@@ -175,14 +175,10 @@ def run_tiles(
     (skipped pairs at ``-inf``), read instead of computing the tiles."""
     block = tp.block
     rows, cols = tp.qf.rows.shape[0], block.rows
-    tasks = [
-        (r0, c0)
-        for r0 in range(0, rows, TILE)
-        for c0 in range(0, cols, TILE)
-        if not symmetric or c0 > r0
-    ]
-    if symmetric:  # the diagonal first: each row's first tile is read by its row
-        tasks = [(r0, r0) for r0 in range(0, rows, TILE)] + tasks
+    # A symmetric pass takes the diagonal first: each row's first tile is read along its rows.
+    diagonal = [(r0, r0) for r0 in range(0, rows, TILE)] if symmetric else []
+    tasks = diagonal + [(r0, c0) for r0 in range(0, rows, TILE) for c0 in range(0, cols, TILE)
+                        if not symmetric or c0 > r0]  # fmt: skip
     ptr, excluded_cols = excluded.csr(block)
     code_lo, code_hi, members = excluded.code_ranges(block)
     has_codes = excluded.query_codes is not None
