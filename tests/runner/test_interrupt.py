@@ -299,7 +299,7 @@ def test_sigint_at_any_moment_of_the_engine_once_or_twice(tmp_path):
     assert 130 in codes  # the interrupts met the run, not only its end
 
 
-@pytest.mark.parametrize("command", ["evaluate", "history"])
+@pytest.mark.parametrize("command", ["evaluate", "plot"])
 def test_the_engine_commands_load_its_native_libraries_with_ctrl_c_held(
     cli, tmp_path, monkeypatch, command
 ):
@@ -326,7 +326,11 @@ def test_the_engine_commands_load_its_native_libraries_with_ctrl_c_held(
         assert set(seen) == {"torch", "onnxruntime"}
         for handler in seen.values():
             assert callable(handler) and handler is not signal.default_int_handler
-    else:
-        result = cli("history", tmp_path / "none.jsonl")
+    else:  # parsed and started (it fails on its input), with neither imported by the CLI
+        history = tmp_path / "none.jsonl"
+        result = cli("plot", history, "-o", tmp_path / "plot.png")
+        assert (result.rc, result.err.strip()) == (
+            2, f"recallkit plot: error: The history file '{history}' does not exist."
+        )
         assert seen == {}
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
