@@ -534,8 +534,8 @@ def window_rows(
     tile, rs, row0, col0, lo, hi, cap, above, count, index, cascade, a32, b32, lo32, hi32
 ):  # pragma: no cover
     """:func:`window` over one tile, accumulated into ``above``/``count``/``index`` (``(n, g)``,
-    ``(n, g)``, ``(n, g, cap)``). Row ``i`` of the tile is worth ``rs[i]`` times its values (a
-    power of two; the thresholds are divided by it, rounded outwards). With ``cascade``, the tile
+    ``(n, g)``, ``(n, g, cap)``). Row ``i`` of the tile is worth ``rs[i]`` times its values (the
+    thresholds are divided by it in float64 and rounded outwards to float32). With ``cascade``, the tile
     is a low-precision filter: each item inside ``[lo, hi]`` is scored in float32 at once
     (``a32[row] · b32[col]``) and counted above, kept or dropped by ``[lo32, hi32]``."""
     rows, width = tile.shape

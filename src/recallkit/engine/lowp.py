@@ -8,7 +8,7 @@ float32 dot product of the same filter rows), and float32's window in float64 (a
 module provides the first stage:
 
 * :func:`prepare` turns a side's float32 filter rows ``x`` (``n × w``) into an
-  :class:`Int8Side` (``x̂_i = s_i q_i``, integer codes and a power-of-two scale per row) or a
+  :class:`Int8Side` (``x̂_i = s_i q_i``, integer codes and a float32 scale per row) or a
   :class:`BF16Side`, with per-row upper bounds on ``‖x‖``, ``‖x̂‖`` and ``‖x - x̂‖``; each row is
   prepared from its own values alone. ``"int8"`` codes lie in ``[-127, 127]``; ``"int7"`` codes in
   ``[-63, 63]``, stored as ``uint8`` with a zero point of 64.
@@ -41,12 +41,16 @@ side's range, ``N̂ = max_j ν̂_j`` and ``P = max_j ρ_j``; ``u = 2^-24``.
    ``|x·y - x̂·ŷ| <= ρ_x ν̂_y + ν_x ρ_y <= ρ_x N̂ + ν_x P``. The two sides may be quantised
    differently (int7 against int8): each enters with its own residual.
 2. int8 product. ``v = q_x·q_y`` is an exact int32 (``|v| <= w 127²``, partial sums below
-   ``w · 255 · 128``, which :data:`INT8_MAX_WIDTH` keeps under ``2^31``). Converting ``v`` to
-   float32 rounds to nearest: ``|fl(v) - v| <= u |v|`` (exact when ``|v| <= 2^24``). Multiplying
-   by the other side's scale ``s_y`` is exact (``fl(v)`` is 0 or at least 1, ``s_y >= 2^-100``,
-   both powers of two within range); multiplying by ``s_x`` may underflow (absolute error
-   ``< 2^-126``, flushed or gradual). With ``|v| s_x s_y = |x̂·ŷ| <= ν̂_x N̂``:
-   ``|tile - x̂·ŷ| <= u ν̂_x N̂ + 2^-126``.
+   ``w · 255 · 128``, which :data:`INT8_MAX_WIDTH` keeps under ``2^31``). The tile value is
+   ``v s_y s_x`` with at most three roundings to float32 (``u`` relative each): converting
+   ``v`` (exact when ``|v| <= 2^24``), multiplying by the right side's scale (the kernel's output
+   stage), and applying the row's scale, either by a float32 multiplication or by dividing a
+   threshold by it in float64 and rounding the quotient outwards (a relative ``2^-53``, below
+   ``u``; a quotient below float32's range rounds outwards to a subnormal or zero, which only
+   widens the window). Only the row scale's multiplication may underflow (absolute error
+   ``< 2^-126``): ``fl(v)`` is 0 or at least 1 and ``s_y >= 2^-100``. With
+   ``|v| s_x s_y = |x̂·ŷ| <= ν̂_x N̂``: ``|tile - x̂·ŷ| <= 4u ν̂_x N̂ + 2^-125``
+   (:data:`INT8_PRODUCT_UNITS`, :data:`INT8_PRODUCT_TINY`).
 3. bfloat16 product. Products of bfloat16 values are exact in float32 (8-bit significands), and
    torch's CPU kernels accumulate in float32 (``aten/src/ATen/native/CPUBlas.cpp``: oneDNN with
    float32 accumulation, OpenBLAS ``sbgemm`` or the reference loop in ``opmath_t``) and round the
@@ -57,19 +61,18 @@ side's range, ``N̂ = max_j ν̂_j`` and ``P = max_j ρ_j``; ``u = 2^-24``.
    output's rounding to bfloat16 adds ``2^-8 |σ| + 2^-126``. Together
    ``|tile - x̂·ŷ| <= (γ_w + 2^-8 (1 + γ_w)) ν̂_x N̂ + (w + 1) 2^-123``. Input rows have their
    bfloat16 subnormals flushed to zero at preparation (the residual covers them).
-4. ``eps_i = ρ_i N̂ + ν_i P + c ν̂_i N̂ + a``, with ``(c, a) = (u, 2^-125)`` for int8 and
+4. ``eps_i = ρ_i N̂ + ν_i P + c ν̂_i N̂ + a``, with ``(c, a) = (4u, 2^-125)`` for int8 and
    ``(γ_w + 2^-8 (1 + γ_w), (w + 1) 2^-123)`` for bfloat16, evaluated in float64 and rounded up
    (:func:`row_bounds`). Only the other side's range enters through maxima, so a row's bound does
    not depend on the rows that share its chunk. With ``value_relative=True`` the output rounding
    is charged to the tile value instead: ``|tile - x·y| <= e_i + r |tile|``.
 
-Scales are powers of two: the codes' scaling is then exact in float32 and float64 (the residual
-``x - s q`` is computed exactly, and the float32 output needs no rounding of its own), and the
-engine's tile kernels can apply a row's scale to its thresholds without rounding them. A scale
-``max|x_i| / 63`` would use the full code range on every row: on unit rows it shrinks the
-residual by a factor of about 1.4 on average, a window about 1.4 times narrower, which the
-cascade's float32 stage pays for in a few more dot products per row
-(``benchmarks/bench_recall.py`` prints both windows).
+Scales. A row's scale is ``max|x_i| / levels`` rounded up to float32 (:func:`int8_scales`), so
+every row uses its whole code range: on unit rows the residual, and with it the window, is
+about 1.4 times smaller than with the power of two just above that value, which would make every
+scaling exact but leave up to half the range unused. The price is the roundings of item 2, about
+``3 · 2^-24`` of the score against a window of ``10^-2``. ``x̂ = s q`` stays exact in float64
+(:func:`prepare_int8`).
 
 Norms. A row's norm is computed as ``2^e sqrt(Σ_k (v_k 2^-e)²)`` in float64 with ``2^e`` the
 power of two just above ``max_k |v_k|``; over any summation order the computed root is below the
@@ -113,6 +116,14 @@ filter rows are below 1 except for rows its scaling caps; those run in float32).
 INT7_ZERO_POINT = 64
 """``int7`` codes ``q`` in ``[-63, 63]`` are stored as ``q + 64`` (``uint8``, at most 127)."""
 LEVELS = {"int8": 127, "int7": 63}
+INT8_PRODUCT_UNITS = 4
+"""An int8 tile value carries at most three float32 roundings relative to ``x̂·ŷ`` (the int32
+sum's conversion, the right side's scale, the row scale or a threshold divided by it: module
+docstring, item 2); the bound charges four units."""
+INT8_PRODUCT_TINY = 2.0**-125
+"""The absolute part of an int8 tile value's error: the row scale's multiplication may underflow
+(below ``2^-126``); the conversion and the right side's scale cannot (``|v| >= 1`` or ``v = 0``,
+``s_y >= 2^-100``)."""
 
 _BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 _VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
@@ -182,15 +193,15 @@ class _Side:
 
 @dataclass(frozen=True, eq=False)
 class Int8Side(_Side):
-    """A side quantised with a power-of-two scale per row: ``x̂_i = s_i q_i``, ``|q_i| <= levels``
+    """A side quantised with a scale per row: ``x̂_i = s_i q_i``, ``|q_i| <= levels``
     (127 for ``"int8"``, 63 for ``"int7"``), stored as ``q + zero_point``."""
 
     codes: torch.Tensor
     """``(n, w)`` contiguous: ``int8`` codes (``"int8"``) or ``uint8`` codes plus 64
     (``"int7"``)."""
     scale: np.ndarray
-    """``(n,)`` float64 powers of two: the smallest ``s_i >= 2^-100`` with
-    ``max|x_i| <= levels s_i``."""
+    """``(n,)`` float64 holding float32 values: ``max|x_i| / levels`` rounded up to float32, at
+    least ``2^-100`` (:func:`int8_scales`)."""
     scale32: np.ndarray
     """``scale`` as float32 (exact)."""
     form: str = "int8"
@@ -321,11 +332,26 @@ def _side_norms(x, h, i, source, norm, residual):  # pragma: no cover - compiled
     residual[i] = _norm_up(ar, er, w)
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _scale_of(m, levels):  # pragma: no cover - compiled
+    """The scale of a row whose largest magnitude is ``m``: the smallest float32 value ``s`` with
+    ``m <= levels s`` (``levels s`` is exact in float64), at least ``2^-100``, so that
+    ``|rint(x_k / s)| <= levels`` and the row's largest value takes the largest code."""
+    s = math.ldexp(1.0, INT8_MIN_EXPONENT)
+    if m > 0.0:
+        t = np.float32(m / levels)
+        if np.float64(t) * levels < m:
+            t = np.nextafter(t, np.float32(np.inf))
+        if np.float64(t) > s:
+            s = np.float64(t)
+    return s
+
+
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _quantise(
-    x, levels, bits, offset, held, codes, scale, norm, residual, source
+    x, levels, offset, held, codes, scale, norm, residual, source
 ):  # pragma: no cover - compiled
-    """Per row: the scale (:func:`int8_scales`), the codes ``rint(x / s) + offset`` and the
+    """Per row: the scale (:func:`_scale_of`), the codes ``rint(x / s) + offset`` and the
     rounded-up norms of ``x``, ``s q`` and ``x - s q`` (all exact in float64; ``held``: a row of
     ``s q`` per thread)."""
     n, w = x.shape
@@ -336,43 +362,32 @@ def _quantise(
             a = abs(np.float64(x[i, k]))
             if a > m:
                 m = a
-        e = INT8_MIN_EXPONENT
-        if m > 0.0:
-            e = math.frexp(m)[1] - bits  # m / 2^e in [2^(bits-1), 2^bits)
-            if m > math.ldexp(np.float64(levels), e):
-                e += 1
-            if e < INT8_MIN_EXPONENT:
-                e = INT8_MIN_EXPONENT
-        s = math.ldexp(1.0, e)
-        inv = math.ldexp(1.0, -e)
+        s = _scale_of(m, levels)
         scale[i] = s
         for k in range(w):
-            q = np.rint(np.float64(x[i, k]) * inv)
+            q = np.rint(np.float64(x[i, k]) / s)
             codes[i, k] = q + offset
             held[t, k] = q * s
         _side_norms(x[i], held[t], i, source, norm, residual)
 
 
 def int8_scales(x: np.ndarray, levels: int = 127) -> np.ndarray:
-    """Per row, the smallest power of two ``s >= 2^-100`` with ``max|x_i| <= levels s``
-    (float64)."""
-    bits = int(levels).bit_length()
-    m = np.abs(x).max(axis=1).astype(np.float64)
-    e = np.frexp(m)[1] - bits
-    e = np.where(m > np.ldexp(float(levels), e), e + 1, e)
-    e = np.maximum(np.where(m > 0, e, INT8_MIN_EXPONENT), INT8_MIN_EXPONENT)
-    return np.ldexp(1.0, e)
+    """Per row, the scale :func:`prepare_int8` uses (float64 holding float32 values):
+    ``max|x_i| / levels`` rounded up to float32, at least ``2^-100``."""
+    m = np.abs(np.asarray(x, np.float32)).max(axis=1).astype(np.float64)
+    return np.array([_scale_of(float(v), int(levels)) for v in m])
 
 
 def prepare_int8(x: np.ndarray | torch.Tensor, form: str = "int8") -> Int8Side:
-    """Quantise float32 filter rows ``(n, w)`` with a power-of-two scale per row.
+    """Quantise float32 filter rows ``(n, w)`` with a scale per row.
 
-    ``q_i = rint(x_i / s_i)`` (nearest even) with :func:`int8_scales`, so ``|q_i| <= levels`` and
-    ``s_i q_i`` is exact in float32 and float64. The residual ``x_ik - s_i q_ik`` is exact in
-    float64: it is ``x_ik`` where ``q_ik = 0``; elsewhere ``|x_ik| >= s_i / 2``, so it is a multiple
-    of ``ulp(x_ik) >= 2^-24 s_i`` no larger than ``s_i / 2`` (24 bits). ``form`` ``"int8"``
-    (``int8`` codes in ``[-127, 127]``) or ``"int7"`` (``[-63, 63]``, stored plus 64 as
-    ``uint8``).
+    ``q_i = rint(x_i / s_i)`` (nearest even) with the scale of :func:`int8_scales` (a float32
+    value), so ``|q_i| <= levels`` and ``s_i q_i`` is exact in float64 (a 24-bit by 7-bit
+    product). The residual ``x_ik - s_i q_ik`` is exact in float64: it is ``x_ik`` where
+    ``q_ik = 0``; elsewhere ``|x_ik| >= s_i / 2``, so both terms are multiples of
+    ``2^-24 2^e`` (``2^e <= s_i``) and the residual, at most ``s_i / 2``, has 24 bits. ``form``
+    ``"int8"`` (``int8`` codes in ``[-127, 127]``) or ``"int7"`` (``[-63, 63]``, stored plus 64
+    as ``uint8``).
     """
     levels = LEVELS[form]
     x = _as_rows(x)
@@ -382,8 +397,7 @@ def prepare_int8(x: np.ndarray | torch.Tensor, form: str = "int8") -> Int8Side:
     scale, norm, residual, source = (np.empty(n) for _ in range(4))
     offset = INT7_ZERO_POINT if form == "int7" else 0
     held = np.empty((numba.config.NUMBA_NUM_THREADS, w))  # any thread's id fits
-    _quantise(x, levels, int(levels).bit_length(), offset, held, codes, scale, norm, residual,
-              source)  # fmt: skip
+    _quantise(x, levels, offset, held, codes, scale, norm, residual, source)
     return Int8Side(
         norm=norm,
         residual=residual,
@@ -465,7 +479,8 @@ def _workspace(dtype: Any, rows: int, cols: int) -> Any:
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
 def _scale_columns(c, sb, out):  # pragma: no cover - compiled
-    """``out[i, j] = float32(c[i, j]) * sb[j]`` (exact: powers of two, ``|c| >= 1`` or 0)."""
+    """``out[i, j] = float32(c[i, j]) * sb[j]`` (two roundings to float32: module docstring,
+    item 2)."""
     for i in range(c.shape[0]):
         for j in range(c.shape[1]):
             out[i, j] = np.float32(c[i, j]) * sb[j]
@@ -716,7 +731,7 @@ def product_terms(precision: str, w: int) -> tuple[float, float]:
     """``(c, a)`` of the tile product's error ``|tile - x̂·ŷ| <= c ν̂_x N̂ + a`` (module docstring,
     items 2 and 3), rounded up."""
     if precision == "int8":
-        return UNIT, 2.0**-125
+        return INT8_PRODUCT_UNITS * UNIT, INT8_PRODUCT_TINY
     if precision == "bfloat16":
         if w * UNIT >= 0.5:
             raise ValueError(f"rows too wide for a float32 accumulation bound: w = {w}")
@@ -759,9 +774,9 @@ def row_bounds(
     if not value_relative:
         return _round_up(rho * n_hat + nu * p + c * (nu_hat * n_hat) + abs_term)
     if a.precision == "int8":
-        # |tile - x̂·ŷ| <= u |v| s s + 2^-126, |v| s s <= (|tile| + 2^-126) / (1 - u)
-        r = UNIT / (1.0 - UNIT)
-        c, abs_term = 0.0, 2.0**-124
+        # |tile - x̂·ŷ| <= 3u' |v| s s + t, |v| s s <= (|tile| + t) / (1 - 3u') (u' = u(1 + u))
+        r = INT8_PRODUCT_UNITS * UNIT / (1.0 - INT8_PRODUCT_UNITS * UNIT)
+        c, abs_term = 0.0, 2.0 * INT8_PRODUCT_TINY
     else:
         # |tile - σ| <= 2^-8 |σ| + 2^-126 and |σ| <= (|tile| + 2^-126) / (1 - 2^-8)
         r = BF16_UNIT / (1.0 - BF16_UNIT)
@@ -866,8 +881,10 @@ def adversarial_pairs(precision: str, w: int) -> dict[str, tuple[np.ndarray, np.
         }
     elif precision == "int8":
         s = 2.0**-7
+        aligned = np.full(w, (100.5 - 2.0**-16) * s)
+        aligned[0] = 127 * s  # the row's maximum sets its scale to s: the rest round by s / 2
         pairs = {
-            "aligned": (np.full(w, (100.5 - 2.0**-16) * s),) * 2,
+            "aligned": (aligned, aligned),
             "saturation": (np.full(w, 127 * s), np.where((k // 2) % 3 == 2, -127, 127) * s),
             "odd": (np.full(w, 127 * s), (2 * (k % 64) - 63.0) * s),
         }
