@@ -535,9 +535,9 @@ def window_rows(
 ):  # pragma: no cover
     """:func:`window` over one tile, accumulated into ``above``/``count``/``index`` (``(n, g)``,
     ``(n, g)``, ``(n, g, cap)``). Row ``i`` of the tile is worth ``rs[i]`` times its values (the
-    thresholds are divided by it in float64 and rounded outwards to float32). With ``cascade``, the tile
-    is a low-precision filter: each item inside ``[lo, hi]`` is scored in float32 at once
-    (``a32[row] · b32[col]``) and counted above, kept or dropped by ``[lo32, hi32]``."""
+    thresholds are divided by it in float64 and rounded outwards to float32). With ``cascade``,
+    the tile is a low-precision filter: each item inside ``[lo, hi]`` is scored in float32 at
+    once (``a32[row] · b32[col]``) and counted above, kept or dropped by ``[lo32, hi32]``."""
     rows, width = tile.shape
     slots = lo.shape[1]
     for i in range(rows):
