@@ -597,3 +597,73 @@ def test_onnxruntime_is_loaded_on_first_int8_use_only():
     command = [sys.executable, "-c", script]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     assert done.stdout.split()[-1] == "False"
+
+
+def _run_round(choice, names, times, lead):
+    """Picks one tile and records ``times[name]`` for it; returns the name picked."""
+    name = choice.pick(names, lead=lead)
+    choice.record(name, times[name])
+    return name
+
+
+def test_choice_times_each_name_in_rounds_forward_then_backward():
+    names = ("float32", "bf16", "int8")
+    choice = lowp.Choice(warm=set(names))
+    times = {"float32": 3.0, "bf16": 1.0, "int8": 2.0}
+    picked = [_run_round(choice, names, times, lead=2) for _ in range(6 * (2 + lowp.SAMPLES))]
+    per_round = 2 + lowp.SAMPLES  # the round's first `lead` tiles are not timed
+    expect = [n for n in (*names, *reversed(names)) for _ in range(per_round)]
+    assert picked == expect
+    assert {n: len(t) for n, t in choice.times.items()} == dict.fromkeys(names, 2 * lowp.SAMPLES)
+    assert all(choice.pick(names) == "bf16" for _ in range(5))  # chosen: no more timing
+    before = {n: list(t) for n, t in choice.times.items()}
+    choice.record("bf16", 99.0)
+    assert choice.times == before
+
+
+def test_choice_takes_the_least_median_not_the_least_time():
+    # float32 has the single fastest tile (beside idle cores), int8 the faster typical tile.
+    names = ("float32", "int8")
+    choice = lowp.Choice(warm=set(names))
+    samples = {"float32": iter([0.9, 2.6, 2.7, 2.5, 2.6, 2.8]), "int8": iter([1.5] * 6)}
+    while choice.round < 4:
+        name = choice.pick(names, lead=0)
+        choice.record(name, next(samples[name]))
+    assert choice.pick(names) == "int8"
+    assert choice.medians() == {"float32": 2.6, "int8": 1.5}
+
+
+def test_choice_drops_warm_up_lead_and_stale_tiles():
+    import threading
+
+    names = ("a", "b")
+    choice = lowp.Choice(warm={"b"})
+    first = choice.pick(names, lead=2)
+    choice.record(first, 50.0)  # a's first tile in the process: warm-up
+    assert choice.warm == {"a", "b"} and choice.times == {}
+    assert choice.pick(names, lead=2) == "a"  # the round's second tile: still the lead
+    choice.record("a", 40.0)
+    assert choice.times == {}
+    # An untimed tile (a diagonal tile) runs in the first name and is not recorded.
+    assert choice.pick(names, timed=False, lead=2) == "a"
+    choice.record("a", 30.0)
+    assert choice.times == {}
+    # A tile picked in round 0 by another worker, recorded after round 0 has ended, is dropped.
+    picked, go, done = [], threading.Event(), threading.Event()
+
+    def slow_worker():
+        picked.append(choice.pick(names, lead=2))
+        go.wait()
+        choice.record(picked[0], 20.0)
+        done.set()
+
+    worker = threading.Thread(target=slow_worker)
+    worker.start()
+    while choice.round == 0:
+        _run_round(choice, names, {"a": 1.0, "b": 2.0}, lead=2)
+    go.set()
+    done.wait()
+    worker.join()
+    assert picked == ["a"] and choice.round == 1
+    assert choice.times == {"a": [1.0] * lowp.SAMPLES}
+    assert choice.pick(("only",)) == "only"

@@ -9,8 +9,8 @@ One pass over the tiles feeds every consumer a request needs: the window counts 
 thresholds and the running top-k of the ranked lists read the same tiles.
 
 A tile is computed by the fastest of the ways the request allows, timed on the first full tiles
-of each pass (each way's first tile in the process warms it up, the next ``SAMPLES`` of the
-pass are timed from the GEMM to the last consumer; then the pass keeps the fastest): float32
+of each pass from the GEMM to the last consumer, in rounds that give every worker's tiles to one
+way at a time (:class:`recallkit.engine.lowp.Choice`); then the pass keeps the fastest: float32
 (numpy's or torch's BLAS, whichever is faster here), or a low-precision kernel of
 :mod:`recallkit.engine.lowp` (int8 through ONNX Runtime, bfloat16) that passed its self-check.
 A low-precision tile is a cascade inside the tile kernels: an item its wider window cannot
@@ -224,7 +224,7 @@ def run_tiles(
                 tp.choice.record(kind.name, time.perf_counter() - began)
 
     with single_threaded() as threads:
-        workers = max(1, min(threads, len(tasks)))
+        workers = tp.workers = max(1, min(threads, len(tasks)))
         jobs = [pool(workers).submit(work) for _ in range(workers)]
         wait(jobs)  # every worker done before the limit is given back, even on an error
         return [job.result() for job in jobs]

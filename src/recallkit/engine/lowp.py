@@ -954,42 +954,81 @@ def usable(kernel: Kernel, w: int) -> str | None:
 # The CPU engine's tiles: which way computes them, timed as they run
 
 SAMPLES = 3
-"""Full tiles timed with each way of computing them before the choice."""
-AUTO_TILES = 100
+"""Full tiles timed with each way of computing them in each round of a :class:`Choice`."""
+AUTO_TILES = 400
 """``precision="auto"`` weighs a low precision only for calls of at least this many full tiles
-(queries × reference, about 10,000² rows): timing each kind costs ``SAMPLES + 1`` tiles of it,
-some of them in the slowest kind, and the tiles after the timing must pay for that and for the
-sides' preparation."""
+(queries × reference, about 20,000² rows): timing costs two rounds of ``workers + SAMPLES``
+tiles per kind (:class:`Choice`), some of them in the slowest kind, and the tiles after the
+timing must pay for that and for the sides' preparation."""
 
 
 class Choice:
-    """The fastest of several names, timed as tiles run: a name's first tile (in the process:
-    ``warm`` may be shared) warms it up, its next ``SAMPLES`` are timed; then the fastest of the
-    names asked for. A tile that is not timed (``timed=False``: one with less work than the
-    others, such as a symmetric pass's diagonal tile, read by its rows only) runs in the first
-    name until the choice is made."""
+    """The fastest of several names, timed on the tiles as they run, in rounds.
+
+    A round gives every tile to one name: the workers then run the same kind of work side by
+    side, as they will after the choice. A tile's time depends on what the other cores do: on two
+    cores of one server, a single-threaded float32 tile of width 128 took 1.6 ms beside an idle
+    core and 2.2 ms beside another float32 tile, while a bfloat16 tile took 0.66 ms either way,
+    so a float32 tile timed beside low-precision ones looks faster than it will be. A round's
+    first ``lead`` tiles (the number of workers) are not timed, since the other workers may still
+    run the previous round's name; its next ``SAMPLES`` are. The names are timed in their order,
+    then in reverse order, so that a drift along the pass (a ranked list's tiles cost less as its
+    list fills) charges every name alike; the choice is the name of least median time. A name's
+    first tile in the process (``warm``, shared between choices) warms it up and is not timed.
+    A tile that is not to be timed (``timed=False``: one with less work than the others, such as
+    a symmetric pass's diagonal tile, read by its rows only) runs in the first name until the
+    choice is made."""
 
     def __init__(self, warm: set[str] | None = None) -> None:
         self.lock = threading.Lock()
         self.times: dict[str, list[float]] = {}
         self.warm: set[str] = set() if warm is None else warm
+        self.rounds: list[str] = []
+        self.round = 0  # the round under way; len(rounds) once every round is done
+        self.picks = 0  # tiles given out in this round
+        self.samples = 0  # times kept in this round
+        self.chosen: str | None = None
+        self.local = threading.local()  # the round and the tile's place in it, per thread
 
-    def pick(self, names: Sequence[str], timed: bool = True) -> str:
+    def pick(self, names: Sequence[str], timed: bool = True, lead: int = 1) -> str:
+        """The name for the next tile of the calling thread (whose time it may then
+        :meth:`record`)."""
         if len(names) == 1:
             return names[0]
         with self.lock:
-            if all(len(self.times.get(n, ())) >= SAMPLES for n in names):
-                return min(names, key=lambda n: min(self.times[n]))
+            self.local.token = None
+            if not self.rounds:
+                self.rounds = [*names, *reversed(names)]
+            if self.round >= len(self.rounds):
+                if self.chosen is None:
+                    self.chosen = min(names, key=lambda n: float(np.median(self.times[n])))
+                return self.chosen
             if not timed:
                 return names[0]
-            return min(names, key=lambda n: len(self.times.get(n, ())) + (n in self.warm))
+            self.local.token = (self.round, self.picks >= lead)
+            self.picks += 1
+            return self.rounds[self.round]
 
     def record(self, name: str, seconds: float) -> None:
+        """The time of the calling thread's last tile, computed with ``name``."""
         with self.lock:
+            token, self.local.token = getattr(self.local, "token", None), None
+            if token is None or token[0] != self.round or self.rounds[self.round] != name:
+                return  # not a tile of the round under way
             if name not in self.warm:
                 self.warm.add(name)
-            elif len(self.times.setdefault(name, [])) < SAMPLES:
-                self.times[name].append(seconds)
+                return
+            if not token[1]:
+                return  # among the round's first tiles
+            self.times.setdefault(name, []).append(seconds)
+            self.samples += 1
+            if self.samples >= SAMPLES:
+                self.round, self.picks, self.samples = self.round + 1, 0, 0
+
+    def medians(self) -> dict[str, float]:
+        """The median time of each name timed so far."""
+        with self.lock:
+            return {n: float(np.median(t)) for n, t in self.times.items() if t}
 
 
 CHOICES: dict[tuple, Choice] = {}
@@ -1027,6 +1066,7 @@ class TilePass:
         self.symmetric, self.eps32, self.names = symmetric, eps32, names
         self.lock = threading.Lock()
         self.kinds: dict[str, TileKind] = {}
+        self.workers = 1  # the threads computing its tiles (set by the pass that runs them)
         self.a32, self.b32 = qf.rows.numpy(), block.gemm.numpy()
         # Each pass times its own tiles: the fastest kind depends on the data (the windows the
         # filter leaves, which a ranked list's first tiles, before its list fills, make wider
@@ -1044,7 +1084,7 @@ class TilePass:
             return self.kinds[name]
 
     def pick(self, timed: bool = True) -> TileKind:
-        return self.kind(self.choice.pick(self.names, timed))
+        return self.kind(self.choice.pick(self.names, timed, self.workers))
 
     def _build(self, name: str) -> TileKind:
         qf, block = self.qf, self.block
@@ -1159,12 +1199,10 @@ def precision_report(width: int) -> str:
         if reason is None and kernel.precision not in worth:
             reason = f"no {kernel.precision} instructions ({', '.join(kernel.flags)})"
         lines.append(f"  {kernel.name} ({kernel.precision}): {reason or 'usable'}")
-    timing = choice("tiles", torch.float32, width)
-    with timing.lock:
-        times = {n: min(t) for n, t in timing.times.items() if t}
+    times = choice("tiles", torch.float32, width).medians()
     if times:
         shown = ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in sorted(times.items()))
-        lines.append(f"  best tile times of the last pass that weighed them: {shown}")
+        lines.append(f"  median tile times of the last pass that weighed them: {shown}")
     return "\n".join(lines)
 
 
