@@ -966,10 +966,9 @@ class Choice:
     """The fastest of several names, timed on the tiles as they run, in rounds.
 
     A round gives every tile to one name: the workers then run the same kind of work side by
-    side, as they will after the choice. A tile's time depends on what the other cores do: on two
-    cores of one server, a single-threaded float32 tile of width 128 took 1.6 ms beside an idle
-    core and 2.2 ms beside another float32 tile, while a bfloat16 tile took 0.66 ms either way,
-    so a float32 tile timed beside low-precision ones looks faster than it will be. A round's
+    side, as they will after the choice. A tile's time depends on what the other cores do (they
+    share caches and memory bandwidth): a float32 tile timed beside lighter low-precision tiles
+    runs faster than it will beside other float32 tiles (``docs/performance.md``). A round's
     first ``lead`` tiles (the number of workers) are not timed, since the other workers may still
     run the previous round's name; its next ``SAMPLES`` are. The names are timed in their order,
     then in reverse order, so that a drift along the pass (a ranked list's tiles cost less as its
