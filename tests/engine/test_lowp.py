@@ -648,22 +648,27 @@ def test_choice_drops_warm_up_lead_and_stale_tiles():
     assert choice.pick(names, timed=False, lead=2) == "a"
     choice.record("a", 30.0)
     assert choice.times == {}
-    # A tile picked in round 0 by another worker, recorded after round 0 has ended, is dropped.
-    picked, go, done = [], threading.Event(), threading.Event()
+    times = {"a": 1.0, "b": 2.0}
+    while choice.round == 0:
+        _run_round(choice, names, times, lead=2)
+    # Rounds a, b, b, a: a tile of round 1 (b) picked by another worker and recorded once round
+    # 2 (b again) is under way is dropped, though its name is the round's.
+    assert [_run_round(choice, names, times, lead=2) for _ in range(2)] == ["b", "b"]  # lead
+    picked, ready, go = [], threading.Event(), threading.Event()
 
     def slow_worker():
         picked.append(choice.pick(names, lead=2))
+        ready.set()
         go.wait()
         choice.record(picked[0], 20.0)
-        done.set()
 
     worker = threading.Thread(target=slow_worker)
     worker.start()
-    while choice.round == 0:
-        _run_round(choice, names, {"a": 1.0, "b": 2.0}, lead=2)
+    ready.wait()
+    while choice.round == 1:
+        _run_round(choice, names, times, lead=2)
     go.set()
-    done.wait()
     worker.join()
-    assert picked == ["a"] and choice.round == 1
-    assert choice.times == {"a": [1.0] * lowp.SAMPLES}
+    assert picked == ["b"] and choice.round == 2 and choice.rounds[2] == "b"
+    assert choice.times == {"a": [1.0] * lowp.SAMPLES, "b": [2.0] * lowp.SAMPLES}
     assert choice.pick(("only",)) == "only"
