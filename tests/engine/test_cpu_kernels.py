@@ -58,3 +58,119 @@ def test_a_raised_floor_stays_below_the_kth_score_and_leaves_few_items_above(see
     assert _raise_floor(row, 1.0, np.float32(-np.inf), width, 4, 1e-6, 0.0, 0, floor) == (
         -np.inf, width)
     assert floor[0] == -np.inf
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_row_norms_are_the_norms_within_the_float64_term(dtype):
+    """:func:`filters.robust_norms` in one numba pass (``fused``) and in torch operations, both
+    against the correctly rounded norm (``math.fsum`` of exact squares of power-of-two scaled
+    rows): within ``d`` float64 units, at ordinary, huge and subnormal magnitudes, and zero on a
+    zero row (also with no columns)."""
+    import math
+
+    import torch
+
+    from recallkit.engine import filters
+
+    rng = np.random.default_rng(0)
+    huge = 1e300 if dtype == np.float64 else 1e38
+    tiny = 5e-324 if dtype == np.float64 else 1e-45
+    for magnitude in (1.0, huge, tiny, 1e-300 if dtype == np.float64 else 1e-40):
+        x = (rng.standard_normal((64, 37)) * magnitude).astype(dtype)
+        x[3] = 0.0
+        x[5, :] = 0.0
+        x[5, 7] = magnitude  # one non-zero entry
+        assert np.isfinite(x).all()
+        expected = []
+        for row in x.astype(np.float64):
+            top = float(np.abs(row).max())
+            if top == 0.0:
+                expected.append(0.0)
+                continue
+            e = math.frexp(top)[1]
+            scaled = [math.ldexp(v, -e) for v in row]  # exact: no entry underflows here
+            expected.append(math.ldexp(math.sqrt(math.fsum(v * v for v in scaled)), e))
+        expected = np.array(expected)
+        for fused in (True, False):
+            got = filters.robust_norms(torch.from_numpy(x), fused).numpy()
+            assert got[3] == 0.0
+            np.testing.assert_allclose(got, expected, rtol=40 * 2.0**-53, atol=0)
+    empty = filters.robust_norms(torch.zeros((4, 0), dtype=torch.float32), True)
+    assert empty.tolist() == [0.0] * 4
+    assert filters.robust_norms(torch.zeros((0, 3)), True).shape == (0,)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_finite_check_names_the_first_bad_row(bad):
+    import torch
+
+    from recallkit import _checks
+
+    x = torch.zeros((50, 9))
+    x[41, 8] = bad
+    x[17, 0] = bad
+    with pytest.raises(ValueError, match="non-finite value in row 117"):
+        _checks.check_finite_rows(x, 100, "query", "f")
+    _checks.check_finite_rows(torch.zeros((0, 9)), 0, "query", "f")
+    _checks.check_finite_rows(torch.zeros((5, 0)), 0, "query", "f")
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("k", [3, 40])
+@pytest.mark.parametrize("cascade", [False, True])
+def test_running_top_k_keeps_every_item_of_the_top_k(seed, k, cascade):
+    """:func:`top_rows` and :func:`top_cols` (the transposed reading) over a tile whose rows hold
+    from none to hundreds of items above their starting floor (the block-by-block and the
+    whole-row listing of items): a row's heap holds its k best float32 scores, a reservoir every
+    item at or above its k-th best, and both readings keep the same items. With ``cascade`` the
+    tile is a perturbed copy of the float32 scores (within ``margin``) and the kernels score the
+    items they admit as ``a32 · b32``."""
+    from recallkit.engine.cpu_kernels import _dot32, top_cols, top_rows
+
+    rng = np.random.default_rng(seed)
+    n, d = 96, 8
+    a32 = rng.standard_normal((n, d)).astype(np.float32)
+    b32 = rng.standard_normal((n, d)).astype(np.float32)
+    # The float32 scores the kernels compute for admitted items (their own summation order).
+    exact = np.array([[_dot32(x, y) for y in b32] for x in a32], dtype=np.float32)
+    margin = np.full(n, 0.05)
+    tile = exact + rng.uniform(-0.04, 0.04, exact.shape).astype(np.float32) if cascade else exact
+    tile = np.ascontiguousarray(tile, dtype=np.float32)
+    tile[5, 7] = -np.inf  # a masked pair is never an item
+    # Starting floors from far below every score (all items above it) to near the k-th best.
+    position = n - k - 1 - np.arange(n) % (n - k - 1)
+    floor0 = np.where(np.arange(n) % 3 == 0, -1e30,
+                      np.sort(exact, axis=1)[np.arange(n), position] - 0.5)  # fmt: skip
+    ks = np.full(n, k, dtype=np.int64)
+    ks[11] = 0  # a row that wants nothing
+    slack = np.full(n, 1e-3)
+    heap_k = k if k <= 32 else 0
+    kept = []
+    for kernel, source in ((top_rows, tile), (top_cols, tile.T.copy())):
+        floor = floor0.astype(np.float32)
+        state = dict(heap=np.empty((n, heap_k), np.float32), size=np.zeros(n, np.int64),
+                     floor=floor, buf_col=np.empty((n, 2 * k + 64), np.int64),
+                     buf_score=np.empty((n, 2 * k + 64), np.float32),
+                     fill=np.zeros(n, np.int64), over=np.zeros(n, bool))  # fmt: skip
+        kernel(source, np.ones(n, np.float32), 0, 0, ks, slack, margin if cascade else 0 * margin,
+               *state.values(), cascade, a32, b32, floor[None, :].copy())  # fmt: skip
+        assert not state["over"].any()
+        rows = {}
+        for r in range(n):
+            scores = np.where(np.isfinite(tile[r]), exact[r], -np.inf)
+            if ks[r] == 0:
+                assert state["fill"][r] == 0 and state["size"][r] == 0
+                continue
+            kth = np.sort(scores)[-k]
+            if heap_k:
+                got = np.sort(state["heap"][r, : state["size"][r]])
+                np.testing.assert_array_equal(got, np.sort(scores)[-k:])
+                rows[r] = tuple(got)
+            else:
+                cols = state["buf_col"][r, : state["fill"][r]]
+                assert set(np.flatnonzero(scores >= kth)) <= set(cols.tolist())
+                np.testing.assert_array_equal(state["buf_score"][r, : state["fill"][r]],
+                                              exact[r, cols])  # fmt: skip
+                rows[r] = tuple(sorted(c for c in cols.tolist() if exact[r, c] >= kth))
+        kept.append(rows)
+    assert kept[0] == kept[1]

@@ -430,11 +430,11 @@ class CpuBackend(protocol.Pipeline):
         if space.own_rows(block):
             own = space.extra.get("own_filter")
             if own is None or own[0] is not block:
-                own = (block, filters.own_filter(block.gemm, block.scale, space.metric))
+                own = (block, filters.own_filter(block.gemm, block.scale, space.metric, True))
                 space.extra["own_filter"] = own
             return own[1][slice(start, stop)]
         return filters.query_filter(
-            chunk.raw, chunk.sq, chunk.norm, space.metric, block.scale, block.gemm.dtype
+            chunk.raw, chunk.sq, chunk.norm, space.metric, block.scale, block.gemm.dtype, True
         )
 
     def _bound(self, space: Space, qf: filters.QueryFilter, block: Block) -> torch.Tensor:

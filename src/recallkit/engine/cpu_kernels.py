@@ -448,6 +448,9 @@ def kth_largest(scores: np.ndarray, ks: np.ndarray) -> np.ndarray:
 
 
 _BLOCK = 64  # items checked at once (branch-free) when looking for the few near a threshold
+# A top-k tile row with more items above its floor than this lists them in one branch-free pass
+# over the row (a branch an item costs more); with fewer, block by block.
+_MANY_HITS = 16
 # A top-k row whose tile holds more than ``RAISE_HITS k + RAISE_MIN`` items above its floor
 # raises the floor from them first (:func:`top_rows`): a count costs a fraction of a nanosecond
 # an item, where admitting an item costs a float32 dot product or a reservoir entry. The
@@ -814,6 +817,7 @@ def top_rows(
     rows, width = tile.shape
     heap_mode = heap.shape[1] > 0
     cap = buf_col.shape[1]
+    at = np.empty(width, dtype=np.int64)
     for i in range(rows):
         r = row0 + i
         if ks[r] <= 0 or over[r]:
@@ -828,17 +832,18 @@ def top_rows(
         if hits > RAISE_HITS * ks[r] + RAISE_MIN:
             start, hits = _raise_floor(row, scale, start, hits, ks[r], slack[r], margin[r], r,
                                        floor)  # fmt: skip
-        for b in range(0, width, _BLOCK):  # the floor only rises: at most ``hits`` to offer
+        span = width if hits > _MANY_HITS else _BLOCK
+        for b in range(0, width, span):  # the floor only rises: at most ``hits`` to offer
             if hits <= 0 or over[r]:
                 break
-            end = min(b + _BLOCK, width)
+            end = min(b + span, width)
             found = 0
-            for j in range(b, end):
+            for j in range(b, end):  # the span's items at or above ``start``, branch-free
+                at[found] = j
                 found += row[j] >= start
-            if found == 0:
-                continue
             hits -= found
-            for j in range(b, end):
+            for q in range(found):
+                j = at[q]
                 t = row[j]
                 if t >= start and t > -np.inf and not over[r]:
                     s = _dot32(a32[r], b32[col0 + j]) if cascade else t * rs[i]
@@ -847,11 +852,11 @@ def top_rows(
                         if heap_mode or f == cap:
                             _keep(r, s, col0 + j, ks, slack, heap, size, floor, buf_col,
                                   buf_score, fill, over)  # fmt: skip
+                            start = _down32((np.float64(floor[r]) - margin[r]) / scale)
                         else:
                             buf_col[r, f] = col0 + j
                             buf_score[r, f] = s
                             fill[r] = f + 1
-            start = _down32((np.float64(floor[r]) - margin[r]) / scale)
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -888,23 +893,25 @@ def top_cols(
             start[j] = _down32(np.float64(floor[r]) - margin[r])
         else:
             start[j] = np.inf
+    at = np.empty(width, dtype=np.int64)
     for i in range(rows):
         row = tile[i]
         scale = rs[i]
         hits = 0
         for j in range(width):
             hits += row[j] * scale >= start[j]
-        for b in range(0, width, _BLOCK):
+        span = width if hits > _MANY_HITS else _BLOCK
+        for b in range(0, width, span):
             if hits <= 0:
                 break
-            end = min(b + _BLOCK, width)
+            end = min(b + span, width)
             found = 0
-            for j in range(b, end):
+            for j in range(b, end):  # branch-free, as in :func:`top_rows`
+                at[found] = j
                 found += row[j] * scale >= start[j]
-            if found == 0:
-                continue
             hits -= found
-            for j in range(b, end):
+            for q in range(found):
+                j = at[q]
                 s = row[j] * scale
                 r = col0 + j
                 if s >= start[j] and s > -np.inf and not over[r]:

@@ -31,6 +31,7 @@ GEMM has.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -80,20 +81,48 @@ class Product:
         return cls(dtype, UNIT[dtype])
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
+@numba.njit(parallel=True, cache=True, boundscheck=False)
 def _unit_rows_numba(x, norm, out):  # pragma: no cover - compiled
-    for i in range(x.shape[0]):
+    for i in numba.prange(x.shape[0]):
         for k in range(x.shape[1]):
             out[i, k] = np.float64(x[i, k]) / norm[i]
 
 
-def robust_norms(x: torch.Tensor) -> torch.Tensor:
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _robust_norms_numba(x, out):  # pragma: no cover - compiled
+    """:func:`robust_norms` of CPU rows in one pass each (the same steps in float64: the row
+    times ``2**half`` then ``2**rest``, its squares summed in index order)."""
+    for i in numba.prange(x.shape[0]):
+        top = 0.0
+        for k in range(x.shape[1]):
+            top = max(top, abs(np.float64(x[i, k])))
+        if top == 0.0:
+            out[i] = 0.0
+            continue
+        exponent = math.frexp(top)[1]
+        half = (-exponent) // 2
+        first, second = math.ldexp(1.0, half), math.ldexp(1.0, -exponent - half)
+        total = 0.0
+        for k in range(x.shape[1]):
+            v = (np.float64(x[i, k]) * first) * second
+            total += v * v
+        out[i] = math.ldexp(math.sqrt(total), exponent)
+
+
+def robust_norms(x: torch.Tensor, fused: bool = False) -> torch.Tensor:
     """Euclidean norms of the rows of ``x`` in float64, without underflow or overflow (each row
-    is divided by a power of two near its largest magnitude first)."""
+    is divided by a power of two near its largest magnitude first, as two exact factors: one
+    would overflow for subnormal rows). CPU rows in one numba pass each (``fused``), otherwise
+    torch operations (what a device runs: no host read); any order of the squares' sum is within
+    the bound's float64 term."""
+    if fused and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        out = np.empty(x.shape[0], dtype=np.float64)
+        if x.shape[0]:
+            _robust_norms_numba(x.detach().contiguous().numpy(), out)
+        return torch.from_numpy(out)
     x = x.to(torch.float64)
     top = x.abs().amax(dim=1) if x.shape[1] else torch.zeros(x.shape[0], dtype=torch.float64)
     _, exponent = torch.frexp(top)
-    # Two exact power-of-two factors (one would overflow for subnormal rows).
     half = torch.div(-exponent, 2, rounding_mode="floor").to(torch.float64)
     rest = -exponent.to(torch.float64) - half
     scaled = (x * torch.exp2(half)[:, None]) * torch.exp2(rest)[:, None]
@@ -130,10 +159,10 @@ def reference_filter(
     width = d + (metric == "euclidean")
     out = torch.empty((n, width), dtype=dtype, device=raw.device)
     step = 8192
-    fused = metric == "cosine" and raw.device.type == "cpu"
-    if fused:  # one pass, the same roundings
+    unit = metric == "cosine" and raw.device.type == "cpu"
+    if unit:  # one pass, the same roundings
         _unit_rows_numba(raw.contiguous().numpy(), norm.numpy(), out.numpy())
-    for start in range(0, 0 if fused else n, step):
+    for start in range(0, 0 if unit else n, step):
         stop = min(start + step, n)
         x = raw[start:stop].to(torch.float64)
         if metric == "cosine":
@@ -168,15 +197,16 @@ def query_filter(
     metric: str,
     block_scale: float,
     dtype: torch.dtype,
+    fused: bool = False,
 ) -> QueryFilter:
     """The chunk's filter rows such that ``filter = scale_i · block_scale · exact score``
-    (module docstring)."""
+    (module docstring); ``fused``: the CPU's one-pass norms (:func:`robust_norms`)."""
     x = raw.to(torch.float64)
     if metric == "cosine":
         scale = torch.ones(raw.shape[0], dtype=torch.float64, device=raw.device)
         rows = x / norm[:, None]
     else:
-        scale = pow2_scales(robust_norms(x))
+        scale = pow2_scales(robust_norms(x, fused))
         # c_i · s stays below 2**MAX_SCALE_LOG2 (thresholds and bounds stay finite).
         scale = torch.minimum(scale, torch.full_like(scale, 2.0**MAX_SCALE_LOG2 / block_scale))
         if metric == "euclidean":
@@ -186,17 +216,20 @@ def query_filter(
         else:
             rows = x * scale[:, None]
     filtered = rows.to(dtype).contiguous()
-    return QueryFilter(filtered, scale, robust_norms(rows))
+    return QueryFilter(filtered, scale, robust_norms(rows, fused))
 
 
-def own_filter(gemm: torch.Tensor, block_scale: float, metric: str) -> QueryFilter:
+def own_filter(
+    gemm: torch.Tensor, block_scale: float, metric: str, fused: bool = False
+) -> QueryFilter:
     """The filter of queries that are the block's own rows (leave-one-out on one tensor, cosine
-    or dot): the block's filter rows themselves, at the block's scale."""
+    or dot): the block's filter rows themselves, at the block's scale (``fused`` as in
+    :func:`query_filter`)."""
     c = gemm.shape[0]
     scale = torch.full((c,), block_scale, dtype=torch.float64, device=gemm.device)
     if metric == "cosine":
         scale = torch.ones_like(scale)
-    return QueryFilter(gemm, scale, robust_norms(gemm))
+    return QueryFilter(gemm, scale, robust_norms(gemm, fused))
 
 
 def error_bound(
