@@ -336,9 +336,15 @@ def entry() -> None:
     and its output flushed: the interpreter's shutdown would wait for (or tear down) the
     engine's worker and BLAS threads, where a second Ctrl-C or a native pool's destructor could
     still print a traceback or abort. The command's files were written atomically, so there is
-    nothing left to clean up.
+    nothing left to clean up. A Ctrl-C after the command is done (while the interpreter shuts
+    down) changes nothing: the exit status stays the command's.
     """
-    code = main()
+    try:
+        code = main()
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except KeyboardInterrupt:  # in the instant between the command's end and the line above
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        code = INTERRUPTED
     if code == INTERRUPTED:
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
