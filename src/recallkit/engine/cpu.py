@@ -342,11 +342,17 @@ class Top(_Consumer):
         self.overs = np.zeros((slots, c), dtype=np.bool_)
         self.worker = itertools.count()
         self.no_margin = np.zeros(c)
+        self.margins: dict[str, np.ndarray] = {}
+        self.lock = threading.Lock()
 
     def margin(self, kind: lowp.TileKind) -> np.ndarray:
+        """A cascade kind's margin per row (its bound and float32's), computed once a pass."""
         if not kind.cascade:
             return self.no_margin
-        return (kind.eps + self.eps).numpy() * (1.0 + 2.0**-20)
+        with self.lock:
+            if kind.name not in self.margins:
+                self.margins[kind.name] = (kind.eps + self.eps).numpy() * (1.0 + 2.0**-20)
+            return self.margins[kind.name]
 
     def state(self) -> tuple[np.ndarray, ...]:
         w = next(self.worker)

@@ -783,6 +783,51 @@ def _raise_floor(row, scale, start, hits, k, slack, margin, r, floor):  # pragma
     return start, c
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _block_counts(row, start, per):  # pragma: no cover - compiled
+    """The items of ``row`` at or above ``start``, counted in each block of ``_BLOCK`` into
+    ``per`` (the listing passes skip the empty blocks); returns their total."""
+    width = row.shape[0]
+    full = width // _BLOCK
+    hits = 0
+    for b in range(full):  # a constant trip count: vectorised
+        c = 0
+        o = b * _BLOCK
+        for j in range(_BLOCK):
+            c += row[o + j] >= start
+        per[b] = c
+        hits += c
+    if full < per.shape[0]:
+        c = 0
+        for j in range(full * _BLOCK, width):
+            c += row[j] >= start
+        per[full] = c
+        hits += c
+    return hits
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _block_counts_scaled(row, scale, start, per):  # pragma: no cover - compiled
+    """:func:`_block_counts` of ``row * scale`` against a threshold per item, ``start``."""
+    width = row.shape[0]
+    full = width // _BLOCK
+    hits = 0
+    for b in range(full):
+        c = 0
+        o = b * _BLOCK
+        for j in range(_BLOCK):
+            c += row[o + j] * scale >= start[o + j]
+        per[b] = c
+        hits += c
+    if full < per.shape[0]:
+        c = 0
+        for j in range(full * _BLOCK, width):
+            c += row[j] * scale >= start[j]
+        per[full] = c
+        hits += c
+    return hits
+
+
 @numba.njit(nogil=True, cache=True, boundscheck=False)
 def top_rows(
     tile,
@@ -818,6 +863,7 @@ def top_rows(
     heap_mode = heap.shape[1] > 0
     cap = buf_col.shape[1]
     at = np.empty(width, dtype=np.int64)
+    per = np.empty((width + _BLOCK - 1) // _BLOCK, dtype=np.int64)
     for i in range(rows):
         r = row0 + i
         if ks[r] <= 0 or over[r]:
@@ -826,9 +872,7 @@ def top_rows(
         row = tile[i]
         scale = np.float64(rs[i])
         start = _down32((np.float64(floor[r]) - margin[r]) / scale)
-        hits = 0
-        for j in range(width):
-            hits += row[j] >= start
+        hits = _block_counts(row, start, per)
         if hits > RAISE_HITS * ks[r] + RAISE_MIN:
             start, hits = _raise_floor(row, scale, start, hits, ks[r], slack[r], margin[r], r,
                                        floor)  # fmt: skip
@@ -836,6 +880,8 @@ def top_rows(
         for b in range(0, width, span):  # the floor only rises: at most ``hits`` to offer
             if hits <= 0 or over[r]:
                 break
+            if span == _BLOCK and per[b // _BLOCK] == 0:  # none there at a lower start
+                continue
             end = min(b + span, width)
             found = 0
             for j in range(b, end):  # the span's items at or above ``start``, branch-free
@@ -894,16 +940,17 @@ def top_cols(
         else:
             start[j] = np.inf
     at = np.empty(width, dtype=np.int64)
+    per = np.empty((width + _BLOCK - 1) // _BLOCK, dtype=np.int64)
     for i in range(rows):
         row = tile[i]
         scale = rs[i]
-        hits = 0
-        for j in range(width):
-            hits += row[j] * scale >= start[j]
+        hits = _block_counts_scaled(row, scale, start, per)
         span = width if hits > _MANY_HITS else _BLOCK
         for b in range(0, width, span):
             if hits <= 0:
                 break
+            if span == _BLOCK and per[b // _BLOCK] == 0:  # none there at a lower start
+                continue
             end = min(b + span, width)
             found = 0
             for j in range(b, end):  # branch-free, as in :func:`top_rows`
