@@ -309,6 +309,18 @@ def test_precision_is_accepted_everywhere_and_changes_nothing_on_the_cpu():
             nearest_neighbors(rows, rows, 5, precision="float16")
 
 
+def _bf16_toward(bits: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """bfloat16 tile bits moved by ``noise`` and rounded to bfloat16 on the original's side: a
+    value between the original ``v`` and ``v + noise`` (so no further than the noise)."""
+    v = (bits.astype(np.uint32) << 16).view(np.float32)
+    y = v + noise
+    y_bits = y.view(np.uint32)
+    toward_zero = y_bits & np.uint32(0xFFFF0000)
+    away = ((toward_zero + np.uint32(0x10000)) >> 16).astype(np.uint16)
+    beyond = (np.sign(v) == np.sign(y)) & (np.abs(v) > np.abs(y)) & (toward_zero != y_bits)
+    return np.where(beyond, away, (toward_zero >> 16).astype(np.uint16))
+
+
 def _noisy_low_tiles(monkeypatch, share: float, seed: int = 7) -> list[int]:
     """Replace the low-precision tile product by the real one plus uniform noise of ``share``
     times its error bound (``lowp.row_bounds``) per row; returns a list that counts the tiles."""
@@ -324,7 +336,11 @@ def _noisy_low_tiles(monkeypatch, share: float, seed: int = 7) -> list[int]:
         eps = lowp.row_bounds(a, b, a_rows, b_rows)
         if not scaled:  # the tile in units of each row's scale
             eps = eps / a.scale32[slice(*a_rows) if a_rows else slice(None)]
-        out += (rng.uniform(-share, share, out.shape) * eps[:, None]).astype(np.float32)
+        noise = (rng.uniform(-share, share, out.shape) * eps[:, None]).astype(np.float32)
+        if out.dtype == np.uint16:  # a bfloat16 tile's bits
+            out[...] = _bf16_toward(out, noise)
+        else:
+            out += noise
         tiles.append(out.size)
         return out
 

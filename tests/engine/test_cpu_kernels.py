@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from recallkit.engine.cpu_kernels import RAISE_CLOSE, _raise_floor, select
 
@@ -68,8 +69,6 @@ def test_fused_row_norms_are_the_norms_within_the_float64_term(dtype):
     zero row (also with no columns)."""
     import math
 
-    import torch
-
     from recallkit.engine import filters
 
     rng = np.random.default_rng(0)
@@ -102,8 +101,6 @@ def test_fused_row_norms_are_the_norms_within_the_float64_term(dtype):
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_finite_check_names_the_first_bad_row(bad):
-    import torch
-
     from recallkit import _checks
 
     x = torch.zeros((50, 9))
@@ -174,3 +171,55 @@ def test_running_top_k_keeps_every_item_of_the_top_k(seed, k, cascade):
                 rows[r] = tuple(sorted(c for c in cols.tolist() if exact[r, c] >= kth))
         kept.append(rows)
     assert kept[0] == kept[1]
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("k", [3, 40])
+def test_a_bfloat16_tile_is_read_as_the_float32_tile_that_widens_it(seed, k):
+    """The tile kernels read a bfloat16 product's own bits (uint16) as exactly the float32 tile
+    that widens them: the same masks, window counts and items, and running top-k states, in both
+    readings (two full blocks of items and a partial one)."""
+    from recallkit.engine import cpu_kernels as ck
+
+    rng = np.random.default_rng(seed)
+    n, d = 150, 8
+    a32 = rng.standard_normal((n, d)).astype(np.float32)
+    b32 = rng.standard_normal((n, d)).astype(np.float32)
+    rounded = torch.from_numpy(a32 @ b32.T).to(torch.bfloat16)
+    bits = rounded.view(torch.int16).numpy().view(np.uint16).copy()
+    wide = rounded.float().numpy().copy()
+    assert ck.tile_value(bits[4], 9) == wide[4, 9]
+    ptr = np.arange(n + 1, dtype=np.int64) * 2  # row i excludes columns 2i and 2i + 1 (mod n)
+    cols = np.sort((np.arange(2 * n).reshape(n, 2) % n), axis=1).ravel().astype(np.int64)
+    for tile in (bits, wide):
+        ck.mask_tile(tile, 0, 0, ptr, cols)
+    np.testing.assert_array_equal((bits.astype(np.uint32) << 16).view(np.float32), wide)
+    assert np.isneginf(wide[0, 0]) and ck.tile_value(bits[0], 0) == -np.inf
+
+    ones = np.ones(n, np.float32)
+    centre = np.sort(wide, axis=1)[:, [-k, -2]]
+    lo, hi = centre - 0.2, centre + 0.2
+    windows = []
+    for tile in (bits, wide):
+        got = []
+        state = (np.zeros((n, 2), np.int64), np.zeros((n, 2), np.int64),
+                 np.zeros((n, 2, 32), np.int64))  # fmt: skip
+        ck.window_rows(tile, ones, 0, 0, lo, hi, 32, *state, False, a32, b32, lo, hi)
+        got += [s.copy() for s in state]
+        state = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros((n, 32), np.int64))
+        ck.window_cols(tile, ones, 0, 0, lo[:, 0].copy(), hi[:, 0].copy(), 32, *state, False, a32,
+                       b32, lo[:, 0].copy(), hi[:, 0].copy())  # fmt: skip
+        got += list(state)
+        for kernel in (ck.top_rows, ck.top_cols):
+            floor = np.full(n, -1e30, np.float32)
+            heap_k = k if k <= 32 else 0
+            state = (np.zeros((n, heap_k), np.float32), np.zeros(n, np.int64), floor,
+                     np.zeros((n, 2 * k + 64), np.int64), np.zeros((n, 2 * k + 64), np.float32),
+                     np.zeros(n, np.int64), np.zeros(n, bool))  # fmt: skip
+            kernel(tile, ones, 0, 0, np.full(n, k, np.int64), np.full(n, 1e-3), np.zeros(n),
+                   *state, False, a32, b32, floor[None, :].copy())  # fmt: skip
+            got += list(state)
+        windows.append(got)
+    assert windows[0][0].sum() > 0 and windows[0][1].sum() > 0  # items above and inside
+    for x, y in zip(*windows, strict=True):
+        np.testing.assert_array_equal(x, y)

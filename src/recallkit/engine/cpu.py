@@ -209,7 +209,7 @@ def run_tiles(
             kind = tp.pick(timed) if source is None else tp.kind("float32")
             began = time.perf_counter()  # after the kind's sides are prepared (once a pass)
             if source is None:
-                tile = buffer[: shape[0] * shape[1]].reshape(shape)
+                tile = buffer.view(kind.tile_dtype(dtype))[: shape[0] * shape[1]].reshape(shape)
                 kind.product(r0, c0, tile)
                 kernels.mask_tile(tile, r0, c0, ptr, excluded_cols)
                 if has_codes:
@@ -264,17 +264,17 @@ class Window(_Consumer):
 
     def rows(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
         lo, hi = self.thresholds(kind)
-        kernels.window_rows(tile, kind.rs(r0, tile.shape[0], tile.dtype), r0, c0, lo, hi,
+        kernels.window_rows(tile, kind.rs(r0, tile.shape[0], self.tp.a32.dtype), r0, c0, lo, hi,
                             self.cap, *st, kind.cascade, self.tp.a32, self.tp.b32, self.lo32,
                             self.hi32)  # fmt: skip
 
     def cols(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
         above, count, index = st
         lo, hi = self.thresholds(kind)
+        rs = kind.rs(r0, tile.shape[0], self.tp.a32.dtype)
         kernels.window_cols(
-            tile, kind.rs(r0, tile.shape[0], tile.dtype), r0, c0, lo[:, 0], hi[:, 0], self.cap,
-            above[:, 0], count[:, 0], index[:, 0], kind.cascade, self.tp.a32, self.tp.b32,
-            self.lo32[:, 0], self.hi32[:, 0],
+            tile, rs, r0, c0, lo[:, 0], hi[:, 0], self.cap, above[:, 0], count[:, 0], index[:, 0],
+            kind.cascade, self.tp.a32, self.tp.b32, self.lo32[:, 0], self.hi32[:, 0],
         )  # fmt: skip
 
     def finish(
@@ -360,12 +360,12 @@ class Top(_Consumer):
                 self.fills[w], self.overs[w])  # fmt: skip
 
     def rows(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
-        kernels.top_rows(tile, kind.rs(r0, tile.shape[0], tile.dtype), r0, c0, self.ks,
+        kernels.top_rows(tile, kind.rs(r0, tile.shape[0], self.tp.a32.dtype), r0, c0, self.ks,
                          self.slack, self.margin(kind), *st, kind.cascade, self.tp.a32,
                          self.tp.b32, self.floors)  # fmt: skip
 
     def cols(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
-        kernels.top_cols(tile, kind.rs(r0, tile.shape[0], tile.dtype), r0, c0, self.ks,
+        kernels.top_cols(tile, kind.rs(r0, tile.shape[0], self.tp.a32.dtype), r0, c0, self.ks,
                          self.slack, self.margin(kind), *st, kind.cascade, self.tp.a32,
                          self.tp.b32, self.floors)  # fmt: skip
 

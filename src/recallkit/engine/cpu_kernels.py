@@ -9,11 +9,13 @@ score matrix is never written to memory. Each worker thread keeps its own per-ro
 problem row ``col0 + j``, its items the columns ``row0 + i``). Branch-free counts come first, so
 that the compiler vectorises them; the rare items near a threshold are then handled one by one.
 
-The filter scores carry rounding that depends on the BLAS, its blocking and the thread count;
-they only filter, and the kernels' own arithmetic on them (any summation order, ``fastmath``)
-stays within the filter's error bound. Exclusions come as CSR (explicit pairs) and as code
-ranges (ids: the members of the query's id group, ascending); a label or id code of ``-1``
-matches nothing.
+The filter scores carry rounding that depends on the BLAS, its blocking and the thread count; they
+only filter, and the kernels' own arithmetic on them (any summation order, ``fastmath``) stays
+within the filter's error bound. A tile holds float32 (or float64) scores, or the bits of bfloat16
+scores as uint16 (a bfloat16 GEMM's own output, read without a widening copy: half the bytes); the
+kernels read a tile through :func:`tile_value`, which widens such bits to float32 exactly.
+Exclusions come as CSR (explicit pairs) and as code ranges (ids: the members of the query's id
+group, ascending); a label or id code of ``-1`` matches nothing.
 """
 
 from __future__ import annotations
@@ -27,9 +29,60 @@ from typing import Any
 import numba
 import numpy as np
 import torch
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic, overload
 
 WINDOW_CAP = 32
 _NO_CODES = np.zeros(0, dtype=np.int64)
+BF16_NEG_INF = np.uint16(0xFF80)  # bfloat16 -inf, as a tile of bfloat16 bits holds it
+
+
+@intrinsic
+def _float32_of_bits(typingctx, bits):
+    """The float32 whose bit pattern is ``bits`` (a uint32)."""
+    if bits != types.uint32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return types.float32(types.uint32), codegen
+
+
+def tile_value(row: np.ndarray, j: int) -> Any:
+    """``row[j]`` as a score: a bfloat16 tile's bits (uint16) widened to float32 (exact), any
+    other tile's value as it is."""
+    if row.dtype == np.uint16:
+        return np.array(np.uint32(row[j]) << np.uint32(16)).view(np.float32)[()]
+    return row[j]
+
+
+@overload(tile_value, inline="always")
+def _tile_value(row, j):  # pragma: no cover - compiled
+    if row.dtype == types.uint16:
+        return lambda row, j: _float32_of_bits(np.uint32(np.uint32(row[j]) << np.uint32(16)))
+    return lambda row, j: row[j]
+
+
+def exclude(tile: np.ndarray, i: int, j: int) -> None:
+    """Mark the tile's pair ``(i, j)`` excluded: ``-inf`` in the tile's own type."""
+    tile[i, j] = BF16_NEG_INF if tile.dtype == np.uint16 else -np.inf
+
+
+@overload(exclude, inline="always")
+def _exclude(tile, i, j):  # pragma: no cover - compiled
+    if tile.dtype == types.uint16:
+
+        def put(tile, i, j):
+            tile[i, j] = BF16_NEG_INF
+
+        return put
+
+    def put(tile, i, j):
+        tile[i, j] = -np.inf
+
+    return put
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -474,7 +527,7 @@ def mask_tile(tile, row0, col0, ptr, cols):  # pragma: no cover - compiled
             continue
         p = lo + np.searchsorted(cols[lo:hi], col0)
         while p < hi and cols[p] < col1:
-            tile[i, cols[p] - col0] = -np.inf
+            exclude(tile, i, cols[p] - col0)
             p += 1
 
 
@@ -491,7 +544,7 @@ def mask_ranges(tile, row0, col0, lo, hi, members):  # pragma: no cover - compil
             continue
         p = a + np.searchsorted(members[a:b], col0)
         while p < b and members[p] < col1:
-            tile[i, members[p] - col0] = -np.inf
+            exclude(tile, i, members[p] - col0)
             p += 1
 
 
@@ -553,8 +606,8 @@ def window_rows(
             at_least = 0
             over = 0
             for j in range(width):
-                at_least += row[j] >= low
-                over += row[j] > high
+                at_least += tile_value(row, j) >= low
+                over += tile_value(row, j) > high
             above[r, t] += over
             inside = at_least - over
             n = count[r, t]
@@ -564,12 +617,12 @@ def window_rows(
                 end = min(b + _BLOCK, width)
                 found = 0
                 for j in range(b, end):
-                    found += (row[j] >= low) & (row[j] <= high)
+                    found += (tile_value(row, j) >= low) & (tile_value(row, j) <= high)
                 if found == 0:
                     continue
                 inside -= found
                 for j in range(b, end):
-                    s = row[j]
+                    s = tile_value(row, j)
                     if s >= low and s <= high:
                         if cascade:
                             side = _classify(_dot32(a32[r], b32[col0 + j]), lo32[r, t], hi32[r, t])
@@ -598,7 +651,7 @@ def window_cols(
         scale = rs[i]
         inside = 0
         for j in range(width):
-            s = row[j] * scale
+            s = tile_value(row, j) * scale
             a = s > high[j]
             acc[j] += a
             inside += (s >= low[j]) & ~a
@@ -608,13 +661,13 @@ def window_cols(
             end = min(b + _BLOCK, width)
             found = 0
             for j in range(b, end):
-                s = row[j] * scale
+                s = tile_value(row, j) * scale
                 found += (s >= low[j]) & (s <= high[j])
             if found == 0:
                 continue
             inside -= found
             for j in range(b, end):
-                s = row[j] * scale
+                s = tile_value(row, j) * scale
                 if s >= low[j] and s <= high[j]:
                     r = col0 + j
                     if cascade:
@@ -748,14 +801,14 @@ def _raise_floor(row, scale, start, hits, k, slack, margin, r, floor):  # pragma
     top = -np.inf
     bottom = np.inf
     for j in range(width):
-        v = row[j]
+        v = tile_value(row, j)
         top = max(top, v)
         if v > -np.inf:
             bottom = min(bottom, v)
     lo = max(start, _down32(np.float64(bottom)))  # finite (``start`` is -inf while the floor is)
     count = 0
     for j in range(width):
-        count += row[j] >= lo
+        count += tile_value(row, j) >= lo
     if count < k:
         return start, hits
     hi = top
@@ -767,7 +820,7 @@ def _raise_floor(row, scale, start, hits, k, slack, margin, r, floor):  # pragma
             break
         c = 0
         for j in range(width):
-            c += row[j] >= mid
+            c += tile_value(row, j) >= mid
         if c >= k:
             lo, count = mid, c
         else:
@@ -779,7 +832,7 @@ def _raise_floor(row, scale, start, hits, k, slack, margin, r, floor):  # pragma
     start = _down32((np.float64(floor[r]) - margin) / scale)
     c = 0
     for j in range(width):
-        c += row[j] >= start
+        c += tile_value(row, j) >= start
     return start, c
 
 
@@ -794,13 +847,13 @@ def _block_counts(row, start, per):  # pragma: no cover - compiled
         c = 0
         o = b * _BLOCK
         for j in range(_BLOCK):
-            c += row[o + j] >= start
+            c += tile_value(row, o + j) >= start
         per[b] = c
         hits += c
     if full < per.shape[0]:
         c = 0
         for j in range(full * _BLOCK, width):
-            c += row[j] >= start
+            c += tile_value(row, j) >= start
         per[full] = c
         hits += c
     return hits
@@ -816,13 +869,13 @@ def _block_counts_scaled(row, scale, start, per):  # pragma: no cover - compiled
         c = 0
         o = b * _BLOCK
         for j in range(_BLOCK):
-            c += row[o + j] * scale >= start[o + j]
+            c += tile_value(row, o + j) * scale >= start[o + j]
         per[b] = c
         hits += c
     if full < per.shape[0]:
         c = 0
         for j in range(full * _BLOCK, width):
-            c += row[j] * scale >= start[j]
+            c += tile_value(row, j) * scale >= start[j]
         per[full] = c
         hits += c
     return hits
@@ -886,11 +939,11 @@ def top_rows(
             found = 0
             for j in range(b, end):  # the span's items at or above ``start``, branch-free
                 at[found] = j
-                found += row[j] >= start
+                found += tile_value(row, j) >= start
             hits -= found
             for q in range(found):
                 j = at[q]
-                t = row[j]
+                t = tile_value(row, j)
                 if t >= start and t > -np.inf and not over[r]:
                     s = _dot32(a32[r], b32[col0 + j]) if cascade else t * rs[i]
                     if s >= floor[r]:
@@ -931,7 +984,7 @@ def top_cols(
     rows, width = tile.shape
     heap_mode = heap.shape[1] > 0
     cap = buf_col.shape[1]
-    start = np.empty(width, dtype=tile.dtype)
+    start = np.empty(width, dtype=floor.dtype)
     for j in range(width):
         r = col0 + j
         if ks[r] > 0:
@@ -955,11 +1008,11 @@ def top_cols(
             found = 0
             for j in range(b, end):  # branch-free, as in :func:`top_rows`
                 at[found] = j
-                found += row[j] * scale >= start[j]
+                found += tile_value(row, j) * scale >= start[j]
             hits -= found
             for q in range(found):
                 j = at[q]
-                s = row[j] * scale
+                s = tile_value(row, j) * scale
                 r = col0 + j
                 if s >= start[j] and s > -np.inf and not over[r]:
                     if cascade:

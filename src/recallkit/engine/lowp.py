@@ -635,6 +635,9 @@ class TorchBF16(Kernel):
     flags = _BF16_FLAGS
 
     def product(self, a, b, out, a0, a1, b0, b1):
+        if out.dtype == np.uint16:  # the bfloat16 results' bits
+            torch.mm(a.rows[a0:a1], b.rows[b0:b1].T, out=torch.from_numpy(out).view(torch.bfloat16))
+            return
         t = _workspace(torch.bfloat16, a1 - a0, b1 - b0)
         torch.mm(a.rows[a0:a1], b.rows[b0:b1].T, out=t)
         torch.from_numpy(out).copy_(t)
@@ -695,19 +698,22 @@ def tile_product(
 ) -> np.ndarray:
     """``out[i, j] = x̂_i · ŷ_j`` (float32) for rows ``a_rows`` of ``a`` and ``b_rows`` of ``b``;
     with ``scaled=False``, ``x̂_i · ŷ_j / s_i`` (the engine's tile kernels apply the row scale
-    ``a.scale32`` themselves). ``out`` is a float32 array of shape ``(rows, cols)`` (any strides);
-    it is returned. The kernel (:func:`kernel_of`) runs in the calling thread."""
+    ``a.scale32`` themselves). ``out`` is a float32 array of shape ``(rows, cols)`` (any strides),
+    or for bfloat16 sides a uint16 array that receives the bfloat16 results' bits; it is
+    returned. The kernel (:func:`kernel_of`) runs in the calling thread."""
     kernel = kernel_of(a, b, kernel)
     a0, a1 = _range(a_rows, a.n)
     b0, b1 = _range(b_rows, b.n)
     rows, cols = a1 - a0, b1 - b0
-    if out.dtype != np.float32 or out.shape != (rows, cols):
+    types = (np.float32, np.uint16) if kernel.precision == "bfloat16" else (np.float32,)
+    if out.dtype not in types or out.shape != (rows, cols):
         raise ValueError(
-            f"out must be float32 of shape {(rows, cols)}, got {out.dtype} {out.shape}"
+            f"out must be {' or '.join(t.__name__ for t in types)} of shape {(rows, cols)}, "
+            f"got {out.dtype} {out.shape}"
         )
     if rows == 0 or cols == 0:
         return out
-    target = out if out.flags.c_contiguous else _workspace(np.float32, rows, cols)
+    target = out if out.flags.c_contiguous else _workspace(out.dtype.type, rows, cols)
     kernel.product(a, b, target, a0, a1, b0, b1)
     if scaled and a.form in LEVELS:
         np.multiply(target, a.scale32[a0:a1, None], out=target)
@@ -1048,6 +1054,11 @@ class TileKind:
         self.name, self.precision, self.eps, self.product = name, precision, eps, product
         self.cascade = precision != "float32"
         self.scales = scales
+
+    def tile_dtype(self, scores: np.dtype) -> np.dtype:
+        """What its tiles hold: the scores' type, or a bfloat16 product's own bits (uint16,
+        read by the tile kernels without a widening copy)."""
+        return np.dtype(np.uint16) if self.precision == "bfloat16" else np.dtype(scores)
 
     def rs(self, r0: int, rows: int, dtype: np.dtype) -> np.ndarray:
         if self.scales is None:
