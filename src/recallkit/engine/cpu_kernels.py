@@ -39,15 +39,17 @@ BF16_NEG_INF = np.uint16(0xFF80)  # bfloat16 -inf, as a tile of bfloat16 bits ho
 
 
 @intrinsic
-def _float32_of_bits(typingctx, bits):
-    """The float32 whose bit pattern is ``bits`` (a uint32)."""
-    if bits != types.uint32:
+def _widen_bf16(typingctx, bits):
+    """The float32 equal to the bfloat16 whose bit pattern is ``bits`` (a uint16): the bits
+    moved to the top half of a float32's."""
+    if bits != types.uint16:
         return None
 
     def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.FloatType())
+        wide = builder.shl(builder.zext(args[0], ir.IntType(32)), ir.Constant(ir.IntType(32), 16))
+        return builder.bitcast(wide, ir.FloatType())
 
-    return types.float32(types.uint32), codegen
+    return types.float32(types.uint16), codegen
 
 
 def tile_value(row: np.ndarray, j: int) -> Any:
@@ -61,7 +63,7 @@ def tile_value(row: np.ndarray, j: int) -> Any:
 @overload(tile_value, inline="always")
 def _tile_value(row, j):  # pragma: no cover - compiled
     if row.dtype == types.uint16:
-        return lambda row, j: _float32_of_bits(np.uint32(np.uint32(row[j]) << np.uint32(16)))
+        return lambda row, j: _widen_bf16(row[j])
     return lambda row, j: row[j]
 
 
