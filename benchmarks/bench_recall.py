@@ -178,7 +178,8 @@ def gemm_floor_tiles(x: np.ndarray, way: str, sample: int) -> tuple[float, int, 
     """The n × n product as the tile pass issues it, on 1024 × 1024 tiles, one tile per worker
     thread, each thread single-threaded: ``way`` "float32" (the engine's BLAS choice,
     ``cpu.tile_scores``) or a low-precision kernel of ``lowp.KERNELS`` (its sides prepared
-    first, not timed). Times at most ``sample`` tiles (spread over the matrix) and returns the
+    first, not timed), into the tiles the engine uses (``lowp.tile_dtype``: a bfloat16 product
+    stays in bfloat16). Times at most ``sample`` tiles (spread over the matrix) and returns the
     time scaled to every tile, with the tiles timed and the tiles in all."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -206,7 +207,8 @@ def gemm_floor_tiles(x: np.ndarray, way: str, sample: int) -> tuple[float, int, 
     step = max(1, len(every) // sample)
     timed = every[::step][:sample]
     workers = torch.get_num_threads()
-    buffers = [np.empty((tile, tile), np.float32) for _ in range(workers)]
+    dtype = lowp.tile_dtype("float32" if way == "float32" else lowp.KERNELS[way].precision)
+    buffers = [np.empty((tile, tile), dtype) for _ in range(workers)]
 
     def product(job: tuple[int, tuple[int, int]]) -> None:
         slot, (a, b) = job

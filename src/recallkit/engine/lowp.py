@@ -1046,6 +1046,12 @@ def choice(*key: Any) -> Choice:
     return CHOICES.setdefault(key, Choice())
 
 
+def tile_dtype(precision: str, scores: Any = np.float32) -> np.dtype:
+    """What a tile of ``precision`` holds: the scores' type, or a bfloat16 product's own bits
+    (uint16, read by the tile kernels without a widening copy: :func:`tile_product`)."""
+    return np.dtype(np.uint16) if precision == "bfloat16" else np.dtype(scores)
+
+
 class TileKind:
     """One way of computing a pass's tiles: ``product(r0, c0, out)``, the row scales ``rs`` of
     its tile rows, whether it is a cascade, and its bound ``eps`` per chunk row."""
@@ -1056,9 +1062,7 @@ class TileKind:
         self.scales = scales
 
     def tile_dtype(self, scores: np.dtype) -> np.dtype:
-        """What its tiles hold: the scores' type, or a bfloat16 product's own bits (uint16,
-        read by the tile kernels without a widening copy)."""
-        return np.dtype(np.uint16) if self.precision == "bfloat16" else np.dtype(scores)
+        return tile_dtype(self.precision, scores)
 
     def rs(self, r0: int, rows: int, dtype: np.dtype) -> np.ndarray:
         if self.scales is None:
