@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -631,6 +632,34 @@ def test_choice_takes_the_least_median_not_the_least_time():
         choice.record(name, next(samples[name]))
     assert choice.pick(names) == "int8"
     assert choice.medians() == {"float32": 2.6, "int8": 1.5}
+
+
+def test_untimed_tiles_run_in_the_last_choice_until_this_one_is_made():
+    names = ("float32", "bf16", "int8")
+    times = {"float32": 3.0, "bf16": 2.0, "int8": 1.0}
+    for last, expect in (("bf16", "bf16"), (None, "float32"), ("int4", "float32")):
+        choice = lowp.Choice(warm=set(names), untimed=last)
+        assert choice.pick(names, timed=False) == expect  # not timed, not recorded
+        choice.record(expect, 0.5)
+        assert choice.times == {} and choice.round == 0
+        while choice.round < len(choice.rounds):
+            _run_round(choice, names, times, lead=1)
+        assert choice.pick(names, timed=False) == "int8"  # this pass's choice, once made
+
+
+def test_untimed_tiles_of_a_pass_run_in_the_previous_pass_choice(monkeypatch):
+    # A symmetric auto pass's diagonal tiles (not timed) run in the kind the previous pass over
+    # tiles of the same width chose; a process's first pass runs them in float32.
+    key = ("tiles", torch.float32, 3)
+    monkeypatch.setattr(lowp, "CHOICES", {})
+    qf = SimpleNamespace(rows=torch.zeros((2, 3)))
+    block = SimpleNamespace(gemm=torch.zeros((2, 3)))
+    names = ("float32", "torch-bfloat16")
+    first = lowp.TilePass(None, qf, block, 0, True, None, names, None)
+    assert first.choice.untimed is None and lowp.CHOICES[key] is first.choice
+    first.choice.chosen = "torch-bfloat16"
+    second = lowp.TilePass(None, qf, block, 0, True, None, names, None)
+    assert second.choice.untimed == "torch-bfloat16" and lowp.CHOICES[key] is second.choice
 
 
 def test_choice_drops_warm_up_lead_and_stale_tiles():

@@ -981,10 +981,12 @@ class Choice:
     list fills) charges every name alike; the choice is the name of least median time. A name's
     first tile in the process (``warm``, shared between choices) warms it up and is not timed.
     A tile that is not to be timed (``timed=False``: one with less work than the others, such as
-    a symmetric pass's diagonal tile, read by its rows only) runs in the first name until the
-    choice is made."""
+    a symmetric pass's diagonal tile, read by its rows only) runs, until the choice is made, in
+    ``untimed`` (the choice of the previous pass over the same kind of tiles) when it is one of
+    the names, else in the first name."""
 
-    def __init__(self, warm: set[str] | None = None) -> None:
+    def __init__(self, warm: set[str] | None = None, untimed: str | None = None) -> None:
+        self.untimed = untimed
         self.lock = threading.Lock()
         self.times: dict[str, list[float]] = {}
         self.warm: set[str] = set() if warm is None else warm
@@ -1009,7 +1011,7 @@ class Choice:
                     self.chosen = min(names, key=lambda n: float(np.median(self.times[n])))
                 return self.chosen
             if not timed:
-                return names[0]
+                return self.untimed if self.untimed in names else names[0]
             self.local.token = (self.round, self.picks >= lead)
             self.picks += 1
             return self.rounds[self.round]
@@ -1087,7 +1089,8 @@ class TilePass:
         # than its later ones), not on the machine alone. The last pass's times are kept for
         # the report.
         key = ("tiles", qf.rows.dtype, qf.rows.shape[1])
-        self.choice = Choice(WARM.setdefault(key, set()))
+        last = CHOICES.get(key)  # its choice runs the untimed tiles (a symmetric pass's diagonal)
+        self.choice = Choice(WARM.setdefault(key, set()), None if last is None else last.chosen)
         if len(names) > 1:
             CHOICES[key] = self.choice
 
