@@ -268,18 +268,27 @@ class _Local:
         func: str,
     ) -> _Local:
         keep_r = _first_occurrences(comm, r.index)
-        r_rows = torch.nonzero(keep_r)[:, 0][torch.argsort(r.index[keep_r])]
-        space = engine.shard(q.rows, r.rows[r_rows], r.index[r_rows], options, func, dev)
+        r_rows = torch.nonzero(keep_r)[:, 0][torch.argsort(r.index[keep_r], stable=True)]
+        in_order = len(r_rows) == len(r.index) and bool(
+            (r_rows == torch.arange(len(r_rows))).all()
+        )  # rows already first occurrences in dataset order (an unshuffled sampler): no copy
+        reference = r.rows if in_order else r.rows[r_rows]
+        space = engine.shard(q.rows, reference, r.index[r_rows], options, func, dev)
         total = int(comm.reduce("sum", torch.tensor([r_rows.numel()], device=comm.device)).item())
-        keep_q = keep_r if leave_one_out else _first_occurrences(comm, q.index)
-        q_rows = torch.nonzero(keep_q)[:, 0]
+        if leave_one_out:  # the queries are the reference rows, in the block's order
+            q_rows = r_rows
+            queries = space.single.data
+        else:
+            q_rows = torch.nonzero(_first_occurrences(comm, q.index))[:, 0]
+            queries = engine.prepare_rows(q.rows[q_rows], "embeddings", func, options.metric,
+                                          dev).raw  # fmt: skip
         ids = q.ids[q_rows] if q.ids is not None else torch.full((len(q_rows),), -1)
         return cls(
             space,
             r.labels[r_rows].numpy(),
             r.ids[r_rows].numpy() if r.ids is not None else None,
             total,
-            engine.prepare_rows(q.rows[q_rows], "embeddings", func, options.metric, dev).raw,
+            queries,
             torch.stack([q.labels[q_rows], q.index[q_rows], ids]),
         )
 

@@ -99,6 +99,35 @@ def test_fused_row_norms_are_the_norms_within_the_float64_term(dtype):
     assert filters.robust_norms(torch.zeros((0, 3)), True).shape == (0,)
 
 
+@pytest.mark.parametrize("metric", ["cosine", "dot"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_pass_filter_rows_are_the_torch_filter_rows(metric, dtype):
+    """The CPU's one-pass filter rows (:func:`filters.filter_rows`, no float64 copy of the rows)
+    against the torch operations that devices run: the query filter's rows and scales bit for
+    bit and its norms within ``d`` float64 units; the block filter's rows bit for bit (queries
+    of mixed magnitudes, a float32 and a float64 filter) and its largest norm likewise."""
+    from recallkit.engine import exact, filters
+
+    rng = np.random.default_rng(3)
+    raw = torch.from_numpy(rng.standard_normal((70, 33)) * rng.uniform(1e-3, 1e3, (70, 1)))
+    raw = raw.to(dtype)
+    sq = exact.row_sq_norms(raw)
+    norm = exact.row_norms(sq)
+    for filter_dtype in (torch.float32, torch.float64):
+        one = filters.query_filter(raw, sq, norm, metric, 0.5, filter_dtype, fused=True)
+        ref = filters.query_filter(raw, sq, norm, metric, 0.5, filter_dtype, fused=False)
+        assert one.rows.dtype == filter_dtype and torch.equal(one.rows, ref.rows)
+        assert torch.equal(one.scale, ref.scale)
+        np.testing.assert_allclose(one.norms, ref.norms, rtol=40 * 2.0**-53, atol=0)
+        rows, scale, top = filters.reference_filter(raw, sq, norm, metric, filter_dtype)
+        x = raw.to(torch.float64)
+        want = x / norm[:, None] if metric == "cosine" else x * scale
+        assert torch.equal(rows, want.to(filter_dtype))
+        expected = float(filters.robust_norms(rows).max())
+        assert abs(top - expected) <= 40 * 2.0**-53 * expected
+    assert filters.largest_norm(torch.zeros((0, 4))).item() == 0.0
+
+
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_finite_check_names_the_first_bad_row(bad):
     from recallkit import _checks

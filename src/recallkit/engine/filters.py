@@ -81,32 +81,83 @@ class Product:
         return cls(dtype, UNIT[dtype])
 
 
-@numba.njit(parallel=True, cache=True, boundscheck=False)
-def _unit_rows_numba(x, norm, out):  # pragma: no cover - compiled
-    for i in numba.prange(x.shape[0]):
-        for k in range(x.shape[1]):
-            out[i, k] = np.float64(x[i, k]) / norm[i]
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _robust_norm(row):  # pragma: no cover - compiled
+    """:func:`robust_norms` of one CPU row in float64: the row times ``2**half`` then
+    ``2**rest``, its squares summed in index order."""
+    top = 0.0
+    for k in range(row.shape[0]):
+        top = max(top, abs(np.float64(row[k])))
+    if top == 0.0:
+        return 0.0
+    exponent = math.frexp(top)[1]
+    half = (-exponent) // 2
+    first, second = math.ldexp(1.0, half), math.ldexp(1.0, -exponent - half)
+    total = 0.0
+    for k in range(row.shape[0]):
+        v = (np.float64(row[k]) * first) * second
+        total += v * v
+    return math.ldexp(math.sqrt(total), exponent)
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _robust_norms_numba(x, out):  # pragma: no cover - compiled
-    """:func:`robust_norms` of CPU rows in one pass each (the same steps in float64: the row
-    times ``2**half`` then ``2**rest``, its squares summed in index order)."""
     for i in numba.prange(x.shape[0]):
-        top = 0.0
+        out[i] = _robust_norm(x[i])
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _largest_norm_numba(x):  # pragma: no cover - compiled
+    top = 0.0
+    for i in range(x.shape[0]):
+        top = max(top, _robust_norm(x[i]))
+    return top
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _filter_rows_numba(x, factor, divide, held, out, norms):  # pragma: no cover - compiled
+    """Per row, ``v = float64(x_i) / factor_i`` (``divide``) or ``· factor_i``, written to ``out``
+    in its type, and (``norms`` not empty) :func:`robust_norms` of ``v`` in float64 (``held``: a
+    row of ``v`` per thread)."""
+    for i in numba.prange(x.shape[0]):
+        v = held[numba.get_thread_id()]
         for k in range(x.shape[1]):
-            top = max(top, abs(np.float64(x[i, k])))
-        if top == 0.0:
-            out[i] = 0.0
-            continue
-        exponent = math.frexp(top)[1]
-        half = (-exponent) // 2
-        first, second = math.ldexp(1.0, half), math.ldexp(1.0, -exponent - half)
-        total = 0.0
-        for k in range(x.shape[1]):
-            v = (np.float64(x[i, k]) * first) * second
-            total += v * v
-        out[i] = math.ldexp(math.sqrt(total), exponent)
+            a = np.float64(x[i, k])
+            v[k] = a / factor[i] if divide else a * factor[i]
+            out[i, k] = v[k]
+        if norms.shape[0]:
+            norms[i] = _robust_norm(v)
+
+
+def filter_rows(
+    raw: torch.Tensor, factor: torch.Tensor, divide: bool, dtype: torch.dtype, norms: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """CPU rows ``raw`` divided (``divide``) or multiplied by a float64 factor per row in float64,
+    rounded to ``dtype``, in one pass without a float64 copy of the rows; with ``norms``, also
+    the float64 rows' :func:`robust_norms` (any order of the squares' sum is within the
+    bound's float64 term). The same roundings as the torch operations."""
+    n, d = raw.shape
+    out = torch.empty((n, d), dtype=dtype)
+    found = np.empty(n if norms else 0, dtype=np.float64)
+    if n:
+        held = np.empty((numba.config.NUMBA_NUM_THREADS, d), dtype=np.float64)
+        factor = np.ascontiguousarray(factor.numpy(), dtype=np.float64)
+        _filter_rows_numba(raw.detach().contiguous().numpy(), factor, divide, held, out.numpy(),
+                           found)  # fmt: skip
+    return out, torch.from_numpy(found) if norms else None
+
+
+def largest_norm(x: torch.Tensor) -> torch.Tensor:
+    """The largest of :func:`robust_norms` (0 for no rows), a float64 scalar on ``x``'s device:
+    CPU rows in one numba pass on the calling thread (no float64 copy, no thread pool started),
+    device rows in torch operations, 8192 rows at a time."""
+    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
+        top = _largest_norm_numba(x.detach().contiguous().numpy()) if x.shape[0] else 0.0
+        return torch.tensor(top, dtype=torch.float64)
+    top = torch.zeros((), dtype=torch.float64, device=x.device)
+    for start in range(0, x.shape[0], 8192):  # no float64 copy of the whole block
+        top = torch.maximum(top, robust_norms(x[start : start + 8192]).max())
+    return top
 
 
 def robust_norms(x: torch.Tensor, fused: bool = False) -> torch.Tensor:
@@ -153,16 +204,16 @@ def reference_filter(
     """
     n, d = raw.shape
     if metric != "cosine" and scale is None:
-        top = robust_norms(raw).max() if n else torch.zeros((), dtype=torch.float64)
-        scale = float(pow2_scales(top.reshape(1))[0])
+        scale = float(pow2_scales(largest_norm(raw).reshape(1))[0])
     scale = 1.0 if metric == "cosine" else float(scale)
+    if raw.device.type == "cpu" and metric != "euclidean":  # one pass, the same roundings
+        factor = norm if metric == "cosine" else torch.full((n,), scale, dtype=torch.float64)
+        out = filter_rows(raw, factor, metric == "cosine", dtype, norms=False)[0]
+        return out, scale, float(largest_norm(out))
     width = d + (metric == "euclidean")
     out = torch.empty((n, width), dtype=dtype, device=raw.device)
     step = 8192
-    unit = metric == "cosine" and raw.device.type == "cpu"
-    if unit:  # one pass, the same roundings
-        _unit_rows_numba(raw.contiguous().numpy(), norm.numpy(), out.numpy())
-    for start in range(0, 0 if unit else n, step):
+    for start in range(0, n, step):
         stop = min(start + step, n)
         x = raw[start:stop].to(torch.float64)
         if metric == "cosine":
@@ -171,10 +222,7 @@ def reference_filter(
             out[start:stop, :d] = (x * scale).to(dtype)
             if metric == "euclidean":
                 out[start:stop, d] = (sq[start:stop] * (scale * scale)).to(dtype)
-    top = torch.zeros((), dtype=torch.float64, device=out.device)
-    for start in range(0, n, 8192):  # no float64 copy of the whole block
-        top = torch.maximum(top, robust_norms(out[start : start + 8192]).max())
-    return out, scale, float(top)
+    return out, scale, float(largest_norm(out))
 
 
 @dataclass
@@ -200,7 +248,17 @@ def query_filter(
     fused: bool = False,
 ) -> QueryFilter:
     """The chunk's filter rows such that ``filter = scale_i · block_scale · exact score``
-    (module docstring); ``fused``: the CPU's one-pass norms (:func:`robust_norms`)."""
+    (module docstring); ``fused``: on CPU rows, one pass (:func:`filter_rows`, :func:`robust_norms`)
+    without a float64 copy of the chunk (cosine and dot)."""
+    if fused and raw.device.type == "cpu" and metric != "euclidean":
+        if metric == "cosine":
+            scale = torch.ones(raw.shape[0], dtype=torch.float64)
+            rows, norms = filter_rows(raw, norm, True, dtype, norms=True)
+        else:
+            scale = pow2_scales(robust_norms(raw, fused))
+            scale = torch.minimum(scale, torch.full_like(scale, 2.0**MAX_SCALE_LOG2 / block_scale))
+            rows, norms = filter_rows(raw, scale, False, dtype, norms=True)
+        return QueryFilter(rows, scale, norms)
     x = raw.to(torch.float64)
     if metric == "cosine":
         scale = torch.ones(raw.shape[0], dtype=torch.float64, device=raw.device)
