@@ -106,14 +106,6 @@ def _robust_norms_numba(x, out):  # pragma: no cover - compiled
         out[i] = _robust_norm(x[i])
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False)
-def _largest_norm_numba(x):  # pragma: no cover - compiled
-    top = 0.0
-    for i in range(x.shape[0]):
-        top = max(top, _robust_norm(x[i]))
-    return top
-
-
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _filter_rows_numba(x, factor, divide, held, out, norms):  # pragma: no cover - compiled
     """Per row, ``v = float64(x_i) / factor_i`` (``divide``) or ``· factor_i``, written to ``out``
@@ -149,11 +141,12 @@ def filter_rows(
 
 def largest_norm(x: torch.Tensor) -> torch.Tensor:
     """The largest of :func:`robust_norms` (0 for no rows), a float64 scalar on ``x``'s device:
-    CPU rows in one numba pass on the calling thread (no float64 copy, no thread pool started),
-    device rows in torch operations, 8192 rows at a time."""
+    CPU rows in one numba pass (no float64 copy), device rows in torch operations, 8192 rows at
+    a time."""
     if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-        top = _largest_norm_numba(x.detach().contiguous().numpy()) if x.shape[0] else 0.0
-        return torch.tensor(top, dtype=torch.float64)
+        if not x.shape[0]:
+            return torch.zeros((), dtype=torch.float64)
+        return robust_norms(x, fused=True).max()
     top = torch.zeros((), dtype=torch.float64, device=x.device)
     for start in range(0, x.shape[0], 8192):  # no float64 copy of the whole block
         top = torch.maximum(top, robust_norms(x[start : start + 8192]).max())
