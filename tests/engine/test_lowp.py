@@ -427,6 +427,25 @@ def test_invalid_inputs_are_refused():
         )
     with pytest.raises(ValueError):
         lowp.tile_product(lowp.prepare_int8(x), lowp.prepare_int8(x), np.empty((2, 3), np.float32))
+    with pytest.raises(ValueError, match="out must be float32 of shape"):  # bits: bfloat16 only
+        lowp.tile_product(lowp.prepare_int8(x), lowp.prepare_int8(x), np.empty((2, 2), np.uint16))
+
+
+def test_a_bfloat16_tile_can_hold_the_products_own_bits():
+    """For bfloat16 sides ``tile_product`` writes the bfloat16 results' bits into a uint16 tile
+    (what the engine's tiles hold, ``lowp.tile_dtype``): their widening is the float32 tile, also
+    into a strided tile."""
+    rng = np.random.default_rng(5)
+    a, b = lowp.prepare_bf16(unit_rows(rng, 30, 17)), lowp.prepare_bf16(unit_rows(rng, 20, 17))
+    wide = lowp.tile_product(a, b, np.empty((30, 20), np.float32))
+    bits = lowp.tile_product(a, b, np.empty((30, 20), lowp.tile_dtype("bfloat16")))
+    assert bits.dtype == np.uint16
+    np.testing.assert_array_equal((bits.astype(np.uint32) << 16).view(np.float32), wide)
+    big = np.zeros((40, 40), np.uint16)
+    lowp.tile_product(a, b, big[5:15, 3:23], (2, 12))
+    assert np.array_equal(big[5:15, 3:23], bits[2:12]) and not big[:5].any()
+    assert lowp.tile_dtype("int8") == np.float32
+    assert lowp.tile_dtype("float32", np.float64) == np.float64
 
 
 # --------------------------------------------------------------------------------------------
