@@ -838,10 +838,23 @@ def _raise_floor(row, scale, start, hits, k, slack, margin, r, floor):  # pragma
     return start, c
 
 
+def threshold(start: Any, j: int) -> Any:
+    """Item ``j``'s threshold: ``start[j]`` for an array of thresholds, else ``start`` itself."""
+    return start[j] if isinstance(start, np.ndarray) else start
+
+
+@overload(threshold, inline="always")
+def _threshold(start, j):  # pragma: no cover - compiled
+    if isinstance(start, types.Array):
+        return lambda start, j: start[j]
+    return lambda start, j: start
+
+
 @numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _block_counts(row, start, per):  # pragma: no cover - compiled
-    """The items of ``row`` at or above ``start``, counted in each block of ``_BLOCK`` into
-    ``per`` (the listing passes skip the empty blocks); returns their total."""
+def _block_counts(row, scale, start, per):  # pragma: no cover - compiled
+    """The items of ``row`` (times ``scale``) at or above ``start`` (one threshold, or one per
+    item), counted in each block of ``_BLOCK`` into ``per`` (the listing passes skip the empty
+    blocks); returns their total."""
     width = row.shape[0]
     full = width // _BLOCK
     hits = 0
@@ -849,35 +862,13 @@ def _block_counts(row, start, per):  # pragma: no cover - compiled
         c = 0
         o = b * _BLOCK
         for j in range(_BLOCK):
-            c += tile_value(row, o + j) >= start
+            c += tile_value(row, o + j) * scale >= threshold(start, o + j)
         per[b] = c
         hits += c
     if full < per.shape[0]:
         c = 0
         for j in range(full * _BLOCK, width):
-            c += tile_value(row, j) >= start
-        per[full] = c
-        hits += c
-    return hits
-
-
-@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _block_counts_scaled(row, scale, start, per):  # pragma: no cover - compiled
-    """:func:`_block_counts` of ``row * scale`` against a threshold per item, ``start``."""
-    width = row.shape[0]
-    full = width // _BLOCK
-    hits = 0
-    for b in range(full):
-        c = 0
-        o = b * _BLOCK
-        for j in range(_BLOCK):
-            c += tile_value(row, o + j) * scale >= start[o + j]
-        per[b] = c
-        hits += c
-    if full < per.shape[0]:
-        c = 0
-        for j in range(full * _BLOCK, width):
-            c += tile_value(row, j) * scale >= start[j]
+            c += tile_value(row, j) * scale >= threshold(start, j)
         per[full] = c
         hits += c
     return hits
@@ -927,7 +918,7 @@ def top_rows(
         row = tile[i]
         scale = np.float64(rs[i])
         start = _down32((np.float64(floor[r]) - margin[r]) / scale)
-        hits = _block_counts(row, start, per)
+        hits = _block_counts(row, np.float32(1.0), start, per)  # ``start`` is in tile units
         if hits > RAISE_HITS * ks[r] + RAISE_MIN:
             start, hits = _raise_floor(row, scale, start, hits, ks[r], slack[r], margin[r], r,
                                        floor)  # fmt: skip
@@ -999,7 +990,7 @@ def top_cols(
     for i in range(rows):
         row = tile[i]
         scale = rs[i]
-        hits = _block_counts_scaled(row, scale, start, per)
+        hits = _block_counts(row, scale, start, per)
         span = width if hits > _MANY_HITS else _BLOCK
         for b in range(0, width, span):
             if hits <= 0:
