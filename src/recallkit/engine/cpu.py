@@ -1,9 +1,9 @@
 """The CPU back end: filter scores produced tile by tile and consumed while in cache.
 
 A chunk's filter scores against a block are computed as ``TILE × TILE`` tiles, each a
-single-threaded GEMM into a worker's own buffer (4 MiB of float32: within the L2 or the nearby
-L3 of current x86 servers), with the skipped pairs set to ``-inf``; the numba kernels of
-:mod:`recallkit.engine.cpu_kernels` consume the tile at once. The score matrix is never written
+single-threaded GEMM into a worker's own buffer (4 MiB of float32, 2 MiB of a bfloat16 GEMM's
+own output: in the L2 or nearby L3 of x86 servers), skipped pairs ``-inf``; the numba kernels
+of :mod:`recallkit.engine.cpu_kernels` consume the tile at once. The score matrix is never written
 to memory, which is what a GEMM of small inner dimension (d = 128) spends most of its time on.
 One pass over the tiles feeds every consumer a request needs: the window counts of the
 thresholds and the running top-k of the ranked lists read the same tiles.
@@ -209,7 +209,7 @@ def run_tiles(
             kind = tp.pick(timed) if source is None else tp.kind("float32")
             began = time.perf_counter()  # after the kind's sides are prepared (once a pass)
             if source is None:
-                tile = buffer.view(kind.tile_dtype(dtype))[: shape[0] * shape[1]].reshape(shape)
+                tile = np.ndarray(shape, lowp.tile_dtype(kind.precision, dtype), buffer)
                 kind.product(r0, c0, tile)
                 kernels.mask_tile(tile, r0, c0, ptr, excluded_cols)
                 if has_codes:
@@ -342,17 +342,12 @@ class Top(_Consumer):
         self.overs = np.zeros((slots, c), dtype=np.bool_)
         self.worker = itertools.count()
         self.no_margin = np.zeros(c)
-        self.margins: dict[str, np.ndarray] = {}
-        self.lock = threading.Lock()
+        self.margins: dict[str, np.ndarray] = {}  # a cascade kind's (its bound and float32's)
 
     def margin(self, kind: lowp.TileKind) -> np.ndarray:
-        """A cascade kind's margin per row (its bound and float32's), computed once a pass."""
-        if not kind.cascade:
-            return self.no_margin
-        with self.lock:
-            if kind.name not in self.margins:
-                self.margins[kind.name] = (kind.eps + self.eps).numpy() * (1.0 + 2.0**-20)
-            return self.margins[kind.name]
+        if kind.cascade and kind.name not in self.margins:  # once a pass (a race: twice, alike)
+            self.margins[kind.name] = (kind.eps + self.eps).numpy() * (1.0 + 2.0**-20)
+        return self.margins[kind.name] if kind.cascade else self.no_margin
 
     def state(self) -> tuple[np.ndarray, ...]:
         w = next(self.worker)

@@ -705,10 +705,10 @@ def tile_product(
     a0, a1 = _range(a_rows, a.n)
     b0, b1 = _range(b_rows, b.n)
     rows, cols = a1 - a0, b1 - b0
-    types = (np.float32, np.uint16) if kernel.precision == "bfloat16" else (np.float32,)
-    if out.dtype not in types or out.shape != (rows, cols):
+    allowed = (np.float32, np.uint16) if kernel.precision == "bfloat16" else (np.float32,)
+    if out.dtype not in allowed or out.shape != (rows, cols):
         raise ValueError(
-            f"out must be {' or '.join(t.__name__ for t in types)} of shape {(rows, cols)}, "
+            f"out must be {' or '.join(t.__name__ for t in allowed)} of shape {(rows, cols)}, "
             f"got {out.dtype} {out.shape}"
         )
     if rows == 0 or cols == 0:
@@ -1062,9 +1062,6 @@ class TileKind:
         self.name, self.precision, self.eps, self.product = name, precision, eps, product
         self.cascade = precision != "float32"
         self.scales = scales
-
-    def tile_dtype(self, scores: np.dtype) -> np.dtype:
-        return tile_dtype(self.precision, scores)
 
     def rs(self, r0: int, rows: int, dtype: np.dtype) -> np.ndarray:
         if self.scales is None:
