@@ -252,3 +252,55 @@ def test_a_bfloat16_tile_is_read_as_the_float32_tile_that_widens_it(seed, k):
     assert windows[0][0].sum() > 0 and windows[0][1].sum() > 0  # items above and inside
     for x, y in zip(*windows, strict=True):
         np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("bfloat16", [False, True])
+def test_window_kernels_count_items_on_the_bounds_as_inside(bfloat16):
+    """:func:`window_rows` and :func:`window_cols` (no cascade) against a brute force over a tile
+    of values on a grid of 1/16 whose windows' bounds are grid values: an item equal to ``lo``
+    or ``hi`` is inside, above means above ``hi``, ``-inf`` entries are never counted; rows of
+    scale 1, 2 and 1/2 (exact), two full blocks of 64 items and a partial one, items listed in
+    column order up to the cap and counted past it."""
+    from recallkit.engine import cpu_kernels as ck
+
+    rng = np.random.default_rng(5)
+    rows, width, n, cap = 40, 150, 200, 8
+    row0, col0 = 30, 20
+    values = rng.integers(-16, 17, (rows, width)).astype(np.float32) / 16
+    values[rng.random((rows, width)) < 0.05] = -np.inf
+    if bfloat16:  # the grid is exact in bfloat16: the tile holds its bits
+        tile = torch.from_numpy(values).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    else:
+        tile = values
+    rs = rng.choice(np.array([1.0, 2.0, 0.5], np.float32), rows)
+    lo = rng.integers(-8, 8, (n, 2)).astype(np.float32) / 16
+    hi = lo + rng.integers(0, 5, (n, 2)).astype(np.float32) / 16
+    a32 = np.zeros((n, 4), np.float32)
+    scored = values * rs[:, None]  # exact
+
+    above, count = np.zeros((n, 2), np.int64), np.zeros((n, 2), np.int64)
+    index = np.full((n, 2, cap), -1, np.int64)
+    ck.window_rows(tile, rs, row0, col0, lo, hi, cap, above, count, index, False, a32, a32, lo, hi)
+    for i in range(rows):
+        r = row0 + i
+        for t in range(2):
+            s = scored[i]
+            inside = np.flatnonzero((s >= lo[r, t]) & (s <= hi[r, t]))
+            assert above[r, t] == int((s > hi[r, t]).sum())
+            assert count[r, t] == inside.size
+            stored = index[r, t, : min(cap, inside.size)]
+            np.testing.assert_array_equal(stored, col0 + inside[:cap])
+    assert above[row0 : row0 + rows].sum() > 0 and count[row0 : row0 + rows].sum() > rows
+
+    low, high = lo[:, 0].copy(), hi[:, 0].copy()
+    above, count = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    index = np.full((n, cap), -1, np.int64)
+    ck.window_cols(tile, rs, row0, col0, low, high, cap, above, count, index, False, a32, a32,
+                   low, high)  # fmt: skip
+    for j in range(width):
+        r = col0 + j
+        s = scored[:, j]
+        inside = np.flatnonzero((s >= low[r]) & (s <= high[r]))
+        assert above[r] == int((s > high[r]).sum())
+        assert count[r] == inside.size
+        np.testing.assert_array_equal(index[r, : min(cap, inside.size)], row0 + inside[:cap])

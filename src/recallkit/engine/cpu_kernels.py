@@ -7,7 +7,9 @@ score matrix is never written to memory. Each worker thread keeps its own per-ro
 ``*_rows`` kernel reads tile row ``i`` as problem row ``row0 + i`` over columns ``col0 + j``; a
 ``*_cols`` kernel reads the transposed tile (a symmetric problem: the tile's column ``j`` is
 problem row ``col0 + j``, its items the columns ``row0 + i``). Branch-free counts come first, so
-that the compiler vectorises them; the rare items near a threshold are then handled one by one.
+that the compiler vectorises them (float32 sums of ones, exact, which fill as many SIMD lanes as
+the scores do: an int64 count fills half as many, and numba widens smaller integers to int64);
+the rare items near a threshold are then handled one by one.
 
 The filter scores carry rounding that depends on the BLAS, its blocking and the thread count; they
 only filter, and the kernels' own arithmetic on them (any summation order, ``fastmath``) stays
@@ -605,11 +607,7 @@ def window_rows(
         for t in range(slots):
             low = _down32(np.float64(lo[r, t]) / scale)
             high = _up32(np.float64(hi[r, t]) / scale)
-            at_least = 0
-            over = 0
-            for j in range(width):
-                at_least += tile_value(row, j) >= low
-                over += tile_value(row, j) > high
+            at_least, over = _counts(row, low, high)
             above[r, t] += over
             inside = at_least - over
             n = count[r, t]
@@ -648,15 +646,11 @@ def window_cols(
     low = lo[col0 : col0 + width]
     high = hi[col0 : col0 + width]
     acc = above[col0 : col0 + width]
+    tops = np.zeros(width, dtype=np.int32)  # the tile's items above, added to ``acc`` at the end
     for i in range(rows):
         row = tile[i]
         scale = rs[i]
-        inside = 0
-        for j in range(width):
-            s = tile_value(row, j) * scale
-            a = s > high[j]
-            acc[j] += a
-            inside += (s >= low[j]) & ~a
+        inside = _counts_cols(row, scale, low, high, tops)
         for b in range(0, width, _BLOCK):
             if inside <= 0:
                 break
@@ -681,6 +675,8 @@ def window_cols(
                     if n < cap:
                         index[r, n] = row0 + i
                     count[r] = n + 1
+    for j in range(width):
+        acc[j] += tops[j]
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -808,9 +804,7 @@ def _raise_floor(row, scale, start, hits, k, slack, margin, r, floor):  # pragma
         if v > -np.inf:
             bottom = min(bottom, v)
     lo = max(start, _down32(np.float64(bottom)))  # finite (``start`` is -inf while the floor is)
-    count = 0
-    for j in range(width):
-        count += tile_value(row, j) >= lo
+    count = _at_least(row, np.float32(1.0), lo, 0, width)
     if count < k:
         return start, hits
     hi = top
@@ -820,9 +814,7 @@ def _raise_floor(row, scale, start, hits, k, slack, margin, r, floor):  # pragma
         mid = np.float32(0.5 * (np.float64(lo) + np.float64(hi)))
         if not lo < mid < hi:
             break
-        c = 0
-        for j in range(width):
-            c += tile_value(row, j) >= mid
+        c = _at_least(row, np.float32(1.0), mid, 0, width)
         if c >= k:
             lo, count = mid, c
         else:
@@ -832,10 +824,7 @@ def _raise_floor(row, scale, start, hits, k, slack, margin, r, floor):  # pragma
         return start, hits
     floor[r] = f
     start = _down32((np.float64(floor[r]) - margin) / scale)
-    c = 0
-    for j in range(width):
-        c += tile_value(row, j) >= start
-    return start, c
+    return start, _at_least(row, np.float32(1.0), start, 0, width)
 
 
 def threshold(start: Any, j: int) -> Any:
@@ -850,27 +839,66 @@ def _threshold(start, j):  # pragma: no cover - compiled
     return lambda start, j: start
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+@numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"reassoc"})
+def _at_least(row, scale, start, begin, end):  # pragma: no cover - compiled
+    """How many items ``begin..end-1`` of ``row`` times ``scale`` are at or above ``start`` (one
+    threshold, or one per item: :func:`threshold`). The count is a float32 sum of ones in any
+    order (``reassoc``, so that it is vectorised in float32 lanes, where an integer count takes
+    int64 lanes), exact below 2**24 items."""
+    one, zero = np.float32(1.0), np.float32(0.0)
+    c = zero
+    for j in range(begin, end):
+        c += one if tile_value(row, j) * scale >= threshold(start, j) else zero
+    return np.int64(c)
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"reassoc"})
+def _counts(row, low, high):  # pragma: no cover - compiled
+    """The items of ``row`` at or above ``low`` and those above ``high``: float32 sums of ones
+    in one pass, as in :func:`_at_least` (a tile row has far fewer than 2**24 items)."""
+    one, zero = np.float32(1.0), np.float32(0.0)
+    at_least, over = zero, zero
+    for j in range(row.shape[0]):
+        s = tile_value(row, j)
+        at_least += one if s >= low else zero
+        over += one if s > high else zero
+    return np.int64(at_least), np.int64(over)
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"reassoc"})
+def _counts_cols(row, scale, low, high, tops):  # pragma: no cover - compiled
+    """Item ``j`` of ``row`` times ``scale`` against its own ``[low[j], high[j]]``: adds 1 to
+    ``tops[j]`` (int32) when above ``high[j]``; returns how many lie inside (a float32 sum of
+    ones, as in :func:`_counts`)."""
+    one, zero = np.float32(1.0), np.float32(0.0)
+    inside = zero
+    for j in range(row.shape[0]):
+        s = tile_value(row, j) * scale
+        a = s > high[j]
+        tops[j] += np.int32(a)
+        inside += one if (s >= low[j]) & ~a else zero
+    return np.int64(inside)
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"reassoc"})
 def _block_counts(row, scale, start, per):  # pragma: no cover - compiled
     """The items of ``row`` (times ``scale``) at or above ``start`` (one threshold, or one per
     item), counted in each block of ``_BLOCK`` into ``per`` (the listing passes skip the empty
-    blocks); returns their total."""
+    blocks) as in :func:`_at_least`; returns their total."""
     width = row.shape[0]
     full = width // _BLOCK
+    one, zero = np.float32(1.0), np.float32(0.0)
     hits = 0
-    for b in range(full):  # a constant trip count: vectorised
-        c = 0
+    for b in range(full):  # a constant trip count
+        c = zero
         o = b * _BLOCK
         for j in range(_BLOCK):
-            c += tile_value(row, o + j) * scale >= threshold(start, o + j)
-        per[b] = c
-        hits += c
+            c += one if tile_value(row, o + j) * scale >= threshold(start, o + j) else zero
+        per[b] = np.int64(c)
+        hits += per[b]
     if full < per.shape[0]:
-        c = 0
-        for j in range(full * _BLOCK, width):
-            c += tile_value(row, j) * scale >= threshold(start, j)
-        per[full] = c
-        hits += c
+        per[full] = _at_least(row, scale, start, full * _BLOCK, width)
+        hits += per[full]
     return hits
 
 
