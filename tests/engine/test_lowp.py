@@ -681,6 +681,39 @@ def test_untimed_tiles_of_a_pass_run_in_the_previous_pass_choice(monkeypatch):
     assert second.choice.untimed == "torch-bfloat16" and lowp.CHOICES[key] is second.choice
 
 
+def test_a_tile_runs_in_float32_while_another_thread_prepares_the_chosen_kind(monkeypatch):
+    # A worker does not wait while another prepares the sides of the kind a round times: its
+    # tile runs in float32, which the round does not time, and the kind is built once.
+    import threading
+
+    monkeypatch.setattr(lowp, "CHOICES", {})
+    qf = SimpleNamespace(rows=torch.zeros((2, 3)))
+    block = SimpleNamespace(gemm=torch.zeros((2, 3)))
+    names = ("torch-bfloat16", "float32")
+    tp = lowp.TilePass(None, qf, block, 0, True, None, names, None)
+    tp.choice.warm.update(names)
+    started, release, builds = threading.Event(), threading.Event(), []
+
+    def build(name):
+        builds.append(name)
+        started.set()
+        release.wait(10)
+        return lowp.TileKind(name, "bfloat16", None, None)
+
+    monkeypatch.setattr(tp, "_build", build)
+    builder = threading.Thread(target=lambda: builds.append(tp.pick().name))
+    builder.start()
+    assert started.wait(10)
+    other = tp.pick()
+    assert other.name == "float32" and other is tp.kinds["float32"]
+    tp.choice.record(other.name, 0.5)
+    assert tp.choice.times == {} and tp.choice.round == 0
+    release.set()
+    builder.join(10)
+    assert builds == ["torch-bfloat16", "torch-bfloat16"]  # built once, then picked
+    assert tp.pick().name == "torch-bfloat16" and builds == ["torch-bfloat16"] * 2
+
+
 def test_choice_drops_warm_up_lead_and_stale_tiles():
     import threading
 

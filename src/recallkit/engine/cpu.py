@@ -206,7 +206,7 @@ def run_tiles(
             r0, c0 = task
             shape = (min(TILE, rows - r0), min(TILE, cols - c0))
             timed = not (symmetric and r0 == c0)  # a diagonal tile is read by its rows only
-            kind = tp.pick(timed) if source is None else tp.kind("float32")
+            kind = tp.pick(timed) if source is None else tp.kinds["float32"]
             began = time.perf_counter()  # after the kind's sides are prepared (once a pass)
             if source is None:
                 tile = np.ndarray(shape, lowp.tile_dtype(kind.precision, dtype), buffer)

@@ -1078,7 +1078,8 @@ class TilePass:
         self.float32 = float32
         self.symmetric, self.eps32, self.names = symmetric, eps32, names
         self.lock = threading.Lock()
-        self.kinds: dict[str, TileKind] = {}
+        self.building = threading.Lock()  # one kind's sides prepared at a time
+        self.kinds = {"float32": TileKind("float32", "float32", eps32, float32)}
         self.workers = 1  # the threads computing its tiles (set by the pass that runs them)
         self.a32, self.b32 = qf.rows.numpy(), block.gemm.numpy()
         # Each pass times its own tiles: the fastest kind depends on the data (the windows the
@@ -1091,19 +1092,33 @@ class TilePass:
         if len(names) > 1:
             CHOICES[key] = self.choice
 
-    def kind(self, name: str) -> TileKind:
+    def kind(self, name: str, wait: bool = True) -> TileKind | None:
+        """The kind ``name``, its sides prepared on first use; ``None`` instead of waiting
+        (``wait=False``) while another thread prepares sides."""
         with self.lock:
-            if name not in self.kinds:
-                self.kinds[name] = self._build(name)
-            return self.kinds[name]
+            if name in self.kinds:
+                return self.kinds[name]
+        if not self.building.acquire(blocking=wait):
+            return None
+        try:
+            with self.lock:
+                if name in self.kinds:
+                    return self.kinds[name]
+            built = self._build(name)
+            with self.lock:
+                self.kinds[name] = built
+            return built
+        finally:
+            self.building.release()
 
     def pick(self, timed: bool = True) -> TileKind:
-        return self.kind(self.choice.pick(self.names, timed, self.workers))
+        """The kind for the calling thread's next tile: the choice's, or float32 while another
+        thread prepares the chosen kind's sides (a tile the choice then does not time)."""
+        kind = self.kind(self.choice.pick(self.names, timed, self.workers), wait=False)
+        return self.kinds["float32"] if kind is None else kind
 
     def _build(self, name: str) -> TileKind:
         qf, block = self.qf, self.block
-        if name == "float32":
-            return TileKind(name, "float32", self.eps32, self.float32)
         kernel = KERNELS[name]
         b_side = block_side(block, kernel.b_form)
         if self.space.own_rows(block):
