@@ -291,6 +291,8 @@ def test_window_kernels_count_items_on_the_bounds_as_inside(bfloat16):
             stored = index[r, t, : min(cap, inside.size)]
             np.testing.assert_array_equal(stored, col0 + inside[:cap])
     assert above[row0 : row0 + rows].sum() > 0 and count[row0 : row0 + rows].sum() > rows
+    bounds = np.concatenate([lo[row0 : row0 + rows], hi[row0 : row0 + rows]], axis=1)
+    assert (scored[:, :, None] == bounds[:, None, :]).sum() > rows  # items on the bounds
 
     low, high = lo[:, 0].copy(), hi[:, 0].copy()
     above, count = np.zeros(n, np.int64), np.zeros(n, np.int64)

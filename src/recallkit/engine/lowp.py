@@ -1092,13 +1092,13 @@ class TilePass:
         if len(names) > 1:
             CHOICES[key] = self.choice
 
-    def kind(self, name: str, wait: bool = True) -> TileKind | None:
-        """The kind ``name``, its sides prepared on first use; ``None`` instead of waiting
-        (``wait=False``) while another thread prepares sides."""
+    def kind(self, name: str) -> TileKind | None:
+        """The kind ``name``, its sides prepared on first use; ``None`` (not waiting) while
+        another thread prepares sides."""
         with self.lock:
             if name in self.kinds:
                 return self.kinds[name]
-        if not self.building.acquire(blocking=wait):
+        if not self.building.acquire(blocking=False):
             return None
         try:
             with self.lock:
@@ -1114,7 +1114,7 @@ class TilePass:
     def pick(self, timed: bool = True) -> TileKind:
         """The kind for the calling thread's next tile: the choice's, or float32 while another
         thread prepares the chosen kind's sides (a tile the choice then does not time)."""
-        kind = self.kind(self.choice.pick(self.names, timed, self.workers), wait=False)
+        kind = self.kind(self.choice.pick(self.names, timed, self.workers))
         return self.kinds["float32"] if kind is None else kind
 
     def _build(self, name: str) -> TileKind:
