@@ -1077,8 +1077,7 @@ class TilePass:
         self.space, self.qf, self.block, self.first = space, qf, block, first
         self.float32 = float32
         self.symmetric, self.eps32, self.names = symmetric, eps32, names
-        self.lock = threading.Lock()
-        self.building = threading.Lock()  # one kind's sides prepared at a time
+        self.building = threading.Lock()  # held while one kind's sides are prepared
         self.kinds = {"float32": TileKind("float32", "float32", eps32, float32)}
         self.workers = 1  # the threads computing its tiles (set by the pass that runs them)
         self.a32, self.b32 = qf.rows.numpy(), block.gemm.numpy()
@@ -1094,20 +1093,15 @@ class TilePass:
 
     def kind(self, name: str) -> TileKind | None:
         """The kind ``name``, its sides prepared on first use; ``None`` (not waiting) while
-        another thread prepares sides."""
-        with self.lock:
-            if name in self.kinds:
-                return self.kinds[name]
+        another thread prepares sides. ``kinds`` only changes under ``building``."""
+        if name in self.kinds:
+            return self.kinds[name]
         if not self.building.acquire(blocking=False):
             return None
         try:
-            with self.lock:
-                if name in self.kinds:
-                    return self.kinds[name]
-            built = self._build(name)
-            with self.lock:
-                self.kinds[name] = built
-            return built
+            if name not in self.kinds:
+                self.kinds[name] = self._build(name)
+            return self.kinds[name]
         finally:
             self.building.release()
 
