@@ -440,6 +440,37 @@ def test_tiles_overflow_and_exclusions_across_tiles_equal_the_definition(
         assert ranks[i, : len(targets[i])].tolist() == [order.index(j) for j in targets[i]]
 
 
+@pytest.mark.parametrize("precision", ["float32", "bfloat16", "int8"])
+@pytest.mark.parametrize("with_ids", [False, True])
+def test_top_r_lists_offered_their_positives_first_equal_the_definition(
+    monkeypatch, precision, with_ids
+):
+    # Leave-one-out on one tensor in tiles of 16 rows: a symmetric pass (each off-diagonal tile
+    # read along its rows and along its columns) whose top-R lists are offered each query's
+    # positives before the pass and skip them in it (cpu.Top's known items). Classes of 1 to 45
+    # items: heaps (R <= cpu.HEAP_K) and a reservoir (R = 44); ids exclude pairs of rows.
+    monkeypatch.setattr(cpu, "TILE", 16)
+    seeded = []
+    seed_top = cpu.kernels.seed_top
+    monkeypatch.setattr(cpu.kernels, "seed_top", lambda *a: seeded.append(1) or seed_top(*a))
+    rng = np.random.default_rng(11)
+    sizes = [45, *rng.integers(1, 9, 70)]
+    labels = rng.permutation(np.repeat(np.arange(len(sizes)), sizes))
+    n = len(labels)
+    x = rng.standard_normal((n, 8)).astype(np.float32)
+    ids = np.arange(n) // 2 if with_ids else None
+    options = dict(query_in_reference=not with_ids, query_ids=ids, reference_ids=ids,
+                   precision=precision)  # fmt: skip
+    s = brute.fixed_order_scores64(x, x, "cosine")
+    excluded = brute.excluded_sets(n, n, not with_ids, ids, ids)
+    per_query = brute.top_r_metrics(s, labels, labels, excluded)
+    got = map_at_r(x, x, labels, labels, **options).per_query["MAP@R"]
+    np.testing.assert_allclose(got, [ap for _, _, ap in per_query], rtol=0, atol=1e-15)
+    got = r_precision(x, x, labels, labels, **options).per_query["R-precision"]
+    np.testing.assert_allclose(got, [p for _, p, _ in per_query], rtol=0, atol=1e-15)
+    assert len(seeded) == 2
+
+
 @pytest.mark.parametrize("product", ["numpy", "torch"])
 def test_either_blas_gives_the_definition(monkeypatch, product):
     # The tile GEMM is numpy's or torch's BLAS, whichever is faster on the machine.

@@ -151,7 +151,7 @@ def test_running_top_k_keeps_every_item_of_the_top_k(seed, k, cascade):
     item at or above its k-th best, and both readings keep the same items. With ``cascade`` the
     tile is a perturbed copy of the float32 scores (within ``margin``) and the kernels score the
     items they admit as ``a32 · b32``."""
-    from recallkit.engine.cpu_kernels import _dot32, top_cols, top_rows
+    from recallkit.engine.cpu_kernels import NO_CODES, _dot32, top_cols, top_rows
 
     rng = np.random.default_rng(seed)
     n, d = 96, 8
@@ -179,7 +179,8 @@ def test_running_top_k_keeps_every_item_of_the_top_k(seed, k, cascade):
                      buf_score=np.empty((n, 2 * k + 64), np.float32),
                      fill=np.zeros(n, np.int64), over=np.zeros(n, bool))  # fmt: skip
         kernel(source, np.ones(n, np.float32), 0, 0, ks, slack, margin if cascade else 0 * margin,
-               *state.values(), cascade, a32, b32, floor[None, :].copy())  # fmt: skip
+               *state.values(), cascade, a32, b32, floor[None, :].copy(), NO_CODES,
+               NO_CODES)  # fmt: skip
         assert not state["over"].any()
         rows = {}
         for r in range(n):
@@ -200,6 +201,71 @@ def test_running_top_k_keeps_every_item_of_the_top_k(seed, k, cascade):
                 rows[r] = tuple(sorted(c for c in cols.tolist() if exact[r, c] >= kth))
         kept.append(rows)
     assert kept[0] == kept[1]
+
+
+@pytest.mark.parametrize("k", [3, 40])
+def test_items_offered_before_the_pass_count_once(k):
+    """:func:`seed_top` offers each row its known items, those whose column code is the row's
+    (a score ``-inf``: a skipped one, never offered); the pass then skips them
+    (:func:`top_rows`, the transposed :func:`top_cols`). The heap holds the k best of all items,
+    each once; a reservoir every item at or above that k-th best, each once. Before the pass a
+    row with k known items or more has its floor at their k-th best less the slack, one with
+    fewer none."""
+    from recallkit.engine.cpu_kernels import seed_top, top_cols, top_rows
+
+    rng = np.random.default_rng(3)
+    n, width = 60, 140
+    tile = rng.standard_normal((n, width)).astype(np.float32)
+    row_codes = (np.arange(n) % 4).astype(np.int64)
+    row_codes[7] = 9  # a row that knows nothing
+    col_codes = rng.choice(4, width, p=[0.6, 0.2, 0.1, 0.1]).astype(np.int64)
+    col_codes[np.flatnonzero(col_codes == 0)[:k]] = 5
+    row_codes[9] = 5  # a row that knows exactly k items
+    known = col_codes[None, :] == row_codes[:, None]  # code 0: about 80 items, others fewer
+    skipped = known & (rng.random((n, width)) < 0.1)
+    skipped[9] = False
+    tile[skipped] = -np.inf
+    ptr = np.concatenate([[0], np.cumsum(known.sum(1))]).astype(np.int64)
+    cols = np.nonzero(known)[1].astype(np.int64)
+    ks = np.full(n, k, dtype=np.int64)
+    ks[5] = 0  # a row that wants nothing
+    slack = np.full(n, 1e-3)
+    heap_k = k if k <= 32 else 0
+    cap = 2 * k + 64
+    for kernel, source in ((top_rows, tile), (top_cols, tile.T.copy())):
+        state = dict(heap=np.empty((n, heap_k), np.float32), size=np.zeros(n, np.int64),
+                     floor=np.full(n, -np.inf, np.float32), buf_col=np.empty((n, cap), np.int64),
+                     buf_score=np.empty((n, cap), np.float32), fill=np.zeros(n, np.int64),
+                     over=np.zeros(n, bool))  # fmt: skip
+        seed_top(ptr, cols, tile[known], ks, slack, *state.values())
+        few = 0
+        for r in range(n):
+            offered = np.sort(tile[r, known[r] & np.isfinite(tile[r])])
+            if ks[r] == 0:
+                assert state["floor"][r] == -np.inf and state["fill"][r] == 0
+            elif len(offered) < k:
+                few += 1
+                assert state["floor"][r] == -np.inf and state["fill"][r] == len(offered)
+            else:
+                assert state["floor"][r] == np.float32(np.float64(offered[-k]) - 1e-3)
+        assert few > 0 and few < n - 1
+        kernel(source, np.ones(source.shape[0], np.float32), 0, 0, ks, slack, np.zeros(n),
+               *state.values(), False, np.zeros((n, 1), np.float32),
+               np.zeros((width, 1), np.float32), state["floor"][None, :].copy(), row_codes,
+               col_codes)  # fmt: skip
+        assert not state["over"].any()
+        for r in range(n):
+            if ks[r] == 0:
+                assert state["fill"][r] == 0 and state["size"][r] == 0
+                continue
+            items = np.flatnonzero(np.isfinite(tile[r]))
+            kth = np.sort(tile[r, items])[-k]
+            listed = state["buf_col"][r, : state["fill"][r]].tolist()
+            assert len(set(listed)) == len(listed)  # each item once
+            assert set(items[tile[r, items] >= kth]) <= set(listed) <= set(items)
+            if heap_k:
+                np.testing.assert_array_equal(np.sort(state["heap"][r, : state["size"][r]]),
+                                              np.sort(tile[r, items])[-k:])  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -246,7 +312,8 @@ def test_a_bfloat16_tile_is_read_as_the_float32_tile_that_widens_it(seed, k):
                      np.zeros((n, 2 * k + 64), np.int64), np.zeros((n, 2 * k + 64), np.float32),
                      np.zeros(n, np.int64), np.zeros(n, bool))  # fmt: skip
             kernel(tile, ones, 0, 0, np.full(n, k, np.int64), np.full(n, 1e-3), np.zeros(n),
-                   *state, False, a32, b32, floor[None, :].copy())  # fmt: skip
+                   *state, False, a32, b32, floor[None, :].copy(), ck.NO_CODES,
+                   ck.NO_CODES)  # fmt: skip
             got += list(state)
         windows.append(got)
     assert windows[0][0].sum() > 0 and windows[0][1].sum() > 0  # items above and inside

@@ -316,12 +316,15 @@ class Top(_Consumer):
     at least the row's k-th largest float32 score minus ``2 eps32`` (and possibly a few more).
     A cascade's tile enters items within its margin (its bound and float32's) of the floor.
 
-    ``floor`` (optional, per row): a float32 filter score below which no item of the exact top-k
-    can lie (from the query's positives); items below it are never looked at twice. Each worker
-    keeps its own lists and floors; a row's floor in a tile is the highest of the workers'
+    ``known`` (optional): items each row is offered before the pass, its positives with their
+    filter scores ``(ptr, cols, scores)`` (:func:`kernels.label_scores`), and the codes that name
+    them in the pass ``(row codes, column codes)``, which skips them. With them a row's floor
+    starts at its k-th best positive (less the slack) and rises as soon as the pass finds items
+    above it, not once it has found ``k`` items. Each worker keeps its own lists and floors (the
+    known items are the first worker's); a row's floor in a tile is the highest of the workers'
     (:func:`kernels.top_rows`), and a row's first tile may raise it from its own values."""
 
-    def __init__(self, ks: np.ndarray, tp: lowp.TilePass, workers: int, floor=None) -> None:
+    def __init__(self, ks: np.ndarray, tp: lowp.TilePass, workers: int, known=None) -> None:
         c = len(ks)
         self.ks, self.tp = ks, tp
         self.eps = tp.eps32
@@ -329,7 +332,7 @@ class Top(_Consumer):
         self.dtype = dtype = tp.a32.dtype
         cap = 2 * kmax + EXTRA
         self.slack = 3.0 * self.eps.numpy().astype(np.float64)  # looser than the final 2 eps
-        start = np.where(ks > 0, -np.inf if floor is None else floor, np.inf).astype(dtype)
+        start = np.where(ks > 0, -np.inf, np.inf).astype(dtype)
         self.heap = kmax <= HEAP_K
         # Each worker's state is one slice of arrays shared by all (merged without copies).
         slots = max(1, workers)
@@ -341,6 +344,10 @@ class Top(_Consumer):
         self.fills = np.zeros((slots, c), dtype=np.int64)
         self.overs = np.zeros((slots, c), dtype=np.bool_)
         self.worker = itertools.count()
+        self.known = (kernels.NO_CODES, kernels.NO_CODES)
+        if known is not None:
+            (ptr, cols, scores), self.known = known
+            kernels.seed_top(ptr, cols, scores.astype(dtype), ks, self.slack, *self.slot(0))
         self.no_margin = np.zeros(c)
         self.margins: dict[str, np.ndarray] = {}  # a cascade kind's (its bound and float32's)
 
@@ -349,20 +356,22 @@ class Top(_Consumer):
             self.margins[kind.name] = (kind.eps + self.eps).numpy() * (1.0 + 2.0**-20)
         return self.margins[kind.name] if kind.cascade else self.no_margin
 
-    def state(self) -> tuple[np.ndarray, ...]:
-        w = next(self.worker)
+    def slot(self, w: int) -> tuple[np.ndarray, ...]:
         return (self.heaps[w], self.sizes[w], self.floors[w], self.columns[w], self.scores[w],
                 self.fills[w], self.overs[w])  # fmt: skip
+
+    def state(self) -> tuple[np.ndarray, ...]:
+        return self.slot(next(self.worker))
 
     def rows(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
         kernels.top_rows(tile, kind.rs(r0, tile.shape[0], self.tp.a32.dtype), r0, c0, self.ks,
                          self.slack, self.margin(kind), *st, kind.cascade, self.tp.a32,
-                         self.tp.b32, self.floors)  # fmt: skip
+                         self.tp.b32, self.floors, *self.known)  # fmt: skip
 
     def cols(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
         kernels.top_cols(tile, kind.rs(r0, tile.shape[0], self.tp.a32.dtype), r0, c0, self.ks,
                          self.slack, self.margin(kind), *st, kind.cascade, self.tp.a32,
-                         self.tp.b32, self.floors)  # fmt: skip
+                         self.tp.b32, self.floors, *self.known)  # fmt: skip
 
     def finish(self, rescore: Any, block_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """The candidates as flat ``(rows, local columns)``, by row then column; rows whose
@@ -487,21 +496,19 @@ class CpuBackend(protocol.Pipeline):
                     ctx.cached[i] = scores
         return rows, local, torch.ones_like(rows, dtype=torch.bool), torch.zeros((), dtype=bool)
 
-    def _kth_floor(
-        self, positives: LabelPositives, tp: lowp.TilePass, start: int, stop: int, ctx, ks
-    ) -> np.ndarray:
-        """Per row, a float32 filter score below which no item of the exact top-``k`` can lie:
-        at least ``k`` positives score at least the ``k``-th best positive's exact score, so no
-        item of the top-``k`` has a filter score below that positive's minus ``2 eps``."""
+    def _known(
+        self, positives: LabelPositives, tp: lowp.TilePass, start: int, stop: int, ctx
+    ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, np.ndarray]]:
+        """The chunk's positives in the block with their filter scores, and the codes that
+        name them (:class:`Top`'s ``known``)."""
         block, qf, excluded = tp.block, tp.qf, ctx.excluded
         lo, hi = positives.ranges(block, start, stop)
         ptr, cols = excluded.csr(block)
-        kth = kernels.label_kth(
+        scored = kernels.label_scores(
             qf.rows, block.gemm, positives.query_codes[start:stop], lo, hi,
-            positives.groups(block).members, ptr, cols, excluded.codes(block), ks,
+            positives.groups(block).members, ptr, cols, excluded.codes(block),
         )  # fmt: skip
-        low = filters.round_down(torch.from_numpy(kth - 2.0 * tp.eps32.numpy()), qf.rows.dtype)
-        return np.where(np.isfinite(kth), low.numpy(), -np.inf)
+        return scored, (positives.query_codes[start:stop], positives.block_codes(block))
 
     def scan(self, space, chunk, block, i, start, stop, ctx, best, where, ks) -> protocol.Scan:
         """The block's tile pass (:func:`run_tiles`): one :class:`Window` and one :class:`Top`
@@ -523,15 +530,15 @@ class CpuBackend(protocol.Pipeline):
             window = Window(filters.scaled_centre(best, qf, block.scale), tp)
         if ks is not None:
             kb = np.minimum(ks.numpy(), block.rows)
-            floor = None
+            known = None
             positives = request.positives
             if (
                 isinstance(positives, LabelPositives)
                 and block is space.single
                 and self.exact_is_cheaper(positives, block, start, stop)
             ):
-                floor = self._kth_floor(positives, tp, start, stop, ctx, kb)
-            top = Top(kb, tp, torch.get_num_threads(), floor)
+                known = self._known(positives, tp, start, stop, ctx)
+            top = Top(kb, tp, torch.get_num_threads(), known)
         consumers = [x for x in (window, top) if x is not None]
         states = run_tiles(tp, excluded, symmetric, consumers, ctx.cached.get(i))
         per_consumer = list(zip(*states, strict=True)) if states else [[]] * len(consumers)

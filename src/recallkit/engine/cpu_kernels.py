@@ -36,7 +36,7 @@ from numba import types
 from numba.extending import intrinsic, overload
 
 WINDOW_CAP = 32
-_NO_CODES = np.zeros(0, dtype=np.int64)
+NO_CODES = np.zeros(0, dtype=np.int64)
 BF16_NEG_INF = np.uint16(0xFF80)  # bfloat16 -inf, as a tile of bfloat16 bits holds it
 
 
@@ -200,7 +200,7 @@ def label_best_candidates(
     order = np.argsort(codes, kind="stable")
     e = eps.numpy().astype(np.float64)
     x, y = a.numpy(), b.numpy()
-    qx, rx = codes_x if codes_x is not None else (_NO_CODES, _NO_CODES)
+    qx, rx = codes_x if codes_x is not None else (NO_CODES, NO_CODES)
     # Slot t holds row order[t]: up to WINDOW_CAP candidates, all of them counted.
     count = np.empty(len(order), dtype=np.int64)
     index = np.empty((len(order), WINDOW_CAP), dtype=np.int64)
@@ -220,29 +220,22 @@ def label_best_candidates(
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
-def _label_kth_numba(
-    a, b, order, lo, hi, members, ex_ptr, ex_cols, qx, rx, ks, out
+def _label_scores_numba(
+    a, b, order, lo, hi, members, ex_ptr, ex_cols, qx, rx, ptr, cols, out
 ):  # pragma: no cover
     for t in numba.prange(order.shape[0]):
         i = order[t]
-        k = ks[i]
-        out[i] = -np.inf
-        if k <= 0 or hi[i] - lo[i] < k:
-            continue
-        values = np.empty(hi[i] - lo[i], dtype=np.float64)
         p = ex_ptr[i]
-        n = 0
+        n = ptr[i]
         for q in range(lo[i], hi[i]):
             j = members[q]
             gone, p = _skipped(i, j, p, ex_ptr[i + 1], ex_cols, qx, rx)
-            if not gone:
-                values[n] = _dot(a[i], b[j])
-                n += 1
-        if n >= k:
-            out[i] = select(values[:n], n - k)
+            cols[n] = j
+            out[n] = -np.inf if gone else _dot(a[i], b[j])
+            n += 1
 
 
-def label_kth(
+def label_scores(
     a: torch.Tensor,
     b: torch.Tensor,
     codes: np.ndarray,
@@ -252,16 +245,19 @@ def label_kth(
     ex_ptr: np.ndarray,
     ex_cols: np.ndarray,
     codes_x: tuple[np.ndarray, np.ndarray] | None,
-    ks: np.ndarray,
-) -> np.ndarray:
-    """Each row's ``ks[i]``-th largest positive filter score (``-inf`` with fewer positives);
-    positives and exclusions as in :func:`label_best_candidates`."""
-    out = np.empty(len(lo), dtype=np.float64)
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's positives and their filter scores, as ``(ptr, cols, scores)``: row ``i``'s
+    are ``cols[ptr[i]:ptr[i+1]]`` (ascending), scored ``-inf`` where skipped; positives,
+    exclusions and scores as in :func:`label_best_candidates`."""
+    ptr = np.zeros(len(lo) + 1, dtype=np.int64)
+    np.cumsum(hi - lo, out=ptr[1:])
+    cols = np.empty(int(ptr[-1]), dtype=np.int64)
+    out = np.empty(int(ptr[-1]), dtype=np.float64)
     order = np.argsort(codes, kind="stable")
-    ks = np.ascontiguousarray(ks, dtype=np.int64)
-    qx, rx = codes_x if codes_x is not None else (_NO_CODES, _NO_CODES)
-    _label_kth_numba(a.numpy(), b.numpy(), order, lo, hi, members, ex_ptr, ex_cols, qx, rx, ks, out)
-    return out
+    qx, rx = codes_x if codes_x is not None else (NO_CODES, NO_CODES)
+    _label_scores_numba(a.numpy(), b.numpy(), order, lo, hi, members, ex_ptr, ex_cols, qx, rx,
+                        ptr, cols, out)  # fmt: skip
+    return ptr, cols, out
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
@@ -763,8 +759,9 @@ def _keep(
 ):  # pragma: no cover
     """Offer ``(col, s)`` to row ``r``: its heap (:func:`_offer`, ``heap`` not empty) or its
     reservoir (every item at or above the floor; a full one compacted, :func:`_compact`).
-    The tile kernels append to a reservoir with room themselves: a call that passes arrays costs
-    more than the append (about 80 ns), and most items kept are such appends."""
+    The tile kernels offer to a heap (inlined) and append to a reservoir with room themselves:
+    a call that passes arrays costs more than the append (about 80 ns), and most items kept are
+    such offers and appends."""
     if heap.shape[1] > 0:
         _offer(r, s, col, ks, slack, heap, size, floor, buf_col, buf_score, fill, over)
         return
@@ -775,6 +772,25 @@ def _keep(
     buf_col[r, fill[r]] = col
     buf_score[r, fill[r]] = s
     fill[r] += 1
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def seed_top(
+    ptr, cols, scores, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
+):  # pragma: no cover
+    """Offer each row ``r`` the items it knows before a pass, ``cols[ptr[r]:ptr[r+1]]`` with
+    their filter scores (``-inf``: none), as a tile would (:func:`_keep`); a reservoir holding
+    ``ks[r]`` of them is compacted, which raises its floor to their ``ks[r]``-th best minus the
+    slack. The pass then skips these items (``known_q``/``known_c`` of :func:`top_rows`)."""
+    for r in numba.prange(ks.shape[0]):
+        if ks[r] <= 0:
+            continue
+        for q in range(ptr[r], ptr[r + 1]):
+            if scores[q] > -np.inf and not over[r]:
+                _keep(r, scores[q], cols[q], ks, slack, heap, size, floor, buf_col, buf_score,
+                      fill, over)  # fmt: skip
+        if heap.shape[1] == 0 and fill[r] >= ks[r] and not over[r]:
+            _compact(r, ks[r], slack, floor, buf_col, buf_score, fill, over)
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -922,6 +938,8 @@ def top_rows(
     a32,
     b32,
     floors,
+    known_q,
+    known_c,
 ):  # pragma: no cover
     """Running top-k candidates of the tile's rows (row ``i`` worth ``rs[i]`` times its values):
     a heap per row (``heap`` not empty, :func:`_offer`) or a reservoir (as faiss's: every item at
@@ -932,10 +950,13 @@ def top_rows(
     scored in float32 at once, and the float32 scores are what the heap and buffer hold.
 
     A row with many more items above its floor than ``k`` (its first tiles, while its floor is
-    still low) first raises the floor from its values (:func:`_raise_floor`)."""
+    still low) first raises the floor from its values (:func:`_raise_floor`). Items offered
+    before the pass (:func:`seed_top`) are skipped: those whose code ``known_c[col]`` equals the
+    row's ``known_q[r]`` (both empty: none)."""
     rows, width = tile.shape
     heap_mode = heap.shape[1] > 0
     cap = buf_col.shape[1]
+    known = known_q.shape[0] > 0
     at = np.empty(width, dtype=np.int64)
     per = np.empty((width + _BLOCK - 1) // _BLOCK, dtype=np.int64)
     for i in range(rows):
@@ -966,10 +987,16 @@ def top_rows(
                 j = at[q]
                 t = tile_value(row, j)
                 if t >= start and t > -np.inf and not over[r]:
+                    if known and known_c[col0 + j] == known_q[r]:  # offered before the pass
+                        continue
                     s = _dot32(a32[r], b32[col0 + j]) if cascade else t * rs[i]
                     if s >= floor[r]:
                         f = fill[r]
-                        if heap_mode or f == cap:
+                        if heap_mode:
+                            _offer(r, s, col0 + j, ks, slack, heap, size, floor, buf_col,
+                                   buf_score, fill, over)  # fmt: skip
+                            start = _down32((np.float64(floor[r]) - margin[r]) / scale)
+                        elif f == cap:
                             _keep(r, s, col0 + j, ks, slack, heap, size, floor, buf_col,
                                   buf_score, fill, over)  # fmt: skip
                             start = _down32((np.float64(floor[r]) - margin[r]) / scale)
@@ -999,12 +1026,15 @@ def top_cols(
     a32,
     b32,
     floors,
+    known_q,
+    known_c,
 ):  # pragma: no cover
     """:func:`top_rows` of the transposed tile (tile row ``i`` worth ``rs[i]`` times its values,
     the scores of item ``row0 + i`` for the rows ``col0 + j``)."""
     rows, width = tile.shape
     heap_mode = heap.shape[1] > 0
     cap = buf_col.shape[1]
+    known = known_q.shape[0] > 0
     start = np.empty(width, dtype=floor.dtype)
     for j in range(width):
         r = col0 + j
@@ -1036,11 +1066,17 @@ def top_cols(
                 s = tile_value(row, j) * scale
                 r = col0 + j
                 if s >= start[j] and s > -np.inf and not over[r]:
+                    if known and known_c[row0 + i] == known_q[r]:  # as in :func:`top_rows`
+                        continue
                     if cascade:
                         s = _dot32(a32[r], b32[row0 + i])
                     if s >= floor[r]:
                         f = fill[r]
-                        if heap_mode or f == cap:  # the floor may rise
+                        if heap_mode:  # the floor may rise
+                            _offer(r, s, row0 + i, ks, slack, heap, size, floor, buf_col,
+                                   buf_score, fill, over)  # fmt: skip
+                            start[j] = _down32(np.float64(floor[r]) - margin[r])
+                        elif f == cap:
                             _keep(r, s, row0 + i, ks, slack, heap, size, floor, buf_col,
                                   buf_score, fill, over)  # fmt: skip
                             start[j] = _down32(np.float64(floor[r]) - margin[r])
