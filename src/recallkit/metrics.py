@@ -217,10 +217,21 @@ def _groups(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     c, w = relevant.shape
     position = np.broadcast_to(np.arange(w)[None, :], (c, w))
+    single = position.copy(), position + 1, relevant.astype(np.int64)
     if score is None or w == 0:
-        return position.copy(), position + 1, relevant.astype(np.int64)
+        return single
     new = np.ones((c, w), dtype=bool)
     new[:, 1:] = (score[:, 1:] != score[:, :-1]) | ~valid[:, 1:] | ~valid[:, :-1]
+    # Lists without equal scores (nor tied tail items) are groups of one item each.
+    tied = np.flatnonzero(~new.all(axis=1) | (tail_count > 0))
+    if len(tied) < c:
+        start, end, hits = single
+        if len(tied):
+            part = _groups(score[tied], relevant[tied], valid[tied], tail_count[tied],
+                           tail_relevant[tied])  # fmt: skip
+            for out, got in zip((start, end, hits), part, strict=True):
+                out[tied] = got
+        return start, end, hits
     group = np.cumsum(new, axis=1) - 1 + (np.arange(c) * w)[:, None]
     flat = group.reshape(-1)
     size = np.bincount(flat, minlength=c * w)
