@@ -231,7 +231,7 @@ def _label_scores_numba(
             j = members[q]
             gone, p = _skipped(i, j, p, ex_ptr[i + 1], ex_cols, qx, rx)
             cols[n] = j
-            out[n] = -np.inf if gone else _dot(a[i], b[j])
+            out[n] = -np.inf if gone else _dot32(a[i], b[j])
             n += 1
 
 
@@ -247,8 +247,9 @@ def label_scores(
     codes_x: tuple[np.ndarray, np.ndarray] | None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each row's positives and their filter scores, as ``(ptr, cols, scores)``: row ``i``'s
-    are ``cols[ptr[i]:ptr[i+1]]`` (ascending), scored ``-inf`` where skipped; positives,
-    exclusions and scores as in :func:`label_best_candidates`."""
+    are ``cols[ptr[i]:ptr[i+1]]`` (ascending), scored ``-inf`` where skipped; positives and
+    exclusions as in :func:`label_best_candidates`, a score the float32 dot product of the
+    filter rows in any order (:func:`_dot32`, within the filter's bound)."""
     ptr = np.zeros(len(lo) + 1, dtype=np.int64)
     np.cumsum(hi - lo, out=ptr[1:])
     cols = np.empty(int(ptr[-1]), dtype=np.int64)
@@ -782,14 +783,26 @@ def seed_top(
     their filter scores (``-inf``: none), as a tile would (:func:`_keep`); a reservoir holding
     ``ks[r]`` of them is compacted, which raises its floor to their ``ks[r]``-th best minus the
     slack. The pass then skips these items (``known_q``/``known_c`` of :func:`top_rows`)."""
+    heap_mode = heap.shape[1] > 0
+    cap = buf_col.shape[1]
     for r in numba.prange(ks.shape[0]):
         if ks[r] <= 0:
             continue
         for q in range(ptr[r], ptr[r + 1]):
-            if scores[q] > -np.inf and not over[r]:
-                _keep(r, scores[q], cols[q], ks, slack, heap, size, floor, buf_col, buf_score,
-                      fill, over)  # fmt: skip
-        if heap.shape[1] == 0 and fill[r] >= ks[r] and not over[r]:
+            s = scores[q]
+            if s > -np.inf and s >= floor[r] and not over[r]:  # as the tile kernels offer
+                f = fill[r]
+                if heap_mode:
+                    _offer(r, s, cols[q], ks, slack, heap, size, floor, buf_col, buf_score,
+                           fill, over)  # fmt: skip
+                elif f < cap:
+                    buf_col[r, f] = cols[q]
+                    buf_score[r, f] = s
+                    fill[r] = f + 1
+                else:
+                    _keep(r, s, cols[q], ks, slack, heap, size, floor, buf_col, buf_score,
+                          fill, over)  # fmt: skip
+        if not heap_mode and fill[r] >= ks[r] and not over[r]:
             _compact(r, ks[r], slack, floor, buf_col, buf_score, fill, over)
 
 
