@@ -316,12 +316,11 @@ class Top(_Consumer):
     at least the row's k-th largest float32 score minus ``2 eps32`` (and possibly a few more).
     A cascade's tile enters items within its margin (its bound and float32's) of the floor.
 
-    ``known`` (optional): items each row is offered before the pass, its positives with their
-    filter scores ``(ptr, cols, scores)`` (:func:`kernels.label_scores`), and the codes that name
-    them in the pass ``(row codes, column codes)``, which skips them. With them a row's floor
-    starts at its k-th best positive (less the slack) and rises as soon as the pass finds items
-    above it, not once it has found ``k`` items. Each worker keeps its own lists and floors (the
-    known items are the first worker's); a row's floor in a tile is the highest of the workers'
+    ``known`` (optional): each row's positives, offered before the pass at their filter scores
+    ``(ptr, cols, scores)``, and the codes by which the pass skips them ``(row codes, column
+    codes)``: a row's floor starts at its k-th best positive and rises with each item found above
+    it, not once ``k`` items are found. Each worker keeps its own lists and floors (the known
+    items are the first's); a row's floor in a tile is the highest of the workers'
     (:func:`kernels.top_rows`), and a row's first tile may raise it from its own values."""
 
     def __init__(self, ks: np.ndarray, tp: lowp.TilePass, workers: int, known=None) -> None:
@@ -496,12 +495,13 @@ class CpuBackend(protocol.Pipeline):
                     ctx.cached[i] = scores
         return rows, local, torch.ones_like(rows, dtype=torch.bool), torch.zeros((), dtype=bool)
 
-    def _known(
-        self, positives: LabelPositives, tp: lowp.TilePass, start: int, stop: int, ctx
-    ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, np.ndarray]]:
-        """The chunk's positives in the block with their filter scores, and the codes that
-        name them (:class:`Top`'s ``known``)."""
+    def _known(self, positives: Any, tp: lowp.TilePass, start: int, stop: int, ctx) -> Any:
+        """:class:`Top`'s ``known`` (:func:`kernels.label_scores`): labels on the pass's one
+        block, few enough to score one by one (else ``None``)."""
         block, qf, excluded = tp.block, tp.qf, ctx.excluded
+        labels = isinstance(positives, LabelPositives) and block is tp.space.single
+        if not labels or not self.exact_is_cheaper(positives, block, start, stop):
+            return None
         lo, hi = positives.ranges(block, start, stop)
         ptr, cols = excluded.csr(block)
         scored = kernels.label_scores(
@@ -529,16 +529,8 @@ class CpuBackend(protocol.Pipeline):
         if best is not None:
             window = Window(filters.scaled_centre(best, qf, block.scale), tp)
         if ks is not None:
-            kb = np.minimum(ks.numpy(), block.rows)
-            known = None
-            positives = request.positives
-            if (
-                isinstance(positives, LabelPositives)
-                and block is space.single
-                and self.exact_is_cheaper(positives, block, start, stop)
-            ):
-                known = self._known(positives, tp, start, stop, ctx)
-            top = Top(kb, tp, torch.get_num_threads(), known)
+            known = self._known(request.positives, tp, start, stop, ctx)
+            top = Top(np.minimum(ks.numpy(), block.rows), tp, torch.get_num_threads(), known)
         consumers = [x for x in (window, top) if x is not None]
         states = run_tiles(tp, excluded, symmetric, consumers, ctx.cached.get(i))
         per_consumer = list(zip(*states, strict=True)) if states else [[]] * len(consumers)
