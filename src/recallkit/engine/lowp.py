@@ -290,6 +290,22 @@ def _check_range(x: np.ndarray) -> None:
         )
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"reassoc"})
+def _square_sums(x, h, dx, dq, dr):  # pragma: no cover - compiled
+    """The sums of the squares of ``x dx``, ``h dq`` and ``(x - h) dr`` in float64, in any
+    order (SIMD): :func:`_norm_up`'s margin bounds the rounding of any order of the sum."""
+    ax = 0.0
+    aq = 0.0
+    ar = 0.0
+    for k in range(x.shape[0]):
+        v = np.float64(x[k])
+        d = np.float64(h[k])
+        ax += (v * dx) * (v * dx)
+        aq += (d * dq) * (d * dq)
+        ar += ((v - d) * dr) * ((v - d) * dr)
+    return ax, aq, ar
+
+
 @numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _norm_up(acc, e, w):  # pragma: no cover - compiled
     """The rounded-up norm of a row whose squares, scaled by ``2^-2e``, sum to ``acc``."""
@@ -317,16 +333,8 @@ def _side_norms(x, h, i, source, norm, residual):  # pragma: no cover - compiled
     ex = math.frexp(mx)[1]
     eq = math.frexp(mq)[1]
     er = math.frexp(mr)[1]
-    dx, dq, dr = math.ldexp(1.0, -ex), math.ldexp(1.0, -eq), math.ldexp(1.0, -er)
-    ax = 0.0
-    aq = 0.0
-    ar = 0.0
-    for k in range(w):
-        v = np.float64(x[k])
-        d = np.float64(h[k])
-        ax += (v * dx) * (v * dx)
-        aq += (d * dq) * (d * dq)
-        ar += ((v - d) * dr) * ((v - d) * dr)
+    ax, aq, ar = _square_sums(x, h, math.ldexp(1.0, -ex), math.ldexp(1.0, -eq),
+                              math.ldexp(1.0, -er))  # fmt: skip
     source[i] = _norm_up(ax, ex, w)
     norm[i] = _norm_up(aq, eq, w)
     residual[i] = _norm_up(ar, er, w)
