@@ -791,14 +791,13 @@ def seed_top(
         for q in range(ptr[r], ptr[r + 1]):
             s = scores[q]
             if s > -np.inf and s >= floor[r] and not over[r]:  # as the tile kernels offer
-                f = fill[r]
                 if heap_mode:
                     _offer(r, s, cols[q], ks, slack, heap, size, floor, buf_col, buf_score,
                            fill, over)  # fmt: skip
-                elif f < cap:
-                    buf_col[r, f] = cols[q]
-                    buf_score[r, f] = s
-                    fill[r] = f + 1
+                elif fill[r] < cap:
+                    buf_col[r, fill[r]] = cols[q]
+                    buf_score[r, fill[r]] = s
+                    fill[r] += 1
                 else:
                     _keep(r, s, cols[q], ks, slack, heap, size, floor, buf_col, buf_score,
                           fill, over)  # fmt: skip
