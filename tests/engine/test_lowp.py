@@ -309,6 +309,9 @@ def test_int8_round_trip():
     x[1, :] = 0
     x[2, 0] = 1.0  # max 1: s = 1/127 rounded up to float32
     x[3, :] = 1e-36  # below 127 · 2^-100: clamped scale, codes 0
+    x[4, :] = 0  # float32 subnormals only: the largest magnitude's pattern has no exponent
+    x[4, :3] = [2.0**-140, -(2.0**-149), 3 * 2.0**-147]
+    x[5, 7] = -np.float32(2.0**31.9)  # the largest magnitude negative, near the range's end
     side = lowp.prepare_int8(x)
     codes = side.codes.numpy()
     assert side.codes.dtype == torch.int8 and side.codes.is_contiguous()
@@ -349,6 +352,9 @@ def test_bf16_round_trip():
     }
     expect = list(special.values())
     x = np.concatenate([x, np.resize(np.array(list(special), np.float32), (1, 41))])
+    subnormal = np.zeros((1, 41), np.float32)  # every value flushed: the row's x̂ is zero
+    subnormal[0, :3] = [2.0**-140, -(2.0**-149), 3 * 2.0**-130]
+    x = np.concatenate([x, subnormal, -x[:1] * np.float32(2.0**31)])
     side = lowp.prepare_bf16(x)
     deq = side.dequantised()
     assert deq[4, : len(expect)].tolist() == expect
@@ -594,14 +600,33 @@ def test_the_self_check_refuses_a_saturating_kernel_and_auto_says_why():
         del lowp.KERNELS[kernel.name]
 
 
+def test_largest_magnitude_from_bit_patterns():
+    rng = np.random.default_rng(11)
+    rows = [rng.standard_normal(n).astype(np.float32) * np.float32(2.0**e)
+            for n, e in ((1, 0), (7, -140), (33, -149), (64, 30), (5, -126))]  # fmt: skip
+    below_normal = np.float32(2.0**-126) * np.float32(1 - 2.0**-23)  # the largest subnormal
+    values = ([0.0, -0.0], [-(2.0**-149)], [3 * 2.0**-148, -1.0], [below_normal],
+              [-(2.0**31.5), 2.0**31])  # fmt: skip
+    rows += [np.array(v, np.float32) for v in values]
+    for row in rows:
+        assert lowp._largest(row.view(np.uint32)) == float(np.abs(row.astype(np.float64)).max())
+    assert lowp._largest(np.array([1.0, np.inf], np.float32).view(np.uint32)) >= lowp.MAX_ABS
+    assert lowp._largest(np.array([np.nan, -1.0], np.float32).view(np.uint32)) >= lowp.MAX_ABS
+
+
 def test_holds():
     assert lowp.holds(np.ones((2, 3), np.float32)) and lowp.holds(torch.ones(0, 3))
-    for bad in (2.0**32, np.inf, np.nan, -(2.0**33)):
-        x = np.zeros((2, 3), np.float32)
+    below = float(np.nextafter(np.float32(2.0**32), np.float32(0)))
+    for bad in (2.0**32, -(2.0**32), np.inf, -np.inf, np.nan, -(2.0**33)):
+        x = np.zeros((3, 3), np.float32)
+        x[0, 0] = below  # the preparing kernels find each row's largest magnitude
         x[1, 2] = bad
         assert not lowp.holds(x) and not lowp.holds(torch.from_numpy(x))
-    with pytest.raises(ValueError, match=r"lowp\.holds"):
-        lowp.prepare(np.full((1, 2), 2.0**40, np.float32), "int7")
+        for form in ("int8", "int7", "bfloat16"):
+            with pytest.raises(ValueError, match=r"lowp\.holds"):
+                lowp.prepare(x, form)
+    x = np.full((2, 3), -below, np.float32)
+    assert lowp.holds(x) and all(lowp.prepare(x, f).n == 2 for f in ("int8", "int7", "bfloat16"))
 
 
 def test_onnxruntime_is_loaded_on_first_int8_use_only():

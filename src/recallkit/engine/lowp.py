@@ -74,10 +74,12 @@ scaling exact but leave up to half the range unused. The price is the roundings 
 ``3 · 2^-24`` of the score against a window of ``10^-2``. ``x̂ = s q`` stays exact in float64
 (:func:`prepare_int8`).
 
-Norms. A row's norm is computed as ``2^e sqrt(Σ_k (v_k 2^-e)²)`` in float64 with ``2^e`` the
-power of two just above ``max_k |v_k|``; over any summation order the computed root is below the
-true norm by a relative ``(w + 4) 2^-53`` at most, so it is multiplied by ``1 + (w + 4) 2^-52``
-and moved up one float64 step.
+Norms. A row's norm is computed as ``sqrt(Σ_k v_k²)`` in float64. Every value is zero or
+between ``2^-149`` and ``2^33`` in magnitude (float32 rows below :data:`MAX_ABS`; ``s q`` and
+``x - s q`` are multiples of ``2^-149``, and so is the bfloat16 residual), so every square is
+zero or a normal float64 and no sum over- or underflows; over any summation order the computed
+root is below the true norm by a relative ``(w + 4) 2^-53`` at most, so it is multiplied by
+``1 + (w + 4) 2^-52`` and moved up one float64 step.
 """
 
 from __future__ import annotations
@@ -282,62 +284,59 @@ def holds(x: np.ndarray | torch.Tensor) -> bool:
     return bool(x.size == 0 or (-MAX_ABS < x.min() and x.max() < MAX_ABS))
 
 
-def _check_range(x: np.ndarray) -> None:
-    if not holds(x):
+def _check_range(largest: np.ndarray) -> None:
+    """Raise unless every row's largest magnitude (``largest``, from the preparing kernel; a
+    non-finite value's is above :data:`MAX_ABS`) is below :data:`MAX_ABS`: :func:`holds`."""
+    if largest.size and not largest.max() < MAX_ABS:
         raise ValueError(
             "low-precision rows must be finite and below 2^32 in magnitude (lowp.holds); "
             "the engine runs other rows in float32"
         )
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _norm_up(acc, w):  # pragma: no cover - compiled
+    """The rounded-up norm of a row of ``w`` values whose squares sum to ``acc`` (module
+    docstring, "Norms")."""
+    if acc == 0.0:
+        return 0.0
+    return np.nextafter(math.sqrt(acc) * (1.0 + (w + 4) * 2.0**-52), np.inf)
+
+
 @numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"reassoc"})
-def _square_sums(x, h, dx, dq, dr):  # pragma: no cover - compiled
-    """The sums of the squares of ``x dx``, ``h dq`` and ``(x - h) dr`` in float64, in any
-    order (SIMD): :func:`_norm_up`'s margin bounds the rounding of any order of the sum."""
+def _side_norms(x, h, i, source, norm, residual):  # pragma: no cover - compiled
+    """Row ``i``'s rounded-up norms of ``x``, of its low-precision value ``x̂ = h`` and of
+    ``x - x̂`` (each exact in float64): the sums of squares in float64 in any order (SIMD),
+    which :func:`_norm_up`'s margin bounds."""
     ax = 0.0
     aq = 0.0
     ar = 0.0
     for k in range(x.shape[0]):
         v = np.float64(x[k])
         d = np.float64(h[k])
-        ax += (v * dx) * (v * dx)
-        aq += (d * dq) * (d * dq)
-        ar += ((v - d) * dr) * ((v - d) * dr)
-    return ax, aq, ar
-
-
-@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _norm_up(acc, e, w):  # pragma: no cover - compiled
-    """The rounded-up norm of a row whose squares, scaled by ``2^-2e``, sum to ``acc``."""
-    if acc == 0.0:
-        return 0.0
-    raw = math.sqrt(acc) * math.ldexp(1.0, e)
-    return np.nextafter(raw * (1.0 + (w + 4) * 2.0**-52), np.inf)
-
-
-@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _side_norms(x, h, i, source, norm, residual):  # pragma: no cover - compiled
-    """Row ``i``'s rounded-up norms of ``x``, of its low-precision value ``x̂ = h`` and of
-    ``x - x̂`` (each exact in float64: :func:`_norm_up` of the squares scaled by ``2^-2e``, ``2^e``
-    just above the row's largest magnitude)."""
+        ax += v * v
+        aq += d * d
+        ar += (v - d) * (v - d)
     w = x.shape[0]
-    mx = 0.0
-    mq = 0.0
-    mr = 0.0
-    for k in range(w):
-        v = np.float64(x[k])
-        d = np.float64(h[k])
-        mx = max(mx, abs(v))
-        mq = max(mq, abs(d))
-        mr = max(mr, abs(v - d))
-    ex = math.frexp(mx)[1]
-    eq = math.frexp(mq)[1]
-    er = math.frexp(mr)[1]
-    ax, aq, ar = _square_sums(x, h, math.ldexp(1.0, -ex), math.ldexp(1.0, -eq),
-                              math.ldexp(1.0, -er))  # fmt: skip
-    source[i] = _norm_up(ax, ex, w)
-    norm[i] = _norm_up(aq, eq, w)
-    residual[i] = _norm_up(ar, er, w)
+    source[i] = _norm_up(ax, w)
+    norm[i] = _norm_up(aq, w)
+    residual[i] = _norm_up(ar, w)
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _largest(u):  # pragma: no cover - compiled
+    """The largest magnitude in a float32 row given as its bit patterns ``u``, in float64
+    (exact): the largest pattern with the sign bit cleared (non-negative floats order as their
+    patterns; a non-finite value's is above every finite one's). An integer reduction, which
+    the compiler vectorises; a float ``max`` with its NaN rules is not."""
+    m = np.uint32(0)
+    for k in range(u.shape[0]):
+        m = max(m, u[k] & np.uint32(0x7FFFFFFF))
+    e = np.int64(m >> 23)
+    f = np.float64(np.int64(m) & 0x7FFFFF)
+    if e == 0:  # subnormal
+        return math.ldexp(f, -149)
+    return math.ldexp(f + 2.0**23, e - 150)
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -357,19 +356,16 @@ def _scale_of(m, levels):  # pragma: no cover - compiled
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _quantise(
-    x, levels, offset, held, codes, scale, norm, residual, source
+    x, xu, levels, offset, held, codes, scale, norm, residual, source, largest
 ):  # pragma: no cover - compiled
-    """Per row: the scale (:func:`_scale_of`), the codes ``rint(x / s) + offset`` and the
-    rounded-up norms of ``x``, ``s q`` and ``x - s q`` (all exact in float64; ``held``: a row of
-    ``s q`` per thread)."""
+    """Per row: the largest magnitude (``xu``: ``x``'s bit patterns), the scale
+    (:func:`_scale_of`), the codes ``rint(x / s) + offset`` and the rounded-up norms of ``x``,
+    ``s q`` and ``x - s q`` (all exact in float64; ``held``: a row of ``s q`` per thread)."""
     n, w = x.shape
     for i in numba.prange(n):
         t = numba.get_thread_id()
-        m = 0.0
-        for k in range(w):
-            a = abs(np.float64(x[i, k]))
-            if a > m:
-                m = a
+        m = _largest(xu[i])
+        largest[i] = m
         s = _scale_of(m, levels)
         scale[i] = s
         for k in range(w):
@@ -401,13 +397,14 @@ def prepare_int8(x: np.ndarray | torch.Tensor, form: str = "int8") -> Int8Side:
     """
     levels = LEVELS[form]
     x = _as_rows(x)
-    _check_range(x)
     n, w = x.shape
     codes = np.empty((n, w), np.uint8 if form == "int7" else np.int8)
-    scale, norm, residual, source = (np.empty(n) for _ in range(4))
+    scale, norm, residual, source, largest = (np.empty(n) for _ in range(5))
     offset = INT7_ZERO_POINT if form == "int7" else 0
     held = np.empty((numba.config.NUMBA_NUM_THREADS, w))  # any thread's id fits
-    _quantise(x, levels, offset, held, codes, scale, norm, residual, source)
+    _quantise(x, x.view(np.uint32), levels, offset, held, codes, scale, norm, residual, source,
+              largest)  # fmt: skip
+    _check_range(largest)
     return Int8Side(
         norm=norm,
         residual=residual,
@@ -420,15 +417,16 @@ def prepare_int8(x: np.ndarray | torch.Tensor, form: str = "int8") -> Int8Side:
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
-def _round_bf16(x, u, held, values, bits, norm, residual, source):  # pragma: no cover
-    """Per row: the float32 values ``x`` (bit patterns ``u``) rounded to bfloat16, nearest with
-    ties to even, results below ``2^-126`` in magnitude (bfloat16 subnormals) ``+0``, as
-    ``uint16`` patterns; and the rounded-up norms of ``x``, ``x̂`` and ``x - x̂`` (all exact in
-    float64). ``held``/``values``: one row of ``x̂`` per thread, as bits and as float32 (one
-    buffer)."""
+def _round_bf16(x, u, held, values, bits, norm, residual, source, largest):  # pragma: no cover
+    """Per row: the largest magnitude; the float32 values ``x`` (bit patterns ``u``) rounded to
+    bfloat16, nearest with ties to even, results below ``2^-126`` in magnitude (bfloat16
+    subnormals) ``+0``, as ``uint16`` patterns; and the rounded-up norms of ``x``, ``x̂`` and
+    ``x - x̂`` (all exact in float64). ``held``/``values``: one row of ``x̂`` per thread, as bits
+    and as float32 (one buffer)."""
     n, w = x.shape
     for i in numba.prange(n):
         t = numba.get_thread_id()
+        largest[i] = _largest(u[i])
         for k in range(w):
             b = np.int64(u[i, k])
             r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
@@ -446,12 +444,13 @@ def prepare_bf16(x: np.ndarray | torch.Tensor) -> BF16Side:
     or zero.
     """
     x = _as_rows(x)
-    _check_range(x)
     n, w = x.shape
     bits = np.empty((n, w), np.uint16)
-    norm, residual, source = (np.empty(n) for _ in range(3))
+    norm, residual, source, largest = (np.empty(n) for _ in range(4))
     held = np.empty((numba.config.NUMBA_NUM_THREADS, w), np.uint32)  # any thread's id fits
-    _round_bf16(x, x.view(np.uint32), held, held.view(np.float32), bits, norm, residual, source)
+    _round_bf16(x, x.view(np.uint32), held, held.view(np.float32), bits, norm, residual, source,
+                largest)  # fmt: skip
+    _check_range(largest)
     rows = torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
     return BF16Side(norm=norm, residual=residual, source_norm=source, rows=rows)
 
