@@ -739,6 +739,41 @@ def test_a_tile_runs_in_float32_while_another_thread_prepares_the_chosen_kind(mo
     assert tp.pick().name == "torch-bfloat16" and builds == ["torch-bfloat16"] * 2
 
 
+def test_a_tile_runs_in_the_fastest_prepared_kind_while_another_prepares_the_next(monkeypatch):
+    # Once kinds are timed, a worker waiting for another's preparation runs the prepared kind of
+    # least median time (not float32, not a kind timed but not prepared in this pass), untimed.
+    import threading
+
+    monkeypatch.setattr(lowp, "CHOICES", {})
+    qf = SimpleNamespace(rows=torch.zeros((2, 3)))
+    block = SimpleNamespace(gemm=torch.zeros((2, 3)))
+    names = ("float32", "torch-bfloat16", "onnxruntime", "torch-int8")
+    tp = lowp.TilePass(None, qf, block, 0, True, None, names, None)
+    tp.choice.warm.update(names)
+    tp.kinds["torch-bfloat16"] = lowp.TileKind("torch-bfloat16", "bfloat16", None, None)
+    tp.choice.times = {"float32": [2.0, 2.0, 2.0], "torch-bfloat16": [3.0, 1.0, 1.0],
+                       "torch-int8": [0.5] * 3}  # fmt: skip
+    tp.choice.round = 2  # the round of onnxruntime, not yet prepared
+    started, release = threading.Event(), threading.Event()
+
+    def build(name):
+        started.set()
+        release.wait(10)
+        return lowp.TileKind(name, "int8", None, None)
+
+    monkeypatch.setattr(tp, "_build", build)
+    builder = threading.Thread(target=tp.pick)
+    builder.start()
+    assert started.wait(10)
+    other = tp.pick()
+    assert other is tp.kinds["torch-bfloat16"]
+    tp.choice.record(other.name, 0.1)
+    assert tp.choice.times["torch-bfloat16"] == [3.0, 1.0, 1.0] and tp.choice.round == 2
+    release.set()
+    builder.join(10)
+    assert tp.pick().name == "onnxruntime"
+
+
 def test_choice_drops_warm_up_lead_and_stale_tiles():
     import threading
 

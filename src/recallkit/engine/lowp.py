@@ -1113,10 +1113,14 @@ class TilePass:
             self.building.release()
 
     def pick(self, timed: bool = True) -> TileKind:
-        """The kind for the calling thread's next tile: the choice's, or float32 while another
-        thread prepares the chosen kind's sides (a tile the choice then does not time)."""
+        """The kind for the calling thread's next tile: the choice's, or, while another thread
+        prepares the chosen kind's sides, the prepared kind of least median time so far
+        (float32 before any is timed; a tile the choice then does not time)."""
         kind = self.kind(self.choice.pick(self.names, timed, self.workers))
-        return self.kinds["float32"] if kind is None else kind
+        if kind is None:
+            ready = [(t, n) for n, t in self.choice.medians().items() if n in self.kinds]
+            kind = self.kinds[min(ready)[1] if ready else "float32"]
+        return kind
 
     def _build(self, name: str) -> TileKind:
         qf, block = self.qf, self.block
