@@ -304,10 +304,10 @@ def _norm_up(acc, w):  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"reassoc"})
-def _side_norms(x, h, i, source, norm, residual):  # pragma: no cover - compiled
-    """Row ``i``'s rounded-up norms of ``x``, of its low-precision value ``x̂ = h`` and of
-    ``x - x̂`` (each exact in float64): the sums of squares in float64 in any order (SIMD),
-    which :func:`_norm_up`'s margin bounds."""
+def _square_sums(x, h):  # pragma: no cover - compiled
+    """The sums of the squares of ``x``, ``h`` and ``x - h`` in float64, in any order (SIMD):
+    :func:`_norm_up`'s margin bounds the rounding of any order of the sum. (Its own operations
+    stay outside this function's ``fastmath``.)"""
     ax = 0.0
     aq = 0.0
     ar = 0.0
@@ -317,7 +317,15 @@ def _side_norms(x, h, i, source, norm, residual):  # pragma: no cover - compiled
         ax += v * v
         aq += d * d
         ar += (v - d) * (v - d)
+    return ax, aq, ar
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _side_norms(x, h, i, source, norm, residual):  # pragma: no cover - compiled
+    """Row ``i``'s rounded-up norms of ``x``, of its low-precision value ``x̂ = h`` and of
+    ``x - x̂`` (each exact in float64)."""
     w = x.shape[0]
+    ax, aq, ar = _square_sums(x, h)
     source[i] = _norm_up(ax, w)
     norm[i] = _norm_up(aq, w)
     residual[i] = _norm_up(ar, w)
