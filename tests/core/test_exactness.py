@@ -63,6 +63,31 @@ def test_torch_kernels_equal_numba_bit_for_bit(metric, dtype):
     np.testing.assert_array_equal(scores["numba"].numpy(), expected)
 
 
+@pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
+def test_runs_of_pairs_scored_side_by_side_equal_the_definition(metric):
+    # The CPU kernel scores eight pairs of one row side by side: runs of every length around
+    # eight, a row in several runs, a run longer than a thread's piece, unsorted and repeated
+    # columns, padding rows (-1) between.
+    x, _ = _near_ties(3)
+    n = len(x)
+    t = torch.from_numpy(x)
+    sq = exact.row_sq_norms(t)
+    aux = sq if metric != "cosine" else exact.row_norms(sq)
+    rng = np.random.default_rng(4)
+    rows, cols = [], []
+    for length in (1, 7, 8, 9, 3, 15, 16, 17, 2, 23, 40, 600, 8):  # 600: cut into pieces
+        row = -1 if length in (2, 3) else int(rng.integers(0, n))
+        rows += [row] * length
+        cols += rng.integers(0, n, length).tolist()
+    rows[-8:] = [rows[0]] * 8  # the first run's row again, apart from it
+    rows_t, cols_t = torch.tensor(rows), torch.tensor(cols)
+    got = exact.exact_numba(t, aux, t, aux, rows_t, cols_t, metric)
+    s = brute.fixed_order_scores64(x, x, metric)
+    expected = [s[r, c] if r >= 0 else -np.inf for r, c in zip(rows, cols, strict=True)]
+    np.testing.assert_array_equal(got.numpy(), np.array(expected))
+    assert torch.equal(got, exact.exact_torch(t, aux, t, aux, rows_t, cols_t, metric))
+
+
 def brute_sq(x: np.ndarray) -> np.ndarray:
     """``sq(x)`` as defined: float64 squares summed in index order."""
     total = np.zeros(len(x))
