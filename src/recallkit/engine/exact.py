@@ -17,9 +17,9 @@ zero (an unscaled ``2**-600`` row would have a squared norm that underflows floa
 row is used as given, so float32 inputs and float64 inputs of ordinary magnitude are scored
 bit for bit as written above.
 
-This module holds the numba kernels (CPU arrays: one fused pass per pair, both cores) and the
-torch operations (any device: products first, then one float64 addition per dimension in index
-order); the Triton kernel of :mod:`recallkit.engine.triton_kernels` computes the same bits on
+This module holds the numba kernels (CPU arrays: eight pairs of a query at a time, both cores)
+and the torch operations (any device: products first, then one float64 addition per dimension in
+index order); the Triton kernel of :mod:`recallkit.engine.triton_kernels` computes the same bits on
 CUDA in one launch.
 """
 
