@@ -608,10 +608,15 @@ def test_largest_magnitude_from_bit_patterns():
     values = ([0.0, -0.0], [-(2.0**-149)], [3 * 2.0**-148, -1.0], [below_normal],
               [-(2.0**31.5), 2.0**31])  # fmt: skip
     rows += [np.array(v, np.float32) for v in values]
-    for row in rows:
-        assert lowp._largest(row.view(np.uint32)) == float(np.abs(row.astype(np.float64)).max())
-    assert lowp._largest(np.array([1.0, np.inf], np.float32).view(np.uint32)) >= lowp.MAX_ABS
-    assert lowp._largest(np.array([np.nan, -1.0], np.float32).view(np.uint32)) >= lowp.MAX_ABS
+    wide = [rng.standard_normal(n) * 2.0**e for n, e in ((9, 0), (17, -1070), (3, 900))]
+    wide += [np.array(v) for v in ([5e-324, -(2.0**-1022)], [-(2.0**1023) * 1.5, 1.0], [-0.0])]
+    for row in rows + wide:
+        bits = row.view(np.uint32 if row.dtype == np.float32 else np.uint64)
+        assert lowp.largest_magnitude(bits) == float(np.abs(row.astype(np.float64)).max())
+    for dtype, bits in ((np.float32, np.uint32), (np.float64, np.uint64)):
+        for bad in (np.inf, -np.inf, np.nan):
+            row = np.array([1.0, bad, -2.0], dtype).view(bits)
+            assert lowp.largest_magnitude(row) >= lowp.MAX_ABS
 
 
 def test_holds():

@@ -40,7 +40,7 @@ import numba
 import numpy as np
 import torch
 
-from recallkit.engine import exact
+from recallkit.engine import exact, lowp
 from recallkit.exceptions import RecallkitError, Text
 
 # Low-precision GEMM types, by the public name of a precision.
@@ -82,12 +82,10 @@ class Product:
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _robust_norm(row):  # pragma: no cover - compiled
-    """:func:`robust_norms` of one CPU row in float64: the row times ``2**half`` then
-    ``2**rest``, its squares summed in index order."""
-    top = 0.0
-    for k in range(row.shape[0]):
-        top = max(top, abs(np.float64(row[k])))
+def _robust_norm(row, bits):  # pragma: no cover - compiled
+    """:func:`robust_norms` of one CPU row in float64 (``bits``: its bit patterns): the row times
+    ``2**half`` then ``2**rest``, its squares summed in index order."""
+    top = lowp.largest_magnitude(bits)
     if top == 0.0:
         return 0.0
     exponent = math.frexp(top)[1]
@@ -101,24 +99,25 @@ def _robust_norm(row):  # pragma: no cover - compiled
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
-def _robust_norms_numba(x, out):  # pragma: no cover - compiled
+def _robust_norms_numba(x, bits, out):  # pragma: no cover - compiled
     for i in numba.prange(x.shape[0]):
-        out[i] = _robust_norm(x[i])
+        out[i] = _robust_norm(x[i], bits[i])
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
-def _filter_rows_numba(x, factor, divide, held, out, norms):  # pragma: no cover - compiled
+def _filter_rows_numba(x, factor, divide, held, held_bits, out, norms):  # pragma: no cover
     """Per row, ``v = float64(x_i) / factor_i`` (``divide``) or ``· factor_i``, written to ``out``
     in its type, and (``norms`` not empty) :func:`robust_norms` of ``v`` in float64 (``held``: a
-    row of ``v`` per thread)."""
+    row of ``v`` per thread, ``held_bits`` its bit patterns)."""
     for i in numba.prange(x.shape[0]):
-        v = held[numba.get_thread_id()]
+        t = numba.get_thread_id()
+        v = held[t]
         for k in range(x.shape[1]):
             a = np.float64(x[i, k])
             v[k] = a / factor[i] if divide else a * factor[i]
             out[i, k] = v[k]
         if norms.shape[0]:
-            norms[i] = _robust_norm(v)
+            norms[i] = _robust_norm(v, held_bits[t])
 
 
 def filter_rows(
@@ -134,8 +133,8 @@ def filter_rows(
     if n:
         held = np.empty((numba.config.NUMBA_NUM_THREADS, d), dtype=np.float64)
         factor = np.ascontiguousarray(factor.numpy(), dtype=np.float64)
-        _filter_rows_numba(raw.detach().contiguous().numpy(), factor, divide, held, out.numpy(),
-                           found)  # fmt: skip
+        _filter_rows_numba(raw.detach().contiguous().numpy(), factor, divide, held,
+                           held.view(np.uint64), out.numpy(), found)  # fmt: skip
     return out, torch.from_numpy(found) if norms else None
 
 
@@ -162,7 +161,9 @@ def robust_norms(x: torch.Tensor, fused: bool = False) -> torch.Tensor:
     if fused and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
         out = np.empty(x.shape[0], dtype=np.float64)
         if x.shape[0]:
-            _robust_norms_numba(x.detach().contiguous().numpy(), out)
+            rows = x.detach().contiguous().numpy()
+            bits = rows.view(np.uint32 if rows.dtype == np.float32 else np.uint64)
+            _robust_norms_numba(rows, bits, out)
         return torch.from_numpy(out)
     x = x.to(torch.float64)
     top = x.abs().amax(dim=1) if x.shape[1] else torch.zeros(x.shape[0], dtype=torch.float64)

@@ -332,19 +332,23 @@ def _side_norms(x, h, i, source, norm, residual):  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _largest(u):  # pragma: no cover - compiled
-    """The largest magnitude in a float32 row given as its bit patterns ``u``, in float64
-    (exact): the largest pattern with the sign bit cleared (non-negative floats order as their
-    patterns; a non-finite value's is above every finite one's). An integer reduction, which
-    the compiler vectorises; a float ``max`` with its NaN rules is not."""
-    m = np.uint32(0)
+def largest_magnitude(u):  # pragma: no cover - compiled
+    """The largest magnitude in a row of float32 (``u``: its ``uint32`` bit patterns) or float64
+    values (``uint64`` patterns), in float64 (exact): the largest pattern with its sign bit
+    shifted out (non-negative floats order as their patterns; a non-finite value's is above
+    every finite one's). An integer reduction, which the compiler vectorises; a float ``max``
+    with its NaN rules is not."""
+    word = u.dtype.type
+    m = word(0)
     for k in range(u.shape[0]):
-        m = max(m, u[k] & np.uint32(0x7FFFFFFF))
-    e = np.int64(m >> 23)
-    f = np.float64(np.int64(m) & 0x7FFFFF)
+        m = max(m, word(u[k] << word(1)))  # back to the pattern's width: the sign bit drops
+    b = np.int64(m >> word(1))
+    frac, bias = (23, 150) if u.itemsize == 4 else (52, 1075)
+    e = b >> frac
+    f = np.float64(b & ((np.int64(1) << frac) - 1))
     if e == 0:  # subnormal
-        return math.ldexp(f, -149)
-    return math.ldexp(f + 2.0**23, e - 150)
+        return math.ldexp(f, 1 - bias)
+    return math.ldexp(f + math.ldexp(1.0, frac), e - bias)
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -372,7 +376,7 @@ def _quantise(
     n, w = x.shape
     for i in numba.prange(n):
         t = numba.get_thread_id()
-        m = _largest(xu[i])
+        m = largest_magnitude(xu[i])
         largest[i] = m
         s = _scale_of(m, levels)
         scale[i] = s
@@ -434,7 +438,7 @@ def _round_bf16(x, u, held, values, bits, norm, residual, source, largest):  # p
     n, w = x.shape
     for i in numba.prange(n):
         t = numba.get_thread_id()
-        largest[i] = _largest(u[i])
+        largest[i] = largest_magnitude(u[i])
         for k in range(w):
             b = np.int64(u[i, k])
             r = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) & 0xFFFF
