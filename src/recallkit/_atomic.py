@@ -1,9 +1,12 @@
 """Atomic file writes: a reader sees the old file or the whole new one, never half of it.
 
 A write goes to a temporary file beside its target (``.<name>.<random>.tmp``), is flushed and
-fsynced, then renamed over the target. When the target is a symbolic link, the link's final
-target is replaced and the link is kept; an existing target keeps its permission bits (a
-``0600`` file stays ``0600``), a new one gets the mode a plain ``open()`` would give it.
+fsynced, then renamed over the target; several files can be written first and renamed together
+(:class:`Staging`). Ctrl-C at any moment leaves no temporary file: the steps that create one
+and put it on the list of files to remove, and the renames, hold the interrupt until they are
+done. When the target is a symbolic link, the link's final target is replaced and the link is
+kept; an existing target keeps its permission bits (a ``0600`` file stays ``0600``), a new one
+gets the mode a plain ``open()`` would give it.
 Temporary files left by a killed process (``kill -9``) are never read; those older than
 :data:`STALE_SECONDS` are removed by the next write beside them.
 """
@@ -12,8 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -89,69 +94,150 @@ def remove_stale_temporaries(directory: str | os.PathLike[str], prefix: str = ".
     return removed
 
 
-class Staged:
-    """A complete, synced temporary file waiting to replace its target (see :func:`stage`)."""
-
-    def __init__(self, tmp: str, target: Path) -> None:
-        self.tmp: str | None = tmp
-        self.target = target
-
-    def commit(self) -> Path:
-        """Rename the temporary file over the target; return the target."""
-        if self.tmp is None:
-            raise RuntimeError(f"The write of '{self.target}' was already committed or discarded.")
-        os.replace(self.tmp, self.target)
-        self.tmp = None
-        return self.target
-
-    def discard(self) -> None:
-        """Remove the temporary file (nothing happens to the target)."""
-        if self.tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.tmp)
-            self.tmp = None
-
-
 def _open_temporary(target: Path) -> tuple[int, str]:
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(target.parent, f".{target.name}.")
     return tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
 
 
-def stage(path: str | os.PathLike[str], write: Callable[[IO[Any]], Any], mode: str = "w") -> Staged:
-    """Write a temporary file beside ``path`` with ``write(handle)``, sync it, and return it.
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) until the block has run, then act on it as it would have.
 
-    Nothing visible changes until :meth:`Staged.commit`; :meth:`Staged.discard` drops it.
-    Several outputs can so be prepared first and put in place only once all of them were
-    written. On an exception (a full disk) the temporary file is removed.
+    For steps that must happen all together (a temporary file created and put on the list of
+    files to remove; renames that put several outputs in place): an interrupt there takes
+    effect once they are done, never between them. Outside the main thread, where signals are
+    not handled, or when the handler in place was not installed from Python, the block runs
+    as it is.
+
+    >>> import signal
+    >>> steps = []
+    >>> try:
+    ...     with interrupts_deferred():
+    ...         signal.raise_signal(signal.SIGINT)
+    ...         steps.append("the block ran to its end")
+    ... except KeyboardInterrupt:
+    ...     steps.append("then the interrupt")
+    >>> steps
+    ['the block ran to its end', 'then the interrupt']
+    """
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is None
+    ):
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught and callable(previous):
+        previous(signal.SIGINT, None)
+    elif caught and previous == signal.SIG_DFL:
+        signal.raise_signal(signal.SIGINT)
+
+
+class Staging:
+    """Files written in full to temporary files, then put in place together, or not at all.
+
+    Each file is written to a temporary file beside its target (:meth:`open`, :meth:`add`),
+    flushed and synced; :meth:`commit` renames them all over their targets, in the order they
+    were added, with Ctrl-C held until the last rename. Leaving the ``with`` block before
+    :meth:`commit` (an exception, a full disk, Ctrl-C at any moment) removes every temporary
+    file and changes no target: a temporary file goes on the list of files to remove in the
+    same step, with Ctrl-C held, that creates it.
 
     >>> import tempfile, pathlib
-    >>> target = pathlib.Path(tempfile.mkdtemp()) / "out.txt"
-    >>> pending = stage(target, lambda handle: handle.write("done"))
-    >>> target.exists(), pending.commit().read_text()
-    (False, 'done')
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> with Staging() as staging:
+    ...     staging.add(folder / "a.txt", lambda handle: handle.write("first"))
+    ...     staging.add(folder / "b.txt", lambda handle: handle.write("second"))
+    ...     sorted(p.name for p in folder.iterdir() if not p.name.startswith("."))
+    ...     [target.name for target in staging.commit()]
+    []
+    ['a.txt', 'b.txt']
+    >>> sorted(p.name for p in folder.iterdir())
+    ['a.txt', 'b.txt']
     """
-    target = resolve_target(path)
-    fd, tmp = _open_temporary(target)
-    try:
-        with os.fdopen(fd, mode) as handle:
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[str, Path, IO[Any]]] = []
+
+    def __enter__(self) -> Staging:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.discard()
+
+    @contextlib.contextmanager
+    def open(self, path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
+        """Open a temporary file for ``path`` (the final target when ``path`` is a symlink); on
+        leaving the block it is flushed, synced and given the target's mode (or a new file's)."""
+        target = resolve_target(path)
+        with interrupts_deferred():
+            fd, tmp = _open_temporary(target)
+            entry = (tmp, target, os.fdopen(fd, mode))
+            self._pending.append(entry)
+        try:
+            with entry[2] as handle:
+                yield handle
+                handle.flush()
+                sync(handle.fileno())
+            os.chmod(tmp, _mode_for(target))
+        except BaseException:
+            with interrupts_deferred():
+                _remove(entry)
+                if entry in self._pending:  # not yet discarded with the others
+                    self._pending.remove(entry)
+            raise
+
+    def add(
+        self, path: str | os.PathLike[str], write: Callable[[IO[Any]], Any], mode: str = "w"
+    ) -> None:
+        """Write the temporary file for ``path`` with ``write(handle)`` (see :meth:`open`)."""
+        with self.open(path, mode) as handle:
             write(handle)
-            handle.flush()
-            sync(handle.fileno())
-        os.chmod(tmp, _mode_for(target))
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return Staged(tmp, target)
+
+    def commit(self) -> list[Path]:
+        """Rename every temporary file over its target; return the targets.
+
+        A failed rename (``OSError``) leaves the targets renamed before it in place and the
+        other temporary files to :meth:`discard`.
+        """
+        done = []
+        with interrupts_deferred():
+            while self._pending:
+                tmp, target, _handle = self._pending[0]
+                os.replace(tmp, target)
+                del self._pending[0]
+                done.append(target)
+        return done
+
+    def discard(self) -> None:
+        """Remove the temporary files not yet renamed (nothing happens to their targets)."""
+        with interrupts_deferred():
+            while self._pending:
+                _remove(self._pending[-1])
+                self._pending.pop()
+
+
+def _remove(entry: tuple[str, Path, IO[Any]]) -> None:
+    tmp, _target, handle = entry
+    with contextlib.suppress(OSError):  # already closed, unless Ctrl-C came before any write
+        handle.close()
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
+def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[Any]]:
     """Open a temporary file beside ``path``; on success sync it and rename it over ``path``.
 
-    On an exception the temporary file is removed and ``path`` is left untouched. A symlink
-    ``path`` keeps pointing at its target, which is replaced; the target's mode is kept.
+    On an exception (Ctrl-C included) the temporary file is removed and ``path`` is left
+    untouched. A symlink ``path`` keeps pointing at its target, which is replaced; the
+    target's mode is kept. Several files that must appear together: :class:`Staging`.
 
     >>> import tempfile, pathlib
     >>> target = pathlib.Path(tempfile.mkdtemp()) / "out.txt"
@@ -160,16 +246,7 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO]:
     >>> target.read_text()
     'done'
     """
-    target = resolve_target(path)
-    fd, tmp = _open_temporary(target)
-    try:
-        with os.fdopen(fd, mode) as handle:
+    with Staging() as staging:
+        with staging.open(path, mode) as handle:
             yield handle
-            handle.flush()
-            sync(handle.fileno())
-        os.chmod(tmp, _mode_for(target))
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+        staging.commit()

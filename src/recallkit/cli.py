@@ -280,7 +280,7 @@ def _run(argv: list[str], command: str) -> int:
     if extras:
         return _usage_error(f"{PROG} {command}", _unrecognized(extras, _subparser(parser, command)))
     if dict((name, module) for name, module, _ in COMMANDS)[command] in ENGINE_MODULES:
-        from recallkit.commands._args import interrupts_deferred
+        from recallkit._atomic import interrupts_deferred
 
         with interrupts_deferred():
             for module, required in NATIVE_IMPORTS:

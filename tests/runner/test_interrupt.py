@@ -6,6 +6,7 @@ once as a real SIGINT sent to a ``recallkit`` process while it encodes.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import signal
@@ -103,20 +104,20 @@ def test_interrupt_while_the_run_file_is_written(
     cli, hand_case, encoder_module, tmp_path, monkeypatch
 ):
     # The grid is staged first, then the run file: Ctrl-C once half the run file is written.
-    real_stage = evaluate_command.stage
+    real_add = _atomic.Staging.add
 
-    def stage(path, write, mode="w"):
+    def add(self, path, write, mode="w"):
         if not str(path).endswith("run.json"):
-            return real_stage(path, write, mode)
+            return real_add(self, path, write, mode)
 
         def half_then_ctrl_c(handle):
             handle.write("{")
             handle.flush()
             raise KeyboardInterrupt
 
-        return real_stage(path, half_then_ctrl_c, mode)
+        return real_add(self, path, half_then_ctrl_c, mode)
 
-    monkeypatch.setattr(evaluate_command, "stage", stage)
+    monkeypatch.setattr(_atomic.Staging, "add", add)
     res = _run(cli, hand_case, tmp_path, f"{encoder_module[0]}:mean_rgb")
     assert res.rc == 130 and res.err.endswith(INTERRUPTED), res.err
     # The staged grid and the half run file are removed; nothing was renamed into place.
@@ -292,9 +293,11 @@ def test_sigint_at_any_moment_of_the_engine_once_or_twice(tmp_path):
         assert process.returncode in (0, 130), (process.returncode, stderr)
         if process.returncode == 130:
             assert stderr.endswith("recallkit evaluate: interrupted\n"), stderr
-            assert not out.exists() and not list(tmp_path.glob("*.tmp*"))
-        else:
-            assert out.exists()
+        assert not list(tmp_path.glob("*.tmp*"))
+        # A run file is whole: the finished run's, or one put in place before an interrupt
+        # that came while it was renamed, which waits until the outputs are in place.
+        if process.returncode == 0 or out.exists():
+            assert len(json.loads(out.read_text())["queries"]["first_hit_rank"]) == n
             out.unlink()
     assert 130 in codes  # the interrupts met the run, not only its end
 
@@ -334,3 +337,74 @@ def test_the_engine_commands_load_its_native_libraries_with_ctrl_c_held(
         )
         assert seen == {}
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _sigint_at_instruction(n: int, block) -> bool:
+    """Run ``block()`` with SIGINT raised before its ``n``-th bytecode instruction (counted in
+    every frame it runs, the standard library's included); return whether it was raised.
+
+    Python runs a signal handler between two instructions, so this reaches every moment a
+    real Ctrl-C could take effect at."""
+    count = 0
+    raised = False
+
+    def trace(frame, event, arg):
+        nonlocal count, raised
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            count += 1
+            if count == n:
+                raised = True
+                signal.raise_signal(signal.SIGINT)
+        return trace
+
+    # A write that an interrupt left holding a lock would hang the next one: fail instead.
+    faulthandler.dump_traceback_later(60, exit=True)
+    sys.settrace(trace)
+    try:
+        block()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sys.settrace(None)
+        faulthandler.cancel_dump_traceback_later()
+    return raised
+
+
+def test_ctrl_c_at_every_instruction_of_a_write_leaves_the_old_files_or_all_new_ones(
+    tmp_path, monkeypatch
+):
+    """``atomic_write`` over an old file, and two files staged and committed together: Ctrl-C
+    before any one instruction leaves no temporary file, and either the old contents or all
+    the new ones."""
+    monkeypatch.setattr(_atomic, "sync", lambda fd: None)  # the disk plays no part here
+    one, two = tmp_path / "one.txt", tmp_path / "two.txt"
+
+    def rewrite():
+        with _atomic.atomic_write(one) as handle:
+            handle.write("new one")
+
+    def both():
+        with _atomic.Staging() as staging:
+            staging.add(one, lambda handle: handle.write("new one"))
+            staging.add(two, lambda handle: handle.write("new two"))
+            staging.commit()
+
+    for block, old, new in [
+        (rewrite, {"one.txt": "old one"}, {"one.txt": "new one"}),
+        (both, {"one.txt": "old one"}, {"one.txt": "new one", "two.txt": "new two"}),
+    ]:
+        outcomes = set()
+        n = 0
+        while True:
+            n += 1
+            for path in tmp_path.iterdir():
+                path.unlink()
+            one.write_text("old one")
+            raised = _sigint_at_instruction(n, block)
+            found = {path.name: path.read_text() for path in tmp_path.iterdir()}
+            assert found in (old, new), (block.__name__, n, found)
+            outcomes.add(found == new)
+            if not raised:  # past the block's last instruction
+                break
+        assert n > 500 and outcomes == {False, True}, (block.__name__, n, outcomes)

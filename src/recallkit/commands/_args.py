@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -65,30 +63,6 @@ def warnings_as_lines(command: str, parameters: Any = None) -> Iterator[None]:
                 if text not in seen:
                     seen.add(text)
                     print(f"recallkit {command}: warning: {text}", file=sys.stderr)
-
-
-@contextmanager
-def interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) until the block has run, then act on it as it would have.
-
-    For the last steps of a write that must happen all together (a history line and the
-    renames of the files written beside it): an interrupt there takes effect once they are
-    done, never between them. Outside the main thread, where signals are not handled, the
-    block runs as it is.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if caught and callable(previous):
-        previous(signal.SIGINT, None)
-    elif caught and previous == signal.SIG_DFL:
-        signal.raise_signal(signal.SIGINT)
 
 
 def bounded_int(option: str, low: int, high: int, what: str) -> Callable[[str], int]:

@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recallkit import options as _options
-from recallkit._atomic import Staged, stage
+from recallkit._atomic import Staging, interrupts_deferred
 from recallkit.commands._args import (
     add_quiet,
     check_output_file,
-    interrupts_deferred,
     jsonable,
     parse_ks,
     positive_int,
@@ -636,9 +635,8 @@ def _write_outputs(args: argparse.Namespace, run: Any, record: dict[str, Any]) -
     """
     from recallkit.runner.pipeline import dumps_record, render_failure_grid
 
-    pending: list[Staged] = []
     done: list[str] = []
-    try:
+    with Staging() as staging:
         if args.show_out is not None:
             with warnings_as_lines("evaluate", _named(args)):
                 data = render_failure_grid(
@@ -648,14 +646,14 @@ def _write_outputs(args: argparse.Namespace, run: Any, record: dict[str, Any]) -
                     queries=args.show_queries,
                 )
             try:
-                pending.append(stage(args.show_out, lambda h: h.write(data), "wb"))
+                staging.add(args.show_out, lambda h: h.write(data), "wb")
             except OSError as error:
                 raise _cannot_write("failure grid", args.show_out, error) from None
             done.append(f"failure grid: {args.show_out}")
         if args.json is not None:
             text = dumps_record(record)
             try:
-                pending.append(stage(args.json, lambda h: h.write(text), "w"))
+                staging.add(args.json, lambda h: h.write(text), "w")
             except OSError as error:
                 raise _cannot_write("run file", args.json, error) from None
             done.append(f"run file: {args.json}")
@@ -669,13 +667,10 @@ def _write_outputs(args: argparse.Namespace, run: Any, record: dict[str, Any]) -
                     raise _cannot_write("history file", args.history, error) from None
                 runs = "run" if count == 1 else "runs"
                 done.append(f"history: {args.history} ({count} {runs})")
-            for item in pending:
-                try:
-                    item.commit()
-                except OSError as error:
-                    raise _cannot_write("output", str(item.target), error) from None
-    finally:
-        for item in pending:
-            item.discard()
+            try:
+                staging.commit()
+            except OSError as error:
+                target = str(error.filename2 or error.filename)
+                raise _cannot_write("output", target, error) from None
     for line in done:
         print(line, file=sys.stderr)

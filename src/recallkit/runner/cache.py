@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from recallkit._atomic import remove_stale_temporaries, stage
+from recallkit._atomic import Staging, remove_stale_temporaries
 from recallkit.runner.encode import BadImage, BadImagesError, Encoding, encode_images
 from recallkit.runner.encoders import Encoder
 
@@ -135,24 +135,20 @@ class EmbeddingCache:
             "bad": [[b.path, b.reason] for b in encoding.bad],
         }
         meta_path, array_path = self.meta_path(key), self.array_path(key)
-        pending = [stage(meta_path, lambda handle: json.dump(record, handle, indent=1), "w")]
-        try:
-            pending.append(
-                stage(
-                    array_path,
-                    lambda handle: np.save(handle, encoding.embeddings, allow_pickle=False),
-                    "wb",
-                )
+        with Staging() as staging:
+            staging.add(meta_path, lambda handle: json.dump(record, handle, indent=1), "w")
+            staging.add(
+                array_path,
+                lambda handle: np.save(handle, encoding.embeddings, allow_pickle=False),
+                "wb",
             )
-            for item in pending:
-                item.commit()
-        except BaseException:
-            for item in pending:
-                item.discard()
-            if not array_path.is_file():
-                with contextlib.suppress(OSError):
-                    meta_path.unlink()
-            raise
+            try:
+                staging.commit()
+            except BaseException:
+                if not array_path.is_file():
+                    with contextlib.suppress(OSError):
+                        meta_path.unlink()
+                raise
         return array_path
 
 
