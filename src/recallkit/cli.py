@@ -64,12 +64,12 @@ COMMANDS = (
     ("image-text", "protocols", "image-text retrieval recall@K (COCO 5k, Flickr30k 1k)"),
 )
 NAMES = tuple(name for name, _, _ in COMMANDS)
-# The command modules that run the engine: they import its native libraries (torch, and ONNX
-# Runtime where installed, which the int8 filter loads) before the command starts, with Ctrl-C
-# held until the imports are done (an interrupt raised inside such an import, in its native
-# initialisation, aborts the process instead of stopping it).
+# The command modules that run the engine: they import its native libraries (torch, numba, and
+# ONNX Runtime where installed, which the int8 filter loads) before the command starts, with
+# Ctrl-C held until the imports are done (an interrupt raised inside such an import, in its
+# native initialisation, aborts the process or comes out as an ImportError).
 ENGINE_MODULES = frozenset({"evaluate", "demo", "protocols"})
-NATIVE_IMPORTS = (("torch", True), ("onnxruntime", False))  # (module, required)
+NATIVE_IMPORTS = (("torch", True), ("numba", True), ("onnxruntime", False))  # (module, required)
 PROG = "recallkit"
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as a shell reports it.
 INTERRUPTED = 130
@@ -263,7 +263,7 @@ def _unknown_options(argv: Sequence[str], parser: argparse.ArgumentParser) -> li
     return unknown
 
 
-def _run(argv: list[str], command: str) -> int:
+def _run(argv: list[str], command: str, interrupted: list[int]) -> int:
     parser = build_parser(command)
     try:
         args, extras = parser.parse_known_args(argv)
@@ -297,6 +297,8 @@ def _run(argv: list[str], command: str) -> int:
         ):
             return int(args.func(args) or 0)
     except (ValueError, OSError) as error:  # UsageError, RunnerError, library errors, the system
+        if interrupted:  # what Ctrl-C broke on its way (a native library's initialisation)
+            raise KeyboardInterrupt from None
         line = error_text(error, _parameters(args))
         print(f"{PROG} {command}: error: {line}", file=sys.stderr)
         return 2
@@ -316,13 +318,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     word = _first_word(argv)
     command = word if word in NAMES else None
     try:
-        with _one_ctrl_c():
+        with _one_ctrl_c() as interrupted:
             if not argv:
                 build_parser("").print_help()
                 return 0
             if command is None:
                 return _top_level(argv, word)
-            return _run(argv, command)
+            return _run(argv, command, interrupted)
     except KeyboardInterrupt:
         with _second_ctrl_c_ignored():  # a second Ctrl-C must not turn this into a traceback
             print(f"{PROG}{' ' + command if command else ''}: interrupted", file=sys.stderr)
@@ -354,25 +356,36 @@ def entry() -> None:
 
 
 @contextlib.contextmanager
-def _one_ctrl_c() -> Iterator[None]:
+def _one_ctrl_c() -> Iterator[list[int]]:
     """The first Ctrl-C interrupts the command (KeyboardInterrupt); the ones after it, while
     the command winds down (workers finishing their tile, temporary files removed), are
-    ignored, so that the interrupt is said in one line and nothing is left half done."""
+    ignored, so that the interrupt is said in one line and nothing is left half done.
+
+    Yields the list of interrupts seen (one at most). Any error that leaves the block after an
+    interrupt is the interrupt's doing (an ImportError from a native library whose
+    initialisation it broke, say): it leaves as a KeyboardInterrupt.
+    """
+    seen: list[int] = []
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield seen
         return
 
     def first(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        seen.append(signum)
         raise KeyboardInterrupt
 
     previous = signal.getsignal(signal.SIGINT)
     if previous is not signal.default_int_handler:  # a caller's own handler stays
-        yield
+        yield seen
         return
     signal.signal(signal.SIGINT, first)
     try:
-        yield
+        yield seen
+    except Exception:
+        if seen:
+            raise KeyboardInterrupt from None
+        raise
     finally:
         signal.signal(signal.SIGINT, previous)
 

@@ -88,6 +88,41 @@ def test_interrupt_while_encoding(cli, hand_case, tmp_path, interrupting_encoder
     assert _leftovers(tmp_path) == []
 
 
+@pytest.mark.parametrize("error", ["ImportError", "ValueError", "RuntimeError"])
+def test_an_error_that_ctrl_c_caused_is_said_as_the_interrupt(
+    cli, hand_case, tmp_path, monkeypatch, error
+):
+    """A native library whose initialisation a Ctrl-C broke raises its own error (numba: an
+    ImportError, "numba._devicearray failed to import"): the command still says it was
+    interrupted, in one line, exit 130."""
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "rk_broken.py").write_text(
+        textwrap.dedent(
+            f"""
+            import signal
+
+            def encode(images):
+                try:
+                    signal.raise_signal(signal.SIGINT)
+                except KeyboardInterrupt:
+                    raise {error}("a native module failed to initialise") from None
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(folder))
+    try:
+        res = _run(cli, hand_case, tmp_path, "rk_broken:encode")
+    finally:
+        sys.modules.pop("rk_broken", None)
+    assert (res.rc, res.out) == (130, "")
+    assert res.err.endswith(INTERRUPTED) and "Traceback" not in res.err
+    assert [line for line in res.err.splitlines() if "rror" in line or "nterrupt" in line] == [
+        INTERRUPTED[:-1]
+    ]
+    assert _leftovers(tmp_path) == []
+
+
 def test_interrupt_while_evaluating(cli, hand_case, encoder_module, tmp_path, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -306,16 +341,16 @@ def test_sigint_at_any_moment_of_the_engine_once_or_twice(tmp_path):
 def test_the_engine_commands_load_its_native_libraries_with_ctrl_c_held(
     cli, tmp_path, monkeypatch, command
 ):
-    """torch and ONNX Runtime are imported before an engine command starts, each under a SIGINT
-    handler that holds the interrupt (an interrupt inside their native initialisation aborts
-    the process); a command without the engine imports neither."""
+    """torch, numba and ONNX Runtime are imported before an engine command starts, each under
+    a SIGINT handler that holds the interrupt (an interrupt inside their native initialisation
+    aborts the process, or breaks the module); a command without the engine imports none."""
     from recallkit import cli as cli_module
 
     seen: dict[str, object] = {}
     real = cli_module.importlib.import_module
 
     def recording(name, *args, **kwargs):
-        if name in ("torch", "onnxruntime"):
+        if name in ("torch", "numba", "onnxruntime"):
             seen[name] = signal.getsignal(signal.SIGINT)
         return real(name, *args, **kwargs)
 
@@ -326,7 +361,7 @@ def test_the_engine_commands_load_its_native_libraries_with_ctrl_c_held(
         result = cli("evaluate", "--embeddings", tmp_path / "e.npy", "--labels",
                      tmp_path / "l.npy", "--ks", "1", "--quiet")  # fmt: skip
         assert result.rc == 0, result.err
-        assert set(seen) == {"torch", "onnxruntime"}
+        assert set(seen) == {"torch", "numba", "onnxruntime"}
         for handler in seen.values():
             assert callable(handler) and handler is not signal.default_int_handler
     else:  # parsed and started (it fails on its input), with neither imported by the CLI
