@@ -16,13 +16,15 @@ a traceback:
   is close to a known one.
 
 An interrupted command (Ctrl-C) prints ``recallkit COMMAND: interrupted`` and exits with status
-130; outputs are written atomically, so it leaves no partial file. A command run with
+130, wherever the interrupt lands (:class:`_CtrlC`); outputs are written atomically, so it
+leaves no partial file. A command run with
 ``--quiet`` prints nothing but that error line: its report, progress, notes and warnings are
 dropped. ``recallkit`` alone prints the help; ``recallkit --version`` the version.
 """
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import contextlib
 import difflib
@@ -33,6 +35,7 @@ import re
 import signal
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
@@ -314,17 +317,22 @@ def _run(argv: list[str], command: str, interrupted: list[int]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 success, 2 user error, 130 interrupted)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    ctrl_c = _CtrlC()
+    with ctrl_c.quiet_after_interrupt():  # until the interrupted command's frames are freed
+        return _main(list(sys.argv[1:] if argv is None else argv), ctrl_c)
+
+
+def _main(argv: list[str], ctrl_c: _CtrlC) -> int:
     word = _first_word(argv)
     command = word if word in NAMES else None
     try:
-        with _one_ctrl_c() as interrupted:
+        with ctrl_c.handling():
             if not argv:
                 build_parser("").print_help()
                 return 0
             if command is None:
                 return _top_level(argv, word)
-            return _run(argv, command, interrupted)
+            return _run(argv, command, ctrl_c.seen)
     except KeyboardInterrupt:
         with _second_ctrl_c_ignored():  # a second Ctrl-C must not turn this into a traceback
             print(f"{PROG}{' ' + command if command else ''}: interrupted", file=sys.stderr)
@@ -355,39 +363,86 @@ def entry() -> None:
     sys.exit(code)
 
 
-@contextlib.contextmanager
-def _one_ctrl_c() -> Iterator[list[int]]:
-    """The first Ctrl-C interrupts the command (KeyboardInterrupt); the ones after it, while
-    the command winds down (workers finishing their tile, temporary files removed), are
-    ignored, so that the interrupt is said in one line and nothing is left half done.
+class _CtrlC:
+    """Ctrl-C during one command: said in one line, whatever it breaks on its way.
 
-    Yields the list of interrupts seen (one at most). Any error that leaves the block after an
-    interrupt is the interrupt's doing (an ImportError from a native library whose
-    initialisation it broke, say): it leaves as a KeyboardInterrupt.
+    - The first Ctrl-C interrupts the command (KeyboardInterrupt); the ones after it, while the
+      command winds down (workers finishing their tile, temporary files removed), are ignored,
+      so that the interrupt is said in one line and nothing is left half done.
+    - Any error that leaves the command after the interrupt is the interrupt's doing (an
+      ImportError from a native library whose initialisation it broke, say): it leaves as a
+      KeyboardInterrupt.
+    - An interrupt that lands where Python cannot raise it (a weakref callback or a destructor,
+      where Python prints it as "Exception ignored" and goes on) is raised again a moment
+      later, from the command's own code. Any other error Python would print that way once the
+      command was interrupted (an object the interrupt left half built, freed later) is not
+      printed.
+
+    All of this in the main thread, and only over Python's own SIGINT handler: a caller's
+    handler stays, and a process that ignores SIGINT keeps ignoring it.
     """
-    seen: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield seen
-        return
 
-    def first(signum: int, frame: Any) -> None:
+    #: How long after an interrupt lost in a callback it is raised again (seconds).
+    AGAIN_AFTER = 0.01
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []  # the interrupts that reached the command
+        self._handling = False
+
+    def _first(self, signum: int, frame: Any) -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        seen.append(signum)
+        self.seen.append(signum)
         raise KeyboardInterrupt
 
-    previous = signal.getsignal(signal.SIGINT)
-    if previous is not signal.default_int_handler:  # a caller's own handler stays
-        yield seen
-        return
-    signal.signal(signal.SIGINT, first)
-    try:
-        yield seen
-    except Exception:
-        if seen:
-            raise KeyboardInterrupt from None
-        raise
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    @contextlib.contextmanager
+    def handling(self) -> Iterator[None]:
+        """Ctrl-C as above while the block runs."""
+        if (
+            threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        ):
+            yield
+            return
+        signal.signal(signal.SIGINT, self._first)
+        self._handling = True
+        try:
+            yield
+        except Exception:
+            if self.seen:
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            self._handling = False
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    @contextlib.contextmanager
+    def quiet_after_interrupt(self) -> Iterator[None]:
+        """Python's report of errors it cannot raise (:func:`sys.unraisablehook`), as above."""
+        previous = sys.unraisablehook
+
+        def hook(info: Any) -> None:
+            if not self.seen:
+                previous(info)
+            elif isinstance(info.exc_value, KeyboardInterrupt) and self._handling:
+                self._again()
+
+        sys.unraisablehook = hook
+        try:
+            yield
+        finally:
+            sys.unraisablehook = previous
+
+    def _again(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        signal.signal(signal.SIGINT, self._first)
+
+        def soon() -> None:
+            time.sleep(self.AGAIN_AFTER)
+            if self._handling:
+                _thread.interrupt_main()
+
+        threading.Thread(target=soon, name="recallkit-ctrl-c", daemon=True).start()
 
 
 @contextlib.contextmanager

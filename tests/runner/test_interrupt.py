@@ -293,6 +293,62 @@ def test_a_real_sigint_to_a_running_command(tmp_path, hand_case):
     assert not out["json"].exists() and not out["history"].exists()
 
 
+LOST_IN_A_CALLBACK = """
+import signal, time, weakref
+
+import numpy as np
+
+
+class Thing:
+    pass
+
+
+def encode(images):
+    thing = Thing()
+    ref = weakref.ref(thing, lambda ref: signal.raise_signal(signal.SIGINT))
+    del thing  # Ctrl-C lands in the weakref's callback, where Python cannot raise it
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # the command's own code: raised again here
+        pass
+    return np.zeros((len(images), 3), dtype=np.float32)
+"""
+
+HALF_BUILT = """
+import signal
+
+
+class HalfBuilt:
+    def __del__(self):
+        raise AttributeError("'HalfBuilt' object has no attribute '_as_parameter_'")
+
+
+def encode(images):
+    thing = HalfBuilt()  # freed once the interrupt has been said; its destructor fails
+    signal.raise_signal(signal.SIGINT)
+"""
+
+
+@pytest.mark.parametrize("source", [LOST_IN_A_CALLBACK, HALF_BUILT], ids=["lost", "half-built"])
+def test_ctrl_c_in_a_callback_or_destructor_is_still_one_line(tmp_path, hand_case, source):
+    """A Ctrl-C that lands in a weakref callback (Python prints it as "Exception ignored" and
+    goes on) still stops the command; an object it left half built, whose destructor fails
+    later, prints nothing. Both seen in stress runs of ``recallkit demo`` (numba, llvmlite)."""
+    query, gallery = hand_case
+    (tmp_path / "enc").mkdir()
+    (tmp_path / "enc" / "rk_ctrl_c.py").write_text(source)
+    command = [sys.executable, "-m", "recallkit", "evaluate", "--query", str(query),
+               "--gallery", str(gallery), "--callable", "rk_ctrl_c:encode",
+               "--json", str(tmp_path / "run.json")]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "enc"),
+           "RECALLKIT_CACHE": str(tmp_path / "cache")}  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120,
+                          preexec_fn=_default_sigint)  # fmt: skip
+    assert (done.returncode, done.stdout) == (130, ""), done.stderr
+    assert done.stderr.endswith(INTERRUPTED), done.stderr
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "run.json").exists()
+
+
 def test_sigint_at_any_moment_of_the_engine_once_or_twice(tmp_path):
     """SIGINT at random moments of a run on saved arrays (torch being imported, its threads busy
     in the engine), once and twice in a row: one line, exit 130 (or the finished run), never a
