@@ -17,9 +17,9 @@ a traceback:
 
 An interrupted command (Ctrl-C) prints ``recallkit COMMAND: interrupted`` and exits with status
 130, wherever the interrupt lands (:class:`_CtrlC`); outputs are written atomically, so it
-leaves no partial file. A command run with
-``--quiet`` prints nothing but that error line: its report, progress, notes and warnings are
-dropped. ``recallkit`` alone prints the help; ``recallkit --version`` the version.
+leaves no partial file. A command run with ``--quiet`` prints nothing but that error line: its
+report, progress, notes and warnings are dropped. ``recallkit`` alone prints the help;
+``recallkit --version`` the version.
 """
 
 from __future__ import annotations
@@ -300,8 +300,8 @@ def _run(argv: list[str], command: str, interrupted: list[int]) -> int:
         ):
             return int(args.func(args) or 0)
     except (ValueError, OSError) as error:  # UsageError, RunnerError, library errors, the system
-        if interrupted:  # what Ctrl-C broke on its way (a native library's initialisation)
-            raise KeyboardInterrupt from None
+        if interrupted:  # Ctrl-C's doing: said as the interrupt (_CtrlC.handling)
+            raise
         line = error_text(error, _parameters(args))
         print(f"{PROG} {command}: error: {line}", file=sys.stderr)
         return 2
