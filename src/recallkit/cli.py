@@ -317,8 +317,12 @@ def _run(argv: list[str], command: str, interrupted: list[int]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 success, 2 user error, 130 interrupted)."""
-    ctrl_c = _CtrlC()
-    with ctrl_c.quiet_after_interrupt():  # until the interrupted command's frames are freed
+    return _command_line(argv, after=signal.default_int_handler)
+
+
+def _command_line(argv: Sequence[str] | None, after: Any) -> int:
+    ctrl_c = _CtrlC(after)
+    with ctrl_c.command():
         return _main(list(sys.argv[1:] if argv is None else argv), ctrl_c)
 
 
@@ -350,8 +354,8 @@ def entry() -> None:
     down) changes nothing: the exit status stays the command's.
     """
     try:
-        code = main()
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        code = _command_line(None, after=signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # where the command left SIGINT alone
     except KeyboardInterrupt:  # in the instant between the command's end and the line above
         print(f"{PROG}: interrupted", file=sys.stderr)
         code = INTERRUPTED
@@ -367,8 +371,10 @@ class _CtrlC:
     """Ctrl-C during one command: said in one line, whatever it breaks on its way.
 
     - The first Ctrl-C interrupts the command (KeyboardInterrupt); the ones after it, while the
-      command winds down (workers finishing their tile, temporary files removed), are ignored,
-      so that the interrupt is said in one line and nothing is left half done.
+      command winds down (workers finishing their tile, temporary files removed, the interrupt
+      said), are ignored, so that the interrupt is said in one line and nothing is left half
+      done. Once the command is over, SIGINT gets the handler ``after``: Python's own for
+      :func:`main`, ignored for the ``recallkit`` process, which is about to exit.
     - Any error that leaves the command after the interrupt is the interrupt's doing (an
       ImportError from a native library whose initialisation it broke, say): it leaves as a
       KeyboardInterrupt.
@@ -385,8 +391,10 @@ class _CtrlC:
     #: How long after an interrupt lost in a callback it is raised again (seconds).
     AGAIN_AFTER = 0.01
 
-    def __init__(self) -> None:
+    def __init__(self, after: Any) -> None:
         self.seen: list[int] = []  # the interrupts that reached the command
+        self._after = after
+        self._installed = False
         self._handling = False
 
     def _first(self, signum: int, frame: Any) -> None:
@@ -404,7 +412,7 @@ class _CtrlC:
             yield
             return
         signal.signal(signal.SIGINT, self._first)
-        self._handling = True
+        self._installed = self._handling = True
         try:
             yield
         except Exception:
@@ -413,11 +421,12 @@ class _CtrlC:
             raise
         finally:
             self._handling = False
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGINT, signal.SIG_IGN if self.seen else self._after)
 
     @contextlib.contextmanager
-    def quiet_after_interrupt(self) -> Iterator[None]:
-        """Python's report of errors it cannot raise (:func:`sys.unraisablehook`), as above."""
+    def command(self) -> Iterator[None]:
+        """Around the whole command, until its frames are freed: Python's report of errors it
+        cannot raise (:func:`sys.unraisablehook`) as above, then SIGINT's handler ``after``."""
         previous = sys.unraisablehook
 
         def hook(info: Any) -> None:
@@ -431,6 +440,8 @@ class _CtrlC:
             yield
         finally:
             sys.unraisablehook = previous
+            if self._installed:
+                signal.signal(signal.SIGINT, self._after)
 
     def _again(self) -> None:
         if threading.current_thread() is not threading.main_thread():
