@@ -472,6 +472,30 @@ def test_full_disk_on_the_run_file_writes_nothing(
     assert _only(tmp_path, "runs.jsonl")
 
 
+def test_a_failed_rename_names_what_was_already_written(
+    cli, hand_case, encoder_module, tmp_path, monkeypatch
+):
+    # The history line is appended, then the grid and the run file renamed into place, in
+    # that order: the run file's target turned into a folder meanwhile, its rename fails.
+    from recallkit.commands import evaluate as evaluate_command
+
+    history, outputs = _outputs_case(tmp_path)
+    real_append = evaluate_command.append_history
+
+    def append_then_block_the_run_file(path, record):
+        count = real_append(path, record)
+        (tmp_path / "r.json").mkdir()
+        return count
+
+    monkeypatch.setattr(evaluate_command, "append_history", append_then_block_the_run_file)
+    res = _evaluate(cli, hand_case, encoder_module[0], tmp_path / "cache", *outputs)
+    line = _one_error_line(res, f"Cannot write the output '{tmp_path / 'r.json'}'")
+    assert line.endswith(f"Written before it: {history}, {tmp_path / 'g.html'}."), line
+    assert len(history.read_text().splitlines()) == 2
+    assert (tmp_path / "g.html").read_text().startswith("<!doctype html>")
+    assert (tmp_path / "r.json").is_dir() and _only(tmp_path, "runs.jsonl", "g.html", "r.json")
+
+
 @pytest.mark.parametrize("existing", [True, False])
 def test_full_disk_on_the_history_writes_nothing(
     cli, hand_case, encoder_module, tmp_path, monkeypatch, existing

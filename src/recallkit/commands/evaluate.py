@@ -7,11 +7,12 @@ import dataclasses
 import math
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recallkit import options as _options
-from recallkit._atomic import Staging, interrupts_deferred
+from recallkit._atomic import Staging, interrupts_deferred, resolve_target
 from recallkit.commands._args import (
     add_quiet,
     check_output_file,
@@ -619,8 +620,15 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cannot_write(what: str, path: str, error: OSError) -> UsageError:
+def _cannot_write(
+    what: str, path: str, error: OSError, written: Sequence[str] = ()
+) -> UsageError:
     reason = error.strerror or str(error)
+    if written:
+        return UsageError(
+            f"Cannot write the {what} '{path}': {reason}. Written before it: "
+            f"{', '.join(written)}."
+        )
     return UsageError(f"Cannot write the {what} '{path}': {reason}. Nothing was written.")
 
 
@@ -629,7 +637,9 @@ def _write_outputs(args: argparse.Namespace, run: Any, record: dict[str, Any]) -
 
     The grid and the run file are first written in full to temporary files; then the history
     line is appended (under its lock; cut back if it fails); only then are the temporary
-    files renamed into place. A failure on the way (a full disk) leaves no output; Ctrl-C
+    files renamed into place. A failure on the way (a full disk) leaves no output, except a
+    rename that fails (the target turned into a folder meanwhile): the error then names what
+    was already written, the history line and the outputs renamed before it. Ctrl-C
     while the temporary files are written leaves none, and once the history line is being
     appended it waits until every output is in place.
     """
@@ -667,10 +677,14 @@ def _write_outputs(args: argparse.Namespace, run: Any, record: dict[str, Any]) -
                     raise _cannot_write("history file", args.history, error) from None
                 runs = "run" if count == 1 else "runs"
                 done.append(f"history: {args.history} ({count} {runs})")
+            outputs = [str(path) for path in (args.show_out, args.json) if path is not None]
+            renamed = [str(resolve_target(path)) for path in outputs]  # in the order of commit
             try:
                 staging.commit()
             except OSError as error:
                 target = str(error.filename2 or error.filename)
-                raise _cannot_write("output", target, error) from None
+                at = renamed.index(target) if target in renamed else 0
+                before = [args.history] if args.history is not None else []
+                raise _cannot_write("output", target, error, before + outputs[:at]) from None
     for line in done:
         print(line, file=sys.stderr)
