@@ -17,7 +17,7 @@ import torch
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from recallkit import recall_at_k
-from recallkit.engine import cpu
+from recallkit.engine import cpu, cpu_kernels
 from tests import brute
 
 
@@ -30,6 +30,8 @@ def settings(per_thread: bool = False) -> dict:
         for i in threadpool_info()
         if not per_thread or i["internal_api"] == "openmp"
     }
+    mkl = cpu_kernels.torch_mkl()  # torch's own MKL: its count is the thread's once it sets one
+    libraries["torch's MKL"] = None if mkl is None else mkl.MKL_Get_Max_Threads()
     return {"torch": torch.get_num_threads(), "libraries": libraries}
 
 
@@ -218,3 +220,18 @@ def test_a_blas_limit_of_the_callers_own_still_works_after_a_call():
     thread.start()
     thread.join()
     assert seen == [{target}]
+
+
+def test_a_tile_worker_runs_torchs_mkl_on_one_thread():
+    # threadpoolctl does not see the MKL linked into torch: without a count of its own, each
+    # worker's float32 torch.mm ran on MKL_NUM_THREADS threads (two workers: four on two cores).
+    mkl = cpu_kernels.torch_mkl()
+    if mkl is None:
+        pytest.skip("this torch build has no MKL of its own")
+    before, before_new = settings(), new_thread_settings()
+    assert before["libraries"]["torch's MKL"] == 2  # tests/cpu.env: MKL_NUM_THREADS=2
+    workers = cpu_kernels.pool(2)
+    seen = [workers.submit(lambda: settings(per_thread=True)) for _ in range(4)]
+    assert {s.result()["libraries"]["torch's MKL"] for s in seen} == {1}
+    assert same(settings(), before)
+    assert same(new_thread_settings(), before_new)
