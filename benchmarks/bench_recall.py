@@ -37,6 +37,7 @@ import argparse
 import gc
 import itertools
 import math
+import os
 import time
 from collections.abc import Callable
 from functools import partial
@@ -84,6 +85,8 @@ def cpu_model() -> str:
     flags = lowp.cpu_flags()
     wanted = ("avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
     shown = " ".join(f"{f}:{'yes' if f in flags else 'no'}" for f in wanted)
+    if os.environ.get("RECALLKIT_AVX2_ONLY") == "1":
+        shown += "; as an AVX2-only CPU through benchmarks/avx2_only.py"
     return f"{name} ({shown})"
 
 

@@ -600,6 +600,24 @@ def test_the_self_check_refuses_a_saturating_kernel_and_auto_says_why():
         del lowp.KERNELS[kernel.name]
 
 
+def test_the_report_names_the_instructions_a_kernel_lacks(monkeypatch):
+    # An AVX2-only CPU: ONNX Runtime's int8 kernel runs there, torch's int8 and bfloat16 ones
+    # have no instructions (and are not self-checked on their slow fallbacks).
+    checked = []
+    monkeypatch.setattr(lowp, "cpu_flags", lambda: frozenset({"avx2", "fma", "torch:avx2"}))
+    monkeypatch.setattr(lowp, "usable", lambda kernel, w: checked.append(kernel.name))
+    from recallkit.engine import cpu
+
+    lines = cpu.precision_report(64).splitlines()
+    assert lines[0] == "CPU tiles of width 64; precisions with instructions here: " + (
+        "float32, int8" if ORT.available() is None else "float32")  # fmt: skip
+    assert "  torch-int8 (int8): no int8 instructions here (avx512_vnni or avx_vnni or amx_int8)" \
+        in lines
+    assert "  torch-bfloat16 (bfloat16): no bfloat16 instructions here (avx512_bf16 or amx_bf16)" \
+        in lines
+    assert checked == (["onnxruntime"] if ORT.available() is None else [])
+
+
 def test_largest_magnitude_from_bit_patterns():
     rng = np.random.default_rng(11)
     rows = [rng.standard_normal(n).astype(np.float32) * np.float32(2.0**e)

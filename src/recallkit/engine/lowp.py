@@ -543,10 +543,10 @@ def _field(number: int, value: int | bytes | str) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(data)) + data
 
 
-def _onnx_matmul() -> bytes:
-    """A one-node ONNX model, serialised: ``Y = MatMulIntegerToFloat(A, B, 1, b_scale, 64)``
+def _onnx_matmul(zero_point: int = INT7_ZERO_POINT) -> bytes:
+    """A one-node ONNX model, serialised: ``Y = MatMulIntegerToFloat(A, B, 1, b_scale, z)``
     (``com.microsoft`` domain) with ``A`` ``uint8 [n, w]``, ``B`` ``int8 [w, m]``, ``b_scale``
-    ``float [m]``, ``Y`` ``float [n, m]``: ``Y = (A - 64) B · b_scale``.
+    ``float [m]``, ``Y`` ``float [n, m]``: ``Y = (A - z) B · b_scale``, ``z = zero_point``.
 
     Written with the field numbers of ``onnx/onnx.proto`` (ModelProto, GraphProto, NodeProto,
     TensorProto, ValueInfoProto, TypeProto) so that the ``onnx`` package is not needed; ONNX
@@ -568,7 +568,7 @@ def _onnx_matmul() -> bytes:
         _field(1, node)
         + _field(2, "recallkit_int8_tile")
         + _field(5, constant("a_scale", float32, np.float32(1.0).tobytes()))
-        + _field(5, constant("a_zero", uint8, bytes([INT7_ZERO_POINT])))
+        + _field(5, constant("a_zero", uint8, bytes([zero_point])))
         + _field(11, tensor("A", uint8, ["n", "w"]))
         + _field(11, tensor("B", int8, ["w", "m"]))
         + _field(11, tensor("b_scale", float32, ["m"]))
@@ -589,6 +589,7 @@ class OnnxInt8(Kernel):
     a_form = "int7"
     b_form = "int8"
     flags = _ORT_FLAGS
+    zero_point = INT7_ZERO_POINT
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -616,7 +617,7 @@ class OnnxInt8(Kernel):
                 options.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 options.add_session_config_entry("session.inter_op.allow_spinning", "0")
                 self.session = ort.InferenceSession(
-                    _onnx_matmul(), options, providers=["CPUExecutionProvider"]
+                    _onnx_matmul(self.zero_point), options, providers=["CPUExecutionProvider"]
                 )
             return self.session
 
@@ -671,8 +672,14 @@ def kernels_for(precision: str, flags: frozenset[str] | None = None) -> tuple[Ke
     return tuple(
         k
         for k in KERNELS.values()
-        if k.precision == precision and any(f in flags for f in k.flags) and k.available() is None
+        if k.precision == precision and has_instructions(k, flags) and k.available() is None
     )
+
+
+def has_instructions(kernel: Kernel, flags: frozenset[str]) -> bool:
+    """Whether the CPU has one of the instruction sets ``kernel.flags`` names (any CPU where it
+    names none)."""
+    return not kernel.flags or any(f in flags for f in kernel.flags)
 
 
 def _range(rows: tuple[int, int] | slice | None, n: int) -> tuple[int, int]:
@@ -1238,12 +1245,14 @@ def precision_report(width: int) -> str:
     """What ``precision="auto"`` weighs for float32 filter rows of ``width`` on this machine:
     each kernel with why it is not used (no instructions for it, not installed, or not exact
     in its self-check), and the tile times of the last pass that weighed several."""
-    worth = worth_timing()
+    flags = cpu_flags()
+    worth = worth_timing(flags)
     lines = [f"CPU tiles of width {width}; precisions with instructions here: {', '.join(worth)}"]
     for kernel in KERNELS.values():
-        reason = kernel.available() or usable(kernel, width)
-        if reason is None and kernel.precision not in worth:
-            reason = f"no {kernel.precision} instructions ({', '.join(kernel.flags)})"
+        reason = kernel.available()
+        if reason is None and not has_instructions(kernel, flags):
+            reason = f"no {kernel.precision} instructions here ({' or '.join(kernel.flags)})"
+        reason = reason or usable(kernel, width)
         lines.append(f"  {kernel.name} ({kernel.precision}): {reason or 'usable'}")
     times = choice("tiles", torch.float32, width).medians()
     if times:
