@@ -36,6 +36,12 @@ HIDDEN = ("avx512", "amx", "avx_vnni", "avx_ifma", "avx_ne_convert", "avx10")
 """``/proc/cpuinfo`` flags that ``cpuid_mask.c`` hides (by prefix)."""
 
 
+def fail(message: str) -> None:
+    """One line on stderr, exit status 2."""
+    print(f"avx2_only: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def unavailable() -> str | None:
     """Why the mask cannot run here, or ``None``."""
     if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
@@ -71,7 +77,7 @@ def build() -> Path:
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             partial.unlink(missing_ok=True)
-            raise SystemExit(f"avx2_only: {' '.join(cmd)} failed: {done.stderr.strip()}")
+            fail(f"{' '.join(cmd)} failed: {done.stderr.strip()}")
         partial.replace(target)
     return target
 
@@ -94,7 +100,7 @@ def masked() -> None:
 
     capability = torch.backends.cpu.get_cpu_capability()
     if capability != "AVX2":
-        raise SystemExit(f"avx2_only: torch still sees {capability}: the CPUID mask did not apply")
+        fail(f"torch still sees {capability}: the CPUID mask did not apply")
     from recallkit.engine import lowp
 
     flags = lowp.cpu_flags
@@ -114,7 +120,7 @@ def main(argv: list[str]) -> None:
     if os.environ.get(MARK) != "1":
         reason = unavailable()
         if reason:
-            raise SystemExit(f"avx2_only: {reason}")
+            fail(reason)
         env = environment()
         os.execve(sys.executable, [sys.executable, __file__, *argv], env)
     masked()
