@@ -46,12 +46,9 @@ def unavailable() -> str | None:
     """Why the mask cannot run here, or ``None``."""
     if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
         return f"needs Linux on x86-64 (this is {sys.platform} on {platform.machine()})"
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError as error:
-        return f"cannot read /proc/cpuinfo ({error.strerror})"
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines()
-                  if line.startswith("flags")), [])  # fmt: skip
+    from recallkit.engine import lowp
+
+    flags = lowp.cpu_flags()
     if "avx2" not in flags:
         return "this CPU has no AVX2"
     if "cpuid_fault" not in flags:
@@ -82,12 +79,12 @@ def build() -> Path:
     return target
 
 
-def environment(cpu: str = "znver3") -> dict[str, str]:
+def environment() -> dict[str, str]:
     """The environment a child process runs in as an AVX2-only CPU."""
     env = dict(os.environ)
     preload = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = f"{build()} {preload}".strip()
-    env.setdefault("NUMBA_CPU_NAME", cpu)
+    env.setdefault("NUMBA_CPU_NAME", "znver3")
     env.setdefault("NUMBA_CACHE_DIR", str(BUILD / f"numba-{env['NUMBA_CPU_NAME']}"))
     env.pop("PYTHONFAULTHANDLER", None)  # its SIGSEGV handler would take the CPUID faults
     env[MARK] = "1"
