@@ -59,8 +59,9 @@ def unavailable() -> str | None:
 
 
 def compiler() -> str | None:
-    return next((c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)),
-                None)  # fmt: skip
+    return next(
+        (c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)), None
+    )
 
 
 def build() -> Path:
@@ -106,8 +107,11 @@ def masked() -> None:
         return frozenset(f for f in flags() if not f.startswith(HIDDEN))
 
     lowp.cpu_flags = avx2_flags
-    print(f"avx2_only: AVX-512, VNNI, BF16 and AMX hidden from CPUID; torch {capability}; "
-          f"numba compiles for {os.environ.get('NUMBA_CPU_NAME')}", file=sys.stderr)  # fmt: skip
+    print(
+        f"avx2_only: AVX-512, VNNI, BF16 and AMX hidden from CPUID; torch {capability}; "
+        f"numba compiles for {os.environ.get('NUMBA_CPU_NAME')}",
+        file=sys.stderr,
+    )
 
 
 def main(argv: list[str]) -> None:

@@ -58,20 +58,25 @@ def main() -> None:
     names = [f"recall@{k}" for k in ks] + ["MAP@R", "R-precision"]
     test = Split("test", Path("/bench"), tuple(f"{i}.jpg" for i in range(args.rows)), labels)
     protocol = BENCHMARK_INFO["cub"].protocol
-    bench = Benchmark("cub", "synthetic CUB-like", protocol, {"test": test}, Path("/bench"),
-                      complete=False)  # fmt: skip
+    bench = Benchmark(
+        "cub", "synthetic CUB-like", protocol, {"test": test}, Path("/bench"), complete=False
+    )
     kw = {"query_in_reference": True}
     cases: list[tuple[str, Callable[[], Any]]] = [
         ("GEMM floor float32, torch.mm (chunked)", lambda: gemm_floor_torch(xt, chunk)),
         ("GEMM floor float32, numpy (row-split)", lambda: gemm_floor_numpy_split(x, chunk)),
         ("map_at_r", lambda: dict(recallkit.map_at_r(xt, xt, labels, labels, **kw))),
-        ("recall_at_k ks=(1, 2, 4, 8)",
-         lambda: dict(recallkit.recall_at_k(xt, xt, labels, labels, ks, **kw))),
+        (
+            "recall_at_k ks=(1, 2, 4, 8)",
+            lambda: dict(recallkit.recall_at_k(xt, xt, labels, labels, ks, **kw)),
+        ),
         ("r_precision", lambda: dict(recallkit.r_precision(xt, xt, labels, labels, **kw))),
-        ("retrieval_metrics recall@K+MAP@R+R-precision",
-         lambda: dict(recallkit.retrieval_metrics(xt, xt, labels, labels, names, **kw))),
+        (
+            "retrieval_metrics recall@K+MAP@R+R-precision",
+            lambda: dict(recallkit.retrieval_metrics(xt, xt, labels, labels, names, **kw)),
+        ),
         ("evaluate_benchmark (CUB protocol)", lambda: dict(evaluate_benchmark(bench, xt))),
-    ]  # fmt: skip
+    ]
     print(
         f"\n== {args.rows:,} x {args.rows:,} leave-one-out, d={args.dim}, {args.classes:,} "
         f"classes, best of {args.repeat} =="

@@ -61,11 +61,14 @@ SCALES = {
     # name: (rows, classes, ((dim, noise, setting), ...)): the noise of each dimension gives the
     # recall of trained models (SOP recall@1 about 0.8, CUB about 0.65); "hard" keeps a setting
     # whose noise dominates its class centres (recallkit and the floors only).
-    "sop": (60_502, 60_502 // 5, ((512, 2.2, "trained"), (128, 1.4, "trained"),
-                                  (128, 2.2, "hard"))),
+    "sop": (
+        60_502,
+        60_502 // 5,
+        ((512, 2.2, "trained"), (128, 1.4, "trained"), (128, 2.2, "hard")),
+    ),
     "cub": (5_924, 100, ((512, 3.5, "trained"), (128, 2.2, "trained"))),
     "small": (12_000, 2_400, ((128, 1.4, "trained"),)),
-}  # fmt: skip
+}
 KS = (1, 10, 100, 1000)
 PRECISIONS = ("float32", "bfloat16", "int8")
 WARM_ROWS = 3000  # the subset each precision runs on before a width is timed
@@ -205,8 +208,7 @@ def gemm_floor_tiles(x: np.ndarray, way: str, sample: int) -> tuple[float, int, 
 
         def compute(out, a, b):
             r, c = out.shape
-            lowp.tile_product(left, right, out, (a, a + r), (b, b + c), scaled=False,
-                              kernel=kernel)  # fmt: skip
+            lowp.tile_product(left, right, out, (a, a + r), (b, b + c), scaled=False, kernel=kernel)
 
     starts = range(0, n, tile)
     every = [(a, b) for a in starts for b in starts]
@@ -322,8 +324,11 @@ def run_dim(
         low_floors[way] = seconds
         label = f"GEMM floor {way}, 1024² tiles ({timed}/{total} timed)"
         ratio = seconds / low_floors["float32"]
-        print(f"{label:<52}{seconds:9.2f}{seconds / floor:9.2f}{'':>10}  scaled; "
-              f"{ratio:.2f} x float32's tiles", flush=True)  # fmt: skip
+        print(
+            f"{label:<52}{seconds:9.2f}{seconds / floor:9.2f}{'':>10}  scaled; "
+            f"{ratio:.2f} x float32's tiles",
+            flush=True,
+        )
 
     def recall(precision: str) -> dict[str, float]:
         result = recallkit.recall_at_k(
@@ -339,8 +344,9 @@ def run_dim(
         recallkit.recall_at_k(
             sub, sub, sub_labels, sub_labels, KS, query_in_reference=True, precision=precision
         )
-        recallkit.map_at_r(sub, sub, sub_labels, sub_labels, query_in_reference=True,
-                           precision=precision)  # fmt: skip
+        recallkit.map_at_r(
+            sub, sub, sub_labels, sub_labels, query_in_reference=True, precision=precision
+        )
 
     rk = row("recallkit.recall_at_k precision=auto", lambda: recall("auto"), floor)
     agree = []

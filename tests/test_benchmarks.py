@@ -44,6 +44,10 @@ def test_bench_gpu_smoke_run_on_the_cpu():
         for d in ("32", "128")
         for call in ("recall_at_k", "map_at_r", "nearest_neighbors")
     ], done.stdout
-    for setting in ("inside torch.autocast(torch.bfloat16)", "inside torch.autocast(torch.float16)",
-                    "with TF32 float32 products", "under deterministic algorithms"):  # fmt: skip
+    for setting in (
+        "inside torch.autocast(torch.bfloat16)",
+        "inside torch.autocast(torch.float16)",
+        "with TF32 float32 products",
+        "under deterministic algorithms",
+    ):
         assert f"{setting}: ranks differing 0" in lines, done.stdout

@@ -194,34 +194,52 @@ def test_library_errors_are_said_with_the_options_from_their_parts():
 
     cases = [
         (
-            RecallkitError(Text("x.json: 3 images; expected 5 (pass {fix} to evaluate partial "
-                                "data)", fix=("check_counts", False))),
+            RecallkitError(
+                Text(
+                    "x.json: 3 images; expected 5 (pass {fix} to evaluate partial data)",
+                    fix=("check_counts", False),
+                )
+            ),
             {},
             "x.json: 3 images; expected 5 (pass --no-count-check to evaluate partial data).",
         ),
         (
             BadImagesError([BadImage("a.png", "truncated")], what="gallery"),
             {},
-            ("1 gallery image could not be read: a.png (truncated). Fix or remove it, or pass "
-            "--skip-bad to continue without it."),
+            (
+                "1 gallery image could not be read: a.png (truncated). Fix or remove it, or pass "
+                "--skip-bad to continue without it."
+            ),
         ),
         (
             # a clause offering a setting the command line has no option for is left out
-            RecallkitError(Text(
-                "3 images are not on disk. None exists: is {root} the folder? Pass {skip} to "
-                "leave them out{nocheck}.", root="root", skip=("skip_missing", True),
-                nocheck=Text(", or {off} to skip the check", off=("check_images", False)),
-            )),
+            RecallkitError(
+                Text(
+                    "3 images are not on disk. None exists: is {root} the folder? Pass {skip} to "
+                    "leave them out{nocheck}.",
+                    root="root",
+                    skip=("skip_missing", True),
+                    nocheck=Text(", or {off} to skip the check", off=("check_images", False)),
+                )
+            ),
             {"root": "--root"},
-            ("3 images are not on disk. None exists: is --root the folder? Pass --skip-bad to "
-            "leave them out."),
+            (
+                "3 images are not on disk. None exists: is --root the folder? Pass --skip-bad to "
+                "leave them out."
+            ),
         ),
         (
-            _checks.fail("cirr_recall", "images", Text("one row per image of {d} (30 rows)",
-                                                       d="data"), "12 rows"),
+            _checks.fail(
+                "cirr_recall",
+                "images",
+                Text("one row per image of {d} (30 rows)", d="data"),
+                "12 rows",
+            ),
             {"images": "--images", "data": "the CIRR split of --root"},
-            ("--images must be one row per image of the CIRR split of --root (30 rows). Got 12 "
-            "rows."),
+            (
+                "--images must be one row per image of the CIRR split of --root (30 rows). Got 12 "
+                "rows."
+            ),
         ),
         (
             _checks.fail("recall_at_k", "query_labels", "of length 3", 4),
@@ -229,8 +247,12 @@ def test_library_errors_are_said_with_the_options_from_their_parts():
             "The query labels must be of length 3. Got 4.",
         ),
         (
-            _checks.fail("f", "query_labels", Text("shared, as {p} asks",
-                                                   p=("lone_queries", "error")), "1 lone query"),
+            _checks.fail(
+                "f",
+                "query_labels",
+                Text("shared, as {p} asks", p=("lone_queries", "error")),
+                "1 lone query",
+            ),
             {"lone_queries": "--lone-queries"},
             "The query labels must be shared, as --lone-queries error asks. Got 1 lone query.",
         ),
@@ -267,8 +289,21 @@ def test_the_clamp_warning_reaches_the_command_line_without_a_function_name(tmp_
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        assert main(["evaluate", "--embeddings", str(tmp_path / "e.npy"), "--labels",
-                     str(tmp_path / "l.npy"), "--ks", "1", "5"]) == 0
+        assert (
+            main(
+                [
+                    "evaluate",
+                    "--embeddings",
+                    str(tmp_path / "e.npy"),
+                    "--labels",
+                    str(tmp_path / "l.npy"),
+                    "--ks",
+                    "1",
+                    "5",
+                ]
+            )
+            == 0
+        )
     text = err.getvalue()
     assert "warning: recall@5 asks for more than the 2 candidates per query" in text
     assert "recall_at_k" not in text and "evaluate:" not in text.split("warning:")[1]
@@ -422,10 +457,19 @@ def test_a_reader_that_stops_reading_does_not_stop_the_command(tmp_path):
     os.close(read)  # the reader is gone before the first line is written
     try:
         command = [
-            sys.executable, "-m", "recallkit", "evaluate", "--images", str(tmp_path / "imgs"),
-            "--embeddings", str(tmp_path / "e.npy"), "--ks", "1",
-            "--json", str(tmp_path / "r.json"),
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "recallkit",
+            "evaluate",
+            "--images",
+            str(tmp_path / "imgs"),
+            "--embeddings",
+            str(tmp_path / "e.npy"),
+            "--ks",
+            "1",
+            "--json",
+            str(tmp_path / "r.json"),
+        ]
         done = subprocess.run(command, stdout=write, stderr=subprocess.PIPE, text=True, timeout=300)
     finally:
         os.close(write)

@@ -16,8 +16,17 @@ import pytest
 import recallkit
 from recallkit import cli
 
-ORDER = ["evaluate", "compare", "plot", "demo", "cirr", "circo", "fashioniq", "genecis",
-         "image-text"]  # fmt: skip
+ORDER = [
+    "evaluate",
+    "compare",
+    "plot",
+    "demo",
+    "cirr",
+    "circo",
+    "fashioniq",
+    "genecis",
+    "image-text",
+]
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:
@@ -205,8 +214,10 @@ ALL = "evaluate, compare, plot, demo, cirr, circo, fashioniq, genecis, image-tex
         (
             # options are spelt out: a prefix is no abbreviation
             ["evaluate", "--embedding", "x"],
-            ("recallkit evaluate: error: unrecognized arguments: --embedding x (did you mean "
-            "--embeddings?)"),
+            (
+                "recallkit evaluate: error: unrecognized arguments: --embedding x (did you mean "
+                "--embeddings?)"
+            ),
         ),
         (
             ["evaluate", "--k", "1"],

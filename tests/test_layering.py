@@ -16,8 +16,13 @@ from pathlib import Path
 import recallkit
 
 PACKAGE = Path(recallkit.__file__).parent
-APP = ("recallkit.cli", "recallkit.__main__", "recallkit.errors", "recallkit.commands",
-       "recallkit.runner")  # fmt: skip
+APP = (
+    "recallkit.cli",
+    "recallkit.__main__",
+    "recallkit.errors",
+    "recallkit.commands",
+    "recallkit.runner",
+)
 FORBIDDEN = (*APP, "PIL", "matplotlib")
 
 
@@ -32,9 +37,7 @@ def _is_app(name: str) -> bool:
     return any(name == app or name.startswith(app + ".") for app in APP)
 
 
-LIBRARY = sorted(
-    name for name in map(_module_name, PACKAGE.rglob("*.py")) if not _is_app(name)
-)
+LIBRARY = sorted(name for name in map(_module_name, PACKAGE.rglob("*.py")) if not _is_app(name))
 
 
 def test_the_library_is_what_remains():
@@ -118,9 +121,13 @@ def test_the_root_loads_names_on_first_use():
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     assert done.stdout.split() == [
-        "False", "recallkit.retrieval", "recallkit.retrieval", "False", "recallkit.ground_truth",
         "False",
-    ]  # fmt: skip
+        "recallkit.retrieval",
+        "recallkit.retrieval",
+        "False",
+        "recallkit.ground_truth",
+        "False",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,8 +141,13 @@ LAYERS = (
     ("recallkit.options",),
     ("recallkit._checks", "recallkit._codes", "recallkit._atomic"),
     ("recallkit.io",),
-    ("recallkit.engine.exact", "recallkit.engine.ties", "recallkit.engine.cpu_kernels",
-     "recallkit.engine.lowp", "recallkit.engine.triton_kernels"),
+    (
+        "recallkit.engine.exact",
+        "recallkit.engine.ties",
+        "recallkit.engine.cpu_kernels",
+        "recallkit.engine.lowp",
+        "recallkit.engine.triton_kernels",
+    ),
     ("recallkit.engine.filters",),
     ("recallkit.engine.space",),
     ("recallkit.engine.pairs",),
@@ -143,7 +155,7 @@ LAYERS = (
     ("recallkit.engine.cpu", "recallkit.engine.device", "recallkit.engine.matrix"),
     ("recallkit.engine.triton_backend",),
     ("recallkit.engine",),
-)  # fmt: skip
+)
 
 
 def _graph() -> dict[str, set[str]]:

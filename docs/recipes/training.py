@@ -89,8 +89,10 @@ def validate(model, loader, evaluator: Evaluator, tag: str, out: Path | None, ra
     result = evaluator.compute(tag=tag)
     if out is not None:  # only for checking the numbers; the evaluation needs none of it
         parts = [torch.cat(p) for p in zip(*kept, strict=True)]
-        torch.save(dict(zip(("embeddings", "labels", "ids"), parts, strict=True)),
-                   out / f"{tag}-rank{rank}.pt")  # fmt: skip
+        torch.save(
+            dict(zip(("embeddings", "labels", "ids"), parts, strict=True)),
+            out / f"{tag}-rank{rank}.pt",
+        )
     model.train()
     return result
 
@@ -131,8 +133,10 @@ def main(argv: list[str] | None = None) -> None:
 
     if rank == 0:
         names = [f"recall@{k}" for k in KS] + ["MAP@R"]
-        print(f"[{world} process{'es' if world > 1 else ''}] exact metrics of the "
-              f"{results[0].num_queries} validation rows after each epoch")  # fmt: skip
+        print(
+            f"[{world} process{'es' if world > 1 else ''}] exact metrics of the "
+            f"{results[0].num_queries} validation rows after each epoch"
+        )
         print("epoch  " + "  ".join(f"{n:>8}" for n in names))
         for epoch, result in enumerate(results):
             print(f"{epoch:>5}  " + "  ".join(f"{result[n]:>8.4f}" for n in names))

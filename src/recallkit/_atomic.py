@@ -111,6 +111,7 @@ def interrupts_deferred() -> Iterator[None]:
     as it is.
 
     >>> import signal
+    >>> before = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own
     >>> steps = []
     >>> try:
     ...     with interrupts_deferred():
@@ -120,6 +121,7 @@ def interrupts_deferred() -> Iterator[None]:
     ...     steps.append("then the interrupt")
     >>> steps
     ['the block ran to its end', 'then the interrupt']
+    >>> _ = signal.signal(signal.SIGINT, before)
     """
     if (
         threading.current_thread() is not threading.main_thread()

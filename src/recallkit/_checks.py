@@ -135,8 +135,12 @@ def check_zero_rows(norms: torch.Tensor, offset: int, name: str, func: str) -> N
     zero = norms == 0
     if bool(zero.any()):
         row = int(torch.nonzero(zero)[0, 0]) + offset
-        raise fail(func, name, Text("non-zero rows under {m}", m=("metric", "cosine")),
-                   f"a zero vector in row {row}")  # fmt: skip
+        raise fail(
+            func,
+            name,
+            Text("non-zero rows under {m}", m=("metric", "cosine")),
+            f"a zero vector in row {row}",
+        )
 
 
 def check_choice(value: Any, choices: Sequence[str], func: str, name: str) -> str:
@@ -258,9 +262,10 @@ def as_scores(scores: Any, func: str, name: str = "scores") -> np.ndarray:
 def per(what: str | Text, expected: int, unit: str) -> Text:
     """``one {unit} per {what} ({expected} {unit}s)``, ``what`` text or a :class:`Text` that
     mentions another parameter (``Text("caption of {c}", c="caption_image")``)."""
-    return Text(f"one {unit} per {{what}} ({expected} {unit}s)",
-                what=what if isinstance(what, Text) else Text(what.replace("{", "{{")
-                                                              .replace("}", "}}")))  # fmt: skip
+    return Text(
+        f"one {unit} per {{what}} ({expected} {unit}s)",
+        what=what if isinstance(what, Text) else Text(what.replace("{", "{{").replace("}", "}}")),
+    )
 
 
 def check_rows(x: Any, expected: int, func: str, name: str, what: str | Text) -> None:
@@ -281,9 +286,11 @@ def check_block_shape(block: np.ndarray, rows: int, dim: int, name: str, func: s
     """Raise unless a block read from a streamed reference has ``rows`` rows of ``dim``."""
     if block.ndim != 2 or block.shape != (rows, dim):
         raise fail(
-            func, name, f"rows of dimension {dim} as its shape says",
+            func,
+            name,
+            f"rows of dimension {dim} as its shape says",
             f"a block of shape {block.shape} where ({rows}, {dim}) was expected",
-        )  # fmt: skip
+        )
 
 
 def like_input(given: Any, *values: Any) -> Any:

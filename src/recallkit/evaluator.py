@@ -130,16 +130,22 @@ class _Batches:
         bad = ~torch.isfinite(x).all(dim=1)
         if bool(bad.any()):
             row = int(torch.nonzero(bad)[0, 0])
-            raise _checks.fail(func, "embeddings", "finite (no NaN or infinity)",
-                               f"a non-finite value in row {row} of {where}")  # fmt: skip
+            raise _checks.fail(
+                func,
+                "embeddings",
+                "finite (no NaN or infinity)",
+                f"a non-finite value in row {row} of {where}",
+            )
         y = _integers(labels, n, "labels", func)
         i = None if ids is None else _integers(ids, n, "ids", func)
         if self.with_ids is not None and self.with_ids != (i is not None):
             had = "with" if self.with_ids else "without"
             raise _checks.fail(
-                func, "ids", f"given for every batch or for none (the earlier batches came {had})",
+                func,
+                "ids",
+                f"given for every batch or for none (the earlier batches came {had})",
                 "None" if i is None else "ids",
-            )  # fmt: skip
+            )
         if i is not None:
             self._check_ids(x, y, i, func, where)
         # A copy: the caller may reuse or change its buffer after update.
@@ -159,8 +165,12 @@ class _Batches:
         values = ids.cpu().numpy().astype(np.int64)
         if values.size and int(values.min()) < 0:
             row = int(np.flatnonzero(values < 0)[0])
-            raise _checks.fail(func, "ids", "non-negative dataset indices",
-                               f"{int(values[row])} in row {row} of {where}")  # fmt: skip
+            raise _checks.fail(
+                func,
+                "ids",
+                "non-negative dataset indices",
+                f"{int(values[row])} in row {row} of {where}",
+            )
         new: dict[int, tuple[int, int, int]] = {}
         for row, value in enumerate(values.tolist()):
             first = self.seen.get(value) or new.get(value)
@@ -173,14 +183,15 @@ class _Batches:
             if not (same_label and same_row(earlier, x[row])):
                 what = "label" if not same_label else "embedding"
                 raise _checks.fail(
-                    func, "ids",
+                    func,
+                    "ids",
                     "one dataset index per item of the epoch: an index given again carries its "
                     "label and embedding again (as DistributedSampler repeats items to pad the "
                     "last batch; the embedding equal up to a relative 1e-3); call reset() at the "
                     "start of each epoch, or let compute() end it",
                     f"index {value} in row {row} of {where} with another {what} than in row "
                     f"{r0} of batch {b0}",
-                )  # fmt: skip
+                )
         self.seen.update(new)
 
     def _locate(self, g: int) -> tuple[int, int]:
@@ -267,13 +278,14 @@ def _same_rows_across_ranks(
             if label != label0 or not same_row(row0, row):
                 what = "label" if label != label0 else "embedding"
                 raise _checks.fail(
-                    func, "ids",
+                    func,
+                    "ids",
                     "one dataset index per item: an index on several ranks carries its label "
                     "and embedding on each (as DistributedSampler repeats items to pad the last "
                     "batch; the embedding equal up to a relative 1e-3); call reset() at the "
                     "start of each epoch, or let compute() end it",
                     f"index {value} with another {what} on rank {r} than on rank {r0}",
-                )  # fmt: skip
+                )
 
 
 _COMPARED = 64
@@ -357,9 +369,11 @@ class Evaluator:
             not isinstance(run_file, str | os.PathLike) or "{tag}" not in os.fspath(run_file)
         ):
             raise _checks.fail(
-                func, "run_file", "a path containing '{tag}' (\"runs/{tag}.json\") or None",
+                func,
+                "run_file",
+                "a path containing '{tag}' (\"runs/{tag}.json\") or None",
                 repr(run_file),
-            )  # fmt: skip
+            )
         self.run_file = None if run_file is None else os.fspath(run_file)
         self.group = group
         self.epoch_ends = _checks.check_choice(epoch_ends, EPOCH_ENDS, func, "epoch_ends")
@@ -398,19 +412,23 @@ class Evaluator:
         func = "Evaluator.update_reference"
         if self.query_in_reference:
             raise _checks.fail(
-                func, "query_in_reference", "False for a separate gallery (with True the rows "
-                "of update() are the gallery)", "True",
-            )  # fmt: skip
+                func,
+                "query_in_reference",
+                "False for a separate gallery (with True the rows of update() are the gallery)",
+                "True",
+            )
         self._add(self._reference, embeddings, labels, ids, func)
 
     def _add(self, batches: _Batches, embeddings: Any, labels: Any, ids: Any, func: str) -> None:
         _, world = _distributed(self.group)
         if ids is None and world > 1:
             raise _checks.fail(
-                func, "ids", f"given under torch.distributed (world size {world}): the rows' "
+                func,
+                "ids",
+                f"given under torch.distributed (world size {world}): the rows' "
                 "dataset indices, by which the rows DistributedSampler repeats are counted once",
                 None,
-            )  # fmt: skip
+            )
         if self._ended:  # the first batch after compute() begins the next epoch
             self.reset()
         other = self._reference if batches is self._query else self._query
@@ -517,9 +535,14 @@ class Evaluator:
                 reference = reference[torch.from_numpy(rows).to(reference.device)]
                 reference_labels = reference_labels[rows]
         result = retrieval_metrics(
-            x, reference, labels, reference_labels, self.metrics,
-            query_in_reference=self.query_in_reference, options=self.options,
-        )  # fmt: skip
+            x,
+            reference,
+            labels,
+            reference_labels,
+            self.metrics,
+            query_in_reference=self.query_in_reference,
+            options=self.options,
+        )
         return result if query_ids is None else result.replace(query_ids=query_ids)
 
     def _sharded(self) -> Result:
@@ -533,9 +556,15 @@ class Evaluator:
             _same_rows_across_ranks(r, r_labels, r_ids, self.group, "Evaluator.update_reference")
             gallery = dict(reference=r, reference_labels=r_labels, reference_indices=r_ids)
         return evaluate_sharded(
-            x, labels, ids, self.ks, metrics=self.metrics, group=self.group, **gallery,
+            x,
+            labels,
+            ids,
+            self.ks,
+            metrics=self.metrics,
+            group=self.group,
+            **gallery,
             options=self.options,
-        )  # fmt: skip
+        )
 
     def _write(self, result: Result, tag: str) -> None:
         record = records.evaluation_record(

@@ -187,7 +187,6 @@ class RecallkitWarning(UserWarning):
         return (type(self), (self.func, self.text, self.parameter))
 
 
-
 class LoneQueriesWarning(RecallkitWarning, RuntimeWarning):
     """Every query is lone (no relevant reference item): every value is undefined (NaN)."""
 

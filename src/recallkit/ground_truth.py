@@ -179,10 +179,10 @@ class Ranker:
         if got == expected:
             return
         if self.matrix and not rows:
-            raise _checks.fail(self.func, name, _checks.per(what, expected, "column"),
-                               f"{got} columns")  # fmt: skip
-        raise _checks.fail(self.func, name, _checks.per(what, expected, "row"),
-                           f"{got} rows")  # fmt: skip
+            raise _checks.fail(
+                self.func, name, _checks.per(what, expected, "column"), f"{got} columns"
+            )
+        raise _checks.fail(self.func, name, _checks.per(what, expected, "row"), f"{got} rows")
 
     @classmethod
     def from_embeddings(
@@ -211,8 +211,14 @@ class Ranker:
         def run(request: engine.Request) -> Any:
             return engine.run(space, request)
 
-        return cls(space.num_query, space.num_reference, run, space.device, func=func,
-                   names=(query_name, reference_name))  # fmt: skip
+        return cls(
+            space.num_query,
+            space.num_reference,
+            run,
+            space.device,
+            func=func,
+            names=(query_name, reference_name),
+        )
 
     @classmethod
     def from_scores(
@@ -232,9 +238,16 @@ class Ranker:
         values = score_matrix(scores, func, name)
         n, m = values.shape
         ranker = cls(
-            n, m, lambda r: matrices.run(values, r), values.device, values.dtype, func=func,
-            names=(name, name), matrix=True, transposed=transposed,
-        )  # fmt: skip
+            n,
+            m,
+            lambda r: matrices.run(values, r),
+            values.device,
+            values.dtype,
+            func=func,
+            names=(name, name),
+            matrix=True,
+            transposed=transposed,
+        )
         if expect is not None:
             ranker.check_rows(expect[0], expect[1])
             ranker.check_columns(expect[2], expect[3])
@@ -397,10 +410,12 @@ def recall_from_ranks(
     values, per_query, bounds = {}, {}, {}
     tied = np.zeros(n, dtype=bool)
     if (optimistic is None) != (pessimistic is None):
-        given, missing = ("optimistic", "pessimistic") if pessimistic is None else (
-            "pessimistic", "optimistic")  # fmt: skip
-        raise _checks.fail(func, missing, f"given with '{given}' (the tie bounds go together)",
-                           None)  # fmt: skip
+        given, missing = (
+            ("optimistic", "pessimistic") if pessimistic is None else ("pessimistic", "optimistic")
+        )
+        raise _checks.fail(
+            func, missing, f"given with '{given}' (the tie bounds go together)", None
+        )
     best = worst = None
     if optimistic is not None:
         best = _rank_array(optimistic, func, "optimistic")
@@ -411,11 +426,12 @@ def recall_from_ranks(
         if not order.all():
             i = int(np.argmin(order))
             raise _checks.fail(
-                func, "optimistic",
+                func,
+                "optimistic",
                 "at most the ranks, which are at most the pessimistic ranks",
                 f"optimistic {int(best[i])}, rank {int(array[i])}, pessimistic {int(worst[i])} "
                 f"at position {i}",
-            )  # fmt: skip
+            )
     for k in ks:
         key = name.format(k=k)
         hit = array < k
@@ -426,9 +442,15 @@ def recall_from_ranks(
             bounds[key] = (int(np.count_nonzero(low)) / n, int(np.count_nonzero(high)) / n)
             tied |= high != low
     return Result(
-        values, num_queries=n, per_query=per_query, first_hit_ranks=array, ks=ks,
-        effective_ks=ks, bounds=bounds, tied=tied if bounds else None,
-    )  # fmt: skip
+        values,
+        num_queries=n,
+        per_query=per_query,
+        first_hit_ranks=array,
+        ks=ks,
+        effective_ks=ks,
+        bounds=bounds,
+        tied=tied if bounds else None,
+    )
 
 
 def _rank_array(ranks: Any, func: str, name: str) -> np.ndarray:

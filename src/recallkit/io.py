@@ -174,8 +174,9 @@ class EmbeddingFile:
             self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
         except OSError as error:
             reason = error.strerror or str(error)
-            raise fail(self._func, "reference", "a readable memory-mapped file",
-                       f"{self.path}: {reason}") from None  # fmt: skip
+            raise fail(
+                self._func, "reference", "a readable memory-mapped file", f"{self.path}: {reason}"
+            ) from None
         stat = os.fstat(self._fd)
         self._stamp = (stat.st_size, stat.st_mtime_ns)
         self._widen_bf16 = False
@@ -187,8 +188,12 @@ class EmbeddingFile:
         end = offset + int(np.prod(self.shape, dtype=np.int64)) * self._dtype.itemsize
         if stat.st_size < end:
             self.close()
-            raise fail(self._func, "reference", f"a memory map within its file ({end} bytes)",
-                       f"{stat.st_size} bytes in {self.path} (truncated)")  # fmt: skip
+            raise fail(
+                self._func,
+                "reference",
+                f"a memory map within its file ({end} bytes)",
+                f"{stat.st_size} bytes in {self.path} (truncated)",
+            )
 
     def _open_npy(self, size: int) -> tuple[int, ...]:
         # Read the header only; rows are read with explicit reads, so that resident memory
@@ -218,8 +223,12 @@ class EmbeddingFile:
             ) from None
         if self._any_shape:  # a whole array of any dtype the caller checks; no objects
             if dtype.hasobject:
-                raise fail(self._func, "path", "a .npy file without Python objects",
-                           f"dtype {dtype} in {self.path}")  # fmt: skip
+                raise fail(
+                    self._func,
+                    "path",
+                    "a .npy file without Python objects",
+                    f"dtype {dtype} in {self.path}",
+                )
         else:
             _check_npy_dtype(dtype, self.path, self._func)
         self._fortran = bool(fortran) and self._any_shape
@@ -345,8 +354,10 @@ class EmbeddingFile:
         flat = (out.T if self._fortran else out).reshape(-1)  # the file's order: a view
         got = _read_at(fd, memoryview(flat).cast("B"), self._data_offset) if out.size else 0
         if got != out.nbytes:
-            raise ValueError(f"{self.path} ended early: {got} of {out.nbytes} bytes were read "
-                             "(was the file truncated while it was read?).")  # fmt: skip
+            raise ValueError(
+                f"{self.path} ended early: {got} of {out.nbytes} bytes were read "
+                "(was the file truncated while it was read?)."
+            )
         self._check_unchanged()
         if self._widen_bf16:
             return (out.astype(np.uint32) << 16).view(np.float32)
@@ -390,8 +401,9 @@ def pin(reference: Any, func: str) -> Any:
     if not isinstance(root.base, mmap.mmap) or not contiguous or reference.shape[1] == 0:
         return reference
     offset = int(root.offset) + (reference.ctypes.data - root.ctypes.data)
-    return EmbeddingFile(reference.filename, _func=func,
-                         _raw=(reference.dtype, reference.shape, offset))  # fmt: skip
+    return EmbeddingFile(
+        reference.filename, _func=func, _raw=(reference.dtype, reference.shape, offset)
+    )
 
 
 def open_embeddings(path: str | os.PathLike[str], key: str | None = None) -> EmbeddingFile:
@@ -434,8 +446,10 @@ def _pinned_bytes(path: Path, name: str) -> bytes:
     if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or len(
         data
     ) != before.st_size:
-        raise _Changed(f"{name} changed while it was read (it was rewritten in place); read it "
-                       "again once it is written.")  # fmt: skip
+        raise _Changed(
+            f"{name} changed while it was read (it was rewritten in place); read it "
+            "again once it is written."
+        )
     return data
 
 

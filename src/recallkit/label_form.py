@@ -92,8 +92,9 @@ def build(
     stated = query_in_reference is not None or query_ids is not None
     if query_in_reference is not None:
         query_in_reference = check_flag(query_in_reference, func, "query_in_reference")
-    space = engine.prepare(query, reference, options, func,
-                           query_is_reference=same and bool(query_in_reference))  # fmt: skip
+    space = engine.prepare(
+        query, reference, options, func, query_is_reference=same and bool(query_in_reference)
+    )
     n, m = space.num_query, space.num_reference
     _checks.check_length(query_labels, n, "query_labels", func, "query")
     _checks.check_length(reference_labels, m, "reference_labels", func, "reference")
@@ -120,8 +121,16 @@ def build(
     exclusions = engine.Exclusions.of(pairs, n, m, codes)
     positives = engine.LabelPositives(q_codes, r_codes)
     num_relevant, candidates = positives.counts(exclusions)
-    return Problem(space, positives, exclusions, query_in_reference, options, num_relevant,
-                   candidates, plain_ids)  # fmt: skip
+    return Problem(
+        space,
+        positives,
+        exclusions,
+        query_in_reference,
+        options,
+        num_relevant,
+        candidates,
+        plain_ids,
+    )
 
 
 def plain_list(values: Any) -> list[Any]:
@@ -134,18 +143,23 @@ def plain_list(values: Any) -> list[Any]:
 def self_match_error(func: str, same: bool, name: str = "query_in_reference") -> ValueError:
     """The refusal of a reference that begins with the queries when ``name`` was not given."""
     what = "the query set itself" if same else "an array whose first rows equal the queries"
-    ids = ("; with query_ids/reference_ids the ids say which items are the same"
-           if name == "query_in_reference" else "")  # fmt: skip
+    ids = (
+        "; with query_ids/reference_ids the ids say which items are the same"
+        if name == "query_in_reference"
+        else ""
+    )
     return fail(
-        func, name,
+        func,
+        name,
         Text(
             "given when the reference is " + what + ": pass {loo} to remove each query's own "
             "row (leave-one-out, as in CUB, Cars196, SOP and iNaturalist), or {keep} to keep "
             "the copies as gallery items" + ids,
-            loo=(name, True), keep=(name, False),
+            loo=(name, True),
+            keep=(name, False),
         ),
         "None (not given), which would count each query as its own nearest neighbour",
-    )  # fmt: skip
+    )
 
 
 def starts_with_query(space: engine.Space, reference: Any, same: bool) -> bool:
@@ -172,11 +186,14 @@ def check_reference_starts_with_query(
     n, m = space.num_query, space.num_reference
     if m < n:
         raise fail(
-            func, "reference",
-            Text(f"at least as long as the query ({n} rows) with {{qir}}",
-                 qir=("query_in_reference", True)),
+            func,
+            "reference",
+            Text(
+                f"at least as long as the query ({n} rows) with {{qir}}",
+                qir=("query_in_reference", True),
+            ),
             f"{m} rows",
-        )  # fmt: skip
+        )
     if not same:
         rows = space.query.raw
         head = _reference_head(reference, n, space)
@@ -184,23 +201,28 @@ def check_reference_starts_with_query(
         if bool(differ.any()):
             row = int(torch.nonzero(differ)[0, 0])
             raise fail(
-                func, "reference",
+                func,
+                "reference",
                 Text(
                     "the query's rows followed by the gallery, value for value, with {qir} "
                     "(pass {sep} for a separate gallery, or {ids} to remove items by id)",
-                    qir=("query_in_reference", True), sep=("query_in_reference", False),
+                    qir=("query_in_reference", True),
+                    sep=("query_in_reference", False),
                     ids="query_ids",
                 ),
                 f"reference row {row} differs from query row {row}",
-            )  # fmt: skip
+            )
     if not np.array_equal(q_codes, r_codes[:n]):
         row = int(np.nonzero(q_codes != r_codes[:n])[0][0])
         raise fail(
-            func, "reference_labels",
-            Text("equal to query_labels on its first len(query) rows with {qir}",
-                 qir=("query_in_reference", True)),
+            func,
+            "reference_labels",
+            Text(
+                "equal to query_labels on its first len(query) rows with {qir}",
+                qir=("query_in_reference", True),
+            ),
             f"a different label at row {row}",
-        )  # fmt: skip
+        )
 
 
 def _reference_head(reference: Any, n: int, space: engine.Space) -> torch.Tensor:
@@ -209,8 +231,13 @@ def _reference_head(reference: Any, n: int, space: engine.Space) -> torch.Tensor
         return space.single.data[:n]
     if engine.is_streamed(reference):
         block = np.array(reference[0:n])
-        return engine.prepare_rows(torch.from_numpy(_checks.real_array(block, "reference", "")),
-                                   "reference", "", space.metric, space.device).raw  # fmt: skip
+        return engine.prepare_rows(
+            torch.from_numpy(_checks.real_array(block, "reference", "")),
+            "reference",
+            "",
+            space.metric,
+            space.device,
+        ).raw
     heads = []
     for block in space.blocks():
         heads.append(block.data[: max(0, n - block.offset)])
@@ -264,9 +291,12 @@ def ranked(
         index, score, relevant, tail_index, tail_relevant = lists
         tail_valid = tail_index >= 0
         out.update(
-            relevant=relevant, valid=index >= 0, score=score,
-            tail_count=tail_valid.sum(axis=1), tail_relevant=(tail_relevant & tail_valid).sum(1),
-        )  # fmt: skip
+            relevant=relevant,
+            valid=index >= 0,
+            score=score,
+            tail_count=tail_valid.sum(axis=1),
+            tail_relevant=(tail_relevant & tail_valid).sum(1),
+        )
     return Ranked(num_relevant, candidates, **out)
 
 
@@ -278,10 +308,12 @@ def chunk_lists(
     tail = part.tail_index.cpu().numpy()
     codes = query_codes[:, None]
     return (
-        index, part.top_score.cpu().numpy(),
+        index,
+        part.top_score.cpu().numpy(),
         (index >= 0) & (reference_codes[np.maximum(index, 0)] == codes),
-        tail, (tail >= 0) & (reference_codes[np.maximum(tail, 0)] == codes),
-    )  # fmt: skip
+        tail,
+        (tail >= 0) & (reference_codes[np.maximum(tail, 0)] == codes),
+    )
 
 
 class Values:
@@ -339,20 +371,30 @@ class Values:
         counts; a warning when K exceeds some query's candidates (naming ``parameter``) or
         when every query is lone."""
         evaluated = self.num_relevant > 0
-        clamped = [m.name for m in self.metrics if m.clamps and m.k is not None
-                   and bool((self.candidates[evaluated] < m.k).any())]  # fmt: skip
+        clamped = [
+            m.name
+            for m in self.metrics
+            if m.clamps and m.k is not None and bool((self.candidates[evaluated] < m.k).any())
+        ]
         if clamped:
             warn_clamped(func, clamped, self.candidates[evaluated], parameter)
         if not evaluated.any() and lone_queries == "skip":
-            warn(LoneQueriesWarning(func, f"all {len(evaluated)} queries are lone (no reference "
-                 "item has their label after self-exclusion); every metric is undefined and "
-                 "reported as NaN."))  # fmt: skip
+            warn(
+                LoneQueriesWarning(
+                    func,
+                    f"all {len(evaluated)} queries are lone (no reference "
+                    "item has their label after self-exclusion); every metric is undefined and "
+                    "reported as NaN.",
+                )
+            )
         means = {k: mean_over(v, evaluated, lone_queries) for k, v in self.value.items()}
         bounds = {
-            name: (mean_over(self.worst[name], evaluated, lone_queries),
-                   mean_over(self.best[name], evaluated, lone_queries))
+            name: (
+                mean_over(self.worst[name], evaluated, lone_queries),
+                mean_over(self.best[name], evaluated, lone_queries),
+            )
             for name in self.value
-        }  # fmt: skip
+        }
         tied = np.zeros(len(evaluated), dtype=bool)
         for name in self.value:
             tied |= evaluated & (self.worst[name] != self.best[name])
@@ -379,8 +421,11 @@ class Values:
 def warn_clamped(func: str, names: Sequence[str], candidates: np.ndarray, parameter: str) -> None:
     """K above some queries' candidates: clamped per query, said once."""
     low, high = int(candidates.min()), int(candidates.max())
-    where = f"the {low} candidates per query" if low == high else (
-        f"the candidates of some queries (as few as {low})")  # fmt: skip
+    where = (
+        f"the {low} candidates per query"
+        if low == high
+        else (f"the candidates of some queries (as few as {low})")
+    )
     verb = "asks" if len(names) == 1 else "ask"
     text = f"{', '.join(names)} {verb} for more than {where}; K is clamped to each query's."
     warn(RecallkitWarning(func, text, parameter))
@@ -404,14 +449,18 @@ def evaluate(
         i = int(np.argmin(num_relevant > 0))
         lone = n - int((num_relevant > 0).sum())
         raise fail(
-            func, "query_labels",
-            Text("labels each shared with a reference item, as {policy} asks",
-                 policy=("lone_queries", "error")),
+            func,
+            "query_labels",
+            Text(
+                "labels each shared with a reference item, as {policy} asks",
+                policy=("lone_queries", "error"),
+            ),
             f"{lone} lone {'query' if lone == 1 else 'queries'}, the first at row {i}",
-        )  # fmt: skip
+        )
     values = Values(metrics, num_relevant, problem.candidates)
-    ask = request(metrics, problem.positives, problem.exclusions, num_relevant,
-                  problem.candidates, keep)  # fmt: skip
+    ask = request(
+        metrics, problem.positives, problem.exclusions, num_relevant, problem.candidates, keep
+    )
     codes, ref = problem.positives.query_codes, problem.positives.reference_codes
     kept = np.full((n, keep), -1, dtype=np.int64) if keep else None
     for part in engine.run(space, ask):
@@ -488,8 +537,11 @@ def shard_chunk(
 def joined(parts: Sequence[Values], order: np.ndarray) -> Values:
     """The values of several chunks, concatenated and reordered by ``order``."""
     metrics = parts[0].metrics
-    out = Values(metrics, np.concatenate([p.num_relevant for p in parts])[order],
-                 np.concatenate([p.candidates for p in parts])[order])  # fmt: skip
+    out = Values(
+        metrics,
+        np.concatenate([p.num_relevant for p in parts])[order],
+        np.concatenate([p.candidates for p in parts])[order],
+    )
     out.ranks[:] = np.concatenate([p.ranks for p in parts])[order]
     for name in ("value", "worst", "best"):
         for metric in metrics:

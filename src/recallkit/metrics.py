@@ -145,8 +145,9 @@ class Ranked:
         group's first position, its end (first position after it, counting the tail for the
         last group of the list) and its relevant items (tail included)."""
         if self._groups is None:
-            self._groups = _groups(self.score, self.relevant, self.valid, self.tail_count,
-                                   self.tail_relevant)  # fmt: skip
+            self._groups = _groups(
+                self.score, self.relevant, self.valid, self.tail_count, self.tail_relevant
+            )
         return self._groups
 
     def order(self, order: str = "rule") -> np.ndarray:
@@ -197,15 +198,22 @@ class Ranked:
 
     def take(self, rows: np.ndarray) -> Ranked:
         """The queries ``rows`` (a mask or indices) of this chunk."""
+
         def part(a: np.ndarray | None) -> np.ndarray | None:
             return None if a is None else a[rows]
 
         return Ranked(
-            self.num_relevant[rows], self.candidates[rows], first=part(self.first),
-            first_best=part(self.first_best), first_worst=part(self.first_worst),
-            relevant=self.relevant[rows], valid=self.valid[rows], score=part(self.score),
-            tail_count=self.tail_count[rows], tail_relevant=self.tail_relevant[rows],
-        )  # fmt: skip
+            self.num_relevant[rows],
+            self.candidates[rows],
+            first=part(self.first),
+            first_best=part(self.first_best),
+            first_worst=part(self.first_worst),
+            relevant=self.relevant[rows],
+            valid=self.valid[rows],
+            score=part(self.score),
+            tail_count=self.tail_count[rows],
+            tail_relevant=self.tail_relevant[rows],
+        )
 
 
 def _groups(
@@ -227,8 +235,9 @@ def _groups(
     if len(tied) < c:
         start, end, hits = single
         if len(tied):
-            part = _groups(score[tied], relevant[tied], valid[tied], tail_count[tied],
-                           tail_relevant[tied])  # fmt: skip
+            part = _groups(
+                score[tied], relevant[tied], valid[tied], tail_count[tied], tail_relevant[tied]
+            )
             for out, got in zip((start, end, hits), part, strict=True):
                 out[tied] = got
         return start, end, hits
@@ -481,7 +490,10 @@ class MAPAtR(Metric):
     family = "map_at_r"
     template = "MAP@R"
     aliases = ("map_at_r", "mean_average_precision_at_r", "map@r")
-    peers = (("PML", "mean_average_precision_at_r"), ("OML", "map@R"),)
+    peers = (
+        ("PML", "mean_average_precision_at_r"),
+        ("OML", "map@R"),
+    )
     pml = "mean_average_precision_at_r"
     formula = "(1/R) Σ_{i<R} rel_i · P@(i+1)"
 
@@ -498,7 +510,10 @@ class RPrecision(Metric):
     family = "r_precision"
     template = "R-precision"
     aliases = ("r_precision", "rprecision")
-    peers = (("PML", "r_precision"), ("torchmetrics", "RetrievalRPrecision"),)
+    peers = (
+        ("PML", "r_precision"),
+        ("torchmetrics", "RetrievalRPrecision"),
+    )
     pml = "r_precision"
     formula = "(relevant items among the first R) / R"
 
@@ -542,7 +557,10 @@ class NDCG(Metric):
     family = "ndcg"
     template = "nDCG@{K}"
     aliases = ("ndcg@{K}", "ndcg_at_{K}")
-    peers = (("torchmetrics", "RetrievalNormalizedDCG(top_k=K)"), ("ranx", "ndcg@K"),)
+    peers = (
+        ("torchmetrics", "RetrievalNormalizedDCG(top_k=K)"),
+        ("ranx", "ndcg@K"),
+    )
     formula = "DCG@K / IDCG@K, binary gains, discount 1/log2(i + 2)"
 
     def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
@@ -552,6 +570,7 @@ class NDCG(Metric):
 
 # ----------------------------------------------------------------------------------------------
 # Names.
+
 
 def _patterns() -> list[tuple[re.Pattern[str], str, bool]]:
     if not _PATTERNS:

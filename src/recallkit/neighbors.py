@@ -65,9 +65,11 @@ def nearest_neighbors(
     if query_in_reference:
         if m < n:
             raise _checks.fail(
-                func, "reference",
-                Text(f"at least {n} rows with {{qir}}", qir=("query_in_reference", True)), m,
-            )  # fmt: skip
+                func,
+                "reference",
+                Text(f"at least {n} rows with {{qir}}", qir=("query_in_reference", True)),
+                m,
+            )
         parts.append(engine.Pairs.diagonal(n))
     if exclude is not None:
         extra = _exclusion_pairs(exclude, n, m, func)

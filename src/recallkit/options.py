@@ -91,10 +91,13 @@ def _option(
     return field(
         default=default,
         metadata={
-            "help": help, "choices": choices, "check": check, "metavar": metavar,
+            "help": help,
+            "choices": choices,
+            "check": check,
+            "metavar": metavar,
             "scope": scope,
         },
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)
@@ -156,8 +159,9 @@ class Options:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(keywords) - names)
         if unknown:
-            raise fail(func, unknown[0], f"one of the options {tuple(sorted(names))}",
-                       "an unknown keyword")  # fmt: skip
+            raise fail(
+                func, unknown[0], f"one of the options {tuple(sorted(names))}", "an unknown keyword"
+            )
         base = options if options is not None else cls()
         return replace(base, **keywords).checked(func)
 
@@ -244,8 +248,9 @@ def accepts(
             raise TypeError(f"{target.__qualname__} must take a keyword-only 'options'")
 
         accepted = set(signature.parameters) - {"options"}
-        open_ended = any(p.kind is inspect.Parameter.VAR_KEYWORD
-                         for p in signature.parameters.values())  # fmt: skip
+        open_ended = any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()
+        )
 
         @functools.wraps(target)
         def call(*args: Any, options: Options | None = None, **keywords: Any) -> Any:
@@ -253,8 +258,9 @@ def accepts(
             unknown = sorted(k for k in keywords if k not in accepted)
             if unknown and not open_ended:
                 known = sorted(accepted - {"self"} | set(taken))
-                raise fail(name, unknown[0], f"one of the keywords {tuple(known)}",
-                           "an unknown keyword")  # fmt: skip
+                raise fail(
+                    name, unknown[0], f"one of the keywords {tuple(known)}", "an unknown keyword"
+                )
             start = options
             if start is None and fixed:  # the entry's own defaults (an explicit Options wins)
                 start = replace(Options(), **fixed)
@@ -265,8 +271,9 @@ def accepts(
         params = [p for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
         for option in taken:
             default = fixed.get(option, BY_NAME[option].default)
-            params.append(inspect.Parameter(option, inspect.Parameter.KEYWORD_ONLY,
-                                            default=default))  # fmt: skip
+            params.append(
+                inspect.Parameter(option, inspect.Parameter.KEYWORD_ONLY, default=default)
+            )
         params.append(inspect.Parameter("options", inspect.Parameter.KEYWORD_ONLY, default=None))
         call.__signature__ = signature.replace(parameters=params + tail)  # type: ignore[attr-defined]
         call.__doc__ = fill_docs(call.__doc__, scope, taken)
@@ -339,8 +346,7 @@ def add_flags(
         text = helps.get(name)
         if text is None:
             text = _flag_help(option.help)
-        group.add_argument(option.flag, dest=option.name, default=None, help=text,
-                           **extra)  # fmt: skip
+        group.add_argument(option.flag, dest=option.name, default=None, help=text, **extra)
 
 
 def _flag_help(text: str) -> str:
@@ -361,4 +367,3 @@ def from_flags(args: Any, scope: str = "label", only: Sequence[str] | None = Non
 def flag_names(scope: str = "label") -> dict[str, str]:
     """Option name -> its flag, for naming parameters in command-line messages."""
     return {name: BY_NAME[name].flag for name in names(scope)}
-

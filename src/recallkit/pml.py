@@ -197,8 +197,12 @@ class RecallCalculator(AccuracyCalculator):
     recall_at_2 0.6
     """
 
-    @accepts("RecallCalculator", scope="engine", defaults={"metric": "euclidean"},
-             only=tuple(n for n in option_names("engine") if n != "device"))  # fmt: skip
+    @accepts(
+        "RecallCalculator",
+        scope="engine",
+        defaults={"metric": "euclidean"},
+        only=tuple(n for n in option_names("engine") if n != "device"),
+    )
     def __init__(
         self,
         ks: Any = (1, 2, 4, 8),
@@ -213,15 +217,20 @@ class RecallCalculator(AccuracyCalculator):
         self.metric = options.metric
         if kwargs.get("label_comparison_fn") is not None:
             raise _checks.fail(
-                func, "label_comparison_fn", "None (labels are compared by equality)",
+                func,
+                "label_comparison_fn",
+                "None (labels are compared by equality)",
                 "a custom comparison",
-            )  # fmt: skip
+            )
         if include is None:
             include = (*RANKING_METRICS, *(f"recall_at_{k}" for k in self.ks))
         exact = "knn_func" not in kwargs
         ours: dict[str, registry.Metric] = {f"recall_at_{k}": registry.Recall(k) for k in self.ks}
-        pml_own = {name[len("calculate_"):] for name in dir(AccuracyCalculator)
-                   if name.startswith("calculate_")}  # fmt: skip
+        pml_own = {
+            name[len("calculate_") :]
+            for name in dir(AccuracyCalculator)
+            if name.startswith("calculate_")
+        }
         for name in include if isinstance(include, tuple | list) else ():
             if isinstance(name, str) and name not in ours and name not in pml_own:
                 metric = registry.parse_one(name)
@@ -282,20 +291,29 @@ class RecallCalculator(AccuracyCalculator):
         out: dict[str, Any] = {}
         if ours:
             result = retrieval_metrics(
-                q, r, q_codes, r_codes, [self._ours[name].name for name in ours],
+                q,
+                r,
+                q_codes,
+                r_codes,
+                [self._ours[name].name for name in ours],
                 query_in_reference=ref_includes_query,
                 options=Options.of(func, self.options, device=self.device),
-            )  # fmt: skip
+            )
             for name in ours:
                 out[name] = self._aggregate(result, self._ours[name].name, q_codes)
         others = tuple(name for name in current if name not in self._ours)
         if others:
             out.update(
                 super().get_accuracy(
-                    q, torch.from_numpy(q_codes), r, torch.from_numpy(r_codes),
-                    ref_includes_query, others, (),
+                    q,
+                    torch.from_numpy(q_codes),
+                    r,
+                    torch.from_numpy(r_codes),
+                    ref_includes_query,
+                    others,
+                    (),
                 )
-            )  # fmt: skip
+            )
         self.curr_function_dict = self.get_function_dict(include, exclude)
         return {name: out[name] for name in current}
 

@@ -68,8 +68,11 @@ def check_tag(tag: Any, func: str) -> str:
 separator, not '.' or '..'). Got '../escaped'.
     """
     separators = {"/", "\\", "\0", os.sep, os.altsep or "/"}
-    if not isinstance(tag, str) or not tag or tag in (".", "..") or any(
-        c in tag for c in separators
+    if (
+        not isinstance(tag, str)
+        or not tag
+        or tag in (".", "..")
+        or any(c in tag for c in separators)
     ):
         raise fail(func, "tag", "a plain name (no path separator, not '.' or '..')", repr(tag))
     return tag

@@ -153,18 +153,38 @@ class Result(dict):
         style: str = "evaluation",
     ) -> None:
         put = object.__setattr__
-        put(self, "_fields", dict(
-            num_queries=num_queries, evaluated=evaluated, per_query=per_query,
-            first_hit_ranks=first_hit_ranks, ks=ks, effective_ks=effective_ks,
-            num_reference=num_reference, embedding_dim=embedding_dim, bounds=bounds, tied=tied,
-            query_ids=query_ids, definitions=definitions, title=title, convention=convention,
-            parts=parts, plain=plain, info=info, style=style,
-        ))  # fmt: skip
+        put(
+            self,
+            "_fields",
+            dict(
+                num_queries=num_queries,
+                evaluated=evaluated,
+                per_query=per_query,
+                first_hit_ranks=first_hit_ranks,
+                ks=ks,
+                effective_ks=effective_ks,
+                num_reference=num_reference,
+                embedding_dim=embedding_dim,
+                bounds=bounds,
+                tied=tied,
+                query_ids=query_ids,
+                definitions=definitions,
+                title=title,
+                convention=convention,
+                parts=parts,
+                plain=plain,
+                info=info,
+                style=style,
+            ),
+        )
         values = {str(k): float(v) for k, v in values.items()}
         dict.__init__(self, values)
         put(self, "_values", FrozenDict(values))
-        put(self, "first_hit_ranks",
-            None if first_hit_ranks is None else _frozen(first_hit_ranks, np.int64))  # fmt: skip
+        put(
+            self,
+            "first_hit_ranks",
+            None if first_hit_ranks is None else _frozen(first_hit_ranks, np.int64),
+        )
         if evaluated is None and self.first_hit_ranks is not None:
             evaluated = self.first_hit_ranks >= 0
         if num_queries is None:
@@ -177,9 +197,7 @@ class Result(dict):
             effective_ks=None if effective_ks is None else tuple(int(k) for k in effective_ks),
             num_reference=None if num_reference is None else int(num_reference),
             embedding_dim=None if embedding_dim is None else int(embedding_dim),
-            bounds=FrozenDict(
-                {k: (float(a), float(b)) for k, (a, b) in (bounds or {}).items()}
-            ),
+            bounds=FrozenDict({k: (float(a), float(b)) for k, (a, b) in (bounds or {}).items()}),
             _tied=None if tied is None else _frozen(tied, bool),
             query_ids=None if query_ids is None else tuple(query_ids),
             definitions=None if definitions is None else FrozenDict(dict(definitions)),

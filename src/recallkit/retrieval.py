@@ -46,9 +46,13 @@ def _run(
     parameter: str,
 ) -> Result:
     problem = label_form.build(
-        func, *args, query_in_reference=query_in_reference, query_ids=query_ids,
-        reference_ids=reference_ids, options=options,
-    )  # fmt: skip
+        func,
+        *args,
+        query_in_reference=query_in_reference,
+        query_ids=query_ids,
+        reference_ids=reference_ids,
+        options=options,
+    )
     return label_form.evaluate(func, problem, chosen, parameter=parameter)[0]
 
 
@@ -87,9 +91,16 @@ def retrieval_metrics(
     func = "retrieval_metrics"
     _checks.check_choice(divisor, registry.DIVISORS, func, "divisor")
     chosen = registry.parse(metrics, func, divisor=divisor)
-    return _run(func, chosen, (query, reference, query_labels, reference_labels),
-                query_in_reference, query_ids, reference_ids, options, "metrics")  # fmt: skip
-
+    return _run(
+        func,
+        chosen,
+        (query, reference, query_labels, reference_labels),
+        query_in_reference,
+        query_ids,
+        reference_ids,
+        options,
+        "metrics",
+    )
 
 
 @accepts()
@@ -152,8 +163,16 @@ def recall_at_k(
     """
     func = "recall_at_k"
     ks = _checks.check_ks(ks, func)
-    return _run(func, registry.recall(ks), (query, reference, query_labels, reference_labels),
-                query_in_reference, query_ids, reference_ids, options, "ks")  # fmt: skip
+    return _run(
+        func,
+        registry.recall(ks),
+        (query, reference, query_labels, reference_labels),
+        query_in_reference,
+        query_ids,
+        reference_ids,
+        options,
+        "ks",
+    )
 
 
 @accepts()
@@ -182,9 +201,16 @@ def r_precision(
     >>> float(r_precision(x, x, [0, 0, 1, 1], [0, 0, 1, 1], query_in_reference=True))
     0.5
     """
-    return _run("r_precision", (registry.RPrecision(),),
-                (query, reference, query_labels, reference_labels),
-                query_in_reference, query_ids, reference_ids, options, "metrics")  # fmt: skip
+    return _run(
+        "r_precision",
+        (registry.RPrecision(),),
+        (query, reference, query_labels, reference_labels),
+        query_in_reference,
+        query_ids,
+        reference_ids,
+        options,
+        "metrics",
+    )
 
 
 @accepts()
@@ -213,9 +239,16 @@ def map_at_r(
     >>> float(map_at_r(x, x, [0, 0, 1, 1], [0, 0, 1, 1], query_in_reference=True))
     0.5
     """
-    return _run("map_at_r", (registry.MAPAtR(),),
-                (query, reference, query_labels, reference_labels),
-                query_in_reference, query_ids, reference_ids, options, "metrics")  # fmt: skip
+    return _run(
+        "map_at_r",
+        (registry.MAPAtR(),),
+        (query, reference, query_labels, reference_labels),
+        query_in_reference,
+        query_ids,
+        reference_ids,
+        options,
+        "metrics",
+    )
 
 
 @accepts()
@@ -248,9 +281,16 @@ def map_at_k(
     func = "map_at_k"
     k = _checks.check_positive_int(k, func, "k")
     _checks.check_choice(divisor, registry.DIVISORS, func, "divisor")
-    return _run(func, (registry.MAPAtK(k, divisor),),
-                (query, reference, query_labels, reference_labels),
-                query_in_reference, query_ids, reference_ids, options, "k")  # fmt: skip
+    return _run(
+        func,
+        (registry.MAPAtK(k, divisor),),
+        (query, reference, query_labels, reference_labels),
+        query_in_reference,
+        query_ids,
+        reference_ids,
+        options,
+        "k",
+    )
 
 
 for _function in (retrieval_metrics, recall_at_k):

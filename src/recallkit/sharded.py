@@ -161,8 +161,9 @@ def evaluate_sharded(
     """
     func = "evaluate_sharded"
     ks = _checks.check_ks(ks, func)
-    chosen = (registry.default(ks, ranking_metrics) if metrics is None
-              else registry.parse(metrics, func))  # fmt: skip
+    chosen = (
+        registry.default(ks, ranking_metrics) if metrics is None else registry.parse(metrics, func)
+    )
     if not dist.is_available() or not dist.is_initialized():
         raise _checks.fail(
             func, "group", "an initialised torch.distributed process group", "no process group"
@@ -193,17 +194,30 @@ def evaluate_sharded(
                 else torch.empty((stop - start, q.rows.shape[1]), dtype=local.queries.dtype),
                 owner,
             ).to(dev)
-            meta = comm.broadcast(
-                local.meta[:, start:stop]
-                if mine
-                else torch.empty((3, stop - start), dtype=torch.int64),
-                owner,
-            ).cpu().numpy()
-            parts.append(label_form.shard_chunk(
-                comm, local.space, local.labels, local.ids, local.total_reference,
-                engine.Rows.of(raw), meta, leave_one_out, chosen,
-                lambda part, top_k, c_labels: _global_lists(comm, part, top_k, local, c_labels),
-            ))  # fmt: skip
+            meta = (
+                comm.broadcast(
+                    local.meta[:, start:stop]
+                    if mine
+                    else torch.empty((3, stop - start), dtype=torch.int64),
+                    owner,
+                )
+                .cpu()
+                .numpy()
+            )
+            parts.append(
+                label_form.shard_chunk(
+                    comm,
+                    local.space,
+                    local.labels,
+                    local.ids,
+                    local.total_reference,
+                    engine.Rows.of(raw),
+                    meta,
+                    leave_one_out,
+                    chosen,
+                    lambda part, top_k, c_labels: _global_lists(comm, part, top_k, local, c_labels),
+                )
+            )
             index.append(meta[1].copy())
     order = np.argsort(np.concatenate(index), kind="stable")
     values = label_form.joined(parts, order)
@@ -280,8 +294,9 @@ class _Local:
             queries = space.single.data
         else:
             q_rows = torch.nonzero(_first_occurrences(comm, q.index))[:, 0]
-            queries = engine.prepare_rows(q.rows[q_rows], "embeddings", func, options.metric,
-                                          dev).raw  # fmt: skip
+            queries = engine.prepare_rows(
+                q.rows[q_rows], "embeddings", func, options.metric, dev
+            ).raw
         ids = q.ids[q_rows] if q.ids is not None else torch.full((len(q_rows),), -1)
         return cls(
             space,

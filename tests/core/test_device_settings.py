@@ -62,8 +62,9 @@ def test_float32_matmul_settings_are_read_and_widen_the_bound(monkeypatch):
     finally:
         matmul.fp32_precision = saved[0]
         torch.set_float32_matmul_precision(saved[1])
-    qf = filters.QueryFilter(torch.ones(1, 4) / 2, torch.ones(1, dtype=torch.float64),
-                             torch.ones(1, dtype=torch.float64))  # fmt: skip
+    qf = filters.QueryFilter(
+        torch.ones(1, 4) / 2, torch.ones(1, dtype=torch.float64), torch.ones(1, dtype=torch.float64)
+    )
     plain = filters.error_bound(filters.Product.plain(torch.float32), qf, 1.0, 4, 1.0, "cosine")
     tf32 = filters.error_bound(
         filters.Product(torch.float32, 2.0**-23, 2.0**-10), qf, 1.0, 4, 1.0, "cosine"
@@ -80,14 +81,30 @@ def test_float16_accumulation_is_refused_for_a_float16_filter(monkeypatch):
 
 
 # Operations that torch.use_deterministic_algorithms(True) refuses on CUDA (torch's list).
-REFUSED = {"scatter_reduce", "scatter_reduce_", "index_reduce", "index_reduce_", "put_",
-           "histc", "median", "kthvalue", "EmbeddingBag"}  # fmt: skip
+REFUSED = {
+    "scatter_reduce",
+    "scatter_reduce_",
+    "index_reduce",
+    "index_reduce_",
+    "put_",
+    "histc",
+    "median",
+    "kthvalue",
+    "EmbeddingBag",
+}
 
 
 def test_the_device_path_calls_nothing_deterministic_mode_refuses():
     found = []
-    for name in ("device.py", "protocol.py", "ties.py", "pairs.py", "filters.py", "exact.py",
-                 "triton_backend.py"):  # fmt: skip
+    for name in (
+        "device.py",
+        "protocol.py",
+        "ties.py",
+        "pairs.py",
+        "filters.py",
+        "exact.py",
+        "triton_backend.py",
+    ):
         tree = ast.parse((ENGINE / name).read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr in REFUSED:
@@ -102,13 +119,16 @@ def test_deterministic_mode_runs_the_torch_path(monkeypatch):
     monkeypatch.setenv("RECALLKIT_BACKEND", "torch")
     x, labels = _clusters(300, 16)
     expected = brute.first_hit_ranks(
-        brute.fixed_order_scores64(x, x, "cosine"), labels, labels,
+        brute.fixed_order_scores64(x, x, "cosine"),
+        labels,
+        labels,
         brute.excluded_sets(300, 300, query_in_reference=True),
-    )  # fmt: skip
+    )
     torch.use_deterministic_algorithms(True)
     try:
-        r = recallkit.recall_at_k(x, x, labels, labels, (1,), query_in_reference=True,
-                                  chunk_size=64)  # fmt: skip
+        r = recallkit.recall_at_k(
+            x, x, labels, labels, (1,), query_in_reference=True, chunk_size=64
+        )
     finally:
         torch.use_deterministic_algorithms(False)
     assert np.array_equal(r.first_hit_ranks, expected)
@@ -169,8 +189,7 @@ def test_launches_per_chunk_do_not_grow_with_the_dimension(monkeypatch):
 
     def others(x, labels):
         targets = np.stack([np.arange(48), (np.arange(48) + 5) % 48], axis=1)
-        recallkit.ground_truth_ranks_from_embeddings(x, x, targets, reduce="none",
-                                                     chunk_size=24)  # fmt: skip
+        recallkit.ground_truth_ranks_from_embeddings(x, x, targets, reduce="none", chunk_size=24)
         recallkit.nearest_neighbors(x, x, 4, query_in_reference=True, chunk_size=24)
 
     monkeypatch.setattr(triton_kernels, "_kernel", counting)
@@ -183,7 +202,8 @@ def test_launches_per_chunk_do_not_grow_with_the_dimension(monkeypatch):
     for d in (16, 80):
         x, labels = _clusters(48, d)
         with _Counting() as mode:
-            recallkit.recall_at_k(x, x, labels, labels, (1,), query_in_reference=True,
-                                  chunk_size=24)  # fmt: skip
+            recallkit.recall_at_k(
+                x, x, labels, labels, (1,), query_in_reference=True, chunk_size=24
+            )
         torch_counts[d] = sum(mode.ops.values())
     assert torch_counts[80] > torch_counts[16] + 60  # d additions per exact batch

@@ -16,14 +16,27 @@ import recallkit
 from tests import brute
 
 NAMES = ["recall@1", "recall@3", "precision@3", "MAP@R", "R-precision", "MRR", "nDCG@4"]
-KINDS = [("recall", 1), ("recall", 3), ("precision", 3), ("map_at_r", None),
-         ("r_precision", None), ("mrr", None), ("ndcg", 4)]  # fmt: skip
+KINDS = [
+    ("recall", 1),
+    ("recall", 3),
+    ("precision", 3),
+    ("map_at_r", None),
+    ("r_precision", None),
+    ("mrr", None),
+    ("ndcg", 4),
+]
 # (back end, precision, chunk size): every precision a back end runs, with several chunkings.
 CONFIGS = [
-    ("numba", "float32", None), ("numba", "bfloat16", 3), ("numba", "int8", 7),
-    ("numba", "auto", 1), ("torch", "float32", 5), ("torch", "bfloat16", None),
-    ("torch", "float16", 4), ("torch", "auto", 2), ("triton", "float32", 6),
-]  # fmt: skip
+    ("numba", "float32", None),
+    ("numba", "bfloat16", 3),
+    ("numba", "int8", 7),
+    ("numba", "auto", 1),
+    ("torch", "float32", 5),
+    ("torch", "bfloat16", None),
+    ("torch", "float16", 4),
+    ("torch", "auto", 2),
+    ("triton", "float32", 6),
+]
 
 
 def _case(seed: int):
@@ -51,8 +64,9 @@ def test_every_entry_point_is_the_definition(backend, precision, chunk, monkeypa
         # The label form, every kind of metric.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            got = recallkit.retrieval_metrics(x, x, labels, labels, NAMES, metric=metric,
-                                              query_in_reference=True, **options)  # fmt: skip
+            got = recallkit.retrieval_metrics(
+                x, x, labels, labels, NAMES, metric=metric, query_in_reference=True, **options
+            )
         lists = brute.relevance_lists(s, labels, labels, excluded)
         for name, (kind, k) in zip(NAMES, KINDS, strict=True):
             want = [brute.metric(kind, k, rel, r, c) for rel, r, c in lists]
@@ -61,18 +75,21 @@ def test_every_entry_point_is_the_definition(backend, precision, chunk, monkeypa
         order = np.random.default_rng(seed).permutation(n)
         ev = recallkit.Evaluator(ks=(1, 3), metrics=NAMES, metric=metric, **options)
         for part in np.array_split(order, 3):
-            ev.update(torch.from_numpy(x[part]), torch.from_numpy(labels[part]),
-                      torch.from_numpy(part))  # fmt: skip
+            ev.update(
+                torch.from_numpy(x[part]), torch.from_numpy(labels[part]), torch.from_numpy(part)
+            )
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             by_batches = ev.compute()
         for name in NAMES:
-            assert np.array_equal(by_batches.per_query[name], got.per_query[name],
-                                  equal_nan=True), (name, seed)  # fmt: skip
+            assert np.array_equal(
+                by_batches.per_query[name], got.per_query[name], equal_nan=True
+            ), (name, seed)
         # Nearest neighbours: the ranked lists, every item.
         k = 6
-        index, score = recallkit.nearest_neighbors(x, x, k, query_in_reference=True,
-                                                   metric=metric, **options)  # fmt: skip
+        index, score = recallkit.nearest_neighbors(
+            x, x, k, query_in_reference=True, metric=metric, **options
+        )
         for i in range(n):
             order_i = brute.ranked(s[i], excluded[i])[:k]
             assert index[i].tolist() == order_i, (i, seed)
@@ -118,17 +135,29 @@ def test_ranked_lists_over_several_tiles_and_both_workers(precision, monkeypatch
     n, d = 2_100, 8
     rng = np.random.default_rng(0)
     labels = rng.integers(0, 30, n)
-    for x in (rng.standard_normal((n, d)).astype(np.float32),
-              rng.integers(-2, 3, (n, d)).astype(np.float32) + np.eye(n, d, dtype=np.float32)):
+    for x in (
+        rng.standard_normal((n, d)).astype(np.float32),
+        rng.integers(-2, 3, (n, d)).astype(np.float32) + np.eye(n, d, dtype=np.float32),
+    ):
         s = brute.fixed_order_scores64(x, x, "cosine")
         np.fill_diagonal(s, -np.inf)  # leave-one-out: the query itself is never a candidate
         order = np.lexsort((np.broadcast_to(np.arange(n), s.shape), -s), axis=1)[:, : n - 1]
-        index, score = recallkit.nearest_neighbors(x, x, 5, query_in_reference=True,
-                                                   precision=precision)  # fmt: skip
+        index, score = recallkit.nearest_neighbors(
+            x, x, 5, query_in_reference=True, precision=precision
+        )
         assert np.array_equal(np.asarray(index), order[:, :5])
         assert np.array_equal(np.asarray(score), np.take_along_axis(s, order[:, :5], 1))
-        got = recallkit.retrieval_metrics(x, x, labels, labels, ["MAP@R"],
-                                          query_in_reference=True, precision=precision)
-        want = [brute.metric("map_at_r", None, list(labels[order[i]] == labels[i]),
-                             int((labels == labels[i]).sum()) - 1, n - 1) for i in range(n)]
+        got = recallkit.retrieval_metrics(
+            x, x, labels, labels, ["MAP@R"], query_in_reference=True, precision=precision
+        )
+        want = [
+            brute.metric(
+                "map_at_r",
+                None,
+                list(labels[order[i]] == labels[i]),
+                int((labels == labels[i]).sum()) - 1,
+                n - 1,
+            )
+            for i in range(n)
+        ]
         assert np.array_equal(got.per_query["MAP@R"], want, equal_nan=True)

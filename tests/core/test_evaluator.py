@@ -61,8 +61,12 @@ def test_hand_case():
     result = ev.compute()
     assert list(result) == ["recall@1", "recall@2", "recall@3", "MAP@R", "R-precision"]
     assert dict(result) == {
-        "recall@1": 0.0, "recall@2": 0.5, "recall@3": 1.0, "MAP@R": 0.0, "R-precision": 0.0,
-    }  # fmt: skip
+        "recall@1": 0.0,
+        "recall@2": 0.5,
+        "recall@3": 1.0,
+        "MAP@R": 0.0,
+        "R-precision": 0.0,
+    }
     assert result.first_hit_ranks.tolist() == [1, 2, 1, 2]
     assert result.num_queries == 4 and result.num_reference == 4
 
@@ -95,9 +99,11 @@ def test_options_and_metric_names_pass_through():
     assert result.num_tied == whole.num_tied > 0
     assert result.definitions["similarity"] == "dot"
     ranks = brute.first_hit_ranks(
-        brute.scores64(x.numpy(), x.numpy(), "dot"), y.numpy(), y.numpy(),
+        brute.scores64(x.numpy(), x.numpy(), "dot"),
+        y.numpy(),
+        y.numpy(),
         brute.excluded_sets(101, 101, True),
-    )  # fmt: skip
+    )
     assert result["recall@1"] == brute.recall(ranks, [1])["recall@1"]
 
 
@@ -150,8 +156,9 @@ def test_compute_twice_then_the_next_batch_begins_a_new_epoch():
     assert dict(ev.compute()) == dict(first)  # the same epoch, the same values
     _feed(ev, x[30:], y[30:])  # no reset(): the epoch ended at compute
     assert dict(ev.compute()) == dict(
-        recallkit.retrieval_metrics(x[30:], x[30:], y[30:], y[30:], ev.metrics,
-                                    query_in_reference=True)
+        recallkit.retrieval_metrics(
+            x[30:], x[30:], y[30:], y[30:], ev.metrics, query_in_reference=True
+        )
     )
     assert ev.computes == 3 and ev.num_rows == 30
 
@@ -191,17 +198,23 @@ def test_an_id_given_again_with_other_values_names_reset():
     ev = Evaluator(ks=(1,), epoch_ends="reset")
     ev.update(x, y, torch.arange(20))
     ev.compute()
-    with pytest.raises(ValueError, match=r"'ids' parameter of Evaluator.update must be one "
-                       r"dataset index per item of the epoch.*call reset\(\) at the start of each "
-                       r"epoch.*Got index 0 in row 0 of batch 1 .* with another embedding than in "
-                       r"row 0 of batch 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"'ids' parameter of Evaluator.update must be one "
+        r"dataset index per item of the epoch.*call reset\(\) at the start of each "
+        r"epoch.*Got index 0 in row 0 of batch 1 .* with another embedding than in "
+        r"row 0 of batch 0",
+    ):
         ev.update(x + 1, y, torch.arange(20))
     ev.update(x[:4], y[:4], torch.arange(4))  # the same rows again (padding): accepted
     z = x[:2].clone()
     with pytest.raises(ValueError, match=r"index 1 in row 1 of batch 2 .* another label"):
         ev.update(z, torch.tensor([y[0], y[1] + 1]), torch.arange(2))
-    with pytest.raises(ValueError, match=r"index 25 in row 1 of batch 2 .* than in row 0 of "
-                       r"batch 2"):
+    with pytest.raises(
+        ValueError,
+        match=r"index 25 in row 1 of batch 2 .* than in row 0 of "
+        r"batch 2",
+    ):
         ev.update(x[:2], y[:2], torch.tensor([25, 25]))
 
 
@@ -257,9 +270,12 @@ def test_bad_batches_are_named():
     x, y = _data(8, n=10)
     ev = Evaluator()
     ev.update(x, y)
-    with pytest.raises(ValueError, match=r"'embeddings' parameter of Evaluator.update must be "
-                       r"of the dimension, dtype and device of the earlier batches \(dimension 8, "
-                       r"torch.float32, cpu\). Got dimension 4, torch.float32, cpu"):
+    with pytest.raises(
+        ValueError,
+        match=r"'embeddings' parameter of Evaluator.update must be "
+        r"of the dimension, dtype and device of the earlier batches \(dimension 8, "
+        r"torch.float32, cpu\). Got dimension 4, torch.float32, cpu",
+    ):
         ev.update(x[:, :4], y)
     with pytest.raises(ValueError, match=r"earlier batches .*Got dimension 8, torch.float64, cpu"):
         ev.update(x.double(), y)
@@ -279,9 +295,12 @@ def test_bad_batches_are_named():
     z = x.clone()
     z[3, 1] = float("nan")
     ev.update(x[:2], y[:2])
-    with pytest.raises(ValueError, match=r"'embeddings' parameter of Evaluator.update must be "
-                       r"finite \(no NaN or infinity\). Got a non-finite value in row 3 of batch "
-                       r"2 \(batches count from 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"'embeddings' parameter of Evaluator.update must be "
+        r"finite \(no NaN or infinity\). Got a non-finite value in row 3 of batch "
+        r"2 \(batches count from 0",
+    ):
         ev.update(z, y)
 
 
@@ -291,8 +310,11 @@ def test_gallery_checks():
     ev.update(x, y)
     with pytest.raises(RuntimeError, match=r"before any update_reference"):
         ev.compute()
-    with pytest.raises(ValueError, match=r"'embeddings' parameter of Evaluator.update_reference "
-                       r"must be of dimension 8, as the embeddings rows"):
+    with pytest.raises(
+        ValueError,
+        match=r"'embeddings' parameter of Evaluator.update_reference "
+        r"must be of dimension 8, as the embeddings rows",
+    ):
         ev.update_reference(x[:, :3], y)
     assert ev.num_reference_rows == 0
 
@@ -305,8 +327,11 @@ def test_compute_before_update():
 def test_negative_ids_refused():
     x, y = _data(10, n=6)
     ev = Evaluator(ks=(1,))
-    with pytest.raises(ValueError, match=r"'ids' parameter of Evaluator.update must be "
-                       r"non-negative dataset indices. Got -3 in row 3 of batch 0"):
+    with pytest.raises(
+        ValueError,
+        match=r"'ids' parameter of Evaluator.update must be "
+        r"non-negative dataset indices. Got -3 in row 3 of batch 0",
+    ):
         ev.update(x, y, torch.tensor([0, 1, 2, -3, 4, 5]))
 
 
@@ -315,8 +340,11 @@ def test_a_tag_cannot_leave_the_run_folder(tmp_path):
     ev = Evaluator(ks=(1,), run_file=str(tmp_path / "runs" / "{tag}.json"))
     ev.update(x, y)
     for bad in ("../escaped", "a/b", "..", "", "a\\b"):
-        with pytest.raises(ValueError, match=r"'tag' parameter of Evaluator.compute must be a "
-                           r"plain name"):
+        with pytest.raises(
+            ValueError,
+            match=r"'tag' parameter of Evaluator.compute must be a "
+            r"plain name",
+        ):
             ev.compute(tag=bad)
     assert not (tmp_path / "escaped.json").exists() and not (tmp_path / "runs").exists()
     ev.compute(tag="epoch-1")

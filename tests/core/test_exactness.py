@@ -149,8 +149,14 @@ def _perturbed_filter(monkeypatch, seed: int = 0) -> None:
         rows, cols = out.shape
         sub = qf[torch.arange(row0, row0 + rows)]
         gemm = block.gemm[col0 : col0 + cols]
-        out[:] = noisy(sub, gemm, block.max_norm, block.data.shape[1], block.scale,
-                       "cosine" if block.scale == 1.0 else "dot").numpy()  # fmt: skip
+        out[:] = noisy(
+            sub,
+            gemm,
+            block.max_norm,
+            block.data.shape[1],
+            block.scale,
+            "cosine" if block.scale == 1.0 else "dot",
+        ).numpy()
 
     def product(self, qf, block, low):
         scores = noisy(qf, block.gemm, block.max_norm, block.data.shape[1], block.scale, "dot")
@@ -404,8 +410,12 @@ def test_low_precision_tiles_off_by_twenty_times_their_bound_are_seen(monkeypatc
     expected, s, excluded = _brute_first_hits(x, labels, "cosine")
     tiles = _noisy_low_tiles(monkeypatch, 20.0)
     ranks, index = _low_precision_results(x, labels, "cosine", precision)
-    want = np.array([[j for j in np.lexsort((np.arange(len(x)), -s[i])) if j not in excluded[i]][:9]
-                     for i in range(len(x))])  # fmt: skip
+    want = np.array(
+        [
+            [j for j in np.lexsort((np.arange(len(x)), -s[i])) if j not in excluded[i]][:9]
+            for i in range(len(x))
+        ]
+    )
     assert tiles and (not np.array_equal(ranks, expected) or not np.array_equal(index, want))
 
 
@@ -484,8 +494,9 @@ def test_top_r_lists_offered_their_positives_first_equal_the_definition(
     n = len(labels)
     x = rng.standard_normal((n, 8)).astype(np.float32)
     ids = np.arange(n) // 2 if with_ids else None
-    options = dict(query_in_reference=not with_ids, query_ids=ids, reference_ids=ids,
-                   precision=precision)  # fmt: skip
+    options = dict(
+        query_in_reference=not with_ids, query_ids=ids, reference_ids=ids, precision=precision
+    )
     s = brute.fixed_order_scores64(x, x, "cosine")
     excluded = brute.excluded_sets(n, n, not with_ids, ids, ids)
     per_query = brute.top_r_metrics(s, labels, labels, excluded)

@@ -19,9 +19,15 @@ LABELS = [0, 0, 1, 1]
 
 def _result():
     return recallkit.retrieval_metrics(
-        X, X, LABELS, LABELS, ["recall@1", "MAP@R"], query_in_reference=True,
-        query_ids=np.array([1, 2, 3, 4]), reference_ids=np.array([1, 2, 3, 4]),
-    )  # fmt: skip
+        X,
+        X,
+        LABELS,
+        LABELS,
+        ["recall@1", "MAP@R"],
+        query_in_reference=True,
+        query_ids=np.array([1, 2, 3, 4]),
+        reference_ids=np.array([1, 2, 3, 4]),
+    )
 
 
 def test_a_result_cannot_be_changed():
@@ -62,18 +68,31 @@ def test_a_result_is_json_and_its_dict_is_plain_json():
     text = json.dumps(r.to_dict(), allow_nan=False)  # numpy ids become plain integers
     assert json.loads(text)["query_ids"] == [1, 2, 3, 4]
     torch = pytest.importorskip("torch")
-    t = recallkit.retrieval_metrics(X, X, LABELS, LABELS, ["recall@1"], query_in_reference=True,
-                                    query_ids=torch.arange(4), reference_ids=torch.arange(4))
+    t = recallkit.retrieval_metrics(
+        X,
+        X,
+        LABELS,
+        LABELS,
+        ["recall@1"],
+        query_in_reference=True,
+        query_ids=torch.arange(4),
+        reference_ids=torch.arange(4),
+    )
     assert json.loads(json.dumps(t.to_dict()))["query_ids"] == [0, 1, 2, 3]
 
 
 def test_recall_from_ranks_checks_its_tie_bounds():
-    with pytest.raises(ValueError, match="'pessimistic' parameter of recall_from_ranks must be "
-                       "given with 'optimistic'"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match="'pessimistic' parameter of recall_from_ranks must be given with 'optimistic'",
+    ):
         recallkit.recall_from_ranks([0, 1], [1], optimistic=[0, 0])
-    with pytest.raises(ValueError, match=r"'optimistic' parameter .* at most the ranks, which "
-                       r"are at most the pessimistic ranks. Got optimistic 1, rank 0, "
-                       r"pessimistic 0 at position 0"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"'optimistic' parameter .* at most the ranks, which "
+        r"are at most the pessimistic ranks. Got optimistic 1, rank 0, "
+        r"pessimistic 0 at position 0",
+    ):
         recallkit.recall_from_ranks([0, 1], [1], optimistic=[1, 0], pessimistic=[0, 1])
     with pytest.raises(ValueError, match=r"'pessimistic' parameter .* of length 2"):
         recallkit.recall_from_ranks([0, 1], [1], optimistic=[0, 0], pessimistic=[0])
@@ -93,8 +112,9 @@ def test_a_missing_extra_says_what_to_install_in_one_line(module):
         "except ModuleNotFoundError as error:\n"
         "    print(error)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
     line = done.stdout.strip()
     assert line.count("\n") == 0 and done.stderr == ""
     assert f"recallkit.integrations.{module} needs" in line and f"pip install {module}" in line
@@ -105,8 +125,13 @@ def test_cli_refuses_a_repeated_k_edited_run_files_and_float16_on_the_cpu(tmp_pa
 
     np.save(tmp_path / "e.npy", np.eye(4, dtype=np.float32) + 0.1)
     np.save(tmp_path / "l.npy", np.array([0, 0, 1, 1]))
-    base = ["evaluate", "--embeddings", str(tmp_path / "e.npy"), "--labels",
-            str(tmp_path / "l.npy")]  # fmt: skip
+    base = [
+        "evaluate",
+        "--embeddings",
+        str(tmp_path / "e.npy"),
+        "--labels",
+        str(tmp_path / "l.npy"),
+    ]
 
     def run(*args):
         import contextlib

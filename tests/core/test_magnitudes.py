@@ -330,8 +330,9 @@ def test_every_precision_ranks_every_magnitude_as_the_definition(metric):
         for chunk in (None, 2):
             options = dict(metric=metric, chunk_size=chunk, precision=precision)
             where = f"{precision}, chunk_size {chunk}"
-            result = retrieval_metrics(query, reference, q_labels, r_labels, ["recall@1"],
-                                       **options)  # fmt: skip
+            result = retrieval_metrics(
+                query, reference, q_labels, r_labels, ["recall@1"], **options
+            )
             assert result.first_hit_ranks.tolist() == hits, where
             index, score = nearest_neighbors(query, reference, 6, **options)
             np.testing.assert_array_equal(index, want_index, err_msg=where)

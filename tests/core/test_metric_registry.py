@@ -18,11 +18,19 @@ from tests import brute
 
 # (name asked, brute-force name, K)
 EVERY = [
-    ("recall@1", "recall", 1), ("recall@4", "recall", 4), ("precision@3", "precision", 3),
-    ("precision@50", "precision", 50), ("IR-recall@4", "ir_recall", 4), ("MAP@3", "map_at_k", 3),
-    ("MAP@R", "map_at_r", None), ("R-precision", "r_precision", None), ("MRR", "mrr", None),
-    ("MRR@2", "mrr", 2), ("nDCG@5", "ndcg", 5), ("nDCG@50", "ndcg", 50),
-]  # fmt: skip
+    ("recall@1", "recall", 1),
+    ("recall@4", "recall", 4),
+    ("precision@3", "precision", 3),
+    ("precision@50", "precision", 50),
+    ("IR-recall@4", "ir_recall", 4),
+    ("MAP@3", "map_at_k", 3),
+    ("MAP@R", "map_at_r", None),
+    ("R-precision", "r_precision", None),
+    ("MRR", "mrr", None),
+    ("MRR@2", "mrr", 2),
+    ("nDCG@5", "ndcg", 5),
+    ("nDCG@50", "ndcg", 50),
+]
 NAMES = [name for name, _, _ in EVERY]
 
 
@@ -47,8 +55,18 @@ def _case(seed: int, n: int = 40, m: int = 60, d: int = 4, ties: bool = False):
 @pytest.mark.parametrize("divisor", ["min_k_r", "r", "hits"])
 def test_every_metric_is_its_definition_query_by_query(seed, divisor):
     q, r, ql, rl, qi, ri = _case(seed, ties=seed % 2 == 1)
-    result = _quiet(recallkit.retrieval_metrics, q, r, ql, rl, NAMES, metric="dot",
-                    query_ids=qi, reference_ids=ri, divisor=divisor)  # fmt: skip
+    result = _quiet(
+        recallkit.retrieval_metrics,
+        q,
+        r,
+        ql,
+        rl,
+        NAMES,
+        metric="dot",
+        query_ids=qi,
+        reference_ids=ri,
+        divisor=divisor,
+    )
     s = brute.fixed_order_scores64(q, r, "dot")
     excluded = brute.excluded_sets(len(q), len(r), query_ids=qi, reference_ids=ri)
     lists = brute.relevance_lists(s, ql, rl, excluded)
@@ -65,15 +83,40 @@ def test_precision_at_k_clamps_per_query_over_the_candidates_left_by_ids():
     # as query_in_reference=True and torchmetrics' adaptive_k give.
     x = np.array([[0.0, 0.0], [1.0, 0.0], [3.0, 0.0]])
     labels = [0, 0, 1]
-    by_ids = _quiet(recallkit.retrieval_metrics, x, x, labels, labels, ["precision@3"],
-                    metric="euclidean", query_ids=[0, 1, 2], reference_ids=[0, 1, 2])
-    by_row = _quiet(recallkit.retrieval_metrics, x, x, labels, labels, ["precision@3"],
-                    metric="euclidean", query_in_reference=True)  # fmt: skip
+    by_ids = _quiet(
+        recallkit.retrieval_metrics,
+        x,
+        x,
+        labels,
+        labels,
+        ["precision@3"],
+        metric="euclidean",
+        query_ids=[0, 1, 2],
+        reference_ids=[0, 1, 2],
+    )
+    by_row = _quiet(
+        recallkit.retrieval_metrics,
+        x,
+        x,
+        labels,
+        labels,
+        ["precision@3"],
+        metric="euclidean",
+        query_in_reference=True,
+    )
     assert by_ids.per_query["precision@3"][:2].tolist() == [0.5, 0.5]
     assert by_ids["precision@3"] == by_row["precision@3"] == 0.5
     with pytest.warns(UserWarning, match="precision@3 asks for more than the 2 candidates"):
-        recallkit.retrieval_metrics(x, x, labels, labels, ["precision@3"], metric="euclidean",
-                                    query_ids=[0, 1, 2], reference_ids=[0, 1, 2])  # fmt: skip
+        recallkit.retrieval_metrics(
+            x,
+            x,
+            labels,
+            labels,
+            ["precision@3"],
+            metric="euclidean",
+            query_ids=[0, 1, 2],
+            reference_ids=[0, 1, 2],
+        )
 
 
 @pytest.mark.parametrize(
@@ -88,8 +131,9 @@ def test_precision_at_k_clamps_per_query_over_the_candidates_left_by_ids():
 def test_map_at_k_with_the_hits_divisor_bounds_both_orders(scores, metric):
     query = np.zeros((1, 1)) if metric == "euclidean" else np.ones((1, 1))
     labels = [1, 0, 1, 0]
-    r = recallkit.map_at_k(query, scores, [1], labels, k=3, divisor="hits", metric=metric,
-                           query_in_reference=False)  # fmt: skip
+    r = recallkit.map_at_k(
+        query, scores, [1], labels, k=3, divisor="hits", metric=metric, query_in_reference=False
+    )
     # Relevant item 2 at 0-indexed rank 2: (1 + 2/3)/2; pushed out of the top 3 by its tie:
     # 1/1. The peers give one or the other depending on the input order.
     assert float(r) == pytest.approx(5 / 6, abs=1e-15)
@@ -105,10 +149,12 @@ def _orders(scores: np.ndarray, rel: list[bool], order: list[int]):
     for group in groups:
         bits = [rel[order.index(j)] for j in group]
         hits, size = sum(bits), len(bits)
-        choices.append([
-            [p in chosen for p in range(size)]
-            for chosen in map(set, itertools.combinations(range(size), hits))
-        ])  # fmt: skip
+        choices.append(
+            [
+                [p in chosen for p in range(size)]
+                for chosen in map(set, itertools.combinations(range(size), hits))
+            ]
+        )
     for pick in itertools.product(*choices):
         yield [b for part in pick for b in part]
 
@@ -129,9 +175,18 @@ def test_tie_bounds_are_the_worst_and_best_of_every_order_for_every_metric():
             if len(arrangements) > 3000:
                 continue
             for divisor in ("min_k_r", "hits"):
-                one = _quiet(recallkit.retrieval_metrics, q[i : i + 1], r, ql[i : i + 1], rl,
-                             NAMES, metric="dot", query_ids=qi[i : i + 1], reference_ids=ri,
-                             divisor=divisor)  # fmt: skip
+                one = _quiet(
+                    recallkit.retrieval_metrics,
+                    q[i : i + 1],
+                    r,
+                    ql[i : i + 1],
+                    rl,
+                    NAMES,
+                    metric="dot",
+                    query_ids=qi[i : i + 1],
+                    reference_ids=ri,
+                    divisor=divisor,
+                )
                 any_tie = False
                 for name, kind, k in EVERY:
                     values = [brute.metric(kind, k, a, big_r, c, divisor) for a in arrangements]
@@ -165,8 +220,7 @@ def test_per_query_values_are_bit_identical_in_every_configuration(seed, tmp_pat
     x[rng.integers(0, n, 20)] = x[3]  # exact ties across chunks
     labels = rng.integers(0, 9, size=n)
     names = [*NAMES, "MAP@10"]
-    base = _quiet(recallkit.retrieval_metrics, x, x, labels, labels, names,
-                  query_in_reference=True)  # fmt: skip
+    base = _quiet(recallkit.retrieval_metrics, x, x, labels, labels, names, query_in_reference=True)
     for config in CONFIGS:
         config = dict(config)
         backend = config.pop("backend", None)
@@ -178,8 +232,16 @@ def test_per_query_values_are_bit_identical_in_every_configuration(seed, tmp_pat
         with monkeypatch.context() as patch:
             if backend:
                 patch.setenv("RECALLKIT_BACKEND", backend)
-            got = _quiet(recallkit.retrieval_metrics, x, reference, labels, labels, names,
-                         query_in_reference=True, **config)  # fmt: skip
+            got = _quiet(
+                recallkit.retrieval_metrics,
+                x,
+                reference,
+                labels,
+                labels,
+                names,
+                query_in_reference=True,
+                **config,
+            )
         for name in names:
             a, b = base.per_query[name], got.per_query[name]
             assert a.tobytes() == b.tobytes(), (config, name)
@@ -189,19 +251,43 @@ def test_per_query_values_are_bit_identical_in_every_configuration(seed, tmp_pat
 def test_an_unknown_metric_is_an_error_never_a_default():
     for bad in ("recall", "MAP@0", "nDCG", "hit@x", "mrr@-1", "MAP@RR"):
         with pytest.raises(ValueError, match="'metrics' parameter of retrieval_metrics"):
-            recallkit.retrieval_metrics(np.eye(3), np.eye(3), [0, 0, 1], [0, 0, 1], [bad],
-                                        query_in_reference=True)  # fmt: skip
+            recallkit.retrieval_metrics(
+                np.eye(3), np.eye(3), [0, 0, 1], [0, 0, 1], [bad], query_in_reference=True
+            )
     assert registry.parse_one("nDCG@10") == registry.NDCG(10)
     assert registry.parse_one("mean_reciprocal_rank") == registry.MRR()
     assert registry.parse_one("precision_at_1") == registry.Recall(1)
 
 
 def test_names_and_aliases_of_the_registry():
-    names = [m.name for m in registry.parse(
-        ["hit@5", "cmc@2", "p@3", "ir_recall@4", "map@10", "map_at_r", "rprecision", "mrr@3",
-         "ndcg_at_10"], "f")]  # fmt: skip
-    assert names == ["recall@5", "recall@2", "precision@3", "IR-recall@4", "MAP@10", "MAP@R",
-                     "R-precision", "MRR@3", "nDCG@10"]  # fmt: skip
+    names = [
+        m.name
+        for m in registry.parse(
+            [
+                "hit@5",
+                "cmc@2",
+                "p@3",
+                "ir_recall@4",
+                "map@10",
+                "map_at_r",
+                "rprecision",
+                "mrr@3",
+                "ndcg_at_10",
+            ],
+            "f",
+        )
+    ]
+    assert names == [
+        "recall@5",
+        "recall@2",
+        "precision@3",
+        "IR-recall@4",
+        "MAP@10",
+        "MAP@R",
+        "R-precision",
+        "MRR@3",
+        "nDCG@10",
+    ]
     for cls in registry.REGISTRY.values():  # every metric says who else defines it
         assert cls.peers and cls.formula
 
@@ -209,13 +295,32 @@ def test_names_and_aliases_of_the_registry():
 def test_a_huge_k_is_clamped_for_every_metric():
     x = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [0.6, 0.8]])
     big = 10**30
-    names = [f"recall@{big}", f"precision@{big}", f"IR-recall@{big}", f"MAP@{big}",
-             f"MRR@{big}", f"nDCG@{big}"]  # fmt: skip
-    r = _quiet(recallkit.retrieval_metrics, x, x, [0, 0, 1, 1], [0, 0, 1, 1], names,
-               query_in_reference=True)  # fmt: skip
+    names = [
+        f"recall@{big}",
+        f"precision@{big}",
+        f"IR-recall@{big}",
+        f"MAP@{big}",
+        f"MRR@{big}",
+        f"nDCG@{big}",
+    ]
+    r = _quiet(
+        recallkit.retrieval_metrics,
+        x,
+        x,
+        [0, 0, 1, 1],
+        [0, 0, 1, 1],
+        names,
+        query_in_reference=True,
+    )
     assert r[f"recall@{big}"] == 1.0 and r[f"IR-recall@{big}"] == 1.0
-    assert float(_quiet(recallkit.map_at_k, x, x, [0, 0, 1, 1], [0, 0, 1, 1], k=big,
-                        query_in_reference=True)) == r[f"MAP@{big}"]  # fmt: skip
+    assert (
+        float(
+            _quiet(
+                recallkit.map_at_k, x, x, [0, 0, 1, 1], [0, 0, 1, 1], k=big, query_in_reference=True
+            )
+        )
+        == r[f"MAP@{big}"]
+    )
     assert recallkit.average_precision_at_k([[0, 2]], k=big).tolist() == [(1 + 2 / 3) / 2]
 
 
@@ -235,9 +340,14 @@ def test_torchmetrics_agrees_without_ties(seed):
 
     q, r, ql, rl, s = _peer_case(seed)
     ours = recallkit.retrieval_metrics(
-        q, r, ql, rl, ["MRR", "nDCG@10", "recall@5", "R-precision", "precision@10"],
-        metric="dot", query_in_reference=False,
-    )  # fmt: skip
+        q,
+        r,
+        ql,
+        rl,
+        ["MRR", "nDCG@10", "recall@5", "R-precision", "precision@10"],
+        metric="dot",
+        query_in_reference=False,
+    )
     peers = {
         "MRR": lambda p, t: tm.retrieval_reciprocal_rank(p, t),
         "nDCG@10": lambda p, t: tm.retrieval_normalized_dcg(p, t, top_k=10),
@@ -261,12 +371,17 @@ def test_pml_mean_reciprocal_rank_agrees_when_every_first_hit_is_within_k():
 
     q, r, ql, rl, _ = _peer_case(7)
     # PML 2.9 finds neighbours for mean_reciprocal_rank only beside a metric that asks for them.
-    pml = AccuracyCalculator(include=("mean_reciprocal_rank", "precision_at_1"), k=len(r),
-                             knn_func=ExactKNN(metric="dot"))  # fmt: skip
-    got = pml.get_accuracy(torch.from_numpy(q), torch.from_numpy(ql), torch.from_numpy(r),
-                           torch.from_numpy(rl), False)  # fmt: skip
-    ours = recallkit.retrieval_metrics(q, r, ql, rl, ["MRR"], metric="dot",
-                                       query_in_reference=False)  # fmt: skip
+    pml = AccuracyCalculator(
+        include=("mean_reciprocal_rank", "precision_at_1"),
+        k=len(r),
+        knn_func=ExactKNN(metric="dot"),
+    )
+    got = pml.get_accuracy(
+        torch.from_numpy(q), torch.from_numpy(ql), torch.from_numpy(r), torch.from_numpy(rl), False
+    )
+    ours = recallkit.retrieval_metrics(
+        q, r, ql, rl, ["MRR"], metric="dot", query_in_reference=False
+    )
     assert ours["MRR"] == pytest.approx(got["mean_reciprocal_rank"], abs=1e-7)  # PML: float32
 
 
@@ -287,8 +402,9 @@ def test_a_new_metric_is_one_class_and_every_entry_point_has_it(tmp_path):
     try:
         x = np.array([[1.0, 0.0], [0.8, 0.6], [0.6, 0.8], [0.0, 1.0]])
         labels = [0, 0, 1, 1]
-        r = recallkit.retrieval_metrics(x, x, labels, labels, ["successes@2"],
-                                        query_in_reference=True)  # fmt: skip
+        r = recallkit.retrieval_metrics(
+            x, x, labels, labels, ["successes@2"], query_in_reference=True
+        )
         assert r.per_query["successes@2"].tolist() == [1.0, 1.0, 1.0, 1.0]
         ev = recallkit.Evaluator(metrics=["successes@2", "recall@1"])
         ev.update(torch.from_numpy(x), torch.tensor(labels))
@@ -302,12 +418,30 @@ def test_a_new_metric_is_one_class_and_every_entry_point_has_it(tmp_path):
 
         np.save(tmp_path / "e.npy", x)
         np.save(tmp_path / "l.npy", np.array(labels))
-        assert main(["evaluate", "--embeddings", str(tmp_path / "e.npy"), "--labels",
-                     str(tmp_path / "l.npy"), "--ks", "1", "--metrics", "successes@2",
-                     "--json", str(tmp_path / "r.json"), "--quiet"]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "evaluate",
+                    "--embeddings",
+                    str(tmp_path / "e.npy"),
+                    "--labels",
+                    str(tmp_path / "l.npy"),
+                    "--ks",
+                    "1",
+                    "--metrics",
+                    "successes@2",
+                    "--json",
+                    str(tmp_path / "r.json"),
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
         import json
 
         assert json.loads((tmp_path / "r.json").read_text())["metrics"] == {
-            "recall@1": 0.5, "successes@2": 1.0}  # fmt: skip
+            "recall@1": 0.5,
+            "successes@2": 1.0,
+        }
     finally:
         registry.unregister("successes")

@@ -310,13 +310,22 @@ def test_pml_accuracy_calculator_equals_recallkit(leave_one_out):
     k = max(counts.values())  # PML's k="max_bin_count" lists
     calc = AccuracyCalculator(include=PML_METRICS, k="max_bin_count", device=CPU)
     pml = calc.get_accuracy(
-        torch.from_numpy(q), torch.from_numpy(ql), torch.from_numpy(r), torch.from_numpy(rl),
+        torch.from_numpy(q),
+        torch.from_numpy(ql),
+        torch.from_numpy(r),
+        torch.from_numpy(rl),
         ref_includes_query=leave_one_out,
-    )  # fmt: skip
+    )
     ours = recallkit.retrieval_metrics(
-        q, r, ql, rl, ["recall@1", "R-precision", "MAP@R", f"MAP@{k}"], divisor="r",
-        metric="euclidean", query_in_reference=leave_one_out,
-    )  # fmt: skip
+        q,
+        r,
+        ql,
+        rl,
+        ["recall@1", "R-precision", "MAP@R", f"MAP@{k}"],
+        divisor="r",
+        metric="euclidean",
+        query_in_reference=leave_one_out,
+    )
     assert ours.num_excluded > 0
     assert pml["precision_at_1"] == pytest.approx(ours["recall@1"], **EXACT)
     assert pml["r_precision"] == pytest.approx(ours["R-precision"], **EXACT)

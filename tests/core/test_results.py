@@ -51,8 +51,9 @@ def test_counts_mean_the_same_in_attributes_report_and_dict():
 
 
 def test_report_without_lone_queries_is_the_three_line_template():
-    r = Result({"recall@1": 0.5}, first_hit_ranks=np.array([0, 2]), num_reference=4,
-               embedding_dim=3)  # fmt: skip
+    r = Result(
+        {"recall@1": 0.5}, first_hit_ranks=np.array([0, 2]), num_reference=4, embedding_dim=3
+    )
     assert r.report().splitlines()[:4] == [
         "[evaluation]",
         "  num queries:   2",

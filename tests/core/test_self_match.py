@@ -44,8 +44,9 @@ def test_a_reference_that_begins_with_the_queries_is_refused(reference):
     assert kept["recall@1"] == 1.0 and loo["recall@1"] < 1.0
     # Ids say which items are the same: no refusal.
     ids = np.arange(len(r)) % len(x)
-    by_id = recallkit.recall_at_k(x, r, Y, labels, (1,), query_ids=np.arange(len(x)),
-                                  reference_ids=ids)  # fmt: skip
+    by_id = recallkit.recall_at_k(
+        x, r, Y, labels, (1,), query_ids=np.arange(len(x)), reference_ids=ids
+    )
     assert by_id.num_queries == len(x)
 
 
@@ -64,9 +65,12 @@ def test_every_entry_point_refuses_it():
         recallkit.map_at_r(X, X.copy(), Y, Y)
     calc = RecallCalculator(ks=(1,), device=torch.device("cpu"))
     for reference in (x, x.clone()):
-        with pytest.raises(ValueError, match=r"'ref_includes_query' parameter of "
-                           r"RecallCalculator.get_accuracy must be given .*pass "
-                           r"ref_includes_query=True"):  # fmt: skip
+        with pytest.raises(
+            ValueError,
+            match=r"'ref_includes_query' parameter of "
+            r"RecallCalculator.get_accuracy must be given .*pass "
+            r"ref_includes_query=True",
+        ):
             calc.get_accuracy(x, torch.from_numpy(Y), reference, torch.from_numpy(Y))
     got = calc.get_accuracy(x, torch.from_numpy(Y), x, torch.from_numpy(Y), True)
     want = recallkit.recall_at_k(X, X, Y, Y, (1,), metric="euclidean", query_in_reference=True)

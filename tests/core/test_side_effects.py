@@ -186,8 +186,9 @@ def test_settings_are_restored_after_a_call_that_raises_mid_way(backend, monkeyp
 
     monkeypatch.setattr(module, name, failing)
     with pytest.raises(Interrupted):
-        recall_at_k(query, reference, q_labels, r_labels, ks=(1,), chunk_size=200,
-                    precision="float32")  # fmt: skip
+        recall_at_k(
+            query, reference, q_labels, r_labels, ks=(1,), chunk_size=200, precision="float32"
+        )
     # Every worker was done when the error reached the caller, and none took a tile after it.
     assert not active
     assert not late

@@ -183,9 +183,12 @@ def test_npy_rewritten_in_place_with_another_dtype_is_refused(tmp_path):
     np.save(path, gallery)
     file = open_embeddings(path)
     labels = np.arange(1000)
-    assert recall_at_k(gallery[:50], file, labels[:50], labels, (1,), query_in_reference=False)[
-        "recall@1"
-    ] == 1.0
+    assert (
+        recall_at_k(gallery[:50], file, labels[:50], labels, (1,), query_in_reference=False)[
+            "recall@1"
+        ]
+        == 1.0
+    )
     before = os.stat(path)
     np.save(path, gallery.astype(np.float64))  # np.save truncates and rewrites the same file
     _rewritten(path, before)
@@ -229,9 +232,12 @@ def test_a_file_replaced_after_opening_still_reads_as_opened(tmp_path, fmt):
     assert file.shape == (300, 8)
     np.testing.assert_array_equal(file[0:300], gallery)
     labels = np.arange(300)
-    assert recall_at_k(gallery[:40], file, labels[:40], labels, (1,), query_in_reference=False)[
-        "recall@1"
-    ] == 1.0
+    assert (
+        recall_at_k(gallery[:40], file, labels[:40], labels, (1,), query_in_reference=False)[
+            "recall@1"
+        ]
+        == 1.0
+    )
     assert open_embeddings(path).shape == (500, 4)  # opened again: the new file
 
 
@@ -381,8 +387,14 @@ def test_a_memory_map_truncated_before_it_is_read_is_refused_not_a_signal(tmp_pa
     mapped = np.load(path, mmap_mode="r")
     os.truncate(path, os.path.getsize(path) // 2)  # reading the mapping now: SIGBUS
     with pytest.raises(ValueError, match=r"truncated"):
-        recall_at_k(gallery[:10], mapped, np.zeros(10, int), np.zeros(200, int), (1,),
-                    query_in_reference=False)  # fmt: skip
+        recall_at_k(
+            gallery[:10],
+            mapped,
+            np.zeros(10, int),
+            np.zeros(200, int),
+            (1,),
+            query_in_reference=False,
+        )
 
 
 def test_a_whole_file_rewritten_while_it_is_read_is_refused(tmp_path, monkeypatch):

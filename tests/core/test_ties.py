@@ -118,9 +118,15 @@ def test_bounds_and_num_tied_equal_every_tie_order(backend, metric, seed):
     expected, bounds, tied = _brute(x, labels, metric)
     for chunk_size in (1, 4, None):
         r = recallkit.retrieval_metrics(
-            x, x, labels, labels, NAMES, query_in_reference=True, metric=metric,
+            x,
+            x,
+            labels,
+            labels,
+            NAMES,
+            query_in_reference=True,
+            metric=metric,
             chunk_size=chunk_size,
-        )  # fmt: skip
+        )
         for name in NAMES:
             assert r[name] == pytest.approx(expected[name], abs=1e-15), name
             low, high = r.bounds[name]

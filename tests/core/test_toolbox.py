@@ -135,7 +135,7 @@ def test_integer_embeddings_of_every_type_are_scored_exactly(dtype):
     import torch
 
     # Rows 0 and 1 point along x, rows 2 and 3 along y (scaled integers): partners first.
-    x = (np.array([[10, 0], [9, 1], [0, 10], [1, 9]]) * (2**40 if dtype == np.int64 else 1))
+    x = np.array([[10, 0], [9, 1], [0, 10], [1, 9]]) * (2**40 if dtype == np.int64 else 1)
     for given in (x.astype(dtype), torch.from_numpy(x.astype(dtype))):
         r = recall_at_k(given, given, LABELS, LABELS, (1,), query_in_reference=True)
         assert r.first_hit_ranks.tolist() == [0, 0, 0, 0]

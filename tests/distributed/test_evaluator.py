@@ -76,8 +76,9 @@ def _memory_case(rank):
     warm = Evaluator(ks=(1, 2), metrics=names, **options)  # compiles the kernels first
     warm.update(x[rank:300:WORLD], y[rank:300:WORLD], torch.arange(rank, 300, WORLD))
     warm.compute()
-    recallkit.retrieval_metrics(x[:300], x[:300], y[:300], y[:300], names,
-                                query_in_reference=True, **options)  # fmt: skip
+    recallkit.retrieval_metrics(
+        x[:300], x[:300], y[:300], y[:300], names, query_in_reference=True, **options
+    )
     del warm
     mine = torch.arange(rank, MEM_N, WORLD)
     ev = Evaluator(ks=(1, 2), metrics=names, **options)
@@ -86,14 +87,18 @@ def _memory_case(rank):
         ev.update(x[rows], y[rows], rows)
     own_x, own_y = x[mine].clone(), y[mine].clone()
     # The engine alone on this rank's rows: its working memory for this many rows.
-    _, local = _peak(lambda: recallkit.retrieval_metrics(
-        own_x, own_x, own_y, own_y, names, query_in_reference=True, **options))  # fmt: skip
+    _, local = _peak(
+        lambda: recallkit.retrieval_metrics(
+            own_x, own_x, own_y, own_y, names, query_in_reference=True, **options
+        )
+    )
     result, sharded = _peak(ev.compute)
 
     def gathered():  # what gathering every row to this rank would take: the rows, the engine
         rows = x.clone()  # every rank's rows, received and put in dataset order
-        return recallkit.retrieval_metrics(rows, rows, y, y, names, query_in_reference=True,
-                                           **options)  # fmt: skip
+        return recallkit.retrieval_metrics(
+            rows, rows, y, y, names, query_in_reference=True, **options
+        )
 
     _, everything = _peak(gathered)
     return {
@@ -272,9 +277,13 @@ def test_torchmetrics_adapter_under_distributed(runs):
     _, ranks = runs
     x, y = _data(0)
     expected = recallkit.retrieval_metrics(
-        x, x, y, y, ["recall@1", "recall@2", "recall@4", "MAP@R", "R-precision"],
+        x,
+        x,
+        y,
+        y,
+        ["recall@1", "recall@2", "recall@4", "MAP@R", "R-precision"],
         query_in_reference=True,
-    )  # fmt: skip
+    )
     for got in ranks:
         assert got["torchmetrics"] == dict(expected)
 

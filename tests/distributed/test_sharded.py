@@ -29,8 +29,19 @@ def _data(seed: int, n: int = 100):
 
 
 # Every kind of metric of the registry: first-hit ranks (recall@K, MRR) and lists of K and R.
-NAMES = ["recall@1", "recall@2", "recall@5", "recall@20", "MAP@R", "R-precision", "MRR",
-         "nDCG@5", "precision@5", "MAP@3", "IR-recall@4"]  # fmt: skip
+NAMES = [
+    "recall@1",
+    "recall@2",
+    "recall@5",
+    "recall@20",
+    "MAP@R",
+    "R-precision",
+    "MRR",
+    "nDCG@5",
+    "precision@5",
+    "MAP@3",
+    "IR-recall@4",
+]
 
 
 def _shards(mode: str, n: int, world: int, seed: int) -> list[np.ndarray]:

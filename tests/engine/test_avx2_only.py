@@ -75,10 +75,19 @@ def test_the_avx2_int8_kernel_saturates_full_codes_and_the_engine_stays_exact(tm
     np.save(tmp_path / "x.npy", x)
     np.save(tmp_path / "labels.npy", labels)
     done = subprocess.run(
-        [sys.executable, "benchmarks/avx2_only.py", "-c", CHILD,
-         str(tmp_path / "x.npy"), str(tmp_path / "labels.npy")],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "benchmarks/avx2_only.py",
+            "-c",
+            CHILD,
+            str(tmp_path / "x.npy"),
+            str(tmp_path / "labels.npy"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     assert "torch AVX2" in done.stderr
     out = json.loads(done.stdout.splitlines()[-1])
@@ -92,8 +101,9 @@ def test_the_avx2_int8_kernel_saturates_full_codes_and_the_engine_stays_exact(tm
     s = brute.scores64(x, x, "cosine")
     excluded = brute.excluded_sets(n, n, query_in_reference=True)
     want = brute.recall(brute.first_hit_ranks(s, labels, labels, excluded), (1, 2, 4, 8))
-    want_map = np.mean([ap for r, _, ap in brute.top_r_metrics(s, labels, labels, excluded)
-                        if r > 0])  # fmt: skip
+    want_map = np.mean(
+        [ap for r, _, ap in brute.top_r_metrics(s, labels, labels, excluded) if r > 0]
+    )
     for precision in ("int8", "float32"):
         assert out[precision]["recall"] == want
         assert out[precision]["map"] == pytest.approx(want_map, rel=1e-12)

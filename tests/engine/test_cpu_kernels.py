@@ -44,8 +44,9 @@ def test_a_raised_floor_stays_below_the_kth_score_and_leaves_few_items_above(see
                 row = grid.copy()
                 floor = np.array([-np.inf if start == -np.inf else start * scale], np.float32)
                 hits = int((row >= start).sum())
-                new_start, new_hits = _raise_floor(row, scale, start, hits, k, slack, margin, 0,
-                                                   floor)  # fmt: skip
+                new_start, new_hits = _raise_floor(
+                    row, scale, start, hits, k, slack, margin, 0, floor
+                )
                 finite = np.sort(row[row > -np.inf])[::-1]
                 kth = float(finite[k - 1]) * scale
                 assert float(floor[0]) <= kth - margin - slack + 1e-7, (k, scale, start)
@@ -57,7 +58,9 @@ def test_a_raised_floor_stays_below_the_kth_score_and_leaves_few_items_above(see
     row[:3] = (0.1, 0.2, 0.3)
     floor = np.array([-np.inf], np.float32)
     assert _raise_floor(row, 1.0, np.float32(-np.inf), width, 4, 1e-6, 0.0, 0, floor) == (
-        -np.inf, width)
+        -np.inf,
+        width,
+    )
     assert floor[0] == -np.inf
 
 
@@ -165,8 +168,9 @@ def test_running_top_k_keeps_every_item_of_the_top_k(seed, k, cascade):
     tile[5, 7] = -np.inf  # a masked pair is never an item
     # Starting floors from far below every score (all items above it) to near the k-th best.
     position = n - k - 1 - np.arange(n) % (n - k - 1)
-    floor0 = np.where(np.arange(n) % 3 == 0, -1e30,
-                      np.sort(exact, axis=1)[np.arange(n), position] - 0.5)  # fmt: skip
+    floor0 = np.where(
+        np.arange(n) % 3 == 0, -1e30, np.sort(exact, axis=1)[np.arange(n), position] - 0.5
+    )
     ks = np.full(n, k, dtype=np.int64)
     ks[11] = 0  # a row that wants nothing
     slack = np.full(n, 1e-3)
@@ -174,13 +178,31 @@ def test_running_top_k_keeps_every_item_of_the_top_k(seed, k, cascade):
     kept = []
     for kernel, source in ((top_rows, tile), (top_cols, tile.T.copy())):
         floor = floor0.astype(np.float32)
-        state = dict(heap=np.empty((n, heap_k), np.float32), size=np.zeros(n, np.int64),
-                     floor=floor, buf_col=np.empty((n, 2 * k + 64), np.int64),
-                     buf_score=np.empty((n, 2 * k + 64), np.float32),
-                     fill=np.zeros(n, np.int64), over=np.zeros(n, bool))  # fmt: skip
-        kernel(source, np.ones(n, np.float32), 0, 0, ks, slack, margin if cascade else 0 * margin,
-               *state.values(), cascade, a32, b32, floor[None, :].copy(), NO_CODES,
-               NO_CODES)  # fmt: skip
+        state = dict(
+            heap=np.empty((n, heap_k), np.float32),
+            size=np.zeros(n, np.int64),
+            floor=floor,
+            buf_col=np.empty((n, 2 * k + 64), np.int64),
+            buf_score=np.empty((n, 2 * k + 64), np.float32),
+            fill=np.zeros(n, np.int64),
+            over=np.zeros(n, bool),
+        )
+        kernel(
+            source,
+            np.ones(n, np.float32),
+            0,
+            0,
+            ks,
+            slack,
+            margin if cascade else 0 * margin,
+            *state.values(),
+            cascade,
+            a32,
+            b32,
+            floor[None, :].copy(),
+            NO_CODES,
+            NO_CODES,
+        )
         assert not state["over"].any()
         rows = {}
         for r in range(n):
@@ -196,8 +218,9 @@ def test_running_top_k_keeps_every_item_of_the_top_k(seed, k, cascade):
             else:
                 cols = state["buf_col"][r, : state["fill"][r]]
                 assert set(np.flatnonzero(scores >= kth)) <= set(cols.tolist())
-                np.testing.assert_array_equal(state["buf_score"][r, : state["fill"][r]],
-                                              exact[r, cols])  # fmt: skip
+                np.testing.assert_array_equal(
+                    state["buf_score"][r, : state["fill"][r]], exact[r, cols]
+                )
                 rows[r] = tuple(sorted(c for c in cols.tolist() if exact[r, c] >= kth))
         kept.append(rows)
     assert kept[0] == kept[1]
@@ -233,10 +256,15 @@ def test_items_offered_before_the_pass_count_once(k):
     heap_k = k if k <= 32 else 0
     cap = 2 * k + 64
     for kernel, source in ((top_rows, tile), (top_cols, tile.T.copy())):
-        state = dict(heap=np.empty((n, heap_k), np.float32), size=np.zeros(n, np.int64),
-                     floor=np.full(n, -np.inf, np.float32), buf_col=np.empty((n, cap), np.int64),
-                     buf_score=np.empty((n, cap), np.float32), fill=np.zeros(n, np.int64),
-                     over=np.zeros(n, bool))  # fmt: skip
+        state = dict(
+            heap=np.empty((n, heap_k), np.float32),
+            size=np.zeros(n, np.int64),
+            floor=np.full(n, -np.inf, np.float32),
+            buf_col=np.empty((n, cap), np.int64),
+            buf_score=np.empty((n, cap), np.float32),
+            fill=np.zeros(n, np.int64),
+            over=np.zeros(n, bool),
+        )
         seed_top(ptr, cols, tile[known], ks, slack, *state.values())
         few = 0
         for r in range(n):
@@ -249,10 +277,22 @@ def test_items_offered_before_the_pass_count_once(k):
             else:
                 assert state["floor"][r] == np.float32(np.float64(offered[-k]) - 1e-3)
         assert few > 0 and few < n - 1
-        kernel(source, np.ones(source.shape[0], np.float32), 0, 0, ks, slack, np.zeros(n),
-               *state.values(), False, np.zeros((n, 1), np.float32),
-               np.zeros((width, 1), np.float32), state["floor"][None, :].copy(), row_codes,
-               col_codes)  # fmt: skip
+        kernel(
+            source,
+            np.ones(source.shape[0], np.float32),
+            0,
+            0,
+            ks,
+            slack,
+            np.zeros(n),
+            *state.values(),
+            False,
+            np.zeros((n, 1), np.float32),
+            np.zeros((width, 1), np.float32),
+            state["floor"][None, :].copy(),
+            row_codes,
+            col_codes,
+        )
         assert not state["over"].any()
         for r in range(n):
             if ks[r] == 0:
@@ -264,8 +304,9 @@ def test_items_offered_before_the_pass_count_once(k):
             assert len(set(listed)) == len(listed)  # each item once
             assert set(items[tile[r, items] >= kth]) <= set(listed) <= set(items)
             if heap_k:
-                np.testing.assert_array_equal(np.sort(state["heap"][r, : state["size"][r]]),
-                                              np.sort(tile[r, items])[-k:])  # fmt: skip
+                np.testing.assert_array_equal(
+                    np.sort(state["heap"][r, : state["size"][r]]), np.sort(tile[r, items])[-k:]
+                )
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -297,23 +338,58 @@ def test_a_bfloat16_tile_is_read_as_the_float32_tile_that_widens_it(seed, k):
     windows = []
     for tile in (bits, wide):
         got = []
-        state = (np.zeros((n, 2), np.int64), np.zeros((n, 2), np.int64),
-                 np.zeros((n, 2, 32), np.int64))  # fmt: skip
+        state = (
+            np.zeros((n, 2), np.int64),
+            np.zeros((n, 2), np.int64),
+            np.zeros((n, 2, 32), np.int64),
+        )
         ck.window_rows(tile, ones, 0, 0, lo, hi, 32, *state, False, a32, b32, lo, hi)
         got += [s.copy() for s in state]
         state = (np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros((n, 32), np.int64))
-        ck.window_cols(tile, ones, 0, 0, lo[:, 0].copy(), hi[:, 0].copy(), 32, *state, False, a32,
-                       b32, lo[:, 0].copy(), hi[:, 0].copy())  # fmt: skip
+        ck.window_cols(
+            tile,
+            ones,
+            0,
+            0,
+            lo[:, 0].copy(),
+            hi[:, 0].copy(),
+            32,
+            *state,
+            False,
+            a32,
+            b32,
+            lo[:, 0].copy(),
+            hi[:, 0].copy(),
+        )
         got += list(state)
         for kernel in (ck.top_rows, ck.top_cols):
             floor = np.full(n, -1e30, np.float32)
             heap_k = k if k <= 32 else 0
-            state = (np.zeros((n, heap_k), np.float32), np.zeros(n, np.int64), floor,
-                     np.zeros((n, 2 * k + 64), np.int64), np.zeros((n, 2 * k + 64), np.float32),
-                     np.zeros(n, np.int64), np.zeros(n, bool))  # fmt: skip
-            kernel(tile, ones, 0, 0, np.full(n, k, np.int64), np.full(n, 1e-3), np.zeros(n),
-                   *state, False, a32, b32, floor[None, :].copy(), ck.NO_CODES,
-                   ck.NO_CODES)  # fmt: skip
+            state = (
+                np.zeros((n, heap_k), np.float32),
+                np.zeros(n, np.int64),
+                floor,
+                np.zeros((n, 2 * k + 64), np.int64),
+                np.zeros((n, 2 * k + 64), np.float32),
+                np.zeros(n, np.int64),
+                np.zeros(n, bool),
+            )
+            kernel(
+                tile,
+                ones,
+                0,
+                0,
+                np.full(n, k, np.int64),
+                np.full(n, 1e-3),
+                np.zeros(n),
+                *state,
+                False,
+                a32,
+                b32,
+                floor[None, :].copy(),
+                ck.NO_CODES,
+                ck.NO_CODES,
+            )
             got += list(state)
         windows.append(got)
     assert windows[0][0].sum() > 0 and windows[0][1].sum() > 0  # items above and inside
@@ -364,8 +440,9 @@ def test_window_kernels_count_items_on_the_bounds_as_inside(bfloat16):
     low, high = lo[:, 0].copy(), hi[:, 0].copy()
     above, count = np.zeros(n, np.int64), np.zeros(n, np.int64)
     index = np.full((n, cap), -1, np.int64)
-    ck.window_cols(tile, rs, row0, col0, low, high, cap, above, count, index, False, a32, a32,
-                   low, high)  # fmt: skip
+    ck.window_cols(
+        tile, rs, row0, col0, low, high, cap, above, count, index, False, a32, a32, low, high
+    )
     for j in range(width):
         r = col0 + j
         s = scored[:, j]

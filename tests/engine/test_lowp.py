@@ -323,8 +323,10 @@ def test_int8_round_trip():
         deq = side.dequantised()[i]
         assert all(Fraction(float(d)) == Fraction(s) * int(c) for d, c in zip(deq, q, strict=True))
         residual = row - deq
-        assert all(Fraction(float(r)) == Fraction(float(t)) - Fraction(float(d))
-                   for r, t, d in zip(residual, row, deq, strict=True))  # exact in float64
+        assert all(
+            Fraction(float(r)) == Fraction(float(t)) - Fraction(float(d))
+            for r, t, d in zip(residual, row, deq, strict=True)
+        )  # exact in float64
         assert _norm_bound_ok(side.norm[i], deq)
         assert _norm_bound_ok(side.source_norm[i], row)
         assert _norm_bound_ok(side.residual[i], residual)
@@ -610,21 +612,33 @@ def test_the_report_names_the_instructions_a_kernel_lacks(monkeypatch):
 
     lines = cpu.precision_report(64).splitlines()
     assert lines[0] == "CPU tiles of width 64; precisions with instructions here: " + (
-        "float32, int8" if ORT.available() is None else "float32")  # fmt: skip
-    assert "  torch-int8 (int8): no int8 instructions here (avx512_vnni or avx_vnni or amx_int8)" \
+        "float32, int8" if ORT.available() is None else "float32"
+    )
+    assert (
+        "  torch-int8 (int8): no int8 instructions here (avx512_vnni or avx_vnni or amx_int8)"
         in lines
-    assert "  torch-bfloat16 (bfloat16): no bfloat16 instructions here (avx512_bf16 or amx_bf16)" \
+    )
+    assert (
+        "  torch-bfloat16 (bfloat16): no bfloat16 instructions here (avx512_bf16 or amx_bf16)"
         in lines
+    )
     assert checked == (["onnxruntime"] if ORT.available() is None else [])
 
 
 def test_largest_magnitude_from_bit_patterns():
     rng = np.random.default_rng(11)
-    rows = [rng.standard_normal(n).astype(np.float32) * np.float32(2.0**e)
-            for n, e in ((1, 0), (7, -140), (33, -149), (64, 30), (5, -126))]  # fmt: skip
+    rows = [
+        rng.standard_normal(n).astype(np.float32) * np.float32(2.0**e)
+        for n, e in ((1, 0), (7, -140), (33, -149), (64, 30), (5, -126))
+    ]
     below_normal = np.float32(2.0**-126) * np.float32(1 - 2.0**-23)  # the largest subnormal
-    values = ([0.0, -0.0], [-(2.0**-149)], [3 * 2.0**-148, -1.0], [below_normal],
-              [-(2.0**31.5), 2.0**31])  # fmt: skip
+    values = (
+        [0.0, -0.0],
+        [-(2.0**-149)],
+        [3 * 2.0**-148, -1.0],
+        [below_normal],
+        [-(2.0**31.5), 2.0**31],
+    )
     rows += [np.array(v, np.float32) for v in values]
     wide = [rng.standard_normal(n) * 2.0**e for n, e in ((9, 0), (17, -1070), (3, 900))]
     wide += [np.array(v) for v in ([5e-324, -(2.0**-1022)], [-(2.0**1023) * 1.5, 1.0], [-0.0])]
@@ -774,8 +788,11 @@ def test_a_tile_runs_in_the_fastest_prepared_kind_while_another_prepares_the_nex
     tp = lowp.TilePass(None, qf, block, 0, True, None, names, None)
     tp.choice.warm.update(names)
     tp.kinds["torch-bfloat16"] = lowp.TileKind("torch-bfloat16", "bfloat16", None, None)
-    tp.choice.times = {"float32": [2.0, 2.0, 2.0], "torch-bfloat16": [3.0, 1.0, 1.0],
-                       "torch-int8": [0.5] * 3}  # fmt: skip
+    tp.choice.times = {
+        "float32": [2.0, 2.0, 2.0],
+        "torch-bfloat16": [3.0, 1.0, 1.0],
+        "torch-int8": [0.5] * 3,
+    }
     tp.choice.round = 2  # the round of onnxruntime, not yet prepared
     started, release = threading.Event(), threading.Event()
 

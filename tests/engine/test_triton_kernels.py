@@ -123,8 +123,12 @@ def same_bits(a, b):
 # exact_scores
 
 
-DTYPES = [(np.float32, np.float32), (np.float64, np.float64), (np.float32, np.float64),
-          (np.float64, np.float32)]  # fmt: skip
+DTYPES = [
+    (np.float32, np.float32),
+    (np.float64, np.float64),
+    (np.float32, np.float64),
+    (np.float64, np.float32),
+]
 
 
 @pytest.mark.parametrize("metric", METRICS)
@@ -169,9 +173,16 @@ def test_exact_scores_one_dimension_and_scales(metric):
     assert same_bits(plain, definition(q, r, qa_np, ra_np, rows, cols, metric))
     assert same_bits(plain, numba_scores(q, qa, r, ra, rows, cols, metric))
     scaled = tk.exact_scores(
-        torch.from_numpy(q), qa, torch.from_numpy(r), ra, t64(rows), t64(cols), metric,
-        q_scale=torch.from_numpy(qs), r_scale=torch.from_numpy(rs),
-    ).numpy()  # fmt: skip
+        torch.from_numpy(q),
+        qa,
+        torch.from_numpy(r),
+        ra,
+        t64(rows),
+        t64(cols),
+        metric,
+        q_scale=torch.from_numpy(qs),
+        r_scale=torch.from_numpy(rs),
+    ).numpy()
     assert same_bits(scaled, definition(q, r, qa_np, ra_np, rows, cols, metric, qs, rs))
     live = rows >= 0
     assert not same_bits(scaled[live], plain[live])  # the scales are applied
@@ -186,9 +197,16 @@ def test_scales_on_many_dimensions():
     qa, qa_np = aux(q * qs[:, None], "cosine")
     ra, ra_np = aux(r * rs[:, None], "cosine")
     got = tk.exact_scores(
-        torch.from_numpy(q), qa, torch.from_numpy(r), ra, t64(rows), t64(cols), 1,
-        q_scale=torch.from_numpy(qs), r_scale=torch.from_numpy(rs),
-    ).numpy()  # fmt: skip
+        torch.from_numpy(q),
+        qa,
+        torch.from_numpy(r),
+        ra,
+        t64(rows),
+        t64(cols),
+        1,
+        q_scale=torch.from_numpy(qs),
+        r_scale=torch.from_numpy(rs),
+    ).numpy()
     assert same_bits(got, definition(q, r, qa_np, ra_np, rows, cols, "cosine", qs, rs))
 
 
@@ -236,8 +254,9 @@ def _count_setup(metric, seed=9):
     cols = np.repeat(cols, 3)
     slots = np.tile(np.arange(3), len(rows) // 3)
     pad = np.array([-1, -1, -1])
-    rows, cols, slots = (np.concatenate([v, w]) for v, w in
-                         ((rows, pad), (cols, [1, 2, 3]), (slots, [0, 1, 2])))  # fmt: skip
+    rows, cols, slots = (
+        np.concatenate([v, w]) for v, w in ((rows, pad), (cols, [1, 2, 3]), (slots, [0, 1, 2]))
+    )
     every = np.repeat(np.arange(5), 8), np.tile(np.arange(8), 5)
     full = definition(q, r, qa_np, ra_np, *every, metric)
     assert same_bits(full, numba_scores(q, qa, r, ra, *every, metric))
@@ -266,9 +285,20 @@ def test_exact_beats(metric):
     ties_storage = torch.full((3, 5), 7, dtype=torch.int64)
     ties = ties_storage.T  # in place through any strides
     tk.exact_beats(
-        torch.from_numpy(q), qa, torch.from_numpy(r), ra, t64(rows), t64(cols), t64(slots),
-        torch.from_numpy(best), torch.from_numpy(where), t64(col_index), metric, counts, ties,
-    )  # fmt: skip
+        torch.from_numpy(q),
+        qa,
+        torch.from_numpy(r),
+        ra,
+        t64(rows),
+        t64(cols),
+        t64(slots),
+        torch.from_numpy(best),
+        torch.from_numpy(where),
+        t64(col_index),
+        metric,
+        counts,
+        ties,
+    )
     assert counts.tolist() == expect_counts.tolist()
     assert ties_storage.T.tolist() == expect_ties.tolist()
     # The setup's ties are real: slot 0 ties with the duplicate rows, slot 1 with row 3 itself.
@@ -276,9 +306,19 @@ def test_exact_beats(metric):
     assert (expect_counts[:, 2] == np.arange(15).reshape(5, 3)[:, 2] + 8).all()
     again = torch.zeros((5, 3), dtype=torch.int64)
     tk.exact_beats(
-        torch.from_numpy(q), qa, torch.from_numpy(r), ra, t64(rows), t64(cols), t64(slots),
-        torch.from_numpy(best), torch.from_numpy(where), t64(col_index), metric, again,
-    )  # fmt: skip
+        torch.from_numpy(q),
+        qa,
+        torch.from_numpy(r),
+        ra,
+        t64(rows),
+        t64(cols),
+        t64(slots),
+        torch.from_numpy(best),
+        torch.from_numpy(where),
+        t64(col_index),
+        metric,
+        again,
+    )
     assert again.tolist() == (expect_counts - np.arange(15).reshape(5, 3)).tolist()
 
 
@@ -313,9 +353,16 @@ def test_exact_best(metric):
     q, r, qa, ra, full, col_index, *_ = _count_setup(metric, seed=12)
     rows, cols = _pairs_for_best(13)
     best, where, ties = tk.exact_best(
-        torch.from_numpy(q), qa, torch.from_numpy(r), ra, t64(rows), t64(cols), t64(col_index),
-        metric, 7,
-    )  # fmt: skip
+        torch.from_numpy(q),
+        qa,
+        torch.from_numpy(r),
+        ra,
+        t64(rows),
+        t64(cols),
+        t64(col_index),
+        metric,
+        7,
+    )
     b, w, n = _brute_best(full, col_index, rows, cols, 7)
     assert same_bits(best.numpy(), b)
     assert where.tolist() == w.tolist() and ties.tolist() == n.tolist()
@@ -332,14 +379,22 @@ def test_exact_best_infinite_and_nan_scores():
     # Row 0 scores -inf twice; row 1 NaN (inf - inf) and -1e300; row 2 +inf and 3e300.
     rows = np.array([0, 0, 1, 1, 2, 2])
     cols = np.array([0, 3, 1, 2, 1, 2])
-    full = definition(q, r, None, None, np.repeat(np.arange(3), 4), np.tile(np.arange(4), 3),
-                      "dot").reshape(3, 4)  # fmt: skip
+    full = definition(
+        q, r, None, None, np.repeat(np.arange(3), 4), np.tile(np.arange(4), 3), "dot"
+    ).reshape(3, 4)
     assert np.isneginf(full[0, 0]) and np.isnan(full[1, 1]) and full[2, 1] == np.inf
     col_index = np.array([9, 4, 6, 5])
     best, where, ties = tk.exact_best(
-        torch.from_numpy(q), None, torch.from_numpy(r), None, t64(rows), t64(cols),
-        t64(col_index), 0, 4,
-    )  # fmt: skip
+        torch.from_numpy(q),
+        None,
+        torch.from_numpy(r),
+        None,
+        t64(rows),
+        t64(cols),
+        t64(col_index),
+        0,
+        4,
+    )
     assert same_bits(best.numpy(), [-np.inf, full[1, 2], np.inf, -np.inf])
     assert where.tolist() == [5, 6, 4, SENTINEL] and ties.tolist() == [2, 1, 1, 0]
     b, w, n = _brute_best(full, col_index, rows, cols, 4)
@@ -583,8 +638,13 @@ def test_one_launch_per_call_whatever_d(monkeypatch):
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(InterpretedFunction, "run", counting)
-    expected = {"exact_scores": 1, "exact_beats": 1, "exact_best": 2, "pair_dots": 1,
-                "filter_window": 1}  # fmt: skip
+    expected = {
+        "exact_scores": 1,
+        "exact_beats": 1,
+        "exact_best": 2,
+        "pair_dots": 1,
+        "filter_window": 1,
+    }
     for d, p in ((1, 3), (45, 70)):
         for name, call in _calls(d, p).items():
             launches.clear()
@@ -606,8 +666,17 @@ def test_no_host_reads(monkeypatch):
 
         return wrapper
 
-    for name in ("cpu", "item", "tolist", "numpy", "nonzero", "__bool__", "__int__",
-                 "__float__", "__index__"):  # fmt: skip
+    for name in (
+        "cpu",
+        "item",
+        "tolist",
+        "numpy",
+        "nonzero",
+        "__bool__",
+        "__int__",
+        "__float__",
+        "__index__",
+    ):
         monkeypatch.setattr(torch.Tensor, name, counting(name, getattr(torch.Tensor, name)))
     for call in _calls(5, 40).values():
         call()

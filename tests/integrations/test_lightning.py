@@ -47,8 +47,9 @@ def Model(outputs=True):
         def __init__(self, outputs=True):
             super().__init__()
             torch.manual_seed(0)
-            self.net = torch.nn.Sequential(torch.nn.Linear(10, 16), torch.nn.Tanh(),
-                                           torch.nn.Linear(16, 8))  # fmt: skip
+            self.net = torch.nn.Sequential(
+                torch.nn.Linear(10, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8)
+            )
             self.outputs = outputs
 
         def forward(self, x):
@@ -74,10 +75,16 @@ def Model(outputs=True):
 
 def _trainer(callback, epochs=2):
     return _pl().Trainer(
-        max_epochs=epochs, accelerator="cpu", devices=1, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        num_sanity_val_steps=1, callbacks=[callback],
-    )  # fmt: skip
+        max_epochs=epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=1,
+        callbacks=[callback],
+    )
 
 
 def _embed(model, data):
@@ -91,8 +98,9 @@ def test_fit_logs_the_exact_metrics_of_each_epoch(tmp_path):
     callback = RetrievalCallback(ks=(1, 2), history=history)
     model = Model()
     trainer = _trainer(callback)
-    trainer.fit(model, DataLoader(train, batch_size=32, shuffle=True),
-                DataLoader(val, batch_size=16))  # fmt: skip
+    trainer.fit(
+        model, DataLoader(train, batch_size=32, shuffle=True), DataLoader(val, batch_size=16)
+    )
     x, y = _embed(model, val)  # the model of the last validation (no step since)
     expected = recallkit.retrieval_metrics(x, x, y, y, NAMES, query_in_reference=True)
     assert dict(callback.result) == dict(expected)
@@ -114,9 +122,13 @@ def test_collect_hook_and_separate_gallery():
         return pl_module(x), y, i
 
     callback = RetrievalCallback(
-        ks=(1, 2), metrics=["recall@1", "recall@2"], collect=collect, query_in_reference=False,
-        gallery_dataloader=1, prefix="gal/",
-    )  # fmt: skip
+        ks=(1, 2),
+        metrics=["recall@1", "recall@2"],
+        collect=collect,
+        query_in_reference=False,
+        gallery_dataloader=1,
+        prefix="gal/",
+    )
     model = Model(outputs=False)
     trainer = _trainer(callback, epochs=1)
     loaders = [DataLoader(queries, batch_size=10), DataLoader(gallery, batch_size=15)]
@@ -139,18 +151,24 @@ def test_the_callback_pickles():
 
 def test_outputs_without_embeddings_are_named():
     callback = RetrievalCallback()
-    with pytest.raises(ValueError, match="'collect' parameter of RetrievalCallback must be given, "
-                       "or validation_step must return a dict with 'embeddings', 'labels'"):
+    with pytest.raises(
+        ValueError,
+        match="'collect' parameter of RetrievalCallback must be given, "
+        "or validation_step must return a dict with 'embeddings', 'labels'",
+    ):
         callback.collect(None, {"loss": 1.0}, None, 0, 0)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "name"),
-    [({"collect": 3}, "collect"), ({"prefix": None}, "prefix"),
-     ({"gallery_dataloader": 1}, "gallery_dataloader"),
-     ({"query_in_reference": False, "gallery_dataloader": -1}, "gallery_dataloader"),
-     ({"ks": (1, 1)}, "ks")],
-)  # fmt: skip
+    [
+        ({"collect": 3}, "collect"),
+        ({"prefix": None}, "prefix"),
+        ({"gallery_dataloader": 1}, "gallery_dataloader"),
+        ({"query_in_reference": False, "gallery_dataloader": -1}, "gallery_dataloader"),
+        ({"ks": (1, 1)}, "ks"),
+    ],
+)
 def test_bad_arguments_are_named(kwargs, name):
     with pytest.raises(ValueError, match=f"'{name}' parameter of"):
         RetrievalCallback(**kwargs)

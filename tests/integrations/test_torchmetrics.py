@@ -48,9 +48,11 @@ def test_is_a_metric_equal_to_retrieval_metrics_and_brute_force():
     assert all(v.dtype == torch.float64 for v in got.values())
     assert dict(metric.result) == dict(expected)
     ranks = brute.first_hit_ranks(
-        brute.scores64(x.numpy(), x.numpy(), "cosine"), y.numpy(), y.numpy(),
+        brute.scores64(x.numpy(), x.numpy(), "cosine"),
+        y.numpy(),
+        y.numpy(),
         brute.excluded_sets(90, 90, True),
-    )  # fmt: skip
+    )
     assert got["recall@4"].item() == brute.recall(ranks, [4])["recall@4"]
 
 
@@ -62,9 +64,12 @@ def test_reset_update_and_cache():
     metric.update(x[40:], y[40:])  # a new update invalidates the cached value
     whole = recallkit.recall_at_k(x, x, y, y, (1,), query_in_reference=True)
     assert metric.compute()["recall@1"].item() == whole["recall@1"]
-    assert first["recall@1"].item() == recallkit.recall_at_k(
-        x[:40], x[:40], y[:40], y[:40], (1,), query_in_reference=True
-    )["recall@1"]
+    assert (
+        first["recall@1"].item()
+        == recallkit.recall_at_k(x[:40], x[:40], y[:40], y[:40], (1,), query_in_reference=True)[
+            "recall@1"
+        ]
+    )
     metric.reset()
     assert metric.evaluator.num_rows == 0 and metric.result is None
     with pytest.warns(UserWarning, match="called before the ``update``"):
@@ -97,8 +102,11 @@ def test_separate_gallery():
 
 @pytest.mark.parametrize("name", ["sync_on_compute", "dist_sync_on_step"])
 def test_torchmetrics_sync_is_refused(name):
-    with pytest.raises(ValueError, match=f"'{name}' parameter of RetrievalMetrics must be left "
-                       "unset: torchmetrics' sync would gather every embedding"):
+    with pytest.raises(
+        ValueError,
+        match=f"'{name}' parameter of RetrievalMetrics must be left "
+        "unset: torchmetrics' sync would gather every embedding",
+    ):
         RetrievalMetrics(**{name: True})
 
 

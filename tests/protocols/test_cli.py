@@ -796,6 +796,8 @@ def test_a_file_name_with_a_hash_is_read_whole(tmp_path):
 
     np.save(tmp_path / "run#3.npy", np.eye(2, dtype=np.float32))
     assert load_array(str(tmp_path / "run#3.npy"), "scores").tolist() == [[1, 0], [0, 1]]
-    save_file({"a": np.ones((1, 2), np.float32), "b": np.zeros((1, 2), np.float32)},
-              str(tmp_path / "two#x.safetensors"))  # fmt: skip
+    save_file(
+        {"a": np.ones((1, 2), np.float32), "b": np.zeros((1, 2), np.float32)},
+        str(tmp_path / "two#x.safetensors"),
+    )
     assert load_array(f"{tmp_path / 'two#x.safetensors'}#b", "scores").tolist() == [[0, 0]]

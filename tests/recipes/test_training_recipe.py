@@ -34,10 +34,23 @@ def _whole_split(out: Path, tag: str, world: int):
 def test_training_recipe(tmp_path, world):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     # --standalone: a free port, as other tests may run at the same time.
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-              "--nproc-per-node", str(world)]  # fmt: skip
-    command = [*(launch if world > 1 else [sys.executable]), "-m", "docs.recipes.training",
-               "--out", str(tmp_path), "--epochs", str(EPOCHS)]  # fmt: skip
+    launch = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(world),
+    ]
+    command = [
+        *(launch if world > 1 else [sys.executable]),
+        "-m",
+        "docs.recipes.training",
+        "--out",
+        str(tmp_path),
+        "--epochs",
+        str(EPOCHS),
+    ]
     out = subprocess.run(
         command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=True
     ).stdout

@@ -43,10 +43,19 @@ def test_random_against_brute_force(seed):
     q_ids = rng.integers(0, 10, n).tolist()
     g_ids = rng.integers(0, 10, m).tolist()
     result = runner.evaluate(
-        list(range(n)), q_labels, list(range(m)), g_labels, None, ks=(1, 2, 5),
-        query_ids=q_ids, gallery_ids=g_ids, query_embeddings=q, gallery_embeddings=g,
-        metric="dot", progress=False,
-    )  # fmt: skip
+        list(range(n)),
+        q_labels,
+        list(range(m)),
+        g_labels,
+        None,
+        ks=(1, 2, 5),
+        query_ids=q_ids,
+        gallery_ids=g_ids,
+        query_embeddings=q,
+        gallery_embeddings=g,
+        metric="dot",
+        progress=False,
+    )
     expected = _brute_ranks(q, g, q_labels, g_labels, q_ids, g_ids)
     np.testing.assert_array_equal(result.first_hit_ranks, expected)
     evaluated = expected >= 0
@@ -58,8 +67,13 @@ def test_random_against_brute_force(seed):
     run = run_evaluation(
         ImageSet(tuple(range(n)), tuple(q_labels), tuple(map(str, q_ids)), "q"),
         ImageSet(tuple(range(m)), tuple(g_labels), tuple(map(str, g_ids)), "g"),
-        None, (1,), query_embeddings=q, gallery_embeddings=g, metric="dot", progress=False,
-    )  # fmt: skip
+        None,
+        (1,),
+        query_embeddings=q,
+        gallery_embeddings=g,
+        metric="dot",
+        progress=False,
+    )
     k = 4
     got = top_k(run, np.arange(n), k)
     for i in range(n):
@@ -72,10 +86,17 @@ def test_all_equal_scores_break_ties_by_gallery_index():
     # equal rows): the ranking is the gallery order. Query label 1 first appears at index 2.
     g = np.ones((4, 2), np.float32)
     result = runner.evaluate(
-        ["q"], [1], list(range(4)), [0, 0, 1, 1], None, ks=(2, 3),
-        query_embeddings=np.ones((1, 2), np.float32), gallery_embeddings=g,
-        metric="dot", progress=False,
-    )  # fmt: skip
+        ["q"],
+        [1],
+        list(range(4)),
+        [0, 0, 1, 1],
+        None,
+        ks=(2, 3),
+        query_embeddings=np.ones((1, 2), np.float32),
+        gallery_embeddings=g,
+        metric="dot",
+        progress=False,
+    )
     assert result.first_hit_ranks.tolist() == [2]
     assert dict(result) == {"recall@2": 0.0, "recall@3": 1.0}
 
@@ -89,8 +110,13 @@ def test_worst_classes_against_counts():
     run = run_evaluation(
         ImageSet(tuple(range(12)), tuple(labels), tuple(map(str, range(12))), "s"),
         ImageSet(tuple(range(12)), tuple(labels), tuple(map(str, range(12))), "s"),
-        None, (1, 3), query_embeddings=q, gallery_embeddings=q, metric="dot", progress=False,
-    )  # fmt: skip
+        None,
+        (1, 3),
+        query_embeddings=q,
+        gallery_embeddings=q,
+        metric="dot",
+        progress=False,
+    )
     ranks = _brute_ranks(q, q, labels, labels, list(range(12)), list(range(12)))
     rows = worst_classes(run, 3, confusions=False)
     for row in rows:
@@ -114,9 +140,14 @@ def test_evaluate_overlapping_paths_excludes_self(tmp_path, make_image):
         return np.stack([np.asarray(i, np.float32).reshape(-1, 3).mean(0) for i in batch])
 
     result = runner.evaluate(
-        [str(r1), tmp_path / "." / "b1.png"], ["r", "b"], [r1, r2, b1], ["r", "r", "b"],
-        mean_rgb, ks=(1,), progress=False,
-    )  # fmt: skip
+        [str(r1), tmp_path / "." / "b1.png"],
+        ["r", "b"],
+        [r1, r2, b1],
+        ["r", "r", "b"],
+        mean_rgb,
+        ks=(1,),
+        progress=False,
+    )
     assert result.first_hit_ranks.tolist() == [0, -1]
     assert (result["recall@1"], result.num_excluded) == (1.0, 1)
 
@@ -150,19 +181,43 @@ def test_encode_images_skip_bad(tmp_path, make_image):
 def test_evaluate_argument_errors():
     emb = np.ones((2, 2), np.float32)
     with pytest.raises(ValueError, match="'query_labels' parameter of evaluate"):
-        runner.evaluate([0, 1], [0], [0, 1], [0, 1], None, query_embeddings=emb,
-                        gallery_embeddings=emb)  # fmt: skip
+        runner.evaluate(
+            [0, 1], [0], [0, 1], [0, 1], None, query_embeddings=emb, gallery_embeddings=emb
+        )
     with pytest.raises(ValueError, match="'ks' parameter of evaluate must be positive"):
-        runner.evaluate([0, 1], [0, 1], [0, 1], [0, 1], None, ks=(0,), query_embeddings=emb,
-                        gallery_embeddings=emb)  # fmt: skip
+        runner.evaluate(
+            [0, 1],
+            [0, 1],
+            [0, 1],
+            [0, 1],
+            None,
+            ks=(0,),
+            query_embeddings=emb,
+            gallery_embeddings=emb,
+        )
     with pytest.raises(ValueError, match="'encoder_fn' parameter of evaluate must be given"):
         runner.evaluate([0, 1], [0, 1], [0, 1], [0, 1], None)
     with pytest.raises(ValueError, match="given together"):
-        runner.evaluate([0, 1], [0, 1], [0, 1], [0, 1], None, query_ids=[1, 2],
-                        query_embeddings=emb, gallery_embeddings=emb)  # fmt: skip
+        runner.evaluate(
+            [0, 1],
+            [0, 1],
+            [0, 1],
+            [0, 1],
+            None,
+            query_ids=[1, 2],
+            query_embeddings=emb,
+            gallery_embeddings=emb,
+        )
     with pytest.raises(ValueError, match="have 3 rows but the gallery set has 2"):
-        runner.evaluate([0, 1], [0, 1], [0, 1], [0, 1], None, query_embeddings=emb,
-                        gallery_embeddings=np.ones((3, 2)))  # fmt: skip
+        runner.evaluate(
+            [0, 1],
+            [0, 1],
+            [0, 1],
+            [0, 1],
+            None,
+            query_embeddings=emb,
+            gallery_embeddings=np.ones((3, 2)),
+        )
     with pytest.raises(ValueError, match="single path"):
         runner.evaluate("folder", [0], [0], [0], None)
 

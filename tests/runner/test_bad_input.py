@@ -28,9 +28,18 @@ def broken_gallery(hand_case):
 def test_bad_images_are_all_listed(cli, broken_gallery, encoder_module, tmp_path):
     query, gallery = broken_gallery
     res = cli(
-        "evaluate", "--query", query, "--gallery", gallery, "--callable",
-        _callable(encoder_module), "--cache-dir", tmp_path / "cache", "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--callable",
+        _callable(encoder_module),
+        "--cache-dir",
+        tmp_path / "cache",
+        "--json",
+        tmp_path / "r.json",
+    )
     line = _assert_user_error(res, "2 gallery images could not be read", "--skip-bad")
     assert "c_garbage.png" in line and "c_truncated.png" in line
     assert not (tmp_path / "r.json").exists()
@@ -40,10 +49,22 @@ def test_bad_images_are_all_listed(cli, broken_gallery, encoder_module, tmp_path
 def test_skip_bad_continues_and_reports(cli, broken_gallery, encoder_module, tmp_path, read_json):
     query, gallery = broken_gallery
     args = (
-        "evaluate", "--query", query, "--gallery", gallery, "--callable",
-        _callable(encoder_module), "--cache-dir", tmp_path / "cache", "--skip-bad",
-        "--ks", "1", "2", "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--callable",
+        _callable(encoder_module),
+        "--cache-dir",
+        tmp_path / "cache",
+        "--skip-bad",
+        "--ks",
+        "1",
+        "2",
+        "--json",
+        tmp_path / "r.json",
+    )
     res = cli(*args)
     assert res.rc == 0, res.err
     assert "skipped 2 unreadable image(s)" in res.err
@@ -86,9 +107,14 @@ def test_embedding_rows_must_match(cli, tmp_path, make_image):
     make_image(tmp_path / "a" / "2.png", (1, 2, 3))
     np.save(tmp_path / "e.npy", np.ones((3, 4), np.float32))
     res = cli(
-        "evaluate", "--images", tmp_path, "--embeddings", tmp_path / "e.npy",
-        "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        "evaluate",
+        "--images",
+        tmp_path,
+        "--embeddings",
+        tmp_path / "e.npy",
+        "--json",
+        tmp_path / "r.json",
+    )
     _assert_user_error(res, "has 3 rows but there are 2 images")
     assert not (tmp_path / "r.json").exists()
 
@@ -106,9 +132,15 @@ def test_embedding_rows_must_match(cli, tmp_path, make_image):
 def test_callable_errors(cli, hand_case, encoder_module, tmp_path, spec, fragment):
     query, gallery = hand_case
     res = cli(
-        "evaluate", "--query", query, "--gallery", gallery, "--no-cache",
-        "--callable", spec.format(mod=encoder_module[0]),
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--no-cache",
+        "--callable",
+        spec.format(mod=encoder_module[0]),
+    )
     _assert_user_error(res, fragment)
 
 
@@ -118,10 +150,19 @@ def test_label_only_in_query_with_lone_queries_error(
     query, gallery = hand_case
     make_image(query / "bird" / "q4.png", (1, 1, 1))
     res = cli(
-        "evaluate", "--query", query, "--gallery", gallery, "--callable",
-        _callable(encoder_module), "--no-cache", "--json", tmp_path / "r.json",
-        "--lone-queries", "error",
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--callable",
+        _callable(encoder_module),
+        "--no-cache",
+        "--json",
+        tmp_path / "r.json",
+        "--lone-queries",
+        "error",
+    )
     _assert_user_error(res, "The query labels must be", "1 lone query, the first at row 0")
     assert "--lone-queries error" in res.err and "lone_queries" not in res.err
     assert not (tmp_path / "r.json").exists()
@@ -174,9 +215,14 @@ def test_nothing_to_evaluate(cli, tmp_path, make_image):
     make_image(tmp_path / "imgs" / "b" / "1.png", (3, 2, 1))
     np.save(tmp_path / "e.npy", np.eye(2, dtype=np.float32))
     res = cli(
-        "evaluate", "--images", tmp_path / "imgs", "--embeddings", tmp_path / "e.npy",
-        "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        "evaluate",
+        "--images",
+        tmp_path / "imgs",
+        "--embeddings",
+        tmp_path / "e.npy",
+        "--json",
+        tmp_path / "r.json",
+    )
     _assert_user_error(res, "None of the 2 queries has a gallery image with its label")
     assert not (tmp_path / "r.json").exists()
 
@@ -237,9 +283,15 @@ def test_a_zero_embedding_names_the_option_and_the_metric(cli, tmp_path, make_im
 def test_bad_images_name_the_flag_only(cli, broken_gallery, encoder_module, tmp_path):
     query, gallery = broken_gallery
     res = cli(
-        "evaluate", "--query", query, "--gallery", gallery, "--callable",
-        _callable(encoder_module), "--no-cache",
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--callable",
+        _callable(encoder_module),
+        "--no-cache",
+    )
     line = _assert_user_error(res, "or pass --skip-bad to continue without them.")
     assert "skip_bad" not in line
 
@@ -259,9 +311,15 @@ def test_a_cache_dir_in_an_unknown_users_home(
         monkeypatch.setenv(name, value)
     query, gallery = hand_case
     res = cli(
-        "evaluate", "--query", query, "--gallery", gallery,
-        "--callable", _callable(encoder_module), *option,
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--callable",
+        _callable(encoder_module),
+        *option,
+    )
     source = "--cache-dir" if option else "The environment variable RECALLKIT_CACHE"
     only_error_line(
         res,
@@ -273,9 +331,16 @@ def test_a_cache_dir_in_an_unknown_users_home(
 def test_an_empty_cache_dir_is_refused(cli, hand_case, encoder_module):
     query, gallery = hand_case
     res = cli(
-        "evaluate", "--query", query, "--gallery", gallery,
-        "--callable", _callable(encoder_module), "--cache-dir", "",
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--callable",
+        _callable(encoder_module),
+        "--cache-dir",
+        "",
+    )
     only_error_line(
         res, "recallkit evaluate: error: --cache-dir is empty; give a folder (or --no-cache)."
     )
@@ -290,9 +355,17 @@ def test_an_encoder_that_raises_is_named_with_its_error(cli, hand_case, encoder_
         )
     query, gallery = hand_case
     res = cli(
-        "evaluate", "--query", query, "--gallery", gallery, "--callable", f"{module}:failing",
-        "--no-cache", "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--callable",
+        f"{module}:failing",
+        "--no-cache",
+        "--json",
+        tmp_path / "r.json",
+    )
     line = _assert_user_error(res)
     # The gallery (4 images, one batch) is encoded first; the message is on one line.
     assert line == (
@@ -399,9 +472,19 @@ def test_allow_partial_evaluates_and_says_the_copy_is_incomplete(
 ):
     root, embeddings = partial_cub
     res = cli(
-        "evaluate", "--benchmark", "cub", "--root", root, "--embeddings", embeddings,
-        "--allow-partial", "--ks", "1", "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        "evaluate",
+        "--benchmark",
+        "cub",
+        "--root",
+        root,
+        "--embeddings",
+        embeddings,
+        "--allow-partial",
+        "--ks",
+        "1",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert res.rc == 0, res.err
     assert res.out.startswith(
         "[evaluation]\n"
@@ -428,15 +511,23 @@ def test_allow_partial_evaluates_and_says_the_copy_is_incomplete(
 
 def test_a_missing_benchmark_root_is_one_sentence(cli, tmp_path):
     np.save(tmp_path / "e.npy", np.eye(2, dtype=np.float32))
-    res = cli("evaluate", "--benchmark", "cub", "--root", tmp_path / "nowhere", "--embeddings",
-              tmp_path / "e.npy")  # fmt: skip
+    res = cli(
+        "evaluate",
+        "--benchmark",
+        "cub",
+        "--root",
+        tmp_path / "nowhere",
+        "--embeddings",
+        tmp_path / "e.npy",
+    )
     only_error_line(
         res,
         f"recallkit evaluate: error: --root must be an existing folder. Got "
         f"'{tmp_path / 'nowhere'}', which does not exist or is not a folder.",
     )
-    res = cli("evaluate", "--benchmark", "cubs", "--root", tmp_path, "--embeddings",
-              tmp_path / "e.npy")  # fmt: skip
+    res = cli(
+        "evaluate", "--benchmark", "cubs", "--root", tmp_path, "--embeddings", tmp_path / "e.npy"
+    )
     only_error_line(
         res,
         "recallkit evaluate: error: --benchmark must be one of 'cub', 'cars196', 'sop', "
@@ -447,8 +538,19 @@ def test_a_missing_benchmark_root_is_one_sentence(cli, tmp_path):
 def test_skip_bad_leaves_out_missing_benchmark_images(cli, partial_cub, tmp_path):
     root, _ = partial_cub
     (root / "images" / "102.B" / "b2.jpg").unlink()
-    args = ("evaluate", "--benchmark", "cub", "--root", root, "--allow-partial", "--callable",
-            "recallkit.runner.encoders:pixels", "--no-cache", "--ks", "1")  # fmt: skip
+    args = (
+        "evaluate",
+        "--benchmark",
+        "cub",
+        "--root",
+        root,
+        "--allow-partial",
+        "--callable",
+        "recallkit.runner.encoders:pixels",
+        "--no-cache",
+        "--ks",
+        "1",
+    )
     res = cli(*args)
     only_error_line(
         res,

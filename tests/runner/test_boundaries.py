@@ -33,9 +33,20 @@ HAND_GALLERY = np.array([[255, 0, 0], [0, 255, 0], [200, 50, 0], [0, 0, 255]], n
 def _evaluate(cli, hand_case, module, cache, *extra, factory="mean_rgb"):
     query, gallery = hand_case
     return cli(
-        "evaluate", "--query", query, "--gallery", gallery, "--callable",
-        f"{module}:{factory}", "--ks", "1", "2", "--cache-dir", cache, *extra,
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--callable",
+        f"{module}:{factory}",
+        "--ks",
+        "1",
+        "2",
+        "--cache-dir",
+        cache,
+        *extra,
+    )
 
 
 def _path_of_fd(fd: int) -> str:
@@ -48,8 +59,10 @@ def _path_of_fd(fd: int) -> str:
 def _append_many(path: str, worker: int, count: int, barrier, results) -> None:
     try:
         barrier.wait()
-        got = [append_history(path, {"tag": f"w{worker}-{j}", "recall": {"recall@1": 0.5}})
-               for j in range(count)]  # fmt: skip
+        got = [
+            append_history(path, {"tag": f"w{worker}-{j}", "recall": {"recall@1": 0.5}})
+            for j in range(count)
+        ]
     except BaseException as error:  # reported to the test, which must not wait forever
         got = [f"{type(error).__name__}: {error}"]
     results.put((worker, got))
@@ -121,9 +134,15 @@ def test_history_and_run_file_through_symlinks_keep_link_and_mode(
         os.chmod(real / name, 0o600)
         (tmp_path / f"link-{name}").symlink_to(real / name)
     res = _evaluate(
-        cli, hand_case, encoder_module[0], tmp_path / "cache",
-        "--history", tmp_path / "link-runs.jsonl", "--json", tmp_path / "link-run.json",
-    )  # fmt: skip
+        cli,
+        hand_case,
+        encoder_module[0],
+        tmp_path / "cache",
+        "--history",
+        tmp_path / "link-runs.jsonl",
+        "--json",
+        tmp_path / "link-run.json",
+    )
     assert res.rc == 0, res.err
     assert "(2 runs)" in res.err
     for name in ("runs.jsonl", "run.json"):
@@ -193,9 +212,16 @@ def test_symlink_loop_in_the_cli(cli, tmp_path, make_image, read_json):
     (root / "red" / "self").symlink_to(".")
     np.save(tmp_path / "e.npy", np.array([[0, 1]] * 3 + [[1, 0]] * 3, dtype=np.float32))
     res = cli(
-        "evaluate", "--images", root, "--embeddings", tmp_path / "e.npy", "--ks", "1",
-        "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        "evaluate",
+        "--images",
+        root,
+        "--embeddings",
+        tmp_path / "e.npy",
+        "--ks",
+        "1",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert res.rc == 0, res.err
     record = read_json(tmp_path / "r.json")
     assert record["num_queries"] == 6 and record["metrics"] == {"recall@1": 1.0}
@@ -219,10 +245,17 @@ def _shared_id_runs(cli, tmp_path, make_image):
     np.save(tmp_path / "b.npy", embeddings[::-1].copy())
     for side in ("a", "b"):
         res = cli(
-            "evaluate", "--images", tmp_path / f"{side}.csv", "--embeddings",
-            tmp_path / f"{side}.npy", "--ks", "1", "3",
-            "--json", tmp_path / f"{side}.json",
-        )  # fmt: skip
+            "evaluate",
+            "--images",
+            tmp_path / f"{side}.csv",
+            "--embeddings",
+            tmp_path / f"{side}.npy",
+            "--ks",
+            "1",
+            "3",
+            "--json",
+            tmp_path / f"{side}.json",
+        )
         assert res.rc == 0, res.err
 
 
@@ -261,9 +294,16 @@ def test_compare_refuses_a_repeated_image_with_the_same_id(cli, tmp_path, make_i
     (tmp_path / "m.csv").write_text("path,label,id\nimg/a.png,c,x\nimg/a.png,c,x\nimg/b.png,c,y\n")
     np.save(tmp_path / "e.npy", np.eye(3, dtype=np.float32))
     res = cli(
-        "evaluate", "--images", tmp_path / "m.csv", "--embeddings", tmp_path / "e.npy",
-        "--ks", "1", "--json", tmp_path / "a.json",
-    )  # fmt: skip
+        "evaluate",
+        "--images",
+        tmp_path / "m.csv",
+        "--embeddings",
+        tmp_path / "e.npy",
+        "--ks",
+        "1",
+        "--json",
+        tmp_path / "a.json",
+    )
     assert res.rc == 0, res.err
     res = cli("compare", tmp_path / "a.json", tmp_path / "a.json")
     _one_error_line(res, "has 2 queries with id 'x' and path", "a.png", "cannot be paired")
@@ -341,9 +381,14 @@ def test_encoder_id_needs_an_encoder(cli, tmp_path, make_image):
     make_image(tmp_path / "imgs" / "a" / "2.png", (3, 2, 1))
     np.save(tmp_path / "e.npy", np.eye(2, dtype=np.float32))
     res = cli(
-        "evaluate", "--images", tmp_path / "imgs", "--embeddings", tmp_path / "e.npy",
-        "--encoder-id", "v1",
-    )  # fmt: skip
+        "evaluate",
+        "--images",
+        tmp_path / "imgs",
+        "--embeddings",
+        tmp_path / "e.npy",
+        "--encoder-id",
+        "v1",
+    )
     _one_error_line(res, "--encoder-id goes with --model or --callable")
 
 
@@ -442,9 +487,15 @@ def _outputs_case(tmp_path):
     history = tmp_path / "runs.jsonl"
     history.write_text('{"tag": "old", "recall": {"recall@1": 0.5}}\n')
     return history, (
-        "--json", tmp_path / "r.json", "--history", history, "--show-out", tmp_path / "g.html",
-        "--show-queries", "2",
-    )  # fmt: skip
+        "--json",
+        tmp_path / "r.json",
+        "--history",
+        history,
+        "--show-out",
+        tmp_path / "g.html",
+        "--show-queries",
+        "2",
+    )
 
 
 def _only(tmp_path, *names):
@@ -569,9 +620,14 @@ def test_fifo_named_like_an_image_is_refused_not_waited_on(
     res = _evaluate(cli, hand_case, encoder_module[0], tmp_path / "cache")
     _one_error_line(res, "1 gallery image could not be read", "c_fifo.png (not a regular file)")
     res = _evaluate(
-        cli, hand_case, encoder_module[0], tmp_path / "cache", "--skip-bad",
-        "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        cli,
+        hand_case,
+        encoder_module[0],
+        tmp_path / "cache",
+        "--skip-bad",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert res.rc == 0, res.err
     record = json.loads((tmp_path / "r.json").read_text())
     assert record["skipped_images"] == [[str(fifo_image), "not a regular file"]]
@@ -589,9 +645,16 @@ def test_huge_image_in_the_grid_gets_a_placeholder(cli, tmp_path, make_image, mo
     # 400-megapixel photo under the default limit; the 2x2 image stays under it.
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 7)
     res = cli(
-        "evaluate", "--images", tmp_path / "imgs", "--embeddings", tmp_path / "e.npy",
-        "--ks", "1", "--show-out", tmp_path / "g.png",
-    )  # fmt: skip
+        "evaluate",
+        "--images",
+        tmp_path / "imgs",
+        "--embeddings",
+        tmp_path / "e.npy",
+        "--ks",
+        "1",
+        "--show-out",
+        tmp_path / "g.png",
+    )
     assert res.rc == 0, res.err
     assert "Traceback" not in res.err
     assert (tmp_path / "g.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -643,9 +706,16 @@ def test_big_endian_and_extended_precision_embedding_files(cli, tmp_path, make_i
     values = np.array([[1, 0], [0.9, 0.1], [0, 1], [0.1, 0.9]])
     np.save(tmp_path / "be.npy", values.astype(">f4"))
     res = cli(
-        "evaluate", "--images", tmp_path / "imgs", "--embeddings", tmp_path / "be.npy",
-        "--ks", "1", "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        "evaluate",
+        "--images",
+        tmp_path / "imgs",
+        "--embeddings",
+        tmp_path / "be.npy",
+        "--ks",
+        "1",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert res.rc == 0, res.err
     assert read_json(tmp_path / "r.json")["queries"]["first_hit_rank"] == [0, 0, 0, 0]
     extended = np.dtype(np.longdouble)

@@ -16,9 +16,20 @@ from recallkit.runner.encoders import Encoder
 def _run(cli, hand_case, module_name, cache, *extra):
     query, gallery = hand_case
     return cli(
-        "evaluate", "--query", query, "--gallery", gallery, "--callable",
-        f"{module_name}:mean_rgb", "--ks", "1", "2", "--cache-dir", cache, *extra,
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--callable",
+        f"{module_name}:mean_rgb",
+        "--ks",
+        "1",
+        "2",
+        "--cache-dir",
+        cache,
+        *extra,
+    )
 
 
 def _calls(module_name):

@@ -131,7 +131,7 @@ BELOW = "a rank is below the 10 gallery images (num_gallery)"
         ("labels", None, "null", "a query's label cannot be null"),
         ("paths", 3, "3", "a path is a string (or null)"),
     ],
-)  # fmt: skip
+)
 def test_bad_per_query_values_are_refused(cli, tmp_path, field, value, shown, rule):
     good = _run_file(tmp_path / "good.json", [0, 1, 2], paths=["/a", "/b", "/c"])
     record = json.loads(good.read_text())

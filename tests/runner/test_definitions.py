@@ -43,10 +43,14 @@ def test_fields_and_id():
     assert definitions_id({**base, "recallkit": "99.0"}) == COSINE_IDS
     ids = {COSINE_IDS}
     for field, value in [
-        ("similarity", "dot"), ("ties", "random"), ("exactness", "float32"),
-        ("self_exclusion", "none"), ("lone_queries", "zero"), ("k_clamp", "none"),
+        ("similarity", "dot"),
+        ("ties", "random"),
+        ("exactness", "float32"),
+        ("self_exclusion", "none"),
+        ("lone_queries", "zero"),
+        ("k_clamp", "none"),
         ("definitions_version", 2),
-    ]:  # fmt: skip
+    ]:
         ids.add(definitions_id({**base, field: value}))
     assert len(ids) == 8
     other = definitions("euclidean", "query_in_reference")
@@ -105,10 +109,23 @@ def _folder(tmp_path, make_image):
 
 def _evaluate(cli, tmp_path, root, tag, metric="cosine", *extra):
     return cli(
-        "evaluate", "--images", root, "--embeddings", tmp_path / "e.npy", "--ks", "1",
-        "--metric", metric, "--history", tmp_path / "runs.jsonl", "--tag", tag,
-        "--json", tmp_path / f"{tag}.json", *extra,
-    )  # fmt: skip
+        "evaluate",
+        "--images",
+        root,
+        "--embeddings",
+        tmp_path / "e.npy",
+        "--ks",
+        "1",
+        "--metric",
+        metric,
+        "--history",
+        tmp_path / "runs.jsonl",
+        "--tag",
+        tag,
+        "--json",
+        tmp_path / f"{tag}.json",
+        *extra,
+    )
 
 
 def test_run_file_and_history_carry_the_definitions(cli, tmp_path, make_image, read_json):

@@ -27,9 +27,14 @@ def test_demo_fast(cli, tmp_path):
     # The README's follow-up commands work on what the demo wrote: the saved embeddings of
     # epoch 1, row-aligned with the test folder, give the same recall through `evaluate`.
     res = cli(
-        "evaluate", "--images", out / "digits" / "test", "--embeddings", out / "epoch-1.npy",
-        "--json", tmp_path / "again.json",
-    )  # fmt: skip
+        "evaluate",
+        "--images",
+        out / "digits" / "test",
+        "--embeddings",
+        out / "epoch-1.npy",
+        "--json",
+        tmp_path / "again.json",
+    )
     assert res.rc == 0, res.err
     again = json.loads((tmp_path / "again.json").read_text())
     assert again["metrics"] == record["metrics"]

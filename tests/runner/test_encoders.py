@@ -33,10 +33,29 @@ def weights(tmp_path_factory):
 def _model_args(hand_case, tmp_path, weights, *extra):
     query, gallery = hand_case
     return (
-        "evaluate", "--query", query, "--gallery", gallery, "--model", MODEL,
-        "--weights", weights, "--resize", "32", "--crop", "32", "--device", "cpu",
-        "--cache-dir", tmp_path / "cache", "--ks", "1", "--json", tmp_path / "r.json", *extra,
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--model",
+        MODEL,
+        "--weights",
+        weights,
+        "--resize",
+        "32",
+        "--crop",
+        "32",
+        "--device",
+        "cpu",
+        "--cache-dir",
+        tmp_path / "cache",
+        "--ks",
+        "1",
+        "--json",
+        tmp_path / "r.json",
+        *extra,
+    )
 
 
 def test_torchvision_model_drop_head_and_cache(cli, hand_case, tmp_path, weights, read_json):

@@ -76,12 +76,32 @@ def test_json_schema(cli, hand_case, encoder_module, tmp_path, read_json):
     record = read_json(tmp_path / "run.json")
     assert record["format"] == "recallkit.evaluation/3"
     expected_keys = {
-        "format", "recallkit_version", "created", "tag", "metric", "definitions", "ks",
+        "format",
+        "recallkit_version",
+        "created",
+        "tag",
+        "metric",
+        "definitions",
+        "ks",
         "effective_ks",
-        "metrics", "num_queries", "num_evaluated", "num_excluded", "num_gallery",
-        "embedding_dim", "query_source", "gallery_source", "sources", "encoder", "cache",
-        "seconds", "skipped_images", "worst_classes", "queries", "num_tied", "bounds",
-    }  # fmt: skip
+        "metrics",
+        "num_queries",
+        "num_evaluated",
+        "num_excluded",
+        "num_gallery",
+        "embedding_dim",
+        "query_source",
+        "gallery_source",
+        "sources",
+        "encoder",
+        "cache",
+        "seconds",
+        "skipped_images",
+        "worst_classes",
+        "queries",
+        "num_tied",
+        "bounds",
+    }
     assert set(record) == expected_keys
     # q2 (0, 0, 250) scores 0 against cat/a, cat/b and dog/a alike: its first hit (cat/a, rank
     # 1) is tied with dog/a, so rank 1 or 2 by the tie rule; recall@2 is 2/3 or 1.
@@ -163,9 +183,18 @@ def test_leave_one_out_folder_excludes_self(cli, tmp_path, make_image, encoder_m
         make_image(root / rel, rgb)
     name, _ = encoder_module
     res = cli(
-        "evaluate", "--images", root, "--callable", f"{name}:mean_rgb", "--ks", "1",
-        "--cache-dir", tmp_path / "cache", "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        "evaluate",
+        "--images",
+        root,
+        "--callable",
+        f"{name}:mean_rgb",
+        "--ks",
+        "1",
+        "--cache-dir",
+        tmp_path / "cache",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert res.rc == 0, res.err
     assert "num queries:   5\n  num excluded:  1\n" in res.out
     assert "recall@1: 1.0000" in res.out
@@ -182,8 +211,12 @@ def _ids_manifest_case(tmp_path, make_image, delimiter=","):
     # With path identities only (no id column), a would find b (score 1, lower index than d).
     for name in "abcd":
         make_image(tmp_path / "img" / f"{name}.png", (1, 2, 3))
-    rows = [("img/a.png", "cat", "x"), ("img/b.png", "cat", "x"),
-            ("img/c.png", "cat", "y"), ("img/d.png", "dog", "z")]  # fmt: skip
+    rows = [
+        ("img/a.png", "cat", "x"),
+        ("img/b.png", "cat", "x"),
+        ("img/c.png", "cat", "y"),
+        ("img/d.png", "dog", "z"),
+    ]
     suffix = ".tsv" if delimiter == "\t" else ".csv"
     manifest = tmp_path / f"set{suffix}"
     lines = [delimiter.join(("path", "label", "id"))] + [delimiter.join(r) for r in rows]
@@ -196,9 +229,19 @@ def _ids_manifest_case(tmp_path, make_image, delimiter=","):
 def test_manifest_with_id_column(cli, tmp_path, make_image, read_json, delimiter):
     manifest = _ids_manifest_case(tmp_path, make_image, delimiter)
     res = cli(
-        "evaluate", "--images", manifest, "--embeddings", tmp_path / "emb.npy",
-        "--metric", "dot", "--ks", "1", "2", "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        "evaluate",
+        "--images",
+        manifest,
+        "--embeddings",
+        tmp_path / "emb.npy",
+        "--metric",
+        "dot",
+        "--ks",
+        "1",
+        "2",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert res.rc == 0, res.err
     record = read_json(tmp_path / "r.json")
     assert record["queries"]["first_hit_rank"] == [1, 1, 1, -1]
@@ -217,9 +260,18 @@ def test_manifest_without_header_or_ids(cli, tmp_path, make_image, read_json):
         "img/a.png,cat\nimg/b.png,cat\n# a comment\n\nimg/c.png,cat\nimg/d.png,dog\n"
     )
     res = cli(
-        "evaluate", "--images", manifest, "--embeddings", tmp_path / "emb.npy",
-        "--metric", "dot", "--ks", "1", "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        "evaluate",
+        "--images",
+        manifest,
+        "--embeddings",
+        tmp_path / "emb.npy",
+        "--metric",
+        "dot",
+        "--ks",
+        "1",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert res.rc == 0, res.err
     assert read_json(tmp_path / "r.json")["queries"]["first_hit_rank"] == [0, 0, 1, -1]
 
@@ -243,10 +295,19 @@ def test_query_and_gallery_manifests_with_embedding_files(cli, tmp_path, make_im
         save_file({"embeddings": q}, tmp_path / "q.safetensors")
         save_file({"x": g}, tmp_path / "g.safetensors")
     res = cli(
-        "evaluate", "--query", tmp_path / "q.tsv", "--gallery", tmp_path / "g.tsv",
-        "--query-embeddings", tmp_path / f"q.{fmt}", "--gallery-embeddings", tmp_path / f"g.{fmt}",
-        "--ks", "1", "2",
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        tmp_path / "q.tsv",
+        "--gallery",
+        tmp_path / "g.tsv",
+        "--query-embeddings",
+        tmp_path / f"q.{fmt}",
+        "--gallery-embeddings",
+        tmp_path / f"g.{fmt}",
+        "--ks",
+        "1",
+        "2",
+    )
     assert res.rc == 0, res.err
     assert "recall@1: 0.0000" in res.out
     assert "recall@2: 1.0000" in res.out
@@ -275,9 +336,16 @@ def test_benchmark_source(cli, tmp_path, make_image, monkeypatch, read_json):
     monkeypatch.setattr(datasets, "load_benchmark", fake_load)
     np.save(tmp_path / "e.npy", np.array([[1, 0], [1, 0], [0, 1]], dtype=np.float32))
     res = cli(
-        "evaluate", "--benchmark", "toy", "--root", tmp_path / "b",
-        "--embeddings", tmp_path / "e.npy", "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        "evaluate",
+        "--benchmark",
+        "toy",
+        "--root",
+        tmp_path / "b",
+        "--embeddings",
+        tmp_path / "e.npy",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert res.rc == 0, res.err
     record = read_json(tmp_path / "r.json")
     assert seen["args"] == ("toy", str(tmp_path / "b"))
@@ -292,8 +360,13 @@ def test_a_label_only_in_the_query_is_excluded_and_counted(
     query, _ = hand_case
     make_image(query / "bird" / "q4.png", (1, 1, 1))
     res = _evaluate(
-        cli, hand_case, encoder_module, tmp_path, "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        cli,
+        hand_case,
+        encoder_module,
+        tmp_path,
+        "--json",
+        tmp_path / "r.json",
+    )
     assert res.rc == 0, res.err
     record = read_json(tmp_path / "r.json")
     # Query folders in order: bird/q4, cat/q1, cat/q2, dog/q3. The bird query is excluded and
@@ -312,9 +385,20 @@ def test_callable_may_be_the_encoder_function_itself(cli, hand_case, encoder_mod
     out = {}
     for target in ("mean_rgb", "mean_rgb_fn"):
         res = cli(
-            "evaluate", "--query", query, "--gallery", gallery, "--callable", f"{name}:{target}",
-            "--ks", "1", "2", "--no-cache", "--json", tmp_path / f"{target}.json",
-        )  # fmt: skip
+            "evaluate",
+            "--query",
+            query,
+            "--gallery",
+            gallery,
+            "--callable",
+            f"{name}:{target}",
+            "--ks",
+            "1",
+            "2",
+            "--no-cache",
+            "--json",
+            tmp_path / f"{target}.json",
+        )
         assert res.rc == 0, res.err
         out[target] = json.loads((tmp_path / f"{target}.json").read_text())
     assert out["mean_rgb_fn"]["queries"]["first_hit_rank"] == HAND_RANKS
@@ -328,9 +412,19 @@ def test_the_weight_free_pixels_encoder(cli, hand_case, tmp_path):
     """
     query, gallery = hand_case
     res = cli(
-        "evaluate", "--query", query, "--gallery", gallery, "--ks", "1", "--no-cache",
-        "--callable", "recallkit.runner.encoders:pixels", "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--ks",
+        "1",
+        "--no-cache",
+        "--callable",
+        "recallkit.runner.encoders:pixels",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert res.rc == 0, res.err
     record = json.loads((tmp_path / "r.json").read_text())
 
@@ -366,9 +460,17 @@ def test_quiet_prints_nothing_but_errors(
     cats = tmp_path / "cats"
     make_image(cats / "cat" / "a.png", (255, 0, 0))
     res = cli(
-        "evaluate", "--query", query, "--gallery", cats, "--callable",
-        f"{encoder_module[0]}:mean_rgb", "--cache-dir", tmp_path / "cache", "--quiet",
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        cats,
+        "--callable",
+        f"{encoder_module[0]}:mean_rgb",
+        "--cache-dir",
+        tmp_path / "cache",
+        "--quiet",
+    )
     assert (res.rc, res.out, res.err) == (0, "", "")
     res = cli("plot", tmp_path / "runs.jsonl", "-o", tmp_path / "p.png", "--quiet")
     assert (res.rc, res.out, res.err) == (0, "", "")
@@ -403,9 +505,12 @@ def test_failure_grids_share_the_legend_and_the_run_files_rank_base(
     assert [row.count("<br>rank 0: ") + row.count("<br>rank 1: ") for row in rows] == [2, 2, 2]
 
     row = GridRow(
-        np.zeros((4, 4, 3), np.uint8), "cat", 78,
-        (Neighbour(np.zeros((4, 4, 3), np.uint8), "dog", False, 3),), 5,
-    )  # fmt: skip
+        np.zeros((4, 4, 3), np.uint8),
+        "cat",
+        78,
+        (Neighbour(np.zeros((4, 4, 3), np.uint8), "dog", False, 3),),
+        5,
+    )
     fig = _png_figure([row, GridRow(row.image, "dog", -1, (), 6)], None)
     query_axes = [ax for ax in fig.axes if ax.get_ylabel()]
     assert [ax.get_ylabel() for ax in query_axes] == ["first hit\nrank 78", "first hit\nno hit"]

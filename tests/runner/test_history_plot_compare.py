@@ -17,9 +17,20 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def _evaluate(cli, hand_case, encoder_module, tmp_path, *extra):
     query, gallery = hand_case
     return cli(
-        "evaluate", "--query", query, "--gallery", gallery, "--callable",
-        f"{encoder_module[0]}:mean_rgb", "--ks", "1", "2", "--cache-dir", tmp_path / "c", *extra,
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--callable",
+        f"{encoder_module[0]}:mean_rgb",
+        "--ks",
+        "1",
+        "2",
+        "--cache-dir",
+        tmp_path / "c",
+        *extra,
+    )
 
 
 def test_history_lines_and_plot(cli, hand_case, encoder_module, tmp_path):
@@ -286,8 +297,10 @@ def test_the_axis_names_what_is_drawn_and_the_legend_stays_beside_the_lines():
     recall = [{"tag": "e1", "metrics": {"recall@1": 0.5, "recall@2": 0.75}}]
     (ax,) = history_figure(recall, ["recall@1", "recall@2"], "t").axes
     assert ax.get_ylabel() == "recall@K"
-    mixed = [{"tag": "e1", "metrics": {"recall@1": 0.5, "MAP@R": 0.2, "R-precision": 0.3}},
-             {"tag": "e2", "recall": {"recall@1": 0.6, "MAP@R": 0.25}}]  # an older line too
+    mixed = [
+        {"tag": "e1", "metrics": {"recall@1": 0.5, "MAP@R": 0.2, "R-precision": 0.3}},
+        {"tag": "e2", "recall": {"recall@1": 0.6, "MAP@R": 0.25}},
+    ]  # an older line too
     fig = history_figure(mixed, ["recall@1", "MAP@R", "R-precision"], "t")
     (ax,) = fig.axes
     assert ax.get_ylabel() == "value"

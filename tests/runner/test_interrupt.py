@@ -55,10 +55,26 @@ def _run(cli, hand_case, tmp_path, callable_spec, *extra):
     query, gallery = hand_case
     out = _outputs(tmp_path)
     return cli(
-        "evaluate", "--query", query, "--gallery", gallery, "--callable", callable_spec,
-        "--ks", "1", "2", "--cache-dir", tmp_path / "cache", "--json", out["json"],
-        "--history", out["history"], "--show-out", out["grid"], *extra,
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--callable",
+        callable_spec,
+        "--ks",
+        "1",
+        "2",
+        "--cache-dir",
+        tmp_path / "cache",
+        "--json",
+        out["json"],
+        "--history",
+        out["history"],
+        "--show-out",
+        out["grid"],
+        *extra,
+    )
 
 
 def _leftovers(tmp_path):
@@ -300,12 +316,27 @@ def test_a_real_sigint_to_a_running_command(tmp_path, hand_case):
     }
     out = _outputs(tmp_path)
     command = [
-        sys.executable, "-m", "recallkit", "evaluate", "--query", str(query), "--gallery",
-        str(gallery), "--callable", "rk_slow:encode", "--json", str(out["json"]),
-        "--history", str(out["history"]),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "recallkit",
+        "evaluate",
+        "--query",
+        str(query),
+        "--gallery",
+        str(gallery),
+        "--callable",
+        "rk_slow:encode",
+        "--json",
+        str(out["json"]),
+        "--history",
+        str(out["history"]),
+    ]
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
         preexec_fn=_default_sigint,
     )
     try:
@@ -369,13 +400,28 @@ def test_ctrl_c_in_a_callback_or_destructor_is_still_one_line(tmp_path, hand_cas
     query, gallery = hand_case
     (tmp_path / "enc").mkdir()
     (tmp_path / "enc" / "rk_ctrl_c.py").write_text(source)
-    command = [sys.executable, "-m", "recallkit", "evaluate", "--query", str(query),
-               "--gallery", str(gallery), "--callable", "rk_ctrl_c:encode",
-               "--json", str(tmp_path / "run.json")]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "enc"),
-           "RECALLKIT_CACHE": str(tmp_path / "cache")}  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120,
-                          preexec_fn=_default_sigint)  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "recallkit",
+        "evaluate",
+        "--query",
+        str(query),
+        "--gallery",
+        str(gallery),
+        "--callable",
+        "rk_ctrl_c:encode",
+        "--json",
+        str(tmp_path / "run.json"),
+    ]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tmp_path / "enc"),
+        "RECALLKIT_CACHE": str(tmp_path / "cache"),
+    }
+    done = subprocess.run(
+        command, capture_output=True, text=True, env=env, timeout=120, preexec_fn=_default_sigint
+    )
     assert (done.returncode, done.stdout) == (130, ""), done.stderr
     assert done.stderr.endswith(INTERRUPTED), done.stderr
     assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr
@@ -393,15 +439,32 @@ def test_sigint_at_any_moment_of_the_engine_once_or_twice(tmp_path):
     np.save(tmp_path / "e.npy", x)
     np.save(tmp_path / "l.npy", labels)
     out = tmp_path / "run.json"
-    command = [sys.executable, "-m", "recallkit", "evaluate", "--embeddings",
-               str(tmp_path / "e.npy"), "--labels", str(tmp_path / "l.npy"), "--metrics",
-               "MAP@R", "--json", str(out)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "recallkit",
+        "evaluate",
+        "--embeddings",
+        str(tmp_path / "e.npy"),
+        "--labels",
+        str(tmp_path / "l.npy"),
+        "--metrics",
+        "MAP@R",
+        "--json",
+        str(out),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "2"}
     codes = []
     # The first two land in torch's import, most likely; the others in the engine.
     for trial, delay in enumerate((0.2, 0.5, 0.8, 1.3, 1.8, 2.3)):
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True, env=env, preexec_fn=_default_sigint)  # fmt: skip
+        process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            preexec_fn=_default_sigint,
+        )
         try:
             time.sleep(delay + rng.uniform(0, 0.3))
             process.send_signal(signal.SIGINT)
@@ -447,8 +510,16 @@ def test_the_engine_commands_load_its_native_libraries_with_ctrl_c_held(
     np.save(tmp_path / "e.npy", np.eye(4, dtype=np.float32))
     np.save(tmp_path / "l.npy", np.array([0, 0, 1, 1]))
     if command == "evaluate":
-        result = cli("evaluate", "--embeddings", tmp_path / "e.npy", "--labels",
-                     tmp_path / "l.npy", "--ks", "1", "--quiet")  # fmt: skip
+        result = cli(
+            "evaluate",
+            "--embeddings",
+            tmp_path / "e.npy",
+            "--labels",
+            tmp_path / "l.npy",
+            "--ks",
+            "1",
+            "--quiet",
+        )
         assert result.rc == 0, result.err
         assert set(seen) == {"torch", "numba", "onnxruntime"}
         for handler in seen.values():
@@ -457,7 +528,8 @@ def test_the_engine_commands_load_its_native_libraries_with_ctrl_c_held(
         history = tmp_path / "none.jsonl"
         result = cli("plot", history, "-o", tmp_path / "plot.png")
         assert (result.rc, result.err.strip()) == (
-            2, f"recallkit plot: error: The history file '{history}' does not exist."
+            2,
+            f"recallkit plot: error: The history file '{history}' does not exist.",
         )
         assert seen == {}
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -13,15 +13,45 @@ PACKAGE = Path(recallkit.__file__).parent
 
 # The public API of ``recallkit.runner`` (its ``__all__``), unchanged by the module names.
 PUBLIC = [
-    "BadImage", "BadImagesError", "Comparison", "EmbeddingCache", "Encoder", "Encoding",
-    "ImageSet", "Preprocessing", "Run", "RunnerError", "append_history", "cache_key",
-    "callable_encoder", "compare_records", "default_cache_dir", "draw_grid", "encode_all",
-    "encode_cached", "encode_images", "evaluate", "failure_grid", "format_comparison",
-    "from_benchmark", "from_folder", "from_manifest", "function_encoder", "load_embeddings",
-    "load_image", "load_run", "paired_bootstrap", "plot_history", "read_history",
-    "run_evaluation", "run_record", "top_k", "torchvision_encoder", "worst_classes",
+    "BadImage",
+    "BadImagesError",
+    "Comparison",
+    "EmbeddingCache",
+    "Encoder",
+    "Encoding",
+    "ImageSet",
+    "Preprocessing",
+    "Run",
+    "RunnerError",
+    "append_history",
+    "cache_key",
+    "callable_encoder",
+    "compare_records",
+    "default_cache_dir",
+    "draw_grid",
+    "encode_all",
+    "encode_cached",
+    "encode_images",
+    "evaluate",
+    "failure_grid",
+    "format_comparison",
+    "from_benchmark",
+    "from_folder",
+    "from_manifest",
+    "function_encoder",
+    "load_embeddings",
+    "load_image",
+    "load_run",
+    "paired_bootstrap",
+    "plot_history",
+    "read_history",
+    "run_evaluation",
+    "run_record",
+    "top_k",
+    "torchvision_encoder",
+    "worst_classes",
     "worst_queries",
-]  # fmt: skip
+]
 
 
 def _names(folder: Path) -> set[str]:
@@ -45,10 +75,14 @@ def test_the_public_api_is_unchanged():
     # ``recallkit.runner.evaluate`` is the function, never shadowed by a module of that name.
     assert inspect.isfunction(runner.evaluate)
     homes = {
-        "evaluate": "pipeline", "run_evaluation": "pipeline", "failure_grid": "pipeline",
-        "paired_bootstrap": "bootstrap", "compare_records": "bootstrap", "load_run": "bootstrap",
+        "evaluate": "pipeline",
+        "run_evaluation": "pipeline",
+        "failure_grid": "pipeline",
+        "paired_bootstrap": "bootstrap",
+        "compare_records": "bootstrap",
+        "load_run": "bootstrap",
         "plot_history": "history_plot",
-    }  # fmt: skip
+    }
     for name, module in homes.items():
         assert getattr(runner, name).__module__ == f"recallkit.runner.{module}", name
     from recallkit.runner.digits_demo import run_demo

@@ -63,10 +63,27 @@ def test_weights_or_random_init_not_both_nor_neither(tmp_path):
 def test_cli_random_init_baseline_is_cached(cli, hand_case, tmp_path, read_json):
     query, gallery = hand_case
     args = (
-        "evaluate", "--query", query, "--gallery", gallery, "--model", "resnet18",
-        "--random-init", "--resize", "32", "--crop", "32", "--device", "cpu", "--ks", "1",
-        "--cache-dir", tmp_path / "cache", "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--model",
+        "resnet18",
+        "--random-init",
+        "--resize",
+        "32",
+        "--crop",
+        "32",
+        "--device",
+        "cpu",
+        "--ks",
+        "1",
+        "--cache-dir",
+        tmp_path / "cache",
+        "--json",
+        tmp_path / "r.json",
+    )
     res = cli(*args)
     assert res.rc == 0, res.err
     assert "gallery embeddings: cache miss" in res.err
@@ -77,8 +94,9 @@ def test_cli_random_init_baseline_is_cached(cli, hand_case, tmp_path, read_json)
     assert again.rc == 0, again.err
     assert "gallery embeddings: cache hit" in again.err
     assert read_json(tmp_path / "r2.json")["queries"] == record["queries"]
-    assert read_json(tmp_path / "r2.json")["encoder"]["weights_digest"] == (
-        record["encoder"]["weights_digest"]
+    assert (
+        read_json(tmp_path / "r2.json")["encoder"]["weights_digest"]
+        == (record["encoder"]["weights_digest"])
     )
 
 

@@ -31,15 +31,27 @@ def test_progress_false_is_silent(tmp_path, make_image, capfd):
     capfd.readouterr()
     for _ in range(2):  # a cache miss, then a hit
         result = runner.evaluate(
-            paths, labels, paths, labels, _mean_rgb, ks=(1,), cache_dir=tmp_path / "c",
+            paths,
+            labels,
+            paths,
+            labels,
+            _mean_rgb,
+            ks=(1,),
+            cache_dir=tmp_path / "c",
             progress=False,
-        )  # fmt: skip
+        )
         assert result["recall@1"] == 1.0  # r: each other; b: lone
     with_bad = [*paths, tmp_path / "bad.png"]
     runner.evaluate(
-        with_bad, [*labels, "b"], with_bad, [*labels, "b"], _mean_rgb, ks=(1,), skip_bad=True,
+        with_bad,
+        [*labels, "b"],
+        with_bad,
+        [*labels, "b"],
+        _mean_rgb,
+        ks=(1,),
+        skip_bad=True,
         progress=False,
-    )  # fmt: skip
+    )
     assert runner.encode_all(paths, _mean_rgb, progress=False).shape == (3, 3)
     assert capfd.readouterr() == ("", "")
     # Without progress=False (stderr is not a terminal here) a summary line is written: the
@@ -83,19 +95,50 @@ def _write(path, rows, separator):
 @pytest.mark.parametrize(
     ("name", "separator", "message"),
     [
-        ("m.csv", ";", ("the file seems to use ';' as separator; recallkit reads comma-separated "
-         "files: separate the columns by commas.")),
-        ("m.csv", "\t", ("the file seems to use tabs as separator; recallkit reads comma-separated "
-         "files: separate the columns by commas, or name the file .tsv.")),
-        ("m.tsv", ",", ("the file seems to use ',' as separator; recallkit reads .tsv files as "
-         "tab-separated: separate the columns by tabs, or name the file .csv.")),
-        ("m.tsv", ";", ("the file seems to use ';' as separator; recallkit reads .tsv files as "
-         "tab-separated: separate the columns by tabs.")),
-        ("m.txt", "|", ("the file seems to use '|' as separator; recallkit reads comma-separated "
-         "files (tab-separated ones when the first line has a tab, or the name ends in .tsv): "
-         "separate the columns by commas.")),
+        (
+            "m.csv",
+            ";",
+            (
+                "the file seems to use ';' as separator; recallkit reads comma-separated "
+                "files: separate the columns by commas."
+            ),
+        ),
+        (
+            "m.csv",
+            "\t",
+            (
+                "the file seems to use tabs as separator; recallkit reads comma-separated "
+                "files: separate the columns by commas, or name the file .tsv."
+            ),
+        ),
+        (
+            "m.tsv",
+            ",",
+            (
+                "the file seems to use ',' as separator; recallkit reads .tsv files as "
+                "tab-separated: separate the columns by tabs, or name the file .csv."
+            ),
+        ),
+        (
+            "m.tsv",
+            ";",
+            (
+                "the file seems to use ';' as separator; recallkit reads .tsv files as "
+                "tab-separated: separate the columns by tabs."
+            ),
+        ),
+        (
+            "m.txt",
+            "|",
+            (
+                "the file seems to use '|' as separator; recallkit reads comma-separated "
+                "files (tab-separated ones when the first line has a tab, or the name ends in "
+                ".tsv): "
+                "separate the columns by commas."
+            ),
+        ),
     ],
-)  # fmt: skip
+)
 def test_another_separator_is_named(cli, tmp_path, make_image, name, separator, message):
     make_image(tmp_path / "a.png", (1, 2, 3))
     make_image(tmp_path / "b.png", (1, 2, 3))
@@ -121,9 +164,15 @@ def test_an_unreadable_image_is_named(cli, hand_case, tmp_path):
         load_image(bad)
     assert str(info.value) == f"'{bad}' is not a readable image: {UNIDENTIFIED}"
     res = cli(
-        "evaluate", "--query", query, "--gallery", gallery, "--no-cache",
-        "--callable", "recallkit.runner.encoders:pixels",
-    )  # fmt: skip
+        "evaluate",
+        "--query",
+        query,
+        "--gallery",
+        gallery,
+        "--no-cache",
+        "--callable",
+        "recallkit.runner.encoders:pixels",
+    )
     line = one_error_line(res)
     assert f"{bad} (not a readable image: Pillow cannot identify it as any image format " in line
     assert "_io." not in res.err and "BufferedReader" not in res.err
@@ -138,9 +187,18 @@ def test_a_run_without_failures_says_so(cli, tmp_path, make_image):
     np.save(tmp_path / "e.npy", np.array([[1, 0], [1, 0.1], [0, 1], [0.1, 1]], np.float32))
     page = tmp_path / "grid.html"
     res = cli(
-        "evaluate", "--images", root, "--embeddings", tmp_path / "e.npy", "--ks", "1",
-        "--show-out", page, "--json", tmp_path / "r.json",
-    )  # fmt: skip
+        "evaluate",
+        "--images",
+        root,
+        "--embeddings",
+        tmp_path / "e.npy",
+        "--ks",
+        "1",
+        "--show-out",
+        page,
+        "--json",
+        tmp_path / "r.json",
+    )
     assert res.rc == 0, res.err
     assert "recall@1: 1.0000" in res.out
     warnings = [line for line in res.err.splitlines() if "warning" in line]

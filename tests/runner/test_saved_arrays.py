@@ -16,8 +16,17 @@ import recallkit
 from recallkit import engine
 from recallkit.options import Options
 
-NAMES = ["recall@1", "recall@5", "precision@5", "IR-recall@5", "MAP@5", "MAP@R", "R-precision",
-         "MRR", "nDCG@10"]  # fmt: skip
+NAMES = [
+    "recall@1",
+    "recall@5",
+    "precision@5",
+    "IR-recall@5",
+    "MAP@5",
+    "MAP@R",
+    "R-precision",
+    "MRR",
+    "nDCG@10",
+]
 
 
 def _data(dtype, n: int = 90, seed: int = 0):
@@ -37,13 +46,27 @@ def test_every_metric_equals_the_library_on_the_same_file(cli, tmp_path, dtype):
     x, labels = _data(dtype)
     np.save(tmp_path / "e.npy", x)
     np.save(tmp_path / "l.npy", labels)
-    res = cli("evaluate", "--embeddings", tmp_path / "e.npy", "--labels", tmp_path / "l.npy",
-              "--ks", "1", "5", "--metrics", *NAMES[2:], "--metric", "dot",
-              "--json", tmp_path / "r.json")  # fmt: skip
+    res = cli(
+        "evaluate",
+        "--embeddings",
+        tmp_path / "e.npy",
+        "--labels",
+        tmp_path / "l.npy",
+        "--ks",
+        "1",
+        "5",
+        "--metrics",
+        *NAMES[2:],
+        "--metric",
+        "dot",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert res.rc == 0, res.err
     record = json.loads((tmp_path / "r.json").read_text())
-    want = recallkit.retrieval_metrics(x, x, labels, labels, NAMES, metric="dot",
-                                       query_in_reference=True)  # fmt: skip
+    want = recallkit.retrieval_metrics(
+        x, x, labels, labels, NAMES, metric="dot", query_in_reference=True
+    )
     assert record["metrics"] == {k: v for k, v in want.items()}  # each under its own name
     assert record["queries"]["first_hit_rank"] == want.first_hit_ranks.tolist()
     assert record["definitions"]["self_exclusion"] == "query_in_reference"
@@ -55,13 +78,32 @@ def test_the_integers_are_scored_exactly_not_as_float32(cli, tmp_path):
     x, labels = _data("int64")
     np.save(tmp_path / "e.npy", x)
     np.save(tmp_path / "l.npy", labels)
-    res = cli("evaluate", "--embeddings", tmp_path / "e.npy", "--labels", tmp_path / "l.npy",
-              "--ks", "1", "--metric", "euclidean", "--json", tmp_path / "r.json")  # fmt: skip
+    res = cli(
+        "evaluate",
+        "--embeddings",
+        tmp_path / "e.npy",
+        "--labels",
+        tmp_path / "l.npy",
+        "--ks",
+        "1",
+        "--metric",
+        "euclidean",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert res.rc == 0, res.err
-    exact = recallkit.recall_at_k(x, x, labels, labels, (1,), metric="euclidean",
-                                  query_in_reference=True)  # fmt: skip
-    cast = recallkit.recall_at_k(x.astype(np.float32), x.astype(np.float32), labels, labels,
-                                 (1,), metric="euclidean", query_in_reference=True)  # fmt: skip
+    exact = recallkit.recall_at_k(
+        x, x, labels, labels, (1,), metric="euclidean", query_in_reference=True
+    )
+    cast = recallkit.recall_at_k(
+        x.astype(np.float32),
+        x.astype(np.float32),
+        labels,
+        labels,
+        (1,),
+        metric="euclidean",
+        query_in_reference=True,
+    )
     assert exact["recall@1"] != cast["recall@1"]  # the case tells the two apart
     got = json.loads((tmp_path / "r.json").read_text())
     assert got["metrics"]["recall@1"] == exact["recall@1"]
@@ -74,14 +116,30 @@ def test_a_query_set_against_a_gallery(cli, tmp_path):
     for name, value in {"q": q, "g": g, "ql": labels[:30], "gl": labels[30:]}.items():
         np.save(tmp_path / f"{name}.npy", value)
     (tmp_path / "gl.txt").write_text("".join(f"{v}\n" for v in labels[30:]))
-    res = cli("evaluate", "--query-embeddings", tmp_path / "q.npy", "--query-labels",
-              tmp_path / "ql.npy", "--gallery-embeddings", tmp_path / "g.npy",
-              "--gallery-labels", tmp_path / "gl.npy", "--metrics", "MAP@R", "--json",
-              tmp_path / "r.json")  # fmt: skip
+    res = cli(
+        "evaluate",
+        "--query-embeddings",
+        tmp_path / "q.npy",
+        "--query-labels",
+        tmp_path / "ql.npy",
+        "--gallery-embeddings",
+        tmp_path / "g.npy",
+        "--gallery-labels",
+        tmp_path / "gl.npy",
+        "--metrics",
+        "MAP@R",
+        "--json",
+        tmp_path / "r.json",
+    )
     assert res.rc == 0, res.err
-    want = recallkit.retrieval_metrics(q, g, labels[:30], labels[30:],
-                                       ["recall@1", "recall@5", "recall@10", "MAP@R"],
-                                       query_in_reference=False)  # fmt: skip
+    want = recallkit.retrieval_metrics(
+        q,
+        g,
+        labels[:30],
+        labels[30:],
+        ["recall@1", "recall@5", "recall@10", "MAP@R"],
+        query_in_reference=False,
+    )
     got = json.loads((tmp_path / "r.json").read_text())
     assert got["metrics"] == dict(want)
     assert got["definitions"]["self_exclusion"] == "none"
@@ -99,9 +157,23 @@ def test_one_engine_pass_under_the_flags_options(cli, tmp_path, monkeypatch):
         return prepare(query, reference, options, func, *args, **kwargs)
 
     monkeypatch.setattr(engine, "prepare", counted)
-    res = cli("evaluate", "--embeddings", tmp_path / "e.npy", "--labels", tmp_path / "l.npy",
-              "--metrics", "MAP@R", "--precision", "float32", "--device", "cpu",
-              "--chunk-size", "17", "--worst", "3")  # fmt: skip
+    res = cli(
+        "evaluate",
+        "--embeddings",
+        tmp_path / "e.npy",
+        "--labels",
+        tmp_path / "l.npy",
+        "--metrics",
+        "MAP@R",
+        "--precision",
+        "float32",
+        "--device",
+        "cpu",
+        "--chunk-size",
+        "17",
+        "--worst",
+        "3",
+    )
     assert res.rc == 0, res.err
     assert len(seen) == 1  # metrics, worst classes and their confusions: one pass
     assert (seen[0].precision, str(seen[0].device), seen[0].chunk_size) == ("float32", "cpu", 17)
@@ -116,8 +188,9 @@ def test_lone_queries_flag_reaches_the_library(cli, tmp_path):
     base = ("evaluate", "--embeddings", tmp_path / "e.npy", "--labels", tmp_path / "l.npy")
     res = cli(*base, "--lone-queries", "zero", "--json", tmp_path / "r.json")
     assert res.rc == 0, res.err
-    want = recallkit.recall_at_k(x, x, labels, labels, (1, 5, 10), query_in_reference=True,
-                                 lone_queries="zero")  # fmt: skip
+    want = recallkit.recall_at_k(
+        x, x, labels, labels, (1, 5, 10), query_in_reference=True, lone_queries="zero"
+    )
     assert json.loads((tmp_path / "r.json").read_text())["metrics"] == dict(want)
     res = cli(*base, "--lone-queries", "error")
     assert res.rc == 2 and res.err.count("\n") == 1
@@ -127,20 +200,25 @@ def test_lone_queries_flag_reaches_the_library(cli, tmp_path):
 @pytest.mark.parametrize(
     ("flag", "make", "expected"),
     [
-        ("--labels", lambda p: np.save(p, np.eye(4)),
-         "--labels takes one label per row: a 1-D .npy array or a text file, one per line; "),
+        (
+            "--labels",
+            lambda p: np.save(p, np.eye(4)),
+            "--labels takes one label per row: a 1-D .npy array or a text file, one per line; ",
+        ),
         ("--images", lambda p: np.save(p, np.arange(4)), "is a NumPy array file, not a folder"),
         ("--embeddings", lambda p: p.write_text("a\nb\n"), "embeddings"),
     ],
-)  # fmt: skip
+)
 def test_a_file_of_the_wrong_kind_says_what_the_flag_expects(cli, tmp_path, flag, make, expected):
     path = tmp_path / ("x.npy" if flag != "--embeddings" else "x.txt")
     make(path)
     np.save(tmp_path / "e.npy", np.eye(4, dtype=np.float32))
     np.save(tmp_path / "l.npy", np.array([0, 0, 1, 1]))
-    args = {"--labels": ["--embeddings", tmp_path / "e.npy", "--labels", path],
-            "--images": ["--images", path, "--embeddings", tmp_path / "e.npy"],
-            "--embeddings": ["--embeddings", path, "--labels", tmp_path / "l.npy"]}[flag]
+    args = {
+        "--labels": ["--embeddings", tmp_path / "e.npy", "--labels", path],
+        "--images": ["--images", path, "--embeddings", tmp_path / "e.npy"],
+        "--embeddings": ["--embeddings", path, "--labels", tmp_path / "l.npy"],
+    }[flag]
     res = cli("evaluate", *args)
     assert res.rc == 2 and res.err.count("\n") == 1, res.err
     assert expected in res.err
@@ -151,8 +229,18 @@ def test_an_old_run_file_with_values_under_recall_is_still_read(cli, tmp_path):
     x, labels = _data("float32", n=30)
     np.save(tmp_path / "e.npy", x)
     np.save(tmp_path / "l.npy", labels)
-    assert cli("evaluate", "--embeddings", tmp_path / "e.npy", "--labels", tmp_path / "l.npy",
-               "--json", tmp_path / "new.json").rc == 0  # fmt: skip
+    assert (
+        cli(
+            "evaluate",
+            "--embeddings",
+            tmp_path / "e.npy",
+            "--labels",
+            tmp_path / "l.npy",
+            "--json",
+            tmp_path / "new.json",
+        ).rc
+        == 0
+    )
     record = json.loads((tmp_path / "new.json").read_text())
     record["recall"] = record.pop("metrics")
     record["format"] = "recallkit.evaluation/2"
@@ -166,7 +254,14 @@ def test_the_history_line_counts_its_runs_in_words(cli, tmp_path):
     x, labels = _data("float32", n=20)
     np.save(tmp_path / "e.npy", x)
     np.save(tmp_path / "l.npy", labels)
-    base = ("evaluate", "--embeddings", tmp_path / "e.npy", "--labels", tmp_path / "l.npy",
-            "--history", tmp_path / "runs.jsonl")  # fmt: skip
+    base = (
+        "evaluate",
+        "--embeddings",
+        tmp_path / "e.npy",
+        "--labels",
+        tmp_path / "l.npy",
+        "--history",
+        tmp_path / "runs.jsonl",
+    )
     assert f"history: {tmp_path / 'runs.jsonl'} (1 run)\n" in cli(*base).err
     assert f"history: {tmp_path / 'runs.jsonl'} (2 runs)\n" in cli(*base).err

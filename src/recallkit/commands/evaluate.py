@@ -105,9 +105,7 @@ def register(subparsers: Any) -> None:
         "evaluated against itself, each row's own row excluded; no images needed",
     )
     data.add_argument("--query-labels", metavar="FILE", help="the labels of --query-embeddings")
-    data.add_argument(
-        "--gallery-labels", metavar="FILE", help="the labels of --gallery-embeddings"
-    )
+    data.add_argument("--gallery-labels", metavar="FILE", help="the labels of --gallery-embeddings")
     data.add_argument(
         "--skip-bad",
         action="store_true",
@@ -188,8 +186,10 @@ def register(subparsers: Any) -> None:
 
     run = p.add_argument_group("metrics and engine")
     run.add_argument(
-        "--ks", nargs="+", metavar="K", help="the K of recall@K (default 1 5 10, or the "
-        "benchmark's)",
+        "--ks",
+        nargs="+",
+        metavar="K",
+        help="the K of recall@K (default 1 5 10, or the benchmark's)",
     )
     run.add_argument(
         "--metrics",
@@ -197,10 +197,14 @@ def register(subparsers: Any) -> None:
         metavar="NAME",
         help="more metrics, after recall@K, by name or alias (" + _metric_examples() + ")",
     )
-    _options.add_flags(run, "label", helps={
-        "device": "where the encoder and the engine run: cpu, cuda, cuda:N or auto (default: "
-                  "a GPU when one is visible)",
-    })  # fmt: skip
+    _options.add_flags(
+        run,
+        "label",
+        helps={
+            "device": "where the encoder and the engine run: cpu, cuda, cuda:N or auto (default: "
+            "a GPU when one is visible)",
+        },
+    )
     run.add_argument(
         "--batch-size",
         type=positive_int("--batch-size"),
@@ -370,10 +374,14 @@ def _saved_arrays(args: argparse.Namespace) -> Data:
             "--query-labels and --gallery-labels go with --query-embeddings FILE and "
             "--gallery-embeddings FILE, the rows they label."
         )
-    query = from_arrays(labels_file(args.query_labels, option="--query-labels"),
-                        f"--query-embeddings {args.query_embeddings}")  # fmt: skip
-    gallery = from_arrays(labels_file(args.gallery_labels, option="--gallery-labels"),
-                          f"--gallery-embeddings {args.gallery_embeddings}")  # fmt: skip
+    query = from_arrays(
+        labels_file(args.query_labels, option="--query-labels"),
+        f"--query-embeddings {args.query_embeddings}",
+    )
+    gallery = from_arrays(
+        labels_file(args.gallery_labels, option="--gallery-labels"),
+        f"--gallery-embeddings {args.gallery_embeddings}",
+    )
     return query, gallery, None, None
 
 
@@ -519,13 +527,15 @@ def _row_names(images: ImageSet) -> str:
 
 def _rows(array: Any, expected: int, path: str, what: str) -> None:
     if array.shape[0] != expected:
-        order = ("row i must be labelled by line or entry i of the labels file"
-                 if what.endswith("labels") else
-                 "row i must be the embedding of image i (in manifest or sorted folder order)")
+        order = (
+            "row i must be labelled by line or entry i of the labels file"
+            if what.endswith("labels")
+            else "row i must be the embedding of image i (in manifest or sorted folder order)"
+        )
         raise UsageError(
             f"The embeddings file '{path}' has {array.shape[0]} rows but there are {expected} "
             f"{what}; {order}."
-        )  # fmt: skip
+        )
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
@@ -620,14 +630,11 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cannot_write(
-    what: str, path: str, error: OSError, written: Sequence[str] = ()
-) -> UsageError:
+def _cannot_write(what: str, path: str, error: OSError, written: Sequence[str] = ()) -> UsageError:
     reason = error.strerror or str(error)
     if written:
         return UsageError(
-            f"Cannot write the {what} '{path}': {reason}. Written before it: "
-            f"{', '.join(written)}."
+            f"Cannot write the {what} '{path}': {reason}. Written before it: {', '.join(written)}."
         )
     return UsageError(f"Cannot write the {what} '{path}': {reason}. Nothing was written.")
 

@@ -49,11 +49,14 @@ def check_flags(function: str, **flags: object) -> None:
             raise fail(function, name, "True or False", repr(value))
     if flags.get("skip_missing") and not flags.get("check_images", True):
         raise fail(
-            function, "skip_missing",
-            Text("False unless {check}: images are only found missing when they are checked",
-                 check=("check_images", True)),
+            function,
+            "skip_missing",
+            Text(
+                "False unless {check}: images are only found missing when they are checked",
+                check=("check_images", True),
+            ),
             "True with check_images=False",
-        )  # fmt: skip
+        )
 
 
 def find_folder(root: Path, marker: str, nested: Sequence[str] = ()) -> Path:
@@ -225,13 +228,15 @@ def check_counts(
         complete = False
         if not allow_partial:
             where = source if isinstance(source, str) else source[split_name]
-            raise DatasetError(Text(
-                f"{where} gives the {info.title} {split_name} split {size:,} images of "
-                f"{classes:,} classes; the benchmark has {expected_size:,} images of "
-                f"{expected_classes:,} classes. Pass {{fix}} to load a partial or "
-                "modified copy (its results are not comparable with published numbers).",
-                fix=("allow_partial", True),
-            ))  # fmt: skip
+            raise DatasetError(
+                Text(
+                    f"{where} gives the {info.title} {split_name} split {size:,} images of "
+                    f"{classes:,} classes; the benchmark has {expected_size:,} images of "
+                    f"{expected_classes:,} classes. Pass {{fix}} to load a partial or "
+                    "modified copy (its results are not comparable with published numbers).",
+                    fix=("allow_partial", True),
+                )
+            )
     return complete
 
 
@@ -305,12 +310,16 @@ def finish(
                     if missing == total
                     else ""
                 )
-                raise DatasetFileNotFoundError(Text(
-                    f"{missing:,} of the {total:,} images listed in {listed_in} are not on disk "
-                    f"(e.g. {examples[0]}).{hint} Pass {{skip}} to leave them out{{nocheck}}.",
-                    skip=("skip_missing", True), root="root",
-                    nocheck=Text(", or {off} to skip the check", off=("check_images", False)),
-                ))  # fmt: skip
+                raise DatasetFileNotFoundError(
+                    Text(
+                        f"{missing:,} of the {total:,} images listed in {listed_in} are not on "
+                        f"disk "
+                        f"(e.g. {examples[0]}).{hint} Pass {{skip}} to leave them out{{nocheck}}.",
+                        skip=("skip_missing", True),
+                        root="root",
+                        nocheck=Text(", or {off} to skip the check", off=("check_images", False)),
+                    )
+                )
             for split_name, split in list(splits.items()):
                 mask = masks[split_name]
                 skipped.extend(split.root / split.relative_paths[i] for i in np.flatnonzero(mask))

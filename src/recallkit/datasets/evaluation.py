@@ -21,8 +21,7 @@ __all__ = ["evaluate_benchmark"]
 
 def _check_benchmark(benchmark: Any, func: str) -> Benchmark:
     if not isinstance(benchmark, Benchmark):
-        raise fail(func, "benchmark", "a Benchmark (from load_benchmark)",
-                   type(benchmark).__name__)  # fmt: skip
+        raise fail(func, "benchmark", "a Benchmark (from load_benchmark)", type(benchmark).__name__)
     return benchmark
 
 
@@ -30,8 +29,13 @@ def _check_rows(embeddings: Any, split: Split, name: str, func: str, bench: str)
     shape = getattr(embeddings, "shape", None)
     if shape is None or len(shape) != 2 or shape[0] != len(split):
         got = "an object without a shape" if shape is None else f"shape {tuple(shape)}"
-        raise fail(func, name, f"a 2-D array with one row per image of the {split.name!r} "
-                   f"split of {bench} ({len(split)} rows, in split order)", got)  # fmt: skip
+        raise fail(
+            func,
+            name,
+            f"a 2-D array with one row per image of the {split.name!r} "
+            f"split of {bench} ({len(split)} rows, in split order)",
+            got,
+        )
 
 
 @accepts()
@@ -90,23 +94,32 @@ def evaluate_benchmark(
     _check_rows(query_embeddings, query, "query_embeddings", func, benchmark.name)
     if protocol.gallery_split is None:
         if gallery_embeddings is not None:
-            raise fail(func, "gallery_embeddings", f"None for {benchmark.name}: its "
-                       f"{query.name!r} split is searched with itself",
-                       type(gallery_embeddings).__name__)  # fmt: skip
+            raise fail(
+                func,
+                "gallery_embeddings",
+                f"None for {benchmark.name}: its {query.name!r} split is searched with itself",
+                type(gallery_embeddings).__name__,
+            )
         reference = query_embeddings
     else:
         if gallery_embeddings is None:
             searches = f"{query.name!r} split searches the {gallery.name!r} split"
-            raise fail(func, "gallery_embeddings", f"given for {benchmark.name}: its {searches}",
-                       None)  # fmt: skip
+            raise fail(
+                func, "gallery_embeddings", f"given for {benchmark.name}: its {searches}", None
+            )
         _check_rows(gallery_embeddings, gallery, "gallery_embeddings", func, benchmark.name)
         reference = gallery_embeddings
     if metrics is None:
         metrics = registry.names_of(registry.default(protocol.ks))
     result = retrieval_metrics(
-        query_embeddings, reference, query.labels, gallery.labels, metrics,
-        query_in_reference=query_in_reference, options=options,
-    )  # fmt: skip
+        query_embeddings,
+        reference,
+        query.labels,
+        gallery.labels,
+        metrics,
+        query_in_reference=query_in_reference,
+        options=options,
+    )
     header = {"benchmark": benchmark.name, "title": benchmark.title, "complete": benchmark.complete}
     fields = {
         "ks": list(protocol.ks),
@@ -118,8 +131,12 @@ def evaluate_benchmark(
     return result.replace(
         title=benchmark.title,
         info={
-            "header": header, "fields": fields, "citation": protocol.citation,
-            "benchmark": benchmark.name, "protocol": protocol, "complete": benchmark.complete,
+            "header": header,
+            "fields": fields,
+            "citation": protocol.citation,
+            "benchmark": benchmark.name,
+            "protocol": protocol,
+            "complete": benchmark.complete,
         },
         style="benchmark",
-    )  # fmt: skip
+    )

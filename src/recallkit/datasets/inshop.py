@@ -177,8 +177,12 @@ def _check_items(
         query_items = set(labels[masks["query"]].tolist())
         gallery_items = set(labels[masks["gallery"]].tolist())
         if query_items != gallery_items:
-            raise DatasetError(Text(
-                f"{path}: {len(query_items ^ gallery_items):,} item(s) have query images but no "
-                "gallery image, or the reverse; the In-Shop split has the same items in both. "
-                "Pass {fix} to load a partial or modified copy.", fix=("allow_partial", True),
-            ))  # fmt: skip
+            raise DatasetError(
+                Text(
+                    f"{path}: {len(query_items ^ gallery_items):,} item(s) have query images "
+                    "but no "
+                    "gallery image, or the reverse; the In-Shop split has the same items in both. "
+                    "Pass {fix} to load a partial or modified copy.",
+                    fix=("allow_partial", True),
+                )
+            )

@@ -143,17 +143,25 @@ def backend_for(space: Space) -> Backend:
         name = "numba" if space.device.type == "cpu" else "triton"
     if name == "numba":
         if space.precision == "float16":  # whatever the inputs' type: said, never ignored
-            raise RecallkitError(Text(
-                "{f16} filters on CUDA (and the torch back end); on the CPU use {auto}, "
-                "{f32}, {bf16} or {i8}", f16=("precision", "float16"),
-                auto=("precision", "auto"), f32=("precision", "float32"),
-                bf16=("precision", "bfloat16"), i8=("precision", "int8"),
-            ))  # fmt: skip
+            raise RecallkitError(
+                Text(
+                    "{f16} filters on CUDA (and the torch back end); on the CPU use {auto}, "
+                    "{f32}, {bf16} or {i8}",
+                    f16=("precision", "float16"),
+                    auto=("precision", "auto"),
+                    f32=("precision", "float32"),
+                    bf16=("precision", "bfloat16"),
+                    i8=("precision", "int8"),
+                )
+            )
         if space.device.type != "cpu":
-            raise RecallkitError(Text(
-                f"The numba back end runs on the CPU only; the work runs on {space.device}. "
-                f"Unset {BACKEND_VARIABLE} or pass {{cpu}}.", cpu=("device", "cpu"),
-            ))  # fmt: skip
+            raise RecallkitError(
+                Text(
+                    f"The numba back end runs on the CPU only; the work runs on {space.device}. "
+                    f"Unset {BACKEND_VARIABLE} or pass {{cpu}}.",
+                    cpu=("device", "cpu"),
+                )
+            )
         from recallkit.engine import cpu
 
         return cpu.BACKEND

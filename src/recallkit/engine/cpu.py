@@ -177,8 +177,12 @@ def run_tiles(
     rows, cols = tp.qf.rows.shape[0], block.rows
     # A symmetric pass takes the diagonal first: each row's first tile is read along its rows.
     diagonal = [(r0, r0) for r0 in range(0, rows, TILE)] if symmetric else []
-    tasks = diagonal + [(r0, c0) for r0 in range(0, rows, TILE) for c0 in range(0, cols, TILE)
-                        if not symmetric or c0 > r0]  # fmt: skip
+    tasks = diagonal + [
+        (r0, c0)
+        for r0 in range(0, rows, TILE)
+        for c0 in range(0, cols, TILE)
+        if not symmetric or c0 > r0
+    ]
     ptr, excluded_cols = excluded.csr(block)
     code_lo, code_hi, members = excluded.code_ranges(block)
     has_codes = excluded.query_codes is not None
@@ -250,8 +254,10 @@ class Window(_Consumer):
         with self.lock:
             if kind.name not in self.by_kind:
                 lo, hi = filters.bounds(self.centre, kind.eps[:, None], torch.float32)
-                self.by_kind[kind.name] = (np.ascontiguousarray(lo.numpy()),
-                                           np.ascontiguousarray(hi.numpy()))  # fmt: skip
+                self.by_kind[kind.name] = (
+                    np.ascontiguousarray(lo.numpy()),
+                    np.ascontiguousarray(hi.numpy()),
+                )
             return self.by_kind[kind.name]
 
     def state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -264,18 +270,43 @@ class Window(_Consumer):
 
     def rows(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
         lo, hi = self.thresholds(kind)
-        kernels.window_rows(tile, kind.rs(r0, tile.shape[0], self.tp.a32.dtype), r0, c0, lo, hi,
-                            self.cap, *st, kind.cascade, self.tp.a32, self.tp.b32, self.lo32,
-                            self.hi32)  # fmt: skip
+        kernels.window_rows(
+            tile,
+            kind.rs(r0, tile.shape[0], self.tp.a32.dtype),
+            r0,
+            c0,
+            lo,
+            hi,
+            self.cap,
+            *st,
+            kind.cascade,
+            self.tp.a32,
+            self.tp.b32,
+            self.lo32,
+            self.hi32,
+        )
 
     def cols(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
         above, count, index = st
         lo, hi = self.thresholds(kind)
         rs = kind.rs(r0, tile.shape[0], self.tp.a32.dtype)
         kernels.window_cols(
-            tile, rs, r0, c0, lo[:, 0], hi[:, 0], self.cap, above[:, 0], count[:, 0], index[:, 0],
-            kind.cascade, self.tp.a32, self.tp.b32, self.lo32[:, 0], self.hi32[:, 0],
-        )  # fmt: skip
+            tile,
+            rs,
+            r0,
+            c0,
+            lo[:, 0],
+            hi[:, 0],
+            self.cap,
+            above[:, 0],
+            count[:, 0],
+            index[:, 0],
+            kind.cascade,
+            self.tp.a32,
+            self.tp.b32,
+            self.lo32[:, 0],
+            self.hi32[:, 0],
+        )
 
     def finish(
         self, states: list[Any], rescore: Any
@@ -356,21 +387,52 @@ class Top(_Consumer):
         return self.margins[kind.name] if kind.cascade else self.no_margin
 
     def slot(self, w: int) -> tuple[np.ndarray, ...]:
-        return (self.heaps[w], self.sizes[w], self.floors[w], self.columns[w], self.scores[w],
-                self.fills[w], self.overs[w])  # fmt: skip
+        return (
+            self.heaps[w],
+            self.sizes[w],
+            self.floors[w],
+            self.columns[w],
+            self.scores[w],
+            self.fills[w],
+            self.overs[w],
+        )
 
     def state(self) -> tuple[np.ndarray, ...]:
         return self.slot(next(self.worker))
 
     def rows(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
-        kernels.top_rows(tile, kind.rs(r0, tile.shape[0], self.tp.a32.dtype), r0, c0, self.ks,
-                         self.slack, self.margin(kind), *st, kind.cascade, self.tp.a32,
-                         self.tp.b32, self.floors, *self.known)  # fmt: skip
+        kernels.top_rows(
+            tile,
+            kind.rs(r0, tile.shape[0], self.tp.a32.dtype),
+            r0,
+            c0,
+            self.ks,
+            self.slack,
+            self.margin(kind),
+            *st,
+            kind.cascade,
+            self.tp.a32,
+            self.tp.b32,
+            self.floors,
+            *self.known,
+        )
 
     def cols(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
-        kernels.top_cols(tile, kind.rs(r0, tile.shape[0], self.tp.a32.dtype), r0, c0, self.ks,
-                         self.slack, self.margin(kind), *st, kind.cascade, self.tp.a32,
-                         self.tp.b32, self.floors, *self.known)  # fmt: skip
+        kernels.top_cols(
+            tile,
+            kind.rs(r0, tile.shape[0], self.tp.a32.dtype),
+            r0,
+            c0,
+            self.ks,
+            self.slack,
+            self.margin(kind),
+            *st,
+            kind.cascade,
+            self.tp.a32,
+            self.tp.b32,
+            self.floors,
+            *self.known,
+        )
 
     def finish(self, rescore: Any, block_rows: int) -> tuple[np.ndarray, np.ndarray]:
         """The candidates as flat ``(rows, local columns)``, by row then column; rows whose
@@ -385,8 +447,9 @@ class Top(_Consumer):
         lo = filters.top_floor(torch.from_numpy(kth), self.eps, torch_dtype, torch.from_numpy(k))
         lo_np = np.ascontiguousarray(lo.numpy().astype(self.dtype))
         over = self.overs.any(axis=0)
-        found_rows, found_cols = kernels.collect_top(self.scores, self.columns, self.fills,
-                                                     lo_np, over)  # fmt: skip
+        found_rows, found_cols = kernels.collect_top(
+            self.scores, self.columns, self.fills, lo_np, over
+        )
         redo = np.flatnonzero(over)
         if not len(redo):
             return found_rows, found_cols
@@ -394,10 +457,12 @@ class Top(_Consumer):
         scores = rescore(redo).numpy()
         kb = k[redo]
         row_kth = kernels.kth_largest(scores, kb).astype(np.float64)
-        row_lo = filters.top_floor(torch.from_numpy(row_kth), self.eps[redo], torch_dtype,
-                                   torch.from_numpy(kb)).numpy()[:, None]  # fmt: skip
-        _, wr, _, wj = kernels.window(scores, row_lo, np.full_like(row_lo, np.inf),
-                                      cap=int(kb.max()) + kernels.WINDOW_CAP)  # fmt: skip
+        row_lo = filters.top_floor(
+            torch.from_numpy(row_kth), self.eps[redo], torch_dtype, torch.from_numpy(kb)
+        ).numpy()[:, None]
+        _, wr, _, wj = kernels.window(
+            scores, row_lo, np.full_like(row_lo, np.inf), cap=int(kb.max()) + kernels.WINDOW_CAP
+        )
         rows_all = np.concatenate([found_rows, redo[wr]])
         cols_all = np.concatenate([found_cols, wj])
         order = np.lexsort((cols_all, rows_all))
@@ -447,16 +512,27 @@ class CpuBackend(protocol.Pipeline):
         )
 
     def _bound(self, space: Space, qf: filters.QueryFilter, block: Block) -> torch.Tensor:
-        return filters.error_bound(filters.Product.plain(qf.rows.dtype), qf, block.max_norm,
-                                   space.dim, block.scale, space.metric)  # fmt: skip
+        return filters.error_bound(
+            filters.Product.plain(qf.rows.dtype),
+            qf,
+            block.max_norm,
+            space.dim,
+            block.scale,
+            space.metric,
+        )
 
     def exact(
         self, space: Space, chunk: Rows, block: Block, rows: torch.Tensor, cols: torch.Tensor
     ) -> torch.Tensor:
         return exact.exact_numba(
-            chunk.raw, chunk.aux(space.metric), block.data, block.aux(space.metric),
-            rows, cols, space.metric,
-        )  # fmt: skip
+            chunk.raw,
+            chunk.aux(space.metric),
+            block.data,
+            block.aux(space.metric),
+            rows,
+            cols,
+            space.metric,
+        )
 
     @staticmethod
     def exact_is_cheaper(positives: Any, block: Block, start: int, stop: int) -> bool:
@@ -484,9 +560,17 @@ class CpuBackend(protocol.Pipeline):
             if self.exact_is_cheaper(positives, block, start, stop):
                 ptr, cols = excluded.csr(block)
                 rows, local = kernels.label_best_candidates(
-                    qf.rows, block.gemm, positives.query_codes[start:stop], lo, hi, members,
-                    ptr, cols, excluded.codes(block), eps,
-                )  # fmt: skip
+                    qf.rows,
+                    block.gemm,
+                    positives.query_codes[start:stop],
+                    lo,
+                    hi,
+                    members,
+                    ptr,
+                    cols,
+                    excluded.codes(block),
+                    eps,
+                )
             else:
                 scores = block_scores(space, qf, block)
                 _masked(scores, excluded, block)
@@ -505,9 +589,16 @@ class CpuBackend(protocol.Pipeline):
         lo, hi = positives.ranges(block, start, stop)
         ptr, cols = excluded.csr(block)
         scored = kernels.label_scores(
-            qf.rows, block.gemm, positives.query_codes[start:stop], lo, hi,
-            positives.groups(block).members, ptr, cols, excluded.codes(block),
-        )  # fmt: skip
+            qf.rows,
+            block.gemm,
+            positives.query_codes[start:stop],
+            lo,
+            hi,
+            positives.groups(block).members,
+            ptr,
+            cols,
+            excluded.codes(block),
+        )
         return scored, (positives.query_codes[start:stop], positives.block_codes(block))
 
     def scan(self, space, chunk, block, i, start, stop, ctx, best, where, ks) -> protocol.Scan:
@@ -521,10 +612,15 @@ class CpuBackend(protocol.Pipeline):
             and self._symmetric(space, qf, block, excluded)
         )
         tp = lowp.TilePass(
-            space, qf, block, start if space.own_rows(block) else 0, symmetric,
-            self._bound(space, qf, block), lowp.tile_kinds(space, qf, block, cached, TILE),
+            space,
+            qf,
+            block,
+            start if space.own_rows(block) else 0,
+            symmetric,
+            self._bound(space, qf, block),
+            lowp.tile_kinds(space, qf, block, cached, TILE),
             lambda r0, c0, out: tile_scores(qf, block, r0, c0, out),
-        )  # fmt: skip
+        )
         window = top = None
         if best is not None:
             window = Window(filters.scaled_centre(best, qf, block.scale), tp)

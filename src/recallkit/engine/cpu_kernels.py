@@ -259,8 +259,9 @@ def label_scores(
     out = np.empty(int(ptr[-1]), dtype=np.float64)
     order = np.argsort(codes, kind="stable")
     qx, rx = codes_x if codes_x is not None else (NO_CODES, NO_CODES)
-    _label_scores_numba(a.numpy(), b.numpy(), order, lo, hi, members, ex_ptr, ex_cols, qx, rx,
-                        ptr, cols, out)  # fmt: skip
+    _label_scores_numba(
+        a.numpy(), b.numpy(), order, lo, hi, members, ex_ptr, ex_cols, qx, rx, ptr, cols, out
+    )
     return ptr, cols, out
 
 
@@ -795,15 +796,17 @@ def seed_top(
             s = scores[q]
             if s > -np.inf and s >= floor[r] and not over[r]:  # as the tile kernels offer
                 if heap_mode:
-                    _offer(r, s, cols[q], ks, slack, heap, size, floor, buf_col, buf_score,
-                           fill, over)  # fmt: skip
+                    _offer(
+                        r, s, cols[q], ks, slack, heap, size, floor, buf_col, buf_score, fill, over
+                    )
                 elif fill[r] < cap:
                     buf_col[r, fill[r]] = cols[q]
                     buf_score[r, fill[r]] = s
                     fill[r] += 1
                 else:
-                    _keep(r, s, cols[q], ks, slack, heap, size, floor, buf_col, buf_score,
-                          fill, over)  # fmt: skip
+                    _keep(
+                        r, s, cols[q], ks, slack, heap, size, floor, buf_col, buf_score, fill, over
+                    )
         if not heap_mode and fill[r] >= ks[r] and not over[r]:
             _compact(r, ks[r], slack, floor, buf_col, buf_score, fill, over)
 
@@ -984,8 +987,9 @@ def top_rows(
         start = _down32((np.float64(floor[r]) - margin[r]) / scale)
         hits = _block_counts(row, np.float32(1.0), start, per)  # ``start`` is in tile units
         if hits > RAISE_HITS * ks[r] + RAISE_MIN:
-            start, hits = _raise_floor(row, scale, start, hits, ks[r], slack[r], margin[r], r,
-                                       floor)  # fmt: skip
+            start, hits = _raise_floor(
+                row, scale, start, hits, ks[r], slack[r], margin[r], r, floor
+            )
         span = width if hits > _MANY_HITS else _BLOCK
         for b in range(0, width, span):  # the floor only rises: at most ``hits`` to offer
             if hits <= 0 or over[r]:
@@ -1008,12 +1012,36 @@ def top_rows(
                     if s >= floor[r]:
                         f = fill[r]
                         if heap_mode:
-                            _offer(r, s, col0 + j, ks, slack, heap, size, floor, buf_col,
-                                   buf_score, fill, over)  # fmt: skip
+                            _offer(
+                                r,
+                                s,
+                                col0 + j,
+                                ks,
+                                slack,
+                                heap,
+                                size,
+                                floor,
+                                buf_col,
+                                buf_score,
+                                fill,
+                                over,
+                            )
                             start = _down32((np.float64(floor[r]) - margin[r]) / scale)
                         elif f == cap:
-                            _keep(r, s, col0 + j, ks, slack, heap, size, floor, buf_col,
-                                  buf_score, fill, over)  # fmt: skip
+                            _keep(
+                                r,
+                                s,
+                                col0 + j,
+                                ks,
+                                slack,
+                                heap,
+                                size,
+                                floor,
+                                buf_col,
+                                buf_score,
+                                fill,
+                                over,
+                            )
                             start = _down32((np.float64(floor[r]) - margin[r]) / scale)
                         else:
                             buf_col[r, f] = col0 + j
@@ -1088,12 +1116,36 @@ def top_cols(
                     if s >= floor[r]:
                         f = fill[r]
                         if heap_mode:  # the floor may rise
-                            _offer(r, s, row0 + i, ks, slack, heap, size, floor, buf_col,
-                                   buf_score, fill, over)  # fmt: skip
+                            _offer(
+                                r,
+                                s,
+                                row0 + i,
+                                ks,
+                                slack,
+                                heap,
+                                size,
+                                floor,
+                                buf_col,
+                                buf_score,
+                                fill,
+                                over,
+                            )
                             start[j] = _down32(np.float64(floor[r]) - margin[r])
                         elif f == cap:
-                            _keep(r, s, row0 + i, ks, slack, heap, size, floor, buf_col,
-                                  buf_score, fill, over)  # fmt: skip
+                            _keep(
+                                r,
+                                s,
+                                row0 + i,
+                                ks,
+                                slack,
+                                heap,
+                                size,
+                                floor,
+                                buf_col,
+                                buf_score,
+                                fill,
+                                over,
+                            )
                             start[j] = _down32(np.float64(floor[r]) - margin[r])
                         else:
                             buf_col[r, f] = row0 + i
@@ -1178,8 +1230,13 @@ def pair_dots(a: np.ndarray, b: np.ndarray, rows: np.ndarray, cols: np.ndarray) 
     (SIMD): the float32 stage of the low-precision cascade, within the float32 filter's bound."""
     out = np.empty(len(rows), dtype=np.float32)
     if len(rows):
-        _pair_dots_numba(a, b, np.ascontiguousarray(rows, dtype=np.int64),
-                         np.ascontiguousarray(cols, dtype=np.int64), out)  # fmt: skip
+        _pair_dots_numba(
+            a,
+            b,
+            np.ascontiguousarray(rows, dtype=np.int64),
+            np.ascontiguousarray(cols, dtype=np.int64),
+            out,
+        )
     return out
 
 

@@ -157,9 +157,11 @@ class DeviceBackend(protocol.Pipeline):
             return filters.LOW_DTYPES[space.precision]
         if space.precision == "int8":
             raise lowp.precision_refused(
-                "int8", "runs on the CPU back end", "on this device",
+                "int8",
+                "runs on the CPU back end",
+                "on this device",
                 ("auto", "float32", "bfloat16", "float16"),
-            )  # fmt: skip
+            )
         return None
 
     def _filter(
@@ -195,13 +197,11 @@ class DeviceBackend(protocol.Pipeline):
         with filters.no_autocast(space.device):
             scores, product = self.kernels.product(qf, block, low)
         scores = skipped.mask(scores, block)
-        eps = filters.error_bound(product, qf, block.max_norm, space.dim, block.scale,
-                                  space.metric)  # fmt: skip
+        eps = filters.error_bound(product, qf, block.max_norm, space.dim, block.scale, space.metric)
         if low is None:
             return _Pass(scores, qf, eps, None, False)
         plain = filters.Product.plain(torch.float32)
-        eps32 = filters.error_bound(plain, qf, block.max_norm, space.dim, block.scale,
-                                    space.metric)  # fmt: skip
+        eps32 = filters.error_bound(plain, qf, block.max_norm, space.dim, block.scale, space.metric)
         return _Pass(scores, qf, eps, eps32, True)
 
     def _refine(self, p: _Pass, block: Block, rows: torch.Tensor, cols: torch.Tensor):
@@ -297,8 +297,9 @@ class DeviceBackend(protocol.Pipeline):
         p = self._pass(space, chunk, block, skipped, start, stop)
         if space.single is not None:
             ctx.passes[i] = p
-        rows, local, flag = self._positive_candidates(p, block, inputs.labels, start, stop,
-                                                      ctx.caps)  # fmt: skip
+        rows, local, flag = self._positive_candidates(
+            p, block, inputs.labels, start, stop, ctx.caps
+        )
         return rows, local, rows >= 0, flag
 
     # -- step 2: counts and lists -------------------------------------------------------------
@@ -351,8 +352,7 @@ class DeviceBackend(protocol.Pipeline):
         qf = self._filter(space, chunk, block, start, stop)
         low = self._low_dtype(space, block)
         product = self.kernels.window_product(qf, low)
-        eps = filters.error_bound(product, qf, block.max_norm, space.dim, block.scale,
-                                  space.metric)  # fmt: skip
+        eps = filters.error_bound(product, qf, block.max_norm, space.dim, block.scale, space.metric)
         centre = filters.scaled_centre(best, qf, block.scale)
         lo, hi = filters.bounds(centre, eps[:, None], torch.float32)
         skipped = inputs.skipped(block, start, stop)
@@ -365,8 +365,9 @@ class DeviceBackend(protocol.Pipeline):
             found = int(count)
             caps.record("window", found, c * g)
             if found > guess:
-                above, window, count = self.kernels.window(qf, block, low, lo, hi, found, codes,
-                                                           lists)  # fmt: skip
+                above, window, count = self.kernels.window(
+                    qf, block, low, lo, hi, found, codes, lists
+                )
             over = no_flag(dev)
         else:
             over = count > capacity
@@ -375,8 +376,14 @@ class DeviceBackend(protocol.Pipeline):
         if low is not None:
             # Cascade: the low-precision window scored in float32; certain ones counted, the
             # float32 window scored exactly.
-            eps32 = filters.error_bound(filters.Product.plain(torch.float32), qf, block.max_norm,
-                                        space.dim, block.scale, space.metric)  # fmt: skip
+            eps32 = filters.error_bound(
+                filters.Product.plain(torch.float32),
+                qf,
+                block.max_norm,
+                space.dim,
+                block.scale,
+                space.metric,
+            )
             f32 = self.kernels.dots(qf.rows, block.gemm, rows, local)
             rows, local, slot, over = _window32(
                 f32, centre, eps32, rows, local, slot, total, over, caps
@@ -445,8 +452,9 @@ class DeviceBackend(protocol.Pipeline):
             p = self._pass(space, chunk, block, inputs.skipped(block, start, stop), start, stop)
         out = protocol.Scan(None, None, no_flag(space.device))
         if best is not None and fused:
-            out.window, out.flag = self._fused_counts(space, inputs, chunk, block, start, stop,
-                                                      best, caps)  # fmt: skip
+            out.window, out.flag = self._fused_counts(
+                space, inputs, chunk, block, start, stop, best, caps
+            )
         elif best is not None:
             out.window, out.flag = self._counts(space, block, p, best, caps)
         if ks is not None:
@@ -492,8 +500,9 @@ class DeviceBackend(protocol.Pipeline):
         for (start, stop, out, _), flag in zip(held, flags, strict=True):
             if flag:
                 again = Capacities(MIN_CAPACITY, TOP_EXTRA)
-                out, _ = self._chunk(space, inputs, request, space.chunk(start, stop), start,
-                                     stop, again)  # fmt: skip
+                out, _ = self._chunk(
+                    space, inputs, request, space.chunk(start, stop), start, stop, again
+                )
             outs.append(out)
         host: list[dict[str, Any]] = [{} for _ in outs]
         for name in outs[0]:
@@ -534,8 +543,9 @@ class DeviceBackend(protocol.Pipeline):
         held: list[tuple[int, int, dict[str, torch.Tensor], torch.Tensor]] = []
         held_bytes = 0
         for start, stop in chunks(space.num_query, rows):
-            out, over = self._chunk(space, inputs, request, space.chunk(start, stop), start,
-                                    stop, caps)  # fmt: skip
+            out, over = self._chunk(
+                space, inputs, request, space.chunk(start, stop), start, stop, caps
+            )
             if caps.learning:
                 caps.learned()
             held.append((start, stop, out, over))
@@ -553,10 +563,11 @@ class DeviceBackend(protocol.Pipeline):
         caps = Capacities(MIN_CAPACITY, TOP_EXTRA)
         out, _ = self._chunk(space, inputs, request, chunk, 0, c, caps, reducer)
         host = {
-            name: value if name.startswith(("top_", "tail_")) and request.lists_on_device
+            name: value
+            if name.startswith(("top_", "tail_")) and request.lists_on_device
             else (value.cpu() if name.startswith(("top_", "tail_")) else value.cpu().numpy())
             for name, value in out.items()
-        }  # fmt: skip
+        }
         return _result(0, c, host)
 
 

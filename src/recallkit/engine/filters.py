@@ -133,8 +133,15 @@ def filter_rows(
     if n:
         held = np.empty((numba.config.NUMBA_NUM_THREADS, d), dtype=np.float64)
         factor = np.ascontiguousarray(factor.numpy(), dtype=np.float64)
-        _filter_rows_numba(raw.detach().contiguous().numpy(), factor, divide, held,
-                           held.view(np.uint64), out.numpy(), found)  # fmt: skip
+        _filter_rows_numba(
+            raw.detach().contiguous().numpy(),
+            factor,
+            divide,
+            held,
+            held.view(np.uint64),
+            out.numpy(),
+            found,
+        )
     return out, torch.from_numpy(found) if norms else None
 
 
@@ -422,12 +429,17 @@ def check_low_precision(low: torch.dtype, device_type: str) -> None:
     """Refuse a float16 filter on a device whose float16 GEMMs may accumulate in float16
     (``torch.backends.cuda.matmul.allow_fp16_accumulation``): beyond the filter's bound."""
     if low == torch.float16 and device_type != "cpu" and _fp16_accumulation():
-        raise RecallkitError(Text(
-            "{f16} cannot run while torch.backends.cuda.matmul.allow_fp16_accumulation is True: "
-            "float16 accumulation is beyond the filter's error bound. Use {bf16} or {f32}, or "
-            "unset it.", f16=("precision", "float16"), bf16=("precision", "bfloat16"),
-            f32=("precision", "float32"),
-        ))  # fmt: skip
+        raise RecallkitError(
+            Text(
+                "{f16} cannot run while torch.backends.cuda.matmul.allow_fp16_accumulation is "
+                "True: "
+                "float16 accumulation is beyond the filter's error bound. Use {bf16} or {f32}, or "
+                "unset it.",
+                f16=("precision", "float16"),
+                bf16=("precision", "bfloat16"),
+                f32=("precision", "float32"),
+            )
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -446,9 +458,14 @@ class TorchKernels:
         """Exact scores of ``(chunk row, local col)`` pairs; padding rows give ``-inf``."""
         cols = cols.clamp(0, max(block.rows - 1, 0))
         return exact.exact_torch(
-            chunk.raw, chunk.aux(space.metric), block.data, block.aux(space.metric),
-            rows, cols, space.metric,
-        )  # fmt: skip
+            chunk.raw,
+            chunk.aux(space.metric),
+            block.data,
+            block.aux(space.metric),
+            rows,
+            cols,
+            space.metric,
+        )
 
     def dots(
         self, a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor

@@ -414,8 +414,9 @@ def prepare_int8(x: np.ndarray | torch.Tensor, form: str = "int8") -> Int8Side:
     scale, norm, residual, source, largest = (np.empty(n) for _ in range(5))
     offset = INT7_ZERO_POINT if form == "int7" else 0
     held = np.empty((numba.config.NUMBA_NUM_THREADS, w))  # any thread's id fits
-    _quantise(x, x.view(np.uint32), levels, offset, held, codes, scale, norm, residual, source,
-              largest)  # fmt: skip
+    _quantise(
+        x, x.view(np.uint32), levels, offset, held, codes, scale, norm, residual, source, largest
+    )
     _check_range(largest)
     return Int8Side(
         norm=norm,
@@ -460,8 +461,9 @@ def prepare_bf16(x: np.ndarray | torch.Tensor) -> BF16Side:
     bits = np.empty((n, w), np.uint16)
     norm, residual, source, largest = (np.empty(n) for _ in range(4))
     held = np.empty((numba.config.NUMBA_NUM_THREADS, w), np.uint32)  # any thread's id fits
-    _round_bf16(x, x.view(np.uint32), held, held.view(np.float32), bits, norm, residual, source,
-                largest)  # fmt: skip
+    _round_bf16(
+        x, x.view(np.uint32), held, held.view(np.float32), bits, norm, residual, source, largest
+    )
     _check_range(largest)
     rows = torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
     return BF16Side(norm=norm, residual=residual, source_norm=source, rows=rows)
@@ -872,9 +874,14 @@ def _side_of_codes(codes: np.ndarray, form: str, scale: np.ndarray) -> Int8Side:
     stored = (codes + offset).astype(np.uint8 if form == "int7" else np.int8)
     ones = np.ones(len(codes))
     return Int8Side(
-        norm=ones, residual=ones, source_norm=ones, codes=torch.from_numpy(stored),
-        scale=scale, scale32=scale.astype(np.float32), form=form,
-    )  # fmt: skip
+        norm=ones,
+        residual=ones,
+        source_norm=ones,
+        codes=torch.from_numpy(stored),
+        scale=scale,
+        scale32=scale.astype(np.float32),
+        form=form,
+    )
 
 
 def check_int8(kernel: Kernel, w: int) -> str | None:
@@ -1156,8 +1163,15 @@ class TilePass:
 
         def product(r0, c0, out):
             rows, cols = out.shape
-            tile_product(a_side, b_side, out, (first + r0, first + r0 + rows),
-                              (c0, c0 + cols), scaled=False, kernel=kernel)  # fmt: skip
+            tile_product(
+                a_side,
+                b_side,
+                out,
+                (first + r0, first + r0 + rows),
+                (c0, c0 + cols),
+                scaled=False,
+                kernel=kernel,
+            )
 
         scales = a_side.scale32[first : first + c] if kernel.precision == "int8" else None
         return TileKind(name, kernel.precision, self.eps32 + torch.from_numpy(low), product, scales)
@@ -1199,9 +1213,11 @@ def tile_kinds(space: Any, qf: Any, block: Any, cached: bool, tile: int) -> tupl
     precision = space.precision
     if precision == "float16":
         raise precision_refused(
-            "float16", "filters on CUDA (and the torch back end)", "on the CPU",
+            "float16",
+            "filters on CUDA (and the torch back end)",
+            "on the CPU",
             ("auto", "float32", "bfloat16", "int8"),
-        )  # fmt: skip
+        )
     if cached or qf.rows.dtype != torch.float32 or precision == "float32":
         return ("float32",)
     if (

@@ -314,8 +314,9 @@ class Pipeline:
         for i, block in enumerate(space.blocks()):
             if block.rows == 0:
                 continue
-            scan = self.scan(space, chunk, block, i, start, stop, ctx, best, where,
-                             ks if kmax else None)  # fmt: skip
+            scan = self.scan(
+                space, chunk, block, i, start, stop, ctx, best, where, ks if kmax else None
+            )
             flag = flag | scan.flag
             if scan.window is not None:
                 above, rows, local, slot = scan.window
@@ -341,8 +342,9 @@ class Pipeline:
                 kmin = int(request.top_k[start:stop].min(initial=0)) if c else 0
                 width = max(held[0].shape[1] - kmin, 0)
             parts = ties.split_tail(held[0], held[1], ks, tail_width=width, kmax=kmax)
-            out.update(zip(("top_index", "top_score", "tail_index", "tail_score"), parts,
-                           strict=True))  # fmt: skip
+            out.update(
+                zip(("top_index", "top_score", "tail_index", "tail_score"), parts, strict=True)
+            )
         return out, flag
 
 

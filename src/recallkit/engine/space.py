@@ -90,9 +90,11 @@ def prepare_rows(
             raise _checks.fail(
                 func,
                 name,
-                Text(f"of magnitude at most 2**400 under the {metric!r} metric (exact float64 "
-                     "scores would overflow; {cos} accepts any magnitude)",
-                     cos=("metric", "cosine")),
+                Text(
+                    f"of magnitude at most 2**400 under the {metric!r} metric (exact float64 "
+                    "scores would overflow; {cos} accepts any magnitude)",
+                    cos=("metric", "cosine"),
+                ),
                 f"a larger value in row {row}",
             )
     rows = Rows.of(raw)
@@ -153,9 +155,16 @@ def make_block(
     rows = x if isinstance(x, Rows) else prepare_rows(x, name, func, metric, device, offset)
     gemm, scale, max_norm = filters.reference_filter(rows.raw, rows.sq, rows.norm, metric, dtype)
     return Block(
-        offset, rows.raw.shape[0], rows.raw, rows.sq, rows.norm, gemm, scale, max_norm,
+        offset,
+        rows.raw.shape[0],
+        rows.raw,
+        rows.sq,
+        rows.norm,
+        gemm,
+        scale,
+        max_norm,
         global_index,
-    )  # fmt: skip
+    )
 
 
 @dataclass
@@ -300,14 +309,22 @@ def shard(
     is broadcast by its owner and run with :func:`recallkit.engine.run_chunk`). ``queries``
     gives the query rows' dtype."""
     fdtype = filter_dtype(work_dtype(queries.dtype), work_dtype(reference.dtype))
-    block = make_block(reference, 0, func, options.metric, device, fdtype,
-                       global_index=global_index.to(device))  # fmt: skip
+    block = make_block(
+        reference, 0, func, options.metric, device, fdtype, global_index=global_index.to(device)
+    )
     empty = prepare_rows(queries[:0], "embeddings", func, options.metric, device)
     return Space(
-        empty, options.metric, int(reference.shape[0]), int(reference.shape[1]), device,
-        lambda: iter(()), single=block, precision=options.precision, filter_dtype=fdtype,
+        empty,
+        options.metric,
+        int(reference.shape[0]),
+        int(reference.shape[1]),
+        device,
+        lambda: iter(()),
+        single=block,
+        precision=options.precision,
+        filter_dtype=fdtype,
         options=options,
-    )  # fmt: skip
+    )
 
 
 def _streamed_block_rows(m: int, d: int, n: int) -> int:

@@ -136,7 +136,8 @@ def split_tail(
     kept = tail.gather(1, order)
     tail_index = torch.where(kept, index.gather(1, order), torch.full_like(order, -1))
     tail_score = torch.where(
-        kept, score.gather(1, order), torch.full(order.shape, -torch.inf, dtype=score.dtype,
-                                                 device=device)
-    )  # fmt: skip
+        kept,
+        score.gather(1, order),
+        torch.full(order.shape, -torch.inf, dtype=score.dtype, device=device),
+    )
     return top_index, top_score, tail_index, tail_score

@@ -44,8 +44,9 @@ class TritonKernels(TorchKernels):
         self, space: Space, chunk: Rows, block: Block, rows: torch.Tensor, cols: torch.Tensor
     ) -> torch.Tensor:
         cols = cols.clamp(0, max(block.rows - 1, 0))
-        args = _own(chunk.raw, chunk.aux(space.metric), block.data, block.aux(space.metric),
-                    rows, cols)  # fmt: skip
+        args = _own(
+            chunk.raw, chunk.aux(space.metric), block.data, block.aux(space.metric), rows, cols
+        )
         return triton_kernels.exact_scores(*args, space.metric)
 
     def dots(

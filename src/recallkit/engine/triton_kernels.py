@@ -122,14 +122,39 @@ def available(device: torch.device | str) -> bool:
 
 
 def _exact_kernel(
-    q_ptr, r_ptr, qa_ptr, ra_ptr, qs_ptr, rs_ptr,
-    rows_ptr, cols_ptr, slots_ptr, index_ptr,
-    best_ptr, where_ptr, out_ptr, counts_ptr, ties_ptr,
-    n_pairs, dim, g,
-    sq0, sq1, sr0, sr1, sc0, sc1, st0, st1,
-    MODE: tl.constexpr, HAS_QS: tl.constexpr, HAS_RS: tl.constexpr,
-    ACTION: tl.constexpr, HAS_TIES: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    q_ptr,
+    r_ptr,
+    qa_ptr,
+    ra_ptr,
+    qs_ptr,
+    rs_ptr,
+    rows_ptr,
+    cols_ptr,
+    slots_ptr,
+    index_ptr,
+    best_ptr,
+    where_ptr,
+    out_ptr,
+    counts_ptr,
+    ties_ptr,
+    n_pairs,
+    dim,
+    g,
+    sq0,
+    sq1,
+    sr0,
+    sr1,
+    sc0,
+    sc1,
+    st0,
+    st1,
+    MODE: tl.constexpr,
+    HAS_QS: tl.constexpr,
+    HAS_RS: tl.constexpr,
+    ACTION: tl.constexpr,
+    HAS_TIES: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """One pair per lane; ``ACTION`` 0 stores the score, 1 counts the slots it beats, 2 stores
     it and raises its row's best (float atomic max: integer atomics on the bit pattern, order
     independent), 3 reads it back and, at its row's best, lowers the row's index and counts."""
@@ -194,9 +219,20 @@ def _exact_kernel(
 
 
 def _pair_dots_kernel(
-    a_ptr, b_ptr, rows_ptr, cols_ptr, out_ptr, n_pairs, width, sa0, sa1, sb0, sb1,
-    BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
-):  # fmt: skip
+    a_ptr,
+    b_ptr,
+    rows_ptr,
+    cols_ptr,
+    out_ptr,
+    n_pairs,
+    width,
+    sa0,
+    sa1,
+    sb0,
+    sb1,
+    BLOCK_P: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     """Float32 dots of ``(a[rows[p]], b[cols[p]])``, ``BLOCK_K`` dimensions at a time."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
     inside = offs < n_pairs
@@ -215,13 +251,38 @@ def _pair_dots_kernel(
 
 
 def _filter_kernel(
-    a_ptr, b_ptr, lo_ptr, hi_ptr, above_ptr, window_ptr, count_ptr, rowmax_ptr,
-    qc_ptr, rc_ptr, ex_ptr, pq_ptr, pr_ptr,
-    c, m, width, capacity, sa0, sa1, sb0, sb1, se0,
-    G: tl.constexpr, E: tl.constexpr, HAS_CODES: tl.constexpr, HAS_POSITIVES: tl.constexpr,
-    HAS_ROWMAX: tl.constexpr, WIDEN: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-):  # fmt: skip
+    a_ptr,
+    b_ptr,
+    lo_ptr,
+    hi_ptr,
+    above_ptr,
+    window_ptr,
+    count_ptr,
+    rowmax_ptr,
+    qc_ptr,
+    rc_ptr,
+    ex_ptr,
+    pq_ptr,
+    pr_ptr,
+    c,
+    m,
+    width,
+    capacity,
+    sa0,
+    sa1,
+    sb0,
+    sb1,
+    se0,
+    G: tl.constexpr,
+    E: tl.constexpr,
+    HAS_CODES: tl.constexpr,
+    HAS_POSITIVES: tl.constexpr,
+    HAS_ROWMAX: tl.constexpr,
+    WIDEN: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     """One (BLOCK_M rows, BLOCK_N columns) tile: its filter scores, kept in registers, then the
     considered pairs' counts above each slot, window entries and row maxima."""
     pid_n = tl.program_id(0)  # reference blocks on axis 0 (up to 2^31 - 1 programs)
@@ -334,9 +395,26 @@ def _vector(x: torch.Tensor | None, dtype: torch.dtype, fallback: torch.Tensor) 
 
 
 def _launch_exact(
-    action, query, q_aux, reference, r_aux, rows, cols, mode, q_scale, r_scale, *,
-    slots=None, index=None, best=None, where=None, out=None, counts=None, ties=None, g=1,
-):  # fmt: skip
+    action,
+    query,
+    q_aux,
+    reference,
+    r_aux,
+    rows,
+    cols,
+    mode,
+    q_scale,
+    r_scale,
+    *,
+    slots=None,
+    index=None,
+    best=None,
+    where=None,
+    out=None,
+    counts=None,
+    ties=None,
+    g=1,
+):
     _check_rows(query, "query")
     _check_rows(reference, "reference")
     rows = rows.to(torch.int64).contiguous()
@@ -358,18 +436,41 @@ def _launch_exact(
     ties_s = ties.stride() if (ties is not None and ties.dim() == 2) else (0, 0)
     block = _EXACT_BLOCK[_target(query.device)]
     _kernel("exact")[(triton.cdiv(p, block),)](
-        query, reference, qa, ra, qs, rs,
-        rows, cols, rows if slots is None else slots, rows if index is None else index,
-        qa if best is None else best, rows if where is None else where,
-        qa if out is None else out, rows if counts is None else counts,
+        query,
+        reference,
+        qa,
+        ra,
+        qs,
+        rs,
+        rows,
+        cols,
+        rows if slots is None else slots,
+        rows if index is None else index,
+        qa if best is None else best,
+        rows if where is None else where,
+        qa if out is None else out,
+        rows if counts is None else counts,
         rows if ties is None else ties,
-        p, query.shape[1], g,
-        query.stride(0), query.stride(1), reference.stride(0), reference.stride(1),
-        counts_s[0], counts_s[1], ties_s[0], ties_s[1],
-        MODE=mode, HAS_QS=q_scale is not None, HAS_RS=r_scale is not None,
-        ACTION=action, HAS_TIES=ties is not None, BLOCK=block,
-        num_warps=4, enable_fp_fusion=False,
-    )  # fmt: skip
+        p,
+        query.shape[1],
+        g,
+        query.stride(0),
+        query.stride(1),
+        reference.stride(0),
+        reference.stride(1),
+        counts_s[0],
+        counts_s[1],
+        ties_s[0],
+        ties_s[1],
+        MODE=mode,
+        HAS_QS=q_scale is not None,
+        HAS_RS=r_scale is not None,
+        ACTION=action,
+        HAS_TIES=ties is not None,
+        BLOCK=block,
+        num_warps=4,
+        enable_fp_fusion=False,
+    )
 
 
 def exact_scores(
@@ -430,11 +531,24 @@ def exact_beats(
     if counts.dtype != torch.int64 or (ties is not None and ties.dtype != torch.int64):
         raise ValueError("counts and ties must be int64")
     _launch_exact(
-        _BEATS, query, q_aux, reference, r_aux, rows, cols, mode, q_scale, r_scale,
-        slots=slots.to(torch.int64).contiguous(), index=col_index.to(torch.int64).contiguous(),
-        best=best.to(torch.float64).contiguous(), where=where.to(torch.int64).contiguous(),
-        counts=counts, ties=ties, g=g,
-    )  # fmt: skip
+        _BEATS,
+        query,
+        q_aux,
+        reference,
+        r_aux,
+        rows,
+        cols,
+        mode,
+        q_scale,
+        r_scale,
+        slots=slots.to(torch.int64).contiguous(),
+        index=col_index.to(torch.int64).contiguous(),
+        best=best.to(torch.float64).contiguous(),
+        where=where.to(torch.int64).contiguous(),
+        counts=counts,
+        ties=ties,
+        g=g,
+    )
 
 
 def exact_best(
@@ -467,9 +581,22 @@ def exact_best(
     index = col_index.to(torch.int64).contiguous()
     for action in (_BEST, _AT_BEST):
         _launch_exact(
-            action, query, q_aux, reference, r_aux, rows, cols, mode, q_scale, r_scale,
-            index=index, best=best, where=where, out=scratch, ties=ties,
-        )  # fmt: skip
+            action,
+            query,
+            q_aux,
+            reference,
+            r_aux,
+            rows,
+            cols,
+            mode,
+            q_scale,
+            r_scale,
+            index=index,
+            best=best,
+            where=where,
+            out=scratch,
+            ties=ties,
+        )
     return best, where, ties
 
 
@@ -484,10 +611,22 @@ def pair_dots(a: torch.Tensor, b: torch.Tensor, rows: torch.Tensor, cols: torch.
         return out
     block_p, block_k = _PAIR_BLOCKS[_target(a.device)]
     _kernel("pair_dots")[(triton.cdiv(p, block_p),)](
-        a, b, rows, cols, out, p, a.shape[1],
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-        BLOCK_P=block_p, BLOCK_K=block_k, num_warps=4, enable_fp_fusion=True,
-    )  # fmt: skip
+        a,
+        b,
+        rows,
+        cols,
+        out,
+        p,
+        a.shape[1],
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        BLOCK_P=block_p,
+        BLOCK_K=block_k,
+        num_warps=4,
+        enable_fp_fusion=True,
+    )
     return out
 
 
@@ -558,15 +697,39 @@ def filter_window(
     bm, bn, bk, warps, stages = _FILTER_BLOCKS[(target, bits)]
     grid = (triton.cdiv(m, bn), triton.cdiv(c, bm))
     _kernel("filter")[grid](
-        a, b, lo32, hi32, above, window, count, dummy if rowmax is None else rowmax,
-        qc.to(torch.int64).contiguous(), rc.to(torch.int64).contiguous(),
-        ex, pq.to(torch.int64).contiguous(), pr.to(torch.int64).contiguous(),
-        c, m, w, capacity, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+        a,
+        b,
+        lo32,
+        hi32,
+        above,
+        window,
+        count,
+        dummy if rowmax is None else rowmax,
+        qc.to(torch.int64).contiguous(),
+        rc.to(torch.int64).contiguous(),
+        ex,
+        pq.to(torch.int64).contiguous(),
+        pr.to(torch.int64).contiguous(),
+        c,
+        m,
+        w,
+        capacity,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
         ex.stride(0) if n_ex else 0,
-        G=g, E=n_ex, HAS_CODES=exclude_codes is not None,
-        HAS_POSITIVES=positive_codes is not None, HAS_ROWMAX=rowmax is not None,
+        G=g,
+        E=n_ex,
+        HAS_CODES=exclude_codes is not None,
+        HAS_POSITIVES=positive_codes is not None,
+        HAS_ROWMAX=rowmax is not None,
         WIDEN=target == "interpreter" and a.dtype == torch.bfloat16,
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-        num_warps=warps, num_stages=stages, enable_fp_fusion=True,
-    )  # fmt: skip
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_K=bk,
+        num_warps=warps,
+        num_stages=stages,
+        enable_fp_fusion=True,
+    )
     return above, window, count

@@ -43,9 +43,12 @@ def _from_outputs(pl_module: Any, outputs: Any, batch: Any, batch_idx: int, idx:
         if isinstance(outputs, Mapping):
             got = f"a dict with keys {sorted(outputs)}"
         raise _checks.fail(
-            "RetrievalCallback", "collect", "given, or validation_step must return a dict with "
-            "'embeddings', 'labels' and optionally 'ids' (dataset indices)", got,
-        )  # fmt: skip
+            "RetrievalCallback",
+            "collect",
+            "given, or validation_step must return a dict with "
+            "'embeddings', 'labels' and optionally 'ids' (dataset indices)",
+            got,
+        )
     return outputs["embeddings"], outputs["labels"], outputs.get("ids")
 
 
@@ -103,18 +106,24 @@ def _define() -> type:
         ) -> None:
             func = "RetrievalCallback"
             self.evaluator = Evaluator(
-                ks, metrics, query_in_reference=query_in_reference, history=history,
-                run_file=run_file, **options,
-            )  # fmt: skip
+                ks,
+                metrics,
+                query_in_reference=query_in_reference,
+                history=history,
+                run_file=run_file,
+                **options,
+            )
             if collect is not None and not callable(collect):
                 raise _checks.fail(func, "collect", "a callable or None", repr(collect))
             if not isinstance(prefix, str):
                 raise _checks.fail(func, "prefix", "a string", repr(prefix))
             if query_in_reference and gallery_dataloader is not None:
                 raise _checks.fail(
-                    func, "gallery_dataloader", "None with query_in_reference=True",
+                    func,
+                    "gallery_dataloader",
+                    "None with query_in_reference=True",
                     repr(gallery_dataloader),
-                )  # fmt: skip
+                )
             if not query_in_reference:
                 if gallery_dataloader is None:
                     gallery_dataloader = 1
@@ -124,9 +133,11 @@ def _define() -> type:
                     or gallery_dataloader < 0
                 ):
                     raise _checks.fail(
-                        func, "gallery_dataloader", "a dataloader index (0, 1, ...)",
+                        func,
+                        "gallery_dataloader",
+                        "a dataloader index (0, 1, ...)",
                         repr(gallery_dataloader),
-                    )  # fmt: skip
+                    )
             self.collect = collect or _from_outputs
             self.gallery_dataloader = gallery_dataloader
             self.prefix = prefix

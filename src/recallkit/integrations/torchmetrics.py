@@ -102,22 +102,31 @@ def _define() -> type:
             for name in _SYNC:
                 if name in options and options[name] not in (None, False):
                     raise _checks.fail(
-                        "RetrievalMetrics", name, "left unset: torchmetrics' sync would gather "
+                        "RetrievalMetrics",
+                        name,
+                        "left unset: torchmetrics' sync would gather "
                         "every embedding onto every rank; compute() evaluates across the ranks "
-                        "itself", repr(options[name]),
-                    )  # fmt: skip
+                        "itself",
+                        repr(options[name]),
+                    )
                 options.pop(name, None)
             metric_keywords = {
                 k: options.pop(k) for k in ("compute_on_cpu", "compute_with_cache") if k in options
             }
             super().__init__(
-                dist_sync_on_step=False, sync_on_compute=False, process_group=process_group,
+                dist_sync_on_step=False,
+                sync_on_compute=False,
+                process_group=process_group,
                 **metric_keywords,
-            )  # fmt: skip
+            )
             self.evaluator = Evaluator(
-                ks, metrics, query_in_reference=query_in_reference, group=process_group,
-                epoch_ends="reset", **options,
-            )  # fmt: skip
+                ks,
+                metrics,
+                query_in_reference=query_in_reference,
+                group=process_group,
+                epoch_ends="reset",
+                **options,
+            )
             self.result: Result | None = None
 
         def update(self, embeddings: Any, labels: Any, ids: Any = None) -> None:

@@ -56,9 +56,17 @@ def protocol_result(
     recall@1  50.00
     """
     return Result(
-        metrics, num_queries=num_queries, per_query=per_query, parts=parts, plain=plain,
-        bounds=bounds, tied=tied, title=benchmark, convention=convention, style="protocol",
-    )  # fmt: skip
+        metrics,
+        num_queries=num_queries,
+        per_query=per_query,
+        parts=parts,
+        plain=plain,
+        bounds=bounds,
+        tied=tied,
+        title=benchmark,
+        convention=convention,
+        style="protocol",
+    )
 
 
 def pad_lists(lists: Sequence[Sequence[int]], fill: int = -1) -> np.ndarray:
@@ -139,8 +147,9 @@ def _similarity(q: torch.Tensor, c: torch.Tensor, metric: str) -> torch.Tensor:
 def _normalised(x: torch.Tensor, func: str, name: str) -> torch.Tensor:
     norms = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
     if bool((norms == 0).any()):
-        raise _checks.fail(func, name, Text("non-zero vectors under {m}", m=("metric", "cosine")),
-                           "a zero vector")  # fmt: skip
+        raise _checks.fail(
+            func, name, Text("non-zero vectors under {m}", m=("metric", "cosine")), "a zero vector"
+        )
     return x / norms
 
 

@@ -218,19 +218,24 @@ def _targets(data: CIRCOSplit, position: dict[int, int], func: str, need_targets
     reference, gt, columns = [], [], []
     for q in data.queries:
         if q.reference_img_id not in position:
-            raise RecallkitError(Text(
-                f"CIRCO query {q.id}: reference image {q.reference_img_id} is not among the "
-                "{ids}", ids="image_ids",
-            ))  # fmt: skip
+            raise RecallkitError(
+                Text(
+                    f"CIRCO query {q.id}: reference image {q.reference_img_id} is not among the "
+                    "{ids}",
+                    ids="image_ids",
+                )
+            )
         reference.append(position[q.reference_img_id])
         if not need_targets:
             continue
         for image in q.gt_img_ids:
             if image not in position:
-                raise RecallkitError(Text(
-                    f"CIRCO query {q.id}: ground-truth image {image} is not among the {{ids}}",
-                    ids="image_ids",
-                ))  # fmt: skip
+                raise RecallkitError(
+                    Text(
+                        f"CIRCO query {q.id}: ground-truth image {image} is not among the {{ids}}",
+                        ids="image_ids",
+                    )
+                )
         gt.append([position[i] for i in q.gt_img_ids])
         columns.append(q.gt_img_ids.index(q.target_img_id))
     gt_array = _common.pad_lists(gt) if need_targets else np.empty((0, 1), dtype=np.int64)
@@ -332,8 +337,14 @@ def _metrics(
     ks = _check_options(func, ks, divisor)
     position = _positions(image_ids, func)
     t = _targets(data, position, func, need_targets=True)
-    ranker = make((len(data.queries), Text("query of {d}", d="data"), len(position),
-                   Text("id of {i}", i="image_ids")))  # fmt: skip
+    ranker = make(
+        (
+            len(data.queries),
+            Text("query of {d}", d="data"),
+            len(position),
+            Text("id of {i}", i="image_ids"),
+        )
+    )
     if exclude_reference:
         _check_reference_not_gt(data, t)
     ranks = ranker.ranks(t.gt, _skipped(ranker, t, exclude_reference), reduce="none")
@@ -375,9 +386,14 @@ def circo_metrics(
     """
     func = "circo_metrics"
     return _metrics(
-        func, lambda e: Ranker.from_embeddings(query, images, func, options, "query", "images", e),
-        image_ids, data, ks, divisor, exclude_reference,
-    )  # fmt: skip
+        func,
+        lambda e: Ranker.from_embeddings(query, images, func, options, "query", "images", e),
+        image_ids,
+        data,
+        ks,
+        divisor,
+        exclude_reference,
+    )
 
 
 def circo_metrics_from_scores(
@@ -392,9 +408,14 @@ def circo_metrics_from_scores(
     """:func:`circo_metrics` from a ``(queries, images)`` similarity matrix."""
     func = "circo_metrics_from_scores"
     return _metrics(
-        func, lambda e: Ranker.from_scores(scores, func, expect=e), image_ids, data, ks, divisor,
+        func,
+        lambda e: Ranker.from_scores(scores, func, expect=e),
+        image_ids,
+        data,
+        ks,
+        divisor,
         exclude_reference,
-    )  # fmt: skip
+    )
 
 
 def circo_metrics_from_predictions(
@@ -483,8 +504,14 @@ def _rankings(
     k = _checks.check_positive_int(k, func, "k")
     position = _positions(image_ids, func)
     t = _targets(data, position, func, need_targets=False)
-    ranker = make((len(data.queries), Text("query of {d}", d="data"), len(position),
-                   Text("id of {i}", i="image_ids")))  # fmt: skip
+    ranker = make(
+        (
+            len(data.queries),
+            Text("query of {d}", d="data"),
+            len(position),
+            Text("id of {i}", i="image_ids"),
+        )
+    )
     top, _ = ranker.lists(k, _skipped(ranker, t, exclude_reference))
     return _as_ids(data, top.cpu().numpy(), image_ids)
 
@@ -510,9 +537,13 @@ def circo_rankings(
     """
     func = "circo_rankings"
     return _rankings(
-        func, lambda e: Ranker.from_embeddings(query, images, func, options, "query", "images", e),
-        image_ids, data, k, exclude_reference,
-    )  # fmt: skip
+        func,
+        lambda e: Ranker.from_embeddings(query, images, func, options, "query", "images", e),
+        image_ids,
+        data,
+        k,
+        exclude_reference,
+    )
 
 
 def circo_rankings_from_scores(

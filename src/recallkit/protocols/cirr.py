@@ -324,8 +324,14 @@ def _prepared(
     need_targets: bool,
 ) -> tuple[Ranker, _Indices]:
     idx = _indices(data, func, need_targets=need_targets)
-    ranker = make((len(data.queries), Text("query of {d}", d="data"), len(data.image_names),
-                   Text("image of {d}", d="data")))  # fmt: skip
+    ranker = make(
+        (
+            len(data.queries),
+            Text("query of {d}", d="data"),
+            len(data.image_names),
+            Text("image of {d}", d="data"),
+        )
+    )
     return ranker, idx
 
 
@@ -375,9 +381,13 @@ def cirr_recall(
     """
     func = "cirr_recall"
     return _recall(
-        func, lambda e: Ranker.from_embeddings(query, images, func, options, "query", "images", e),
-        data, ks, subset_ks, target,
-    )  # fmt: skip
+        func,
+        lambda e: Ranker.from_embeddings(query, images, func, options, "query", "images", e),
+        data,
+        ks,
+        subset_ks,
+        target,
+    )
 
 
 def cirr_recall_from_scores(

@@ -163,7 +163,9 @@ def _check_inputs(inputs: Any, data: Mapping[str, FashionIQCategory], func: str,
         _check_category(category, func, name)
     if set(inputs) != set(data):
         raise _checks.fail(
-            func, name, Text(f"one entry per category of {{d}} {sorted(data)}", d="data"),
+            func,
+            name,
+            Text(f"one entry per category of {{d}} {sorted(data)}", d="data"),
             sorted(inputs),
         )
 
@@ -199,9 +201,14 @@ def _part(category: str, ranks: Ranks, ks: tuple[int, ...]) -> Result:
         ranks.ranks, ks, optimistic=ranks.optimistic, pessimistic=ranks.pessimistic
     )
     return protocol_result(
-        category, recall, convention=CONVENTION, num_queries=len(ranks.ranks),
-        per_query={"ranks": ranks.ranks}, bounds=recall.bounds, tied=recall.tied,
-    )  # fmt: skip
+        category,
+        recall,
+        convention=CONVENTION,
+        num_queries=len(ranks.ranks),
+        per_query={"ranks": ranks.ranks},
+        bounds=recall.bounds,
+        tied=recall.tied,
+    )
 
 
 def _recall(
@@ -224,8 +231,12 @@ def _recall(
             continue
         part = data[category]
         target, reference = _category_indices(part)
-        shapes = (len(part.queries), f"{category} query", len(part.image_names),
-                  f"{category} image")  # fmt: skip
+        shapes = (
+            len(part.queries),
+            f"{category} query",
+            len(part.image_names),
+            f"{category} image",
+        )
         ranker = make(category, shapes)
         if exclude_reference:
             _clash(part, target, reference)

@@ -66,7 +66,6 @@ __all__ = [
 ]
 
 
-
 @dataclass(frozen=True)
 class GeneCISSample:
     """One GeneCIS sample; images are the JSON objects of the file, as hashable keys.

@@ -158,11 +158,14 @@ def read_karpathy_split(
         got = (len(names), len(captions))
         want = (expected[0], expected[1] if captions_per_image is None else None)
         if got[0] != want[0] or (want[1] is not None and got[1] != want[1]):
-            raise RecallkitError(Text(
-                f"{path}: the Karpathy {split!r} split of {dataset} has {got[0]} images and "
-                f"{got[1]} captions; expected {expected[0]} and {expected[1]} "
-                "(pass {fix} to evaluate partial data)", fix=("check_counts", False),
-            ))  # fmt: skip
+            raise RecallkitError(
+                Text(
+                    f"{path}: the Karpathy {split!r} split of {dataset} has {got[0]} images and "
+                    f"{got[1]} captions; expected {expected[0]} and {expected[1]} "
+                    "(pass {fix} to evaluate partial data)",
+                    fix=("check_counts", False),
+                )
+            )
     caption_image = np.asarray(owner, dtype=np.int64)
     caption_image.setflags(write=False)
     return KarpathySplit(dataset, split, tuple(names), tuple(ids), tuple(captions), caption_image)
@@ -216,9 +219,12 @@ def _result(t2i: Ranks, i2t: Ranks, ks: tuple[int, ...], name: str) -> Result:
     offset = 0
     for direction, ranks in (("i2t", i2t), ("t2i", t2i)):
         part = recall_from_ranks(
-            ranks.ranks, ks, optimistic=ranks.optimistic, pessimistic=ranks.pessimistic,
+            ranks.ranks,
+            ks,
+            optimistic=ranks.optimistic,
+            pessimistic=ranks.pessimistic,
             name=f"{direction}_recall@{{k}}",
-        )  # fmt: skip
+        )
         metrics.update(part)
         bounds.update(part.bounds)
         tied[offset : offset + part.num_queries] = part.tied
@@ -290,8 +296,9 @@ def image_text_recall(
     func = "image_text_recall"
     num_images = _num_rows(images, func, "images")
     captions = _check_caption_image(caption_image, num_images, func)
-    _checks.check_rows(texts, len(captions), func, "texts",
-                       Text("caption of {c}", c="caption_image"))  # fmt: skip
+    _checks.check_rows(
+        texts, len(captions), func, "texts", Text("caption of {c}", c="caption_image")
+    )
     t2i = Ranker.from_embeddings(texts, images, func, options, "texts", "images")
     i2t = Ranker.from_embeddings(images, texts, func, options, "images", "texts")
     return _recall(func, t2i, i2t, caption_image, ks, name)

@@ -52,8 +52,9 @@ def check_resamples(n_resamples: Any, func: str = "paired_bootstrap") -> int:
     if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples <= 0:
         raise fail(func, "n_resamples", "a positive integer", repr(n_resamples))
     if n_resamples > MAX_RESAMPLES:
-        raise fail(func, "n_resamples", f"at most {MAX_RESAMPLES:,} (about 20 s per K)",
-                   f"{n_resamples:,}")  # fmt: skip
+        raise fail(
+            func, "n_resamples", f"at most {MAX_RESAMPLES:,} (about 20 s per K)", f"{n_resamples:,}"
+        )
     return n_resamples
 
 
@@ -213,8 +214,7 @@ query 0: 1.5; a rank is a whole number, 0 or more, or -1 for an excluded query.
         )
     kind = record.get("format")
     if kind is not None and kind not in RUN_FORMATS:
-        raise _bad(where, "format", None, kind,
-                   f"this recallkit reads {', '.join(RUN_FORMATS)}")  # fmt: skip
+        raise _bad(where, "format", None, kind, f"this recallkit reads {', '.join(RUN_FORMATS)}")
     if len(queries["ids"]) != len(queries["first_hit_rank"]):
         raise RunnerError(
             f"{where} has {len(queries['ids'])} query ids but {len(queries['first_hit_rank'])} "

@@ -215,7 +215,12 @@ def run_demo(
                 loss_value = total / count
             tag = f"epoch-{epoch}"
             run = run_evaluation(
-                test, test, digits_encoder(model, tag), ks, batch_size=256, progress=False,
+                test,
+                test,
+                digits_encoder(model, tag),
+                ks,
+                batch_size=256,
+                progress=False,
                 neighbors=8,
             )
             runs.append(run)

@@ -56,10 +56,13 @@ skip_bad=True to continue without it.
         noun = f"{what} image" if what else "image"
         noun += "s" if n != 1 else ""
         them = "them" if n != 1 else "it"
-        super().__init__(Text(
-            f"{n} {noun} could not be read: {listed}. Fix or remove {them}, or pass {{fix}} to "
-            f"continue without {them}.", fix=("skip_bad", True),
-        ))  # fmt: skip
+        super().__init__(
+            Text(
+                f"{n} {noun} could not be read: {listed}. Fix or remove {them}, or pass {{fix}} to "
+                f"continue without {them}.",
+                fix=("skip_bad", True),
+            )
+        )
 
 
 def load_image(path: str | os.PathLike[str]) -> Image.Image:
@@ -183,8 +186,12 @@ def _as_rows(out: Any, expected: int) -> np.ndarray:
         out = out.detach().to("cpu", torch.float32).numpy()
     array = np.asarray(out, dtype=np.float32)
     if array.ndim != 2 or array.shape[0] != expected:
-        raise fail("encode_all", "encoder_fn", "a function that returns one embedding row per "
-                   f"image, a ({expected}, dim) array", f"shape {tuple(array.shape)}")  # fmt: skip
+        raise fail(
+            "encode_all",
+            "encoder_fn",
+            f"a function that returns one embedding row per image, a ({expected}, dim) array",
+            f"shape {tuple(array.shape)}",
+        )
     return array
 
 
@@ -248,8 +255,9 @@ def encode_images(
                     embeddings = np.full((n, out.shape[1]), np.nan, dtype=np.float32)
                 elif out.shape[1] != embeddings.shape[1]:
                     got = f"{embeddings.shape[1]} and then {out.shape[1]}"
-                    raise fail(func, "encoder_fn", "a function returning embeddings of one "
-                               "dimension", got)  # fmt: skip
+                    raise fail(
+                        func, "encoder_fn", "a function returning embeddings of one dimension", got
+                    )
                 embeddings[where] = out
                 kept[where] = True
             bar.update(stop - start)

@@ -185,11 +185,16 @@ def run_evaluation(
         )
     start = time.perf_counter()
     problem = label_form.build(
-        func, q_emb, g_emb, list(q_set.labels), list(g_set.labels),
+        func,
+        q_emb,
+        g_emb,
+        list(q_set.labels),
+        list(g_set.labels),
         query_in_reference=True if query_in_reference else (None if ids else False),
         query_ids=ids.get("query_ids"),
-        reference_ids=ids.get("reference_ids"), options=options,
-    )  # fmt: skip
+        reference_ids=ids.get("reference_ids"),
+        options=options,
+    )
     result, kept = label_form.evaluate(func, problem, chosen, parameter="ks", keep=neighbors)
     seconds["recall"] = time.perf_counter() - start
     return Run(
@@ -277,8 +282,12 @@ def _image_set(
 ) -> ImageSet:
     func = "evaluate"
     if isinstance(images, str | os.PathLike):
-        raise fail(func, f"{side}_images", "a sequence of images or paths",
-                   f"a single path {os.fspath(images)!r}")  # fmt: skip
+        raise fail(
+            func,
+            f"{side}_images",
+            "a sequence of images or paths",
+            f"a single path {os.fspath(images)!r}",
+        )
     items = tuple(images)
     labels = list(labels.tolist() if hasattr(labels, "tolist") else labels)
     _checks.check_length(labels, len(items), f"{side}_labels", func, f"{side}_images")
@@ -396,9 +405,12 @@ def top_k(run: Run, query_rows: Sequence[int] | np.ndarray, k: int) -> np.ndarra
         q_ids, g_ids = run.ids
         exclude_ids = ([q_ids[int(i)] for i in rows], list(g_ids))
     indices, _ = nearest_neighbors(
-        run.query_embeddings[rows], run.gallery_embeddings, k, exclude_ids=exclude_ids,
+        run.query_embeddings[rows],
+        run.gallery_embeddings,
+        k,
+        exclude_ids=exclude_ids,
         options=run.options,
-    )  # fmt: skip
+    )
     if isinstance(indices, torch.Tensor):
         indices = indices.cpu().numpy()
     return np.asarray(indices, dtype=np.int64)

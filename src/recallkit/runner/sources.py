@@ -393,9 +393,10 @@ def labels_file(path: str | os.PathLike[str], *, option: str) -> tuple[Any, ...]
         if array.ndim != 1:
             raise RunnerError(
                 f"{expects}; '{path}' holds a {array.ndim}-D {array.dtype} array of shape "
-                f"{array.shape}" + (" (embeddings? give them to --embeddings)"
-                                    if array.ndim == 2 else "") + "."
-            )  # fmt: skip
+                f"{array.shape}"
+                + (" (embeddings? give them to --embeddings)" if array.ndim == 2 else "")
+                + "."
+            )
         if array.dtype.kind not in "iubUSf":
             raise RunnerError(f"{expects}; '{path}' holds {array.dtype} values.")
         return tuple(array.tolist())
