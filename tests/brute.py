@@ -154,4 +154,29 @@ def metric(name: str, k: int | None, rel: list[bool], r: int, c: int, divisor="m
         dcg = _running(1.0 / math.log2(p + 2) for p, is_rel in enumerate(rel[:k]) if is_rel)
         ideal = _running(1.0 / math.log2(p + 2) for p in range(min(k, r)))
         return dcg / ideal
+    if name in ("mean_rank", "median_rank"):  # 1-indexed rank of the first relevant item
+        return float(first + 1)
     raise KeyError(name)
+
+
+def summary(name: str, values) -> float:
+    """A metric's value over queries from its per-query values (lone queries removed): the
+    median, floored, for MedR (VSE++: ``floor(median(r)) + 1`` of 0-indexed ranks), else the
+    mean; NaN for none."""
+    import math
+
+    values = [float(v) for v in values]
+    if not values:
+        return float("nan")
+    if name == "median_rank":
+        return float(math.floor(np.median(values)))
+    return float(np.mean(values))
+
+
+def class_summary(name: str, values, classes) -> float:
+    """The unweighted mean over classes of each class's :func:`summary` (``average="class"``),
+    classes in increasing order; float64 sums left to right."""
+    per = []
+    for c in sorted(set(classes)):
+        per.append(summary(name, [v for v, k in zip(values, classes, strict=True) if k == c]))
+    return _running(per) / len(per) if per else float("nan")

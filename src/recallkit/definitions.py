@@ -27,6 +27,10 @@ The fields (:func:`definitions`):
   as 0) or ``"error"`` (refused);
 * ``k_clamp``: ``"clamped to the candidates"``: a K above the number of candidates per query
   is lowered to it (``effective_ks``), so every query with a correct neighbour is a hit there;
+* ``average`` (only when it is not ``"query"``): ``"class"``, each class's value first, then
+  the unweighted mean over classes (PML's ``avg_of_avgs``); absent, every query weighs the same;
+* ``metric_parameters`` (only when a metric's parameter is not its default): per metric name,
+  its parameters (``{"MAP@10": {"divisor": "r"}}``);
 * ``definitions_version``: an integer, raised whenever one of the definitions above changes
   meaning (:data:`DEFINITIONS_VERSION`);
 * ``recallkit``: the version of recallkit that wrote the record (provenance only: it is not
@@ -51,6 +55,7 @@ DEFINITIONS_VERSION = 1
 SIMILARITIES = ("cosine", "dot", "euclidean")
 SELF_EXCLUSIONS = ("query_in_reference", "ids", "query_in_reference+ids", "none")
 LONE_QUERIES = ("skip", "zero", "error")
+AVERAGES = ("query", "class")
 TIES = "lower reference index first"
 EXACTNESS = "float64 decisions, fixed order"
 K_CLAMP = "clamped to the candidates"
@@ -63,9 +68,13 @@ FIELDS = (
     "self_exclusion",
     "lone_queries",
     "k_clamp",
+    "average",
+    "metric_parameters",
     "definitions_version",
     "recallkit",
 )
+#: Fields written only when they are not the default.
+OPTIONAL = ("average", "metric_parameters")
 #: Fields that the ``id`` does not cover: provenance, not definitions.
 NOT_DEFINITIONS = ("id", "recallkit")
 
@@ -110,13 +119,22 @@ def definitions_id(fields: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("ascii")).hexdigest()[:ID_LENGTH]
 
 
-def definitions(metric: str, self_exclusion: str, lone_queries: str = "skip") -> dict[str, Any]:
+def definitions(
+    metric: str,
+    self_exclusion: str,
+    lone_queries: str = "skip",
+    *,
+    average: str = "query",
+    metric_parameters: Mapping[str, Mapping[str, str]] | None = None,
+) -> dict[str, Any]:
     """The definitions of a recall@K computation: ``id`` first, then the fields (see above).
 
     ``metric`` is the similarity (``"cosine"``, ``"dot"`` or ``"euclidean"``),
     ``self_exclusion`` the self-match rule (``"query_in_reference"``, ``"ids"``,
     ``"query_in_reference+ids"`` or ``"none"``), ``lone_queries`` the lone-query policy
-    (``"skip"``, ``"zero"``, ``"error"``).
+    (``"skip"``, ``"zero"``, ``"error"``), ``average`` ``"query"`` or ``"class"`` (written only
+    when ``"class"``), ``metric_parameters`` the metrics' parameters that are not their
+    defaults (written only when there are some).
 
     >>> d = definitions("cosine", "ids")
     >>> d["id"], d["similarity"], d["ties"], d["self_exclusion"], d["definitions_version"]
@@ -129,9 +147,13 @@ def definitions(metric: str, self_exclusion: str, lone_queries: str = "skip") ->
         "self_exclusion": _choice(self_exclusion, SELF_EXCLUSIONS, "self_exclusion"),
         "lone_queries": _choice(lone_queries, LONE_QUERIES, "lone_queries"),
         "k_clamp": K_CLAMP,
-        "definitions_version": DEFINITIONS_VERSION,
-        "recallkit": _version(),
     }
+    if _choice(average, AVERAGES, "average") != "query":
+        fields["average"] = average
+    if metric_parameters:
+        fields["metric_parameters"] = {k: dict(v) for k, v in metric_parameters.items()}
+    fields["definitions_version"] = DEFINITIONS_VERSION
+    fields["recallkit"] = _version()
     return {"id": definitions_id(fields), **fields}
 
 
@@ -154,9 +176,20 @@ edited?).
         raise ValueError(f"{where} is a {type(value).__name__}, not an object of fields.")
     for name in FIELDS:
         if name not in value:
+            if name in OPTIONAL:
+                continue
             raise ValueError(f"{where} has no {name!r} field.")
         field = value[name]
-        if name == "definitions_version":
+        if name == "metric_parameters":
+            if not isinstance(field, dict) or not all(
+                isinstance(p, dict) and all(isinstance(v, str) for v in p.values())
+                for p in field.values()
+            ):
+                raise ValueError(
+                    f"{where} has {name!r} {_shown(field)}; it must map metric names to their "
+                    "parameters (strings)."
+                )
+        elif name == "definitions_version":
             if isinstance(field, bool) or not isinstance(field, int) or field <= 0:
                 raise ValueError(
                     f"{where} has {name!r} {_shown(field)}; it must be a positive integer."

@@ -53,6 +53,7 @@ from recallkit import _checks, records
 from recallkit import metrics as registry
 from recallkit.options import Options, accepts, check_flag, fill_docs
 from recallkit.result import Result
+from recallkit.sharded import same_row
 
 #: What ends an epoch: ``"compute"`` (the first update after a compute begins the next one) or
 #: ``"reset"`` (only :meth:`Evaluator.reset`; torchmetrics' convention).
@@ -235,60 +236,6 @@ def _in_batch(error: ValueError, where: str) -> ValueError:
     if isinstance(error, _checks.ParameterError):
         return _checks.fail(error.func, error.name, error.requirement, f"{error.got} in {where}")
     return error
-
-
-#: How far apart two embeddings of one item may be: an item embedded again in another batch
-#: (``DistributedSampler``'s padding) may differ in its last bits, not more.
-SAME_ITEM_RTOL = 1e-3
-
-
-def same_row(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether two embeddings can be one item's: equal up to a relative ``SAME_ITEM_RTOL`` of
-    the larger magnitude (an item embedded in another batch differs in its last bits)."""
-    a64, b64 = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
-    scale = float(torch.maximum(a64.abs().max(), b64.abs().max())) if a64.numel() else 0.0
-    return bool(((a64 - b64).abs() <= SAME_ITEM_RTOL * scale).all())
-
-
-def _same_rows_across_ranks(
-    rows: torch.Tensor, labels: np.ndarray, ids: np.ndarray, group: Any, func: str
-) -> None:
-    """Raise, on every rank alike, when a dataset index held by several ranks carries another
-    label or embedding on one than on another (:func:`same_row`). Only the rows of indices held
-    twice cross processes (``DistributedSampler`` pads with at most ``world - 1``; at most
-    :data:`_COMPARED` are compared)."""
-    import torch.distributed as dist
-
-    world = dist.get_world_size(group)
-    everyone: list[Any] = [None] * world
-    dist.all_gather_object(everyone, ids.astype(np.int64), group=group)
-    values, counts = np.unique(np.concatenate(everyone), return_counts=True)
-    repeated = values[counts > 1][:_COMPARED]
-    if not len(repeated):
-        return
-    mine = np.isin(ids, repeated)
-    held_here = zip(ids[mine], labels[mine], rows[torch.from_numpy(mine)], strict=True)
-    local = {int(i): (int(lab), row.detach().cpu().to(torch.float64)) for i, lab, row in held_here}
-    shared: list[Any] = [None] * world
-    dist.all_gather_object(shared, local, group=group)
-    for value in repeated.tolist():
-        held = [(r, part[value]) for r, part in enumerate(shared) if value in part]
-        (r0, (label0, row0)), *others = held
-        for r, (label, row) in others:
-            if label != label0 or not same_row(row0, row):
-                what = "label" if label != label0 else "embedding"
-                raise _checks.fail(
-                    func,
-                    "ids",
-                    "one dataset index per item: an index on several ranks carries its label "
-                    "and embedding on each (as DistributedSampler repeats items to pad the last "
-                    "batch; the embedding equal up to a relative 1e-3); call reset() at the "
-                    "start of each epoch, or let compute() end it",
-                    f"index {value} with another {what} on rank {r} than on rank {r0}",
-                )
-
-
-_COMPARED = 64
 
 
 def _first_by_id(ids: np.ndarray, name: str, func: str) -> tuple[np.ndarray, list[int]]:
@@ -546,14 +493,14 @@ class Evaluator:
         return result if query_ids is None else result.replace(query_ids=query_ids)
 
     def _sharded(self) -> Result:
-        from recallkit.sharded import evaluate_sharded
+        from recallkit.sharded import check_items, evaluate_sharded
 
         x, labels, ids = self._query.joined()
-        _same_rows_across_ranks(x, labels, ids, self.group, "Evaluator.update")
+        check_items(self.group, x, labels, ids, "ids", "Evaluator.update")
         gallery: dict[str, Any] = {}
         if not self.query_in_reference:
             r, r_labels, r_ids = self._reference.joined()
-            _same_rows_across_ranks(r, r_labels, r_ids, self.group, "Evaluator.update_reference")
+            check_items(self.group, r, r_labels, r_ids, "ids", "Evaluator.update_reference")
             gallery = dict(reference=r, reference_labels=r_labels, reference_indices=r_ids)
         return evaluate_sharded(
             x,

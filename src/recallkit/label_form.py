@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit import _checks, engine
+from recallkit import _checks, averaging, engine
 from recallkit._codes import dense_codes
 from recallkit.exceptions import LoneQueriesWarning, RecallkitWarning, Text, fail, warn
-from recallkit.metrics import Metric, Ranked, Recall, mean_over, rank_bounds
+from recallkit.metrics import Metric, Ranked, Recall, rank_bounds
 from recallkit.options import Options, check_flag
 from recallkit.result import Result
 
@@ -46,6 +46,7 @@ class Problem:
     num_relevant: np.ndarray
     candidates: np.ndarray
     query_ids: list[Any] | None = None
+    query_labels: list[Any] | None = None
 
     @property
     def self_exclusion(self) -> str:
@@ -130,6 +131,7 @@ def build(
         num_relevant,
         candidates,
         plain_ids,
+        plain_list(query_labels),
     )
 
 
@@ -358,18 +360,22 @@ class Values:
     def result(
         self,
         func: str,
+        options: Options,
         *,
-        lone_queries: str,
+        exclusion: str,
+        classes: np.ndarray,
         num_reference: int,
         embedding_dim: int,
         parameter: str = "metrics",
         query_ids: list[Any] | None = None,
-        definitions: dict[str, Any] | None = None,
+        query_labels: list[Any] | None = None,
         info: dict[str, Any] | None = None,
     ) -> Result:
-        """The result: means over the evaluated queries by ``lone_queries``, tie bounds,
-        counts; a warning when K exceeds some query's candidates (naming ``parameter``) or
-        when every query is lone."""
+        """The result under ``options``: each metric's summary of the queries that count
+        (``lone_queries``), over queries or classes (``average``; ``classes`` holds each query's
+        label code), the tie bounds, the counts and the definitions (``exclusion`` names the
+        self-exclusion rule); a warning when K exceeds some query's candidates (naming
+        ``parameter``) or when every query is lone."""
         evaluated = self.num_relevant > 0
         clamped = [
             m.name
@@ -378,7 +384,7 @@ class Values:
         ]
         if clamped:
             warn_clamped(func, clamped, self.candidates[evaluated], parameter)
-        if not evaluated.any() and lone_queries == "skip":
+        if not evaluated.any() and options.lone_queries == "skip":
             warn(
                 LoneQueriesWarning(
                     func,
@@ -387,17 +393,29 @@ class Values:
                     "reported as NaN.",
                 )
             )
-        means = {k: mean_over(v, evaluated, lone_queries) for k, v in self.value.items()}
-        bounds = {
-            name: (
-                mean_over(self.worst[name], evaluated, lone_queries),
-                mean_over(self.best[name], evaluated, lone_queries),
+
+        def summary(metric: Metric, values: np.ndarray) -> float:
+            return averaging.summarize(
+                metric,
+                values,
+                evaluated,
+                lone_queries=options.lone_queries,
+                average=options.average,
+                classes=classes,
             )
-            for name in self.value
-        }
+
+        means, bounds = {}, {}
         tied = np.zeros(len(evaluated), dtype=bool)
-        for name in self.value:
-            tied |= evaluated & (self.worst[name] != self.best[name])
+        for metric in self.metrics:
+            name = metric.name
+            value, worst, best = self.value[name], self.worst[name], self.best[name]
+            means[name] = summary(metric, value)
+            differ = evaluated & (worst != best)
+            tied |= differ
+            if differ.any():
+                bounds[name] = (summary(metric, worst), summary(metric, best))
+            else:
+                bounds[name] = (means[name], means[name])
         ks = tuple(m.k for m in self.metrics if isinstance(m, Recall))
         top = int(self.candidates.max(initial=0))
         return Result(
@@ -413,7 +431,8 @@ class Values:
             bounds=bounds,
             tied=tied,
             query_ids=query_ids,
-            definitions=definitions,
+            query_labels=query_labels,
+            definitions=definitions_of(options, exclusion, self.metrics),
             info=info,
         )
 
@@ -445,6 +464,7 @@ def evaluate(
     space = problem.space
     n = space.num_query
     num_relevant = problem.num_relevant
+    averaging.check(metrics, options.lone_queries, func)
     if options.lone_queries == "error" and not (num_relevant > 0).all():
         i = int(np.argmin(num_relevant > 0))
         lone = n - int((num_relevant > 0).sum())
@@ -472,21 +492,34 @@ def evaluate(
         values.add(a, b, ranked(part, num_relevant[a:b], problem.candidates[a:b], lists))
     result = values.result(
         func,
-        lone_queries=options.lone_queries,
+        options,
+        exclusion=problem.self_exclusion,
+        classes=codes,
         num_reference=space.num_reference,
         embedding_dim=space.dim,
         parameter=parameter,
         query_ids=problem.query_ids,
-        definitions=definitions_of(options.metric, problem.self_exclusion, options.lone_queries),
+        query_labels=problem.query_labels,
     )
     return result, kept
 
 
-def definitions_of(metric: str, exclusion: str, lone_queries: str) -> dict[str, Any]:
-    """The definition fingerprint of a label-form result (:mod:`recallkit.definitions`)."""
+def definitions_of(
+    options: Options, exclusion: str, metrics: Sequence[Metric] = ()
+) -> dict[str, Any]:
+    """The definitions record of a label-form result (:mod:`recallkit.definitions`): the
+    similarity, ``lone_queries`` and ``average`` of ``options``, the self-exclusion rule, and
+    the parameters of ``metrics`` that are not their defaults."""
     from recallkit import definitions
 
-    return definitions.definitions(metric, exclusion, lone_queries)
+    parameters = {m.name: m.changed_parameters for m in metrics if m.changed_parameters}
+    return definitions.definitions(
+        options.metric,
+        exclusion,
+        options.lone_queries,
+        average=options.average,
+        metric_parameters=parameters,
+    )
 
 
 # ----------------------------------------------------------------------------------------------

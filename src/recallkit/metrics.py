@@ -11,7 +11,14 @@ there is to the metric, and nothing else in the library knows it by name:
   streaming, precision, back end and shard split;
 * its K clamp, per query, over the candidates left after every exclusion;
 * its tie rule: the worst and best values over the orders of the exactly tied items
-  (:meth:`Metric.bounds`).
+  (:meth:`Metric.bounds`);
+* how the per-query values are summarised into the metric's value (:meth:`Metric.summarize`:
+  the mean, or MedR's median), which way is better (:attr:`Metric.direction`), what a lone
+  query counts as under ``lone_queries="zero"`` (:attr:`Metric.lone_value`; ``None``: the
+  metric refuses ``"zero"``) and its parameters beyond K (:attr:`Metric.parameters`).
+
+How the summaries are averaged (over queries, or per class first) is
+:mod:`recallkit.averaging`'s, the same for every metric.
 
 Names (``R`` = relevant reference items of the query after every exclusion; ``C`` = the
 query's candidates after every exclusion; ``rel_i`` = whether the item at 0-indexed rank ``i``
@@ -35,10 +42,16 @@ relevant item):
                    TREC-8 QA, 1999); ``MRR@K``: 0 when ``r >= K``.
 ``nDCG@K``         ``DCG@K / IDCG@K`` with binary gains: ``DCG@K = Σ_{i<K} rel_i / log2(i + 2)``,
                    ``IDCG@K = Σ_{i<min(K, R)} 1 / log2(i + 2)`` (Järvelin & Kekäläinen 2002).
+``MnR``            mean over queries of ``r + 1``, the 1-indexed rank of the first relevant
+                   item (lower is better; VSE++'s ``meanr``, Faghri et al. 2018).
+``MedR``           ``floor(median(r + 1))`` over queries, 1-indexed (lower is better; VSE++'s
+                   ``medr = floor(median(r)) + 1``, Faghri et al. 2018).
 =================  =============================================================================
 
-Lone queries (``R = 0``) have no value (NaN): they are left out of every mean, counted as 0, or
-refused, by ``lone_queries`` (:data:`recallkit.options.LONE_QUERIES`).
+Lone queries (``R = 0``) have no value (NaN): they are left out of every summary, counted as
+the metric's :attr:`~Metric.lone_value` (0 for every metric whose best value is high), or
+refused, by ``lone_queries`` (:data:`recallkit.options.LONE_QUERIES`); a rank metric (MnR, MedR)
+has no value for a query without a relevant item and refuses ``"zero"``.
 
 Fixed order. Every sum over a ranked list is a running sum in rank order (``numpy.cumsum``,
 which adds left to right) read at the cut-off, so padding a list (a wider chunk) never changes a
@@ -308,14 +321,27 @@ class Metric:
     reads: ClassVar[str] = "list"
     #: Whether K above a query's candidates is clamped to them (and said in a warning).
     clamps: ClassVar[bool] = False
-    #: Whether it takes ``divisor`` (AP@K).
-    takes_divisor: ClassVar[bool] = False
+    #: Its parameters beyond K: name -> the values it takes, the first the default
+    #: (``{"divisor": DIVISORS}`` for AP@K).
+    parameters: ClassVar[dict[str, tuple[str, ...]]] = {}
+    #: ``"higher"`` or ``"lower"``: which values are better (MnR and MedR: lower).
+    direction: ClassVar[str] = "higher"
+    #: What :meth:`summarize` does, in words (``"mean"``, ``"median"``), for tables and records.
+    summary: ClassVar[str] = "mean"
+    #: A lone query's value under ``lone_queries="zero"`` (``None``: the metric refuses
+    #: ``"zero"``, having no value that means "nothing relevant").
+    lone_value: ClassVar[float | None] = 0.0
     #: The per-query formula, for the definitions table.
     formula: ClassVar[str] = ""
 
-    def __init__(self, k: int | None = None, divisor: str = "min_k_r") -> None:
+    def __init__(self, k: int | None = None, **parameters: str) -> None:
         self.k = k
-        self.divisor = divisor if self.takes_divisor else "min_k_r"
+        unknown = sorted(set(parameters) - set(self.parameters))
+        if unknown:
+            raise TypeError(f"{type(self).__name__} takes no parameter {unknown[0]!r}")
+        self.params = {
+            name: parameters.get(name, choices[0]) for name, choices in self.parameters.items()
+        }
         # The cut-off as the arrays take it: any K beyond every list reads the whole list.
         self.cut = None if k is None else min(int(k), _LARGEST_K)
 
@@ -326,7 +352,12 @@ class Metric:
         return hash(self._key())
 
     def _key(self) -> tuple[Any, ...]:
-        return (self.family, self.k, self.divisor)
+        return (self.family, self.k, tuple(sorted(self.params.items())))
+
+    @property
+    def changed_parameters(self) -> dict[str, str]:
+        """The parameters that differ from their defaults (recorded in the definitions)."""
+        return {n: v for n, v in self.params.items() if v != self.parameters[n][0]}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r})"
@@ -363,12 +394,25 @@ class Metric:
         raise NotImplementedError
 
     def bounds(self, ranked: Ranked, tied: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(worst, best)`` per query over every order of the exactly tied items, for the rows
-        ``tied`` (a mask: the queries whose lists or first hits have a tie). The default takes
-        each group of equal scores relevant-last and relevant-first, which is worst and best
-        for every metric that never gains from a relevant item ranked lower."""
+        """``(pessimistic, optimistic)`` per query over every order of the exactly tied items,
+        for the rows ``tied`` (a mask: the queries whose lists or first hits have a tie). The
+        default takes each group of equal scores relevant-last and relevant-first, which is the
+        pessimistic and the optimistic order for every metric that never gains from a relevant
+        item ranked lower (for a rank metric, lower is better: relevant-last is its largest
+        value)."""
         part = ranked.take(tied)
         return self.values(part, "worst"), self.values(part, "best")
+
+    def summarize(self, values: np.ndarray) -> float:
+        """The metric's value over queries from their per-query values (1-D float64 without
+        NaN): the mean by default; NaN when there is none. A summary is monotone (a better
+        value of one query never makes it worse), so the summaries of the pessimistic and
+        optimistic per-query values bound it.
+
+        >>> Recall(1).summarize(np.array([1.0, 0.0, 0.0, 1.0]))
+        0.5
+        """
+        return float(values.mean()) if len(values) else math.nan
 
 
 def _safe_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -443,8 +487,13 @@ class MAPAtK(Metric):
         ("ranx", "map@K (divisor='r')"),
         ("PML", "mean_average_precision with k=K (divisor='r')"),
     )
-    takes_divisor = True
+    parameters: ClassVar[dict[str, tuple[str, ...]]] = {"divisor": DIVISORS}
     formula = "AP@K = (1/D) Σ_{i<K} rel_i · P@(i+1), D by divisor; 0 when D = 0"
+
+    @property
+    def divisor(self) -> str:
+        """AP@K's divisor: ``"min_k_r"``, ``"r"`` or ``"hits"``."""
+        return self.params["divisor"]
 
     def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
         hits = ranked.at("hits", self.cut, order) if self.divisor == "hits" else None
@@ -568,6 +617,42 @@ class NDCG(Metric):
         return _safe_divide(ranked.at("dcg", self.cut, order), ideal)
 
 
+@register
+class MeanRank(Metric):
+    family = "mean_rank"
+    template = "MnR"
+    aliases = ("mnr", "mean_rank", "meanr", "mean_r")
+    peers = (("VSE++", "meanr (1-indexed)"), ("recallkit image_text_metrics", "*_mean_rank"))
+    reads = "rank"
+    direction = "lower"
+    lone_value = None
+    formula = "r + 1, the 1-indexed rank of the first relevant item"
+
+    def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
+        return ranked.rank(order) + 1.0
+
+
+@register
+class MedianRank(MeanRank):
+    family = "median_rank"
+    template = "MedR"
+    aliases = ("medr", "median_rank", "med_r", "mdr")
+    peers = (
+        ("VSE++", "medr = floor(median(r)) + 1"),
+        ("recallkit image_text_metrics", "*_median_rank"),
+    )
+    summary = "median"
+    formula = "r + 1 per query; the value is floor(median) over queries"
+
+    def summarize(self, values: np.ndarray) -> float:
+        """``floor(median(values))``: with 1-indexed ranks, VSE++'s ``floor(median(r)) + 1``.
+
+        >>> MedianRank().summarize(np.array([1.0, 2.0, 5.0, 8.0]))
+        3.0
+        """
+        return float(math.floor(np.median(values))) if len(values) else math.nan
+
+
 # ----------------------------------------------------------------------------------------------
 # Names.
 
@@ -585,9 +670,9 @@ def _patterns() -> list[tuple[re.Pattern[str], str, bool]]:
     return _PATTERNS
 
 
-def parse_one(text: str, divisor: str = "min_k_r") -> Metric | None:
+def parse_one(text: str, **parameters: str) -> Metric | None:
     """The metric named ``text`` (a canonical name, an alias, PML's ``precision_at_1``), or
-    ``None``."""
+    ``None``. ``parameters`` (``divisor="r"``) go to the metrics that take them."""
     low = text.strip().lower()
     if low == "precision_at_1":
         return Recall(1)
@@ -597,12 +682,13 @@ def parse_one(text: str, divisor: str = "min_k_r") -> Metric | None:
             k = int(match.group(1)) if with_k else None
             if with_k and k <= 0:
                 return None
-            return REGISTRY[family](k, divisor)
+            cls = REGISTRY[family]
+            return cls(k, **{n: v for n, v in parameters.items() if n in cls.parameters})
     return None
 
 
 def parse(
-    names: Iterable[str] | str, func: str, name: str = "metrics", divisor: str = "min_k_r"
+    names: Iterable[str] | str, func: str, name: str = "metrics", **parameters: str
 ) -> tuple[Metric, ...]:
     """The metrics named (canonical names or aliases, case-insensitive), in order, each once.
     An unknown name raises ``ValueError`` naming ``func`` and ``name``.
@@ -622,7 +708,7 @@ def parse(
     for text in given:
         if not isinstance(text, str):
             raise fail(func, name, "metric names (strings)", repr(text))
-        metric = parse_one(text, divisor)
+        metric = parse_one(text, **parameters)
         if metric is None:
             raise fail(func, name, f"metric names such as {examples()}", repr(text))
         if metric not in out:
@@ -659,7 +745,7 @@ def names_of(metrics: Sequence[Metric]) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Ranks under other tie orders, and means.
+# Ranks under other tie orders, and AP's divisor.
 
 
 def rank_bounds(
@@ -677,17 +763,6 @@ def rank_bounds(
     against = ties if tied_positives is None else ties - tied_positives[:, None]
     pessimistic = optimistic + against
     return np.where(found, optimistic, -1), np.where(found, pessimistic, -1)
-
-
-def mean_over(values: np.ndarray, evaluated: np.ndarray, lone_queries: str) -> float:
-    """The mean of the evaluated queries' values (``lone_queries="zero"``: lone ones count
-    as 0); NaN when there is none."""
-    if lone_queries == "zero":
-        values = np.where(evaluated, values, 0.0)
-        return float(values.mean()) if len(values) else float("nan")
-    if not evaluated.any():
-        return float("nan")
-    return float(values[evaluated].mean())
 
 
 def ap_divisor(

@@ -11,8 +11,11 @@ command-line flag are written in that field and nowhere else. From this one decl
   ``--chunk-size``, ``--device``, ``--precision``, ``--lone-queries``.
 
 An entry point passes the options to :func:`recallkit.engine.prepare`, which keeps them on the
-prepared space; the engine reads each option in one place. None of the options changes a value:
-they choose how the engine runs (``lone_queries`` chooses how a lone query is averaged).
+prepared space; the engine reads each option in one place. The engine's options never change a
+value: they choose how the engine runs. Two options of the label form choose what a value
+averages (:mod:`recallkit.averaging`): ``lone_queries`` (what a query without a relevant item
+counts as) and ``average`` (queries or classes); both are recorded in the definitions of a
+result when they are not the default.
 
 This module imports neither numpy nor torch (torch is imported when a device is checked), so
 the command line builds its flags without loading them.
@@ -35,6 +38,10 @@ PRECISIONS = ("auto", "float32", "bfloat16", "float16", "int8")
 #: means (counted in ``num_excluded``; every value NaN with a warning when all queries are
 #: lone), ``"zero"`` counts it as 0, ``"error"`` raises ``ValueError`` if any query is lone.
 LONE_QUERIES = ("skip", "zero", "error")
+#: How a metric's value averages its per-query values: ``"query"`` (every counted query weighs
+#: the same) or ``"class"`` (each class's value first, then every class weighs the same:
+#: PML's ``avg_of_avgs``).
+AVERAGES = ("query", "class")
 #: Which entry points take an option: ``"engine"`` every ranking entry point, ``"label"`` the
 #: label form only (relevance by label, where a query can be lone).
 SCOPES = ("engine", "label")
@@ -106,7 +113,8 @@ class Options:
     (:meth:`of`); an entry point builds them once and passes them down unchanged.
 
     >>> Options.of("f", metric="dot", precision="float32")
-    Options(metric='dot', chunk_size=None, device=None, precision='float32', lone_queries='skip')
+    Options(metric='dot', chunk_size=None, device=None, precision='float32', \
+lone_queries='skip', average='query')
     >>> Options.of("f", precision="fp8")
     Traceback (most recent call last):
     ...
@@ -147,6 +155,14 @@ class Options:
         "what a query without a relevant item does: 'skip' (default: left out of the means, "
         "counted in num_excluded), 'zero' (counts as 0) or 'error' (raises)",
         choices=LONE_QUERIES,
+        scope="label",
+    )
+    average: str = _option(
+        "query",
+        "what a metric's value averages: 'query' (default: every query weighs the same) or "
+        "'class' (each class's value first, then every class weighs the same: PML's "
+        "avg_of_avgs)",
+        choices=AVERAGES,
         scope="label",
     )
 

@@ -18,8 +18,10 @@ from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 from recallkit import _checks, engine, label_form
 from recallkit import metrics as registry
 from recallkit._codes import dense_codes
+from recallkit.engine.exact import row_sq_norms
+from recallkit.exceptions import Text
 from recallkit.neighbors import id_codes, nearest_neighbors
-from recallkit.options import Options, accepts
+from recallkit.options import Options, accepts, check_flag
 from recallkit.options import names as option_names
 from recallkit.retrieval import retrieval_metrics
 
@@ -56,7 +58,11 @@ class ExactKNN:
     ``ref_includes_query`` (PML's convention: ``reference[:len(query)]`` is the query) removes
     the query's own row ``i`` by index, even when an exact duplicate of the query sits elsewhere
     in the reference (that duplicate is a real neighbour at distance 0). ``k = 0`` returns
-    empty ``(n, 0)`` lists, as PML asks when every label is unique.
+    empty ``(n, 0)`` lists, as PML asks when every label is unique. Without it, a reference
+    that is the query tensor itself, or begins with the queries' rows value for value, is
+    refused with ``ValueError`` (PML's ``get_accuracy(x, labels, x, labels)`` without
+    ``ref_includes_query=True`` would otherwise score each query against itself, at distance
+    0); ``keep_query_copies=True`` keeps such copies as gallery items.
 
     ``exclude_ids=(query_ids, reference_ids)`` also removes every reference item whose id equals
     the query's (ids are compared as codes: memory does not grow with the items sharing an id).
@@ -71,7 +77,8 @@ class ExactKNN:
     """
 
     @accepts("ExactKNN", scope="engine", defaults={"metric": "euclidean"})
-    def __init__(self, *, options: Options) -> None:
+    def __init__(self, *, keep_query_copies: bool = False, options: Options) -> None:
+        self.keep_query_copies = check_flag(keep_query_copies, "ExactKNN", "keep_query_copies")
         self.options = options
         self.metric = options.metric
         self.chunk_size = options.chunk_size
@@ -101,6 +108,10 @@ class ExactKNN:
             )
         if exclude_ids is not None:
             id_codes(exclude_ids, n, m, func)  # checked here, to name ExactKNN
+        elif not ref_includes_query and not self.keep_query_copies and m >= n:
+            same = label_form.same_memory(query, reference)
+            if same or _starts_with(query, reference):
+                raise _query_copies_error(same)
         if k == 0:
             on_query = tensor_input or self.device is None
             device = query.device if on_query else self.device
@@ -122,6 +133,23 @@ class ExactKNN:
         # Exact float64 scores, returned in the query's floating type as PML's knn_funcs do.
         dtype = query.dtype if query.is_floating_point() else torch.float64
         return scores.to(out_device, dtype), indices.to(out_device)
+
+
+def _query_copies_error(same: bool) -> ValueError:
+    what = "the query tensor itself" if same else "a tensor whose first rows equal the queries"
+    return _checks.fail(
+        "ExactKNN",
+        "ref_includes_query",
+        Text(
+            "True when the reference is the query set (each query would otherwise find itself "
+            "first, at distance 0): pass {loo} to AccuracyCalculator.get_accuracy (PML's "
+            "leave-one-out), or build ExactKNN with {keep} when the gallery really holds "
+            "copies of the queries",
+            loo=("ref_includes_query", True),
+            keep=("keep_query_copies", True),
+        ),
+        f"False with {what} as the reference",
+    )
 
 
 def _checked_embeddings(
@@ -151,8 +179,9 @@ def _checked_embeddings(
         checked.append(("reference", r))
     for name, x in checked:
         _checks.check_finite_rows(x, 0, name, func)
-        if metric == "cosine":
-            _checks.check_zero_rows(torch.linalg.vector_norm(x, dim=1), 0, name, func)
+        if metric == "cosine":  # the engine's rule: sums of squares in float64 never underflow
+            rows = x.detach().to(engine.work_dtype(x.dtype))
+            _checks.check_zero_rows(row_sq_norms(rows), 0, name, func)
     return q, r
 
 
@@ -174,10 +203,11 @@ class RecallCalculator(AccuracyCalculator):
       ``r_precision`` and ``mean_average_precision_at_r``, come from one call of
       :func:`recallkit.retrieval_metrics` (the one implementation of each; names in
       :data:`recallkit.metrics.REGISTRY`), with PML's ``ref_includes_query`` and lone-query
-      semantics, and ``avg_of_avgs``/``return_per_class`` applied to their per-query values as
-      PML applies them. PML's other metrics (and all of them with another ``knn_func``) are
-      PML's own. ``metric``, ``chunk_size``, ``precision`` and every other engine option are
-      those of :class:`recallkit.Options`; the engine runs on the calculator's ``device``.
+      semantics; ``avg_of_avgs`` is recallkit's ``average="class"`` (equal to PML's to the last
+      bit) and ``return_per_class`` reads :meth:`recallkit.Result.by_class`. PML's other
+      metrics (and all of them with another ``knn_func``) are PML's own. ``metric``,
+      ``chunk_size``, ``precision`` and every other engine option are those of
+      :class:`recallkit.Options`; the engine runs on the calculator's ``device``.
     - Labels are mapped to dense int64 codes before PML sees them (PML casts labels to
       float32, which merges identifiers above 2**24); labels are compared by equality (a
       custom ``label_comparison_fn`` is refused).
@@ -238,7 +268,11 @@ class RecallCalculator(AccuracyCalculator):
                     ours[name] = metric
         for name in ours:  # PML discovers metrics by their "calculate_" attribute names
             setattr(self, f"calculate_{name}", partial(_not_called, name))
-        kwargs.setdefault("knn_func", ExactKNN(options=Options.of(func, options, device=None)))
+        # The calculator checks for a reference that repeats the queries itself (get_accuracy).
+        kwargs.setdefault(
+            "knn_func",
+            ExactKNN(keep_query_copies=True, options=Options.of(func, options, device=None)),
+        )
         kwargs.setdefault("k", "max_bin_count")
         super().__init__(include=include, **kwargs)
         if exact:  # PML's own names of the metrics recallkit computes exactly
@@ -289,6 +323,7 @@ class RecallCalculator(AccuracyCalculator):
         current = list(self.get_function_dict(include, exclude))
         ours = [name for name in current if name in self._ours]
         out: dict[str, Any] = {}
+        average = "class" if self.avg_of_avgs else "query"
         if ours:
             result = retrieval_metrics(
                 q,
@@ -297,10 +332,14 @@ class RecallCalculator(AccuracyCalculator):
                 r_codes,
                 [self._ours[name].name for name in ours],
                 query_in_reference=ref_includes_query,
-                options=Options.of(func, self.options, device=self.device),
+                options=Options.of(func, self.options, device=self.device, average=average),
             )
             for name in ours:
-                out[name] = self._aggregate(result, self._ours[name].name, q_codes)
+                key = self._ours[name].name
+                if self.return_per_class:
+                    out[name] = list(result.by_class(key).values())
+                else:
+                    out[name] = result[key]
         others = tuple(name for name in current if name not in self._ours)
         if others:
             out.update(
@@ -316,23 +355,6 @@ class RecallCalculator(AccuracyCalculator):
             )
         self.curr_function_dict = self.get_function_dict(include, exclude)
         return {name: out[name] for name in current}
-
-    def _aggregate(self, result: Any, name: str, q_codes: np.ndarray) -> Any:
-        """A metric's value with PML's ``avg_of_avgs``/``return_per_class``: per-class means of
-        the evaluated queries' values (classes in ascending label order)."""
-        values = result.per_query[name]
-        evaluated = result.evaluated
-        if not (self.avg_of_avgs or self.return_per_class):
-            return result[name]
-        labels = q_codes[evaluated]
-        if len(labels) == 0:
-            unique = np.unique(q_codes)
-            return [float("nan")] * len(unique) if self.return_per_class else float("nan")
-        unique, inverse = np.unique(labels, return_inverse=True)
-        per_class = np.bincount(inverse, weights=values[evaluated]) / np.bincount(inverse)
-        if self.return_per_class:
-            return per_class.tolist()
-        return float(per_class.mean())
 
     def _check_names(self, names: Any, name: str, func: str) -> None:
         """``include``/``exclude`` of ``get_accuracy`` must name metrics this calculator has."""

@@ -113,6 +113,7 @@ class Result(dict):
         ks, effective_ks: the K values asked for recall@K, and as clamped to the candidates.
         bounds: per metric, ``(pessimistic, optimistic)`` under the other tie orders.
         query_ids: the queries' ids, when the caller gave them.
+        query_labels: label form: the queries' labels, as given (plain Python values).
         definitions: the definitions that produced the values (:mod:`recallkit.definitions`).
         title, convention: what was evaluated and which definition (protocol results).
         parts: the per-category or per-task results of a benchmark that averages several.
@@ -144,6 +145,7 @@ class Result(dict):
         bounds: Mapping[str, tuple[float, float]] | None = None,
         tied: np.ndarray | None = None,
         query_ids: list[Any] | None = None,
+        query_labels: list[Any] | None = None,
         definitions: Mapping[str, Any] | None = None,
         title: str | None = None,
         convention: str | None = None,
@@ -168,6 +170,7 @@ class Result(dict):
                 bounds=bounds,
                 tied=tied,
                 query_ids=query_ids,
+                query_labels=query_labels,
                 definitions=definitions,
                 title=title,
                 convention=convention,
@@ -200,6 +203,7 @@ class Result(dict):
             bounds=FrozenDict({k: (float(a), float(b)) for k, (a, b) in (bounds or {}).items()}),
             _tied=None if tied is None else _frozen(tied, bool),
             query_ids=None if query_ids is None else tuple(query_ids),
+            query_labels=None if query_labels is None else tuple(query_labels),
             definitions=None if definitions is None else FrozenDict(dict(definitions)),
             title=title,
             convention=convention,
@@ -291,6 +295,38 @@ class Result(dict):
         if self.num_reference is not None:
             out["num_reference"] = self.num_reference
         return out
+
+    def by_class(self, name: str) -> dict[Any, float]:
+        """Each class's value of the label-form metric ``name``: the metric's summary of the
+        class's queries that count under the result's ``lone_queries`` (as ``average="class"``
+        averages them; :func:`recallkit.averaging.by_class`), keyed by label, classes in
+        increasing order of label (tuples: in order of first appearance). A class whose
+        queries are all lone has no entry under ``lone_queries="skip"``.
+
+        >>> import recallkit
+        >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9], [0.2, 0.8]])
+        >>> labels = ["b", "b", "a", "a", "b"]  # the last b's nearest neighbour is an a
+        >>> r = recallkit.recall_at_k(x, x, labels, labels, ks=(1,), query_in_reference=True)
+        >>> r.by_class("recall@1")
+        {'a': 1.0, 'b': 0.6666666666666666}
+        """
+        from recallkit import averaging
+        from recallkit import metrics as registry
+        from recallkit._codes import dense_codes
+
+        if self.query_labels is None or name not in self.per_query:
+            raise KeyError(f"this result has no per-class values of {name!r}")
+        metric = registry.parse_one(name)
+        if metric is None:
+            raise KeyError(f"{name!r} is not a label-form metric")
+        lone = (self.definitions or {}).get("lone_queries", "skip")
+        codes, _ = dense_codes(self.query_labels, [], ("query_labels", "labels"), "by_class")
+        kept, mask = averaging.counted(metric, self.per_query[name], self.evaluated, lone)
+        present, values = averaging.by_class(metric, kept, codes[mask])
+        first = {}
+        for code, label in zip(codes.tolist(), self.query_labels, strict=True):
+            first.setdefault(code, label)
+        return {first[c]: float(v) for c, v in zip(present.tolist(), values, strict=True)}
 
     def hits(self, k: int) -> np.ndarray:
         """Per-query hit at ``k`` (False for lone queries): label and ground-truth forms."""

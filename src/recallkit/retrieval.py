@@ -283,7 +283,7 @@ def map_at_k(
     _checks.check_choice(divisor, registry.DIVISORS, func, "divisor")
     return _run(
         func,
-        (registry.MAPAtK(k, divisor),),
+        (registry.MAPAtK(k, divisor=divisor),),
         (query, reference, query_labels, reference_labels),
         query_in_reference,
         query_ids,

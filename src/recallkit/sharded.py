@@ -8,7 +8,10 @@ in the reported values.
 
 What crosses processes (``n`` queries, ``d`` dimensions, world size ``W``):
 
-* once: every process's dataset indices (8 bytes per row) to find padding duplicates;
+* once: every process's dataset indices (8 bytes per row) to find the rows held twice
+  (``DistributedSampler`` padding), and those rows themselves, to check that they are one
+  item's; the distinct labels (and ids) of every process, so that all agree on one dense code
+  for each (labels and ids are any integers: negative, up to ``2**63 - 1``);
 * per query chunk of ``c`` rows: the chunk, broadcast by its owner (``c·(4d + 8 + 8 + 8)``
   bytes: float32 rows, label, index, id), then per-query partial results reduced across
   processes: best positive score and index, positive count, counts ranked above and tied;
@@ -32,7 +35,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from recallkit import _checks, engine, label_form
+from recallkit import _checks, averaging, engine, label_form
 from recallkit import metrics as registry
 from recallkit.engine import ties
 from recallkit.options import Options, accepts
@@ -106,15 +109,120 @@ def _check_indices(index: torch.Tensor, name: str, func: str) -> torch.Tensor:
     return index
 
 
-def _first_occurrences(comm: _Comm, index: torch.Tensor) -> torch.Tensor:
-    """Mask of this process's rows that hold the first occurrence of their dataset index."""
+#: How far apart two embeddings of one item may be: an item embedded again in another batch
+#: (``DistributedSampler``'s padding) may differ in its last bits, not more.
+SAME_ITEM_RTOL = 1e-3
+# Rows held twice compared at a time (their rows cross processes in steps of this many).
+_REPEATS_STEP = 4096
+
+
+def same_row(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two embeddings can be one item's: equal up to a relative ``SAME_ITEM_RTOL`` of
+    the larger magnitude (an item embedded in another batch differs in its last bits)."""
+    a64, b64 = a.detach().to("cpu", torch.float64), b.detach().to("cpu", torch.float64)
+    scale = float(torch.maximum(a64.abs().max(), b64.abs().max())) if a64.numel() else 0.0
+    return bool(((a64 - b64).abs() <= SAME_ITEM_RTOL * scale).all())
+
+
+def first_occurrences(
+    comm: _Comm,
+    index: torch.Tensor,
+    rows: torch.Tensor,
+    labels: torch.Tensor,
+    ids: torch.Tensor | None,
+    name: str,
+    func: str,
+) -> torch.Tensor:
+    """Mask of this process's rows that hold the first occurrence (in rank order, then row
+    order) of their dataset index. A row held again (``DistributedSampler`` pads the last batch
+    with repeats) must be the same item: the same label (and id) and the same embedding
+    (:func:`same_row`); otherwise every process raises the same ``ValueError``, naming ``name``
+    and the index."""
     gathered = [g.cpu() for g in comm.gather_varying(index.to(comm.device))]
     everything = torch.cat(gathered).numpy()
-    _, first = np.unique(everything, return_index=True)
+    values, first, counts = np.unique(everything, return_index=True, return_counts=True)
     keep = np.zeros(len(everything), dtype=bool)
     keep[first] = True
     start = sum(len(g) for g in gathered[: comm.rank])
+    repeated = values[counts > 1]
+    for at in range(0, len(repeated), _REPEATS_STEP):
+        _check_repeats(
+            comm, repeated[at : at + _REPEATS_STEP], index, rows, labels, ids, name, func
+        )
     return torch.from_numpy(keep[start : start + len(index)])
+
+
+def check_items(
+    group: Any, rows: torch.Tensor, labels: Any, index: Any, name: str, func: str
+) -> None:
+    """Raise, on every process alike, when a dataset index held twice (on one process or two)
+    carries another label or embedding (:func:`first_occurrences`'s rule, named ``name`` in
+    ``func``'s message)."""
+    device = torch.device("cpu")
+    if dist.get_backend(group) == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    index = torch.as_tensor(np.asarray(index, dtype=np.int64))
+    labels = torch.as_tensor(np.asarray(labels, dtype=np.int64))
+    first_occurrences(_Comm(group, device), index, rows, labels, None, name, func)
+
+
+def _check_repeats(
+    comm: _Comm,
+    repeated: np.ndarray,
+    index: torch.Tensor,
+    rows: torch.Tensor,
+    labels: torch.Tensor,
+    ids: torch.Tensor | None,
+    name: str,
+    func: str,
+) -> None:
+    """Raise on every process alike when a dataset index of ``repeated`` carries different
+    labels, ids or embeddings on two of its rows (every process sees every such row)."""
+    mine = torch.from_numpy(np.isin(index.cpu().numpy(), repeated))
+    where = torch.nonzero(mine)[:, 0]
+    keys = [index[where], labels[where].cpu(), where]
+    if ids is not None:
+        keys.append(ids[where].cpu())
+    packed = torch.stack([k.to(torch.int64).cpu() for k in keys])
+    held = [g.cpu() for g in comm.gather_varying(packed.to(comm.device))]
+    shared = [g.cpu() for g in comm.gather_varying(rows[where].to(comm.device, torch.float64).T)]
+    first: dict[int, tuple[int, torch.Tensor, torch.Tensor]] = {}
+    for rank, (meta, data) in enumerate(zip(held, shared, strict=True)):
+        for j in range(meta.shape[1]):
+            value, key = int(meta[0, j]), meta[1:, j]
+            row = data[:, j]
+            if value not in first:
+                first[value] = (rank, key, row)
+                continue
+            rank0, key0, row0 = first[value]
+            what = None
+            if int(key[0]) != int(key0[0]):
+                what = "label"
+            elif ids is not None and int(key[2]) != int(key0[2]):
+                what = "id"
+            elif not same_row(row0, row):
+                what = "embedding"
+            if what is not None:
+                here = f"rank {rank}, row {int(key[1])}"
+                there = f"rank {rank0}, row {int(key0[1])}"
+                raise _checks.fail(
+                    func,
+                    name,
+                    "one dataset index per item: an index held twice (as DistributedSampler "
+                    "repeats items to pad the last batch) carries the same label and embedding "
+                    "(equal up to a relative 1e-3) each time",
+                    f"index {value} with another {what} at {here} than at {there}",
+                )
+
+
+def _shared_codes(comm: _Comm, *parts: torch.Tensor) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Dense codes for integers spread across processes: every process's distinct values are
+    gathered, so that all agree on one code per value (increasing with the value). Returns the
+    distinct values (code ``c`` is ``values[c]``) and each part as codes."""
+    local = np.unique(np.concatenate([p.cpu().numpy() for p in parts]))
+    gathered = comm.gather_varying(torch.from_numpy(local).to(comm.device))
+    values = np.unique(np.concatenate([g.cpu().numpy() for g in gathered]))
+    return values, [np.searchsorted(values, p.cpu().numpy()).astype(np.int64) for p in parts]
 
 
 @accepts()
@@ -164,6 +272,7 @@ def evaluate_sharded(
     chosen = (
         registry.default(ks, ranking_metrics) if metrics is None else registry.parse(metrics, func)
     )
+    averaging.check(chosen, options.lone_queries, func)
     if not dist.is_available() or not dist.is_initialized():
         raise _checks.fail(
             func, "group", "an initialised torch.distributed process group", "no process group"
@@ -179,12 +288,16 @@ def evaluate_sharded(
     dev = options.device if options.device is not None else q.rows.device
     comm = _Comm(group, dev if dist.get_backend(group) == "nccl" else torch.device("cpu"))
     leave_one_out = reference is None
+    label_values = _code(comm, q, r, "labels")
+    if q.ids is not None:
+        _code(comm, q, r, "ids")
     local = _Local.of(comm, q, r, leave_one_out, options, dev, func)
     score_bytes = engine.backend_for(local.space).score_bytes
     size = options.chunk_size or engine.chunk_rows(local.space, None, score_bytes=score_bytes)
     sizes = [int(s) for s in comm.gather(torch.tensor([len(local.meta[0])], device=comm.device))]
     parts: list[label_form.Values] = []
     index: list[np.ndarray] = []
+    classes: list[np.ndarray] = []
     for owner in range(comm.world):
         for start, stop in engine.chunks(sizes[owner], size):
             mine = comm.rank == owner
@@ -219,21 +332,35 @@ def evaluate_sharded(
                 )
             )
             index.append(meta[1].copy())
+            classes.append(meta[0].copy())
     order = np.argsort(np.concatenate(index), kind="stable")
     values = label_form.joined(parts, order)
     exclusion = "query_in_reference" if leave_one_out else "none"
     if local.ids is not None:
         exclusion = "query_in_reference+ids" if leave_one_out else "ids"
+    codes = np.concatenate(classes)[order]
     return values.result(
         func,
-        lone_queries=options.lone_queries,
+        options,
+        exclusion=exclusion,
+        classes=codes,
         num_reference=local.total_reference,
         embedding_dim=q.rows.shape[1],
         parameter="metrics" if metrics is not None else "ks",
         query_ids=np.concatenate(index)[order].tolist(),
-        definitions=label_form.definitions_of(options.metric, exclusion, options.lone_queries),
+        query_labels=label_values[codes].tolist(),
         info={"bytes_communicated": comm.bytes},
     )
+
+
+def _code(comm: _Comm, q: _Shard, r: _Shard, field: str) -> np.ndarray:
+    """Replace the ``field`` (labels or ids) of the query and reference shards by dense codes
+    that every process shares; return the distinct values."""
+    shards = [q] if r is q else [q, r]
+    values, codes = _shared_codes(comm, *(getattr(x, field) for x in shards))
+    for shard, code in zip(shards, codes, strict=True):
+        setattr(shard, field, torch.from_numpy(code))
+    return values
 
 
 def _reference_shard(
@@ -281,7 +408,15 @@ class _Local:
         dev: torch.device,
         func: str,
     ) -> _Local:
-        keep_r = _first_occurrences(comm, r.index)
+        keep_r = first_occurrences(
+            comm,
+            r.index,
+            r.rows,
+            r.labels,
+            r.ids,
+            "reference_indices" if r is not q else "indices",
+            func,
+        )
         r_rows = torch.nonzero(keep_r)[:, 0][torch.argsort(r.index[keep_r], stable=True)]
         in_order = len(r_rows) == len(r.index) and bool(
             (r_rows == torch.arange(len(r_rows))).all()
@@ -293,7 +428,8 @@ class _Local:
             q_rows = r_rows
             queries = space.single.data
         else:
-            q_rows = torch.nonzero(_first_occurrences(comm, q.index))[:, 0]
+            keep_q = first_occurrences(comm, q.index, q.rows, q.labels, q.ids, "indices", func)
+            q_rows = torch.nonzero(keep_q)[:, 0]
             queries = engine.prepare_rows(
                 q.rows[q_rows], "embeddings", func, options.metric, dev
             ).raw

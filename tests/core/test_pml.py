@@ -157,9 +157,11 @@ def test_zero_row_and_ref_includes_query_match_pml_default():
     out = RecallCalculator(ks=(1, 2), device=CPU).get_accuracy(*args)
     # First-hit ranks: q0 0, q1 1 -> recall@1 1/2, recall@2 1.
     assert out == {**expected, "recall_at_1": 0.5, "recall_at_2": 1.0}
-    # Without ref_includes_query each query finds itself at distance 0 (and the zero row is
-    # fine): both hits.
-    out = _pml(ExactKNN()).get_accuracy(x[:2], labels[:2], x, labels, False)
+    # Without ref_includes_query each query would find itself at distance 0: ExactKNN refuses
+    # it, unless told the copies are gallery items; then both are hits, as PML's default gives.
+    with pytest.raises(ValueError, match="'ref_includes_query' parameter of ExactKNN"):
+        _pml(ExactKNN()).get_accuracy(x[:2], labels[:2], x, labels, False)
+    out = _pml(ExactKNN(keep_query_copies=True)).get_accuracy(x[:2], labels[:2], x, labels, False)
     assert out == _pml().get_accuracy(x[:2], labels[:2], x, labels, False)
     assert out["precision_at_1"] == 1.0
 
@@ -261,3 +263,81 @@ def test_exact_knn_errors_name_exact_knn():
         ExactKNN(chunk_size=0)
     with pytest.raises(ValueError, match=r"'exclude_ids\[1\]' parameter of ExactKNN .* length 3"):
         ExactKNN()(x, 1, x, False, exclude_ids=(["a", "b", "c"], ["a"]))
+
+
+def test_tiny_rows_under_cosine_are_rows_not_zero_vectors():
+    # Norms of about 1e-20: their float32 squares underflow, their float64 squares do not.
+    x = torch.tensor([[1e-20, 0.0], [0.0, 2e-20], [3e-21, 1e-21], [1.0, 1.0]])
+    labels = [0, 1, 0, 1]
+    # Cosine: row 2 ([3, 1] / sqrt(10)) is 0.949 from row 0, 0.316 from row 1, 0.894 from row
+    # 3; row 3 is 0.707 from rows 0 and 1.
+    _, idx = ExactKNN(metric="cosine")(x, 1, x, True)
+    assert idx[:, 0].tolist() == [2, 3, 0, 2]
+    out = RecallCalculator(ks=(1,), metric="cosine", device=CPU).get_accuracy(
+        x, labels, include=("recall_at_1",)
+    )
+    # Hits: query 0 (row 2, label 0), query 1 (row 3, label 1), query 2 (row 0); query 3 misses.
+    assert out == {"recall_at_1": 0.75}
+
+
+def test_exact_knn_refuses_the_query_as_its_own_reference():
+    rng = np.random.default_rng(1)
+    x = torch.from_numpy(rng.standard_normal((12, 3)).astype(np.float32))
+    labels = torch.from_numpy(rng.integers(0, 3, 12))
+    calc = AccuracyCalculator(include=("precision_at_1",), k=1, device=CPU, knn_func=ExactKNN())
+    for reference in (x, x.clone(), torch.cat([x, x[:2] + 1])):
+        ref_labels = labels if len(reference) == 12 else torch.cat([labels, labels[:2]])
+        with pytest.raises(ValueError, match=r"'ref_includes_query' parameter of ExactKNN .*"):
+            calc.get_accuracy(x, labels, reference, ref_labels)
+    # Leave-one-out as PML means it, and copies kept on purpose: each query finds itself.
+    assert calc.get_accuracy(x, labels, x, labels, ref_includes_query=True)["precision_at_1"] < 1
+    keep = AccuracyCalculator(
+        include=("precision_at_1",), k=1, device=CPU, knn_func=ExactKNN(keep_query_copies=True)
+    )
+    assert keep.get_accuracy(x, labels, x, labels) == {"precision_at_1": 1.0}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_avg_of_avgs_and_return_per_class_equal_pmls_to_the_last_bit(seed):
+    """PML's own AccuracyCalculator (on ExactKNN's neighbour lists, tie-free data) against
+    RecallCalculator, which uses recallkit's average="class": bit for bit."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(60, 400))
+    x = torch.from_numpy(rng.standard_normal((n, 5)))
+    labels = torch.from_numpy(rng.integers(0, int(rng.integers(2, 40)), n))
+    names = ("precision_at_1", "r_precision", "mean_average_precision_at_r")
+    for per_class in (False, True):
+        flags = dict(avg_of_avgs=not per_class, return_per_class=per_class)
+        pml = AccuracyCalculator(
+            include=names, k="max_bin_count", device=CPU, knn_func=ExactKNN(), **flags
+        )
+        ours = RecallCalculator(ks=(1,), include=names, device=CPU, **flags)
+        want = pml.get_accuracy(x, labels, x, labels, ref_includes_query=True)
+        got = ours.get_accuracy(x, labels, x, labels, ref_includes_query=True)
+        assert got == want  # floats and per-class lists, bit for bit
+
+
+def test_median_rank_per_class_is_the_mean_of_the_class_medians():
+    # 1-D dot products, leave-one-out: the 1-indexed rank of each query's first relevant item
+    # from a full sort on (-score, index), then VSE++'s floor of the median, per class.
+    x = torch.tensor([[3.0], [2.0], [1.0], [1.0], [5.0], [0.5], [4.0]])
+    labels = [0, 0, 1, 1, 2, 1, 2]
+    s = (x @ x.T).numpy()
+    firsts = []
+    for i in range(len(x)):
+        order = sorted((j for j in range(len(x)) if j != i), key=lambda j: (-s[i, j], j))
+        firsts.append(1 + [labels[j] for j in order].index(labels[i]))
+    per = {
+        c: np.floor(np.median([f for f, k in zip(firsts, labels, strict=True) if k == c]))
+        for c in (0, 1, 2)
+    }
+    calc = RecallCalculator(ks=(1,), metric="dot", include=("median_rank",), device=CPU)
+    assert calc.get_accuracy(x, labels)["median_rank"] == np.floor(np.median(firsts))
+    calc = RecallCalculator(
+        ks=(1,), metric="dot", include=("median_rank",), device=CPU, avg_of_avgs=True
+    )
+    assert calc.get_accuracy(x, labels)["median_rank"] == sum(per.values()) / 3
+    calc = RecallCalculator(
+        ks=(1,), metric="dot", include=("median_rank",), device=CPU, return_per_class=True
+    )
+    assert calc.get_accuracy(x, labels)["median_rank"] == [per[0], per[1], per[2]]

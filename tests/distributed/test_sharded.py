@@ -1,4 +1,5 @@
-"""Sharded evaluation on 2 and 3 gloo processes equals the single-process result."""
+"""Sharded evaluation on 1, 2 and 3 gloo processes equals the single-process result, for every
+metric of the registry and any integer labels and ids (negative, extreme)."""
 
 from __future__ import annotations
 
@@ -15,33 +16,30 @@ import torch.multiprocessing as mp
 
 import recallkit
 from recallkit.engine import device
+from tests import registry_cases
+
+# Labels and ids of every sign and size an int64 holds (a negative code once meant "none").
+EXTREMES = np.array(
+    [-(2**63), -(2**62) - 7, -12, -1, 0, 1, 5, 2**31, 2**40 + 1, 2**62, 2**63 - 2, 2**63 - 1],
+    dtype=np.int64,
+)
 
 
 def _data(seed: int, n: int = 100):
-    """Dot-product data with exact ties, duplicates across shards and lone queries."""
+    """Dot-product data with exact ties, duplicates across shards and lone queries; labels and
+    ids drawn from :data:`EXTREMES` and negative numbers."""
     rng = np.random.default_rng(seed)
     x = rng.integers(-1, 2, size=(n, 4)).astype(np.float32)
     x[rng.integers(0, n, size=n // 3)] = x[5]
-    labels = rng.integers(0, 12, size=n)
-    labels[:3] = [100, 101, 102]  # lone under leave-one-out
-    ids = rng.integers(0, 40, size=n)
+    labels = EXTREMES[rng.integers(0, len(EXTREMES), size=n)]
+    labels[:3] = [-100, -101, 2**63 - 3]  # lone under leave-one-out
+    ids = rng.integers(-20, 20, size=n)
+    ids[::17] = EXTREMES[: len(ids[::17])]
     return x, labels, ids
 
 
-# Every kind of metric of the registry: first-hit ranks (recall@K, MRR) and lists of K and R.
-NAMES = [
-    "recall@1",
-    "recall@2",
-    "recall@5",
-    "recall@20",
-    "MAP@R",
-    "R-precision",
-    "MRR",
-    "nDCG@5",
-    "precision@5",
-    "MAP@3",
-    "IR-recall@4",
-]
+# Every metric of the registry: first-hit ranks (recall@K, MRR, MnR, MedR), lists of K and R.
+NAMES = registry_cases.names((1, 2, 5, 20))
 
 
 def _shards(mode: str, n: int, world: int, seed: int) -> list[np.ndarray]:
@@ -79,8 +77,21 @@ def _worker(rank, world, init, cases, seed, out):
 
 def _run_case(rank, world, mode, kwargs, seed, out):
     x, labels, ids = _data(seed)
+    if mode == "restarted":  # every rank numbers its own rows from 0: a mistake
+        mine = _shards("uneven", len(x), world, seed)[rank]
+        try:
+            recallkit.evaluate_sharded(
+                torch.from_numpy(x[mine]), labels[mine], np.arange(len(mine))
+            )
+        except ValueError as error:
+            message = str(error)
+        else:
+            message = "no error"
+        with open(f"{out}.{rank}", "wb") as handle:
+            pickle.dump({"error": message}, handle)
+        return
     mine = _shards(mode, len(x), world, seed)[rank]
-    extra = {}
+    extra = {"average": kwargs["average"]} if "average" in kwargs else {}
     if kwargs.get("use_ids"):
         extra = {"ids": ids[mine]}
     if kwargs.get("gallery"):
@@ -110,15 +121,14 @@ def _run_case(rank, world, mode, kwargs, seed, out):
             **extra,
         )
     with open(f"{out}.{rank}", "wb") as handle:
-        recall = {k: v for k, v in result.items() if k.startswith("recall@")}
         pickle.dump(
             {
                 "ranks": result.first_hit_ranks.tolist(),
-                "values": recall,
-                "map": result["MAP@R"],
-                "rprec": result["R-precision"],
+                "values": dict(result),
                 "bounds": result.bounds,
                 "ids": result.query_ids,
+                "labels": result.query_labels,
+                "definitions": result.definitions,
                 "bytes": result.info["bytes_communicated"],
                 "per_query": {k: v.tolist() for k, v in result.per_query.items()},
             },
@@ -129,6 +139,7 @@ def _run_case(rank, world, mode, kwargs, seed, out):
 def _single(seed, kwargs):
     x, labels, ids = _data(seed)
     extra = {"query_in_reference": True}
+    average = {"average": kwargs["average"]} if "average" in kwargs else {}
     q = np.arange(len(x))
     if kwargs.get("use_ids"):
         extra = {"query_in_reference": True, "query_ids": ids, "reference_ids": ids}
@@ -142,29 +153,35 @@ def _single(seed, kwargs):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = recallkit.retrieval_metrics(*args, NAMES, metric="dot", **extra)
+        r = recallkit.retrieval_metrics(*args, NAMES, metric="dot", **extra, **average)
     return {
         "ranks": r.first_hit_ranks.tolist(),
-        "values": {k: v for k, v in r.items() if k.startswith("recall@")},
-        "map": r["MAP@R"],
-        "rprec": r["R-precision"],
+        "values": dict(r),
         "bounds": r.bounds,
         "ids": q.tolist(),
+        "labels": tuple(labels[q].tolist()),
+        "definitions": r.definitions,
         "per_query": {k: v.tolist() for k, v in r.per_query.items()},
     }
 
 
 CASES = {
     # world size: [(shard mode, options)], run in one process group per world size.
+    1: [
+        ("sampler", {"use_ids": True}),
+        ("sampler", {"gallery": True, "average": "class"}),
+    ],
     2: [
         ("sampler", {}),
         ("uneven", {"gallery": True}),
-        ("sampler", {"torch_path": True, "chunk_size": 9}),
+        ("sampler", {"torch_path": True, "chunk_size": 9, "average": "class"}),
+        ("restarted", {}),
     ],
     3: [
         ("sampler", {"chunk_size": 7}),
         ("uneven", {"use_ids": True}),
         ("sampler", {"gallery": True, "use_ids": True, "chunk_size": 5}),
+        ("restarted", {}),
     ],
 }
 
@@ -175,7 +192,15 @@ def test_sharded_equals_single_process(tmp_path, world):
     init = f"file://{tmp_path}/init"
     out = str(tmp_path / "result")
     _spawn(_worker, (world, init, CASES[world], seed, out), world)
-    for i, (_, kwargs) in enumerate(CASES[world]):
+    for i, (mode, kwargs) in enumerate(CASES[world]):
+        if mode == "restarted":
+            for rank in range(world):
+                with open(f"{out}.{i}.{rank}", "rb") as handle:
+                    message = pickle.load(handle)["error"]
+                # Index 0 is held by every rank, with other rows: one line naming 'indices'.
+                assert "'indices' parameter of evaluate_sharded" in message, message
+                assert "index 0 with another" in message and "\n" not in message
+            continue
         _check_case(f"{out}.{i}", world, _single(seed, kwargs))
 
 
@@ -185,9 +210,9 @@ def _check_case(out, world, expected):
             got = pickle.load(handle)
         assert list(got["ids"]) == expected["ids"]
         assert got["ranks"] == expected["ranks"]
-        assert got["values"] == expected["values"]  # bit for bit
-        assert got["map"] == expected["map"]
-        assert got["rprec"] == expected["rprec"]
+        assert got["values"] == expected["values"]  # bit for bit, every metric
+        assert got["labels"] == expected["labels"]
+        assert got["definitions"] == expected["definitions"]
         assert got["bounds"] == expected["bounds"]  # ties broken both ways, exactly
         assert got["bytes"] > 0
         # Every metric's value of every query, bit for bit (NaN for the lone ones).
