@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -225,6 +227,42 @@ def test_nothing_to_evaluate(cli, tmp_path, make_image):
     )
     _assert_user_error(res, "None of the 2 queries has a gallery image with its label")
     assert not (tmp_path / "r.json").exists()
+
+
+def test_every_query_lone_on_saved_arrays(cli, tmp_path):
+    # Three rows of three labels, each searched against the others: every query is lone.
+    np.save(tmp_path / "e.npy", np.eye(3, dtype=np.float32))
+    np.save(tmp_path / "y.npy", np.array([4, 5, 6]))
+    args = ["evaluate", "--embeddings", tmp_path / "e.npy", "--labels", tmp_path / "y.npy"]
+    res = cli(*args, "--json", tmp_path / "r.json")
+    # Under --lone-queries skip (the default): one line and nothing else, worded for arrays.
+    assert res.out == ""
+    assert res.err.splitlines() == [
+        (
+            "recallkit evaluate: error: None of the 3 queries has a gallery row with its label "
+            "(after excluding itself), so every metric is undefined; --lone-queries zero counts "
+            "such queries as 0."
+        )
+    ]
+    assert res.rc == 2 and not (tmp_path / "r.json").exists()
+    # Under --lone-queries zero: the library's value, 0 for every metric.
+    res = cli(
+        *args,
+        "--lone-queries",
+        "zero",
+        "--ks",
+        "1",
+        "--metrics",
+        "recall@1",
+        "MAP@R",
+        "--json",
+        tmp_path / "r.json",
+    )
+    assert res.rc == 0, res.err
+    assert "recall@1: 0.0000" in res.out and "MAP@R:    0.0000" in res.out
+    record = json.loads((tmp_path / "r.json").read_text())
+    assert record["metrics"] == {"recall@1": 0.0, "MAP@R": 0.0}
+    assert "3 of 3 queries have no gallery row with their label and count as 0" in res.err
 
 
 def test_argparse_errors_exit_2(cli):

@@ -7,6 +7,7 @@ import dataclasses
 import math
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,7 @@ from recallkit.commands._args import (
     warnings_as_lines,
 )
 from recallkit.errors import UsageError
+from recallkit.exceptions import LoneQueriesWarning
 from recallkit.runner.defaults import DTYPE_NAMES, IMAGENET_MEAN, IMAGENET_STD, default_cache_dir
 from recallkit.runner.history import append_history, read_history
 from recallkit.runner.sources import ImageSet, from_arrays, from_benchmark, from_path, labels_file
@@ -578,7 +580,9 @@ def main(args: argparse.Namespace) -> int:
     if encoder is not None and not args.no_cache:
         cache_dir = _cache_dir(args)
     progress = False if args.quiet else None
-    with warnings_as_lines("evaluate", _named(args)):
+    with warnings_as_lines("evaluate", _named(args)), warnings.catch_warnings():
+        # Every query lone: said below in one line, not also as the library's warning.
+        warnings.simplefilter("ignore", LoneQueriesWarning)
         run = run_evaluation(
             query,
             gallery,
@@ -596,10 +600,13 @@ def main(args: argparse.Namespace) -> int:
             **{**_options.from_flags(args, "label"), "device": device},
         )
     result = run.result
-    if result.num_evaluated == 0:
+    item = "row" if arrays else "image"
+    lone = (result.definitions or {}).get("lone_queries", "skip")
+    if result.num_evaluated == 0 and lone != "zero":
         raise UsageError(
-            f"None of the {result.num_queries} queries has a gallery image with its label "
-            "(after excluding itself); there is nothing to evaluate."
+            f"None of the {result.num_queries} queries has a gallery {item} with its label "
+            "(after excluding itself), so every metric is undefined; --lone-queries zero counts "
+            "such queries as 0."
         )
     worst = worst_classes(run, args.worst)
     print(result.report())
@@ -615,9 +622,14 @@ def main(args: argparse.Namespace) -> int:
         print(format_worst_classes(worst, num_query_classes(run), result.ks[0]))
     sys.stdout.flush()
     if result.num_excluded:
+        counted = (
+            "count as 0 (--lone-queries zero)"
+            if lone == "zero"
+            else "are excluded (counted in num_excluded of the JSON)"
+        )
         print(
-            f"note: {result.num_excluded} of {result.num_queries} queries have no gallery image "
-            "with their label and are excluded (counted in num_excluded of the JSON).",
+            f"note: {result.num_excluded} of {result.num_queries} queries have no gallery {item} "
+            f"with their label and {counted}.",
             file=sys.stderr,
         )
     internal = ("func", "parameters")
