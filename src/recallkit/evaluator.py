@@ -515,7 +515,7 @@ class Evaluator:
 
     def _write(self, result: Result, tag: str) -> None:
         record = records.evaluation_record(
-            result, tag=tag, metric=self.options.metric, extra={"source": "recallkit.Evaluator"}
+            result, tag=tag, metric=self.options.metric, producer="recallkit.Evaluator"
         )
         if self.run_file is not None:
             records.write_run(records.run_path(self.run_file, tag, "Evaluator.compute"), record)

@@ -47,12 +47,33 @@ except ImportError:  # pragma: no cover - not on POSIX
     fcntl = None  # type: ignore[assignment]
 
 #: The ``format`` field of a run record.
-RUN_FORMAT = "recallkit.evaluation/3"
-#: The formats this version reads (older ones keep their values under ``recall``).
-RUN_FORMATS = ("recallkit.evaluation/1", "recallkit.evaluation/2", RUN_FORMAT)
+RUN_FORMAT = "recallkit.evaluation/4"
+#: The formats this version reads (``/1`` and ``/2`` keep their values under ``recall``; before
+#: ``/4`` a run file holds no per-query values but the first-hit ranks).
+RUN_FORMATS = (
+    "recallkit.evaluation/1",
+    "recallkit.evaluation/2",
+    "recallkit.evaluation/3",
+    RUN_FORMAT,
+)
 _DETAIL = ("queries", "worst_classes", "skipped_images", "sources")
 HISTORY_HINT = "a history file has one run record per line (recallkit evaluate --history)"
 RUN_HINT = "a run file is written by recallkit evaluate --json"
+
+
+def schema(kind: str = "run") -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a run file (``"run"``) or of a history file's lines
+    (``"history"``), as shipped in ``recallkit/schemas/``.
+
+    >>> schema("run")["properties"]["format"]["const"] == RUN_FORMAT
+    True
+    """
+    from importlib import resources
+
+    if kind not in ("run", "history"):
+        raise fail("schema", "kind", "'run' or 'history'", repr(kind))
+    text = resources.files("recallkit").joinpath(f"schemas/{kind}.schema.json").read_text("utf-8")
+    return json.loads(text)
 
 
 def check_tag(tag: Any, func: str) -> str:
@@ -118,16 +139,19 @@ def evaluation_record(
     tag: str | None,
     metric: str | None = None,
     query_ids: Sequence[Any] | None = None,
+    producer: str = "recallkit",
     extra: Mapping[str, Any] | None = None,
     queries: bool = True,
 ) -> dict[str, Any]:
     """A label-form :class:`recallkit.Result` as a run record (the ``--json`` run file).
 
     ``metric`` is the similarity (default: the result's definitions'), ``query_ids`` the
-    queries' ids (default: ``result.query_ids``, else their positions ``0, 1, ...``), ``extra``
-    further fields (an ``epoch``, a ``source``). With ``queries`` (the default) the record holds
-    the per-query ids and first-hit ranks that ``recallkit compare`` pairs runs on; the history
-    file keeps the record without them (:func:`history_record`).
+    queries' ids (default: ``result.query_ids``, else their positions ``0, 1, ...``),
+    ``producer`` what wrote it (``"recallkit evaluate"``, ``"recallkit.Evaluator"``), ``extra``
+    further fields. With ``queries`` (the default) the record holds, per query, its id, its
+    label, its first-hit rank and its value of every metric (``null`` for a lone query): what
+    ``recallkit compare`` pairs runs on and what intervals resample; the history file keeps the
+    record without them (:func:`history_record`).
 
     >>> import numpy as np
     >>> from recallkit.result import Result
@@ -144,6 +168,7 @@ def evaluation_record(
         "recallkit_version": _version(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "tag": tag,
+        "producer": producer,
         "metric": metric,
         "definitions": definitions,
         "ks": list(result.ks or ()),
@@ -163,11 +188,33 @@ def evaluation_record(
         ids = query_ids if query_ids is not None else result.query_ids
         if ids is None:
             ids = range(result.num_queries)
-        record["queries"] = {
-            "ids": [str(i) for i in ids],
-            "first_hit_rank": result.first_hit_ranks.tolist(),
+        record["queries"] = {"ids": [str(i) for i in ids]}
+        if result.query_labels is not None:
+            record["queries"]["labels"] = [json_label(v) for v in result.query_labels]
+        record["queries"]["first_hit_rank"] = result.first_hit_ranks.tolist()
+        record["queries"]["values"] = {
+            name: [None if v != v else float(v) for v in result.per_query[name].tolist()]
+            for name in result
+            if name in result.per_query
         }
     return record
+
+
+def json_label(value: Any) -> Any:
+    """A label as JSON holds it: numbers and strings as they are, tuples as lists, bytes and
+    anything else as text.
+
+    >>> json_label(3), json_label("cat"), json_label((1, "a")), json_label(b"x")
+    (3, 'cat', [1, 'a'], 'x')
+    """
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, tuple | list):
+        return [json_label(v) for v in value]
+    item = getattr(value, "item", None)
+    return json_label(item()) if callable(item) else str(value)
 
 
 def dumps_run(record: Mapping[str, Any]) -> str:

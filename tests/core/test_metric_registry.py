@@ -363,7 +363,7 @@ def test_pml_mean_reciprocal_rank_agrees_when_every_first_hit_is_within_k():
     pml = AccuracyCalculator(
         include=("mean_reciprocal_rank", "precision_at_1"),
         k=len(r),
-        knn_func=ExactKNN(metric="dot"),
+        knn_func=ExactKNN(metric="dot", keep_query_copies=True),  # q is r[:n]
     )
     got = pml.get_accuracy(
         torch.from_numpy(q), torch.from_numpy(ql), torch.from_numpy(r), torch.from_numpy(rl), False
@@ -434,3 +434,91 @@ def test_a_new_metric_is_one_class_and_every_entry_point_has_it(tmp_path):
         }
     finally:
         registry.unregister("successes")
+
+
+def test_a_new_summary_metric_is_one_class_and_every_check_reads_it():
+    """docs/development.md's recipe for a metric summarised otherwise than by the mean: its
+    summary, direction and lone-query refusal are the class's, and every entry point, the
+    averaging over classes and the registry-driven test lists pick it up."""
+
+    class UpperRank(registry.MeanRank):
+        family = "upper_rank"
+        template = "Q3R"
+        aliases = ("upper_quartile_rank",)
+        peers = (("none", "a test metric"),)
+        summary = "upper quartile"
+        formula = "r + 1; the value is the floored upper quartile over queries"
+
+        def summarize(self, values):
+            return float(np.floor(np.quantile(values, 0.75))) if len(values) else math.nan
+
+    registry.register(UpperRank)
+    try:
+        assert ("Q3R", "upper_rank", None) in registry_cases.cases()
+        x = np.array([[1.0], [2.0], [3.0], [5.0], [4.0], [0.5]])
+        labels = [0, 0, 1, 0, 1, 1]
+        # Dot products, leave-one-out: 1-indexed first-hit ranks by a full sort on (-s, j).
+        s = x @ x.T
+        firsts = []
+        for i in range(6):
+            order = sorted((j for j in range(6) if j != i), key=lambda j: (-s[i, j], j))
+            firsts.append(1 + [labels[j] for j in order].index(labels[i]))
+        r = recallkit.retrieval_metrics(
+            x, x, labels, labels, ["Q3R"], metric="dot", query_in_reference=True
+        )
+        assert r.per_query["Q3R"].tolist() == firsts
+        assert r["Q3R"] == np.floor(np.quantile(firsts, 0.75))
+        by_class = recallkit.retrieval_metrics(
+            x, x, labels, labels, ["Q3R"], metric="dot", query_in_reference=True, average="class"
+        )
+        per = [
+            np.floor(np.quantile([f for f, c in zip(firsts, labels, strict=True) if c == k], 0.75))
+            for k in (0, 1)
+        ]
+        assert by_class["Q3R"] == (per[0] + per[1]) / 2
+        with pytest.raises(ValueError, match=r"'lone_queries' parameter .* with Q3R"):
+            recallkit.retrieval_metrics(
+                x, x, labels, labels, ["Q3R"], query_in_reference=True, lone_queries="zero"
+            )
+        ev = recallkit.Evaluator(metrics=["Q3R"], metric="dot")
+        ev.update(torch.from_numpy(x), torch.tensor(labels))
+        assert dict(ev.compute()) == {"Q3R": r["Q3R"]}
+        from recallkit.pml import RecallCalculator
+
+        calc = RecallCalculator(ks=(1,), metric="dot", include=("upper_quartile_rank",))
+        assert calc.get_accuracy(torch.from_numpy(x), labels) == {"upper_quartile_rank": r["Q3R"]}
+    finally:
+        registry.unregister("upper_rank")
+
+
+def _doc_table(path, header):
+    """The rows of the Markdown table whose header row starts with ``header``, as cells."""
+    from pathlib import Path
+
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_docs_metric_table_and_cli_names_are_the_registry():
+    """docs/metrics.md's table has a row for every registered metric, with its summary and its
+    direction as the metric object declares them; docs/cli.md names every metric."""
+    from pathlib import Path
+
+    table = _doc_table("docs/metrics.md", "| metric |")
+    rows = {row[0].split("`")[1]: row for row in table if row[0].startswith("`")}
+    cli = Path("docs/cli.md").read_text(encoding="utf-8")
+    for cls in registry.REGISTRY.values():
+        metric = cls(1) if "{K}" in cls.template else cls()
+        shown = cls.name_without_k or cls.template.replace("{K}", "K")
+        assert shown in rows, f"docs/metrics.md has no row for {shown}"
+        value, better = rows[shown][3], rows[shown][4]
+        assert better == metric.direction, shown
+        assert value.startswith("mean" if metric.summary == "mean" else "floor of the median")
+        example = cls.name_without_k or cls.template.replace("{K}", "10")
+        assert f"`{example}`" in cli, f"docs/cli.md does not name {example}"

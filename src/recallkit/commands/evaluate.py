@@ -233,6 +233,13 @@ def register(subparsers: Any) -> None:
     )
     out.add_argument("--tag", help="the run's name in the history and JSON (e.g. epoch-3)")
     out.add_argument(
+        "--absolute-paths",
+        action="store_true",
+        help="record this machine's absolute paths in the run file (default: each image by its "
+        "path relative to its folder, manifest or benchmark, so that runs compare across "
+        "machines)",
+    )
+    out.add_argument(
         "--worst", type=int, default=5, metavar="N", help="worst classes to list (0: none)"
     )
     out.add_argument(
@@ -637,7 +644,9 @@ def main(args: argparse.Namespace) -> int:
     sources: dict[str, Any] = {"options": options}
     if benchmark is not None:
         sources["benchmark"] = benchmark
-    record = run_record(run, tag=args.tag, worst=worst, sources=sources)
+    record = run_record(
+        run, tag=args.tag, worst=worst, sources=sources, absolute_paths=args.absolute_paths
+    )
     _write_outputs(args, run, record)
     return 0
 

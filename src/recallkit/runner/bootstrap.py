@@ -335,11 +335,13 @@ def _pair(a: Mapping[str, Any], b: Mapping[str, Any], names: tuple[str, str]) ->
     set_a = set(keys_a)
     only_b = [k for k in keys_b if k not in set_a]
     if only_a or only_b:
-        example = only_a[0] if only_a else only_b[0]
+        example, where = (only_a[0], names[0]) if only_a else (only_b[0], names[1])
         raise RunnerError(
-            f"{names[0]} and {names[1]} did not evaluate the same queries: {len(only_a)} only "
-            f"in {names[0]}, {len(only_b)} only in {names[1]} (e.g. {_describe(example)}); "
-            "compare runs on the same dataset."
+            f"{names[0]} ({len(keys_a)} queries) and {names[1]} ({len(keys_b)} queries) did not "
+            f"evaluate the same queries: {len(only_a)} only in {names[0]}, {len(only_b)} only "
+            f"in {names[1]}; the first one only in {where}: {_describe(example)}. Compare runs "
+            "on the same dataset (queries are named by their path relative to their folder, or "
+            "by manifest id)."
         )
     return np.fromiter((position_b[k] for k in keys_a), dtype=np.int64, count=len(keys_a))
 

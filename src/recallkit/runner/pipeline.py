@@ -26,7 +26,7 @@ from recallkit import metrics as registry
 from recallkit.exceptions import fail
 from recallkit.neighbors import nearest_neighbors
 from recallkit.options import Options, accepts
-from recallkit.records import dumps_run, evaluation_record
+from recallkit.records import dumps_run, evaluation_record, json_label
 from recallkit.result import Result as RecallResult
 from recallkit.runner._errors import RunnerError
 from recallkit.runner.cache import encode_cached
@@ -599,68 +599,96 @@ def render_failure_grid(
 # --- the run file (--json) -----------------------------------------------------------------
 
 
-def _json_label(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, tuple):
-        return [_json_label(v) for v in value]
-    return value if isinstance(value, str | int | float | bool) or value is None else str(value)
-
-
 def run_record(
     run: Run,
     *,
     tag: str | None = None,
     worst: Sequence[ClassRow] = (),
     sources: dict[str, Any] | None = None,
+    absolute_paths: bool = False,
 ) -> dict[str, Any]:
-    """The run as a JSON-ready dict (the ``--json`` file): values, counts, setup, per-query ranks.
+    """The run as a JSON-ready dict (the ``--json`` file): values, counts, setup, per query its
+    name, label, path, first-hit rank and value of every metric.
 
-    ``queries`` holds, row for row, each query's identity, label, image path (absolute;
-    ``null`` for an in-memory image) and first-hit rank (0-indexed, ``-1`` for an excluded
-    query): what ``recallkit compare`` pairs two runs on (identity and path together, since a
-    manifest's ids may repeat). ``definitions`` holds the definitions the values rest on
-    (similarity, tie rule, exactness, self-exclusion, lone queries, K clamp, versions) and
-    their ``id`` (:mod:`recallkit.definitions`): ``compare`` refuses two runs whose
-    definitions differ, and ``plot`` marks them.
+    ``queries`` holds, row for row, each query's name (its path relative to the folder,
+    manifest or benchmark it came from, or its manifest id: :class:`ImageSet`), label, image
+    path (relative likewise; ``null`` for an in-memory image), first-hit rank (0-indexed, ``-1``
+    for an excluded query) and values: what ``recallkit compare`` pairs two runs on (name and
+    path together, since a manifest's ids may repeat), so that the same images evaluated from
+    two folders or machines pair. No absolute path of this machine is written (paths given on
+    the command line are recorded relative to the current folder, or by name) unless
+    ``absolute_paths``. ``definitions`` holds the definitions the values rest on (similarity,
+    tie rule, exactness, self-exclusion, lone queries, averaging, K clamp, versions) and their
+    ``id`` (:mod:`recallkit.definitions`): ``compare`` refuses two runs whose definitions
+    differ, and ``plot`` marks them.
     """
     result = run.result
-    q_ids = run.query.ids
-    if q_ids is None:
-        q_ids = tuple(str(i) for i in range(len(run.query)))
-    q_paths = [
-        os.path.abspath(item) if isinstance(item, str | os.PathLike) else None
-        for item in run.query.items
-    ]
+    query = run.query
+    has_paths = [isinstance(item, str | os.PathLike) for item in query.items]
+    if absolute_paths:
+        names = query.ids
+        paths = [
+            os.path.abspath(i) if p else None for i, p in zip(query.items, has_paths, strict=True)
+        ]
+    else:
+        names = query.names
+        paths = [
+            query.name_of(i) if p else None for i, p in zip(query.items, has_paths, strict=True)
+        ]
+    if names is None:
+        names = tuple(str(i) for i in range(len(query)))
+    roots = [s.root for s in (run.query, run.gallery) if s.root is not None]
+    portable = (lambda value: value) if absolute_paths else (lambda value: _portable(value, roots))
     extra = {
-        "query_source": run.query.source,
-        "gallery_source": run.gallery.source,
-        "sources": sources or {},
-        "encoder": run.encoder,
-        "cache": run.cache,
+        "query_source": query.source if absolute_paths else query.portable_source,
+        "gallery_source": run.gallery.source if absolute_paths else run.gallery.portable_source,
+        "sources": portable(sources or {}),
+        "encoder": portable(run.encoder),
+        "cache": portable(run.cache),
         "seconds": {k: round(v, 3) for k, v in run.seconds.items()},
-        "skipped_images": [[b.path, b.reason] for b in run.skipped],
+        "skipped_images": [[portable(b.path), b.reason] for b in run.skipped],
         "worst_classes": [
             {
-                "label": _json_label(r.label),
+                "label": json_label(r.label),
                 "queries": r.queries,
                 "recall": r.recall,
-                "confused_with": _json_label(r.confused_with),
+                "confused_with": json_label(r.confused_with),
                 "confused_count": r.confused_count,
                 "missed_at_1": r.missed_at_1,
             }
             for r in worst
         ],
     }
-    record = evaluation_record(result, tag=tag, metric=run.metric, extra=extra, queries=False)
+    record = evaluation_record(
+        result,
+        tag=tag,
+        metric=run.metric,
+        query_ids=[str(i) for i in names],
+        producer="recallkit evaluate",
+        extra=extra,
+    )
     record["definitions"] = run.definitions
-    record["queries"] = {
-        "ids": [str(i) for i in q_ids],
-        "labels": [_json_label(v) for v in run.query.labels],
-        "paths": q_paths,
-        "first_hit_rank": result.first_hit_ranks.tolist(),
-    }
+    record["queries"]["labels"] = [json_label(v) for v in query.labels]
+    record["queries"]["paths"] = paths
     return record
+
+
+def _portable(value: Any, roots: Sequence[Path]) -> Any:
+    """``value`` with every absolute path in it (strings, in dicts and lists) made relative to
+    the dataset's root or the current folder when it lies within one, else cut to its name."""
+    if isinstance(value, dict):
+        return {k: _portable(v, roots) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_portable(v, roots) for v in value]
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not os.path.isabs(value) or len(value) < 2:
+        return value
+    for base in (*roots, Path.cwd()):
+        relative = os.path.relpath(value, base)
+        if not relative.startswith(".."):
+            return Path(relative).as_posix()
+    return Path(value).name
 
 
 #: JSON text of a run record (:func:`recallkit.records.dumps_run`).

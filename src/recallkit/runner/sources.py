@@ -2,7 +2,10 @@
 
 Every source yields an :class:`ImageSet`: image paths, one label each, and one identity each.
 The identity (the resolved path, or a manifest's ``id`` column) is what self-match exclusion
-compares: a query never retrieves a gallery item with its own identity.
+compares: a query never retrieves a gallery item with its own identity. Each item also has a
+*name* that travels: its path relative to the folder, manifest or benchmark it came from (or
+its manifest id), the same on every machine and for every copy of the dataset; run files
+record names, never this machine's absolute paths.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ class ImageSet:
 
     ``items`` are paths (or, from the Python API, in-memory images); ``labels`` are the labels as
     the source spells them (folder names, manifest text, benchmark integers); ``ids`` are the
-    identities compared for self-match exclusion (``None`` when the items have none).
+    identities compared for self-match exclusion (``None`` when the items have none);
+    ``names`` the items' names in run files (relative paths or manifest ids; ``None``: their
+    positions) and ``root`` the folder their paths are relative to.
 
     >>> s = ImageSet((Path("a.png"), Path("b.png")), ("cat", "dog"), ("a", "b"), "example")
     >>> len(s), s.labels[1]
@@ -41,6 +46,8 @@ class ImageSet:
     ids: tuple[str, ...] | None
     source: str
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
+    names: tuple[str, ...] | None = None
+    root: Path | None = None
 
     def __len__(self) -> int:
         return len(self.items)
@@ -68,7 +75,31 @@ class ImageSet:
             None if self.ids is None else tuple(self.ids[i] for i in idx),
             self.source,
             self.meta,
+            None if self.names is None else tuple(self.names[i] for i in idx),
+            self.root,
         )
+
+    def name_of(self, path: str | os.PathLike[str]) -> str:
+        """A path as run files record it: relative to :attr:`root` (POSIX separators), or its
+        file name when there is no root."""
+        return relative_name(path, self.root)
+
+    @property
+    def portable_source(self) -> str:
+        """:attr:`source` with the folder or file named without the machine's path."""
+        return self.meta.get("portable_source", self.source)
+
+
+def relative_name(path: str | os.PathLike[str], root: str | os.PathLike[str] | None) -> str:
+    """``path`` relative to ``root`` with POSIX separators (``..`` where it lies outside), or
+    its file name when ``root`` is ``None``.
+
+    >>> relative_name("/data/cub/images/001/a.jpg", "/data/cub"), relative_name("/x/b.png", None)
+    ('images/001/a.jpg', 'b.png')
+    """
+    if root is None:
+        return Path(path).name
+    return Path(os.path.relpath(os.path.abspath(path), os.path.abspath(root))).as_posix()
 
 
 def path_identity(path: str | os.PathLike[str]) -> str:
@@ -169,7 +200,9 @@ def from_folder(root: str | os.PathLike[str], *, what: str = "image folder") -> 
             f"{', '.join(sorted(IMAGE_EXTENSIONS))})."
         )
     ids = tuple(path_identity(p) for p in paths)
-    return ImageSet(tuple(paths), tuple(labels), ids, f"{what} {root}", {"kind": "folder"})
+    meta = {"kind": "folder", "portable_source": f"{what} {root.resolve().name}"}
+    names = tuple(relative_name(p, root) for p in paths)
+    return ImageSet(tuple(paths), tuple(labels), ids, f"{what} {root}", meta, names, root)
 
 
 def _delimiter(path: Path, first_line: str) -> str:
@@ -295,6 +328,7 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
     items: list[Path] = []
     labels: list[str] = []
     ids: list[str] = []
+    names: list[str] = []
     malformed: list[str] = []
     missing: list[str] = []
     for (line_no, _), row in zip(numbered, rows, strict=True):
@@ -326,6 +360,7 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
         items.append(full)
         labels.append(label)
         ids.append(ident or path_identity(full))
+        names.append(ident or relative_name(full, base))
     problems = []
     if unreadable:
         problems.append(
@@ -341,7 +376,10 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
         )
     if problems:
         raise RunnerError(f"The {what} '{path}' " + ". It also ".join(problems) + ".")
-    return ImageSet(tuple(items), tuple(labels), tuple(ids), f"{what} {path}", {"kind": "manifest"})
+    meta = {"kind": "manifest", "portable_source": f"{what} {path.name}"}
+    return ImageSet(
+        tuple(items), tuple(labels), tuple(ids), f"{what} {path}", meta, tuple(names), base
+    )
 
 
 _MAGIC = (
@@ -483,7 +521,10 @@ def from_benchmark(
         paths = tuple(Path(p) for p in split.paths)
         labels = tuple(int(v) for v in split.labels)
         ids = tuple(path_identity(p) for p in paths)
-        return ImageSet(paths, labels, ids, f"{name} {what}", {"kind": "benchmark"})
+        names = tuple(relative_name(p, root) for p in paths)
+        return ImageSet(
+            paths, labels, ids, f"{name} {what}", {"kind": "benchmark"}, names, Path(root)
+        )
 
     query = as_set(query_split, "query split")
     gallery = as_set(gallery_split, "gallery split")
