@@ -56,6 +56,8 @@ SIMILARITIES = ("cosine", "dot", "euclidean")
 SELF_EXCLUSIONS = ("query_in_reference", "ids", "query_in_reference+ids", "none")
 LONE_QUERIES = ("skip", "zero", "error")
 AVERAGES = ("query", "class")
+#: The values of the options written only when changed.
+CHOICES = {"average": AVERAGES}
 TIES = "lower reference index first"
 EXACTNESS = "float64 decisions, fixed order"
 K_CLAMP = "clamped to the candidates"
@@ -124,7 +126,7 @@ def definitions(
     self_exclusion: str,
     lone_queries: str = "skip",
     *,
-    average: str = "query",
+    changed: Mapping[str, str] | None = None,
     metric_parameters: Mapping[str, Mapping[str, str]] | None = None,
 ) -> dict[str, Any]:
     """The definitions of a recall@K computation: ``id`` first, then the fields (see above).
@@ -132,9 +134,9 @@ def definitions(
     ``metric`` is the similarity (``"cosine"``, ``"dot"`` or ``"euclidean"``),
     ``self_exclusion`` the self-match rule (``"query_in_reference"``, ``"ids"``,
     ``"query_in_reference+ids"`` or ``"none"``), ``lone_queries`` the lone-query policy
-    (``"skip"``, ``"zero"``, ``"error"``), ``average`` ``"query"`` or ``"class"`` (written only
-    when ``"class"``), ``metric_parameters`` the metrics' parameters that are not their
-    defaults (written only when there are some).
+    (``"skip"``, ``"zero"``, ``"error"``), ``changed`` the other options that change values
+    and are not at their default (``{"average": "class"}``), ``metric_parameters`` the
+    metrics' parameters that are not their defaults (each written only when there are some).
 
     >>> d = definitions("cosine", "ids")
     >>> d["id"], d["similarity"], d["ties"], d["self_exclusion"], d["definitions_version"]
@@ -148,8 +150,8 @@ def definitions(
         "lone_queries": _choice(lone_queries, LONE_QUERIES, "lone_queries"),
         "k_clamp": K_CLAMP,
     }
-    if _choice(average, AVERAGES, "average") != "query":
-        fields["average"] = average
+    for name, value in (changed or {}).items():
+        fields[name] = _choice(value, CHOICES[name], name) if name in CHOICES else value
     if metric_parameters:
         fields["metric_parameters"] = {k: dict(v) for k, v in metric_parameters.items()}
     fields["definitions_version"] = DEFINITIONS_VERSION

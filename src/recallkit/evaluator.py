@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit import _checks, records
+from recallkit import _checks, averaging, records
 from recallkit import metrics as registry
 from recallkit.options import Options, accepts, check_flag, fill_docs
 from recallkit.result import Result
@@ -308,6 +308,7 @@ class Evaluator:
         func = "Evaluator"
         self.ks = _checks.check_ks(ks, func)
         chosen = registry.default(self.ks) if metrics is None else registry.parse(metrics, func)
+        averaging.check(chosen, options.lone_queries, func)
         self.metrics = tuple(registry.names_of(chosen))
         self.options = options
         self.query_in_reference = check_flag(query_in_reference, func, "query_in_reference")

@@ -30,7 +30,7 @@ from recallkit import _checks, averaging, engine
 from recallkit._codes import dense_codes
 from recallkit.exceptions import LoneQueriesWarning, RecallkitWarning, Text, fail, warn
 from recallkit.metrics import Metric, Ranked, Recall, rank_bounds
-from recallkit.options import Options, check_flag
+from recallkit.options import Options, changed_values, check_flag
 from recallkit.result import Result
 
 
@@ -508,8 +508,9 @@ def definitions_of(
     options: Options, exclusion: str, metrics: Sequence[Metric] = ()
 ) -> dict[str, Any]:
     """The definitions record of a label-form result (:mod:`recallkit.definitions`): the
-    similarity, ``lone_queries`` and ``average`` of ``options``, the self-exclusion rule, and
-    the parameters of ``metrics`` that are not their defaults."""
+    similarity and ``lone_queries`` of ``options``, its other value-changing options that are
+    not at their default (:func:`recallkit.options.changed_values`: ``average``), the
+    self-exclusion rule, and the parameters of ``metrics`` that are not their defaults."""
     from recallkit import definitions
 
     parameters = {m.name: m.changed_parameters for m in metrics if m.changed_parameters}
@@ -517,7 +518,7 @@ def definitions_of(
         options.metric,
         exclusion,
         options.lone_queries,
-        average=options.average,
+        changed=changed_values(options),
         metric_parameters=parameters,
     )
 

@@ -42,8 +42,9 @@ LONE_QUERIES = ("skip", "zero", "error")
 #: the same) or ``"class"`` (each class's value first, then every class weighs the same:
 #: PML's ``avg_of_avgs``).
 AVERAGES = ("query", "class")
-#: Which entry points take an option: ``"engine"`` every ranking entry point, ``"label"`` the
-#: label form only (relevance by label, where a query can be lone).
+#: Which entry points take an option: ``"engine"`` every ranking entry point (it chooses how
+#: the engine runs, never a value), ``"label"`` the label form only (relevance by label): the
+#: options that change values, each recorded in a result's definitions when not at its default.
 SCOPES = ("engine", "label")
 
 
@@ -219,6 +220,20 @@ OPTIONS: tuple[Option, ...] = tuple(
     Option(f.name, f.default, **f.metadata) for f in fields(Options)
 )
 BY_NAME = {option.name: option for option in OPTIONS}
+
+
+def changed_values(options: Options) -> dict[str, Any]:
+    """The value-changing options (scope ``"label"``) that are not at their default, but
+    ``lone_queries``, which every definitions record holds: what a definitions record adds.
+
+    >>> changed_values(Options(average="class")), changed_values(Options())
+    ({'average': 'class'}, {})
+    """
+    return {
+        o.name: getattr(options, o.name)
+        for o in OPTIONS
+        if o.scope == "label" and o.name != "lone_queries" and getattr(options, o.name) != o.default
+    }
 
 
 def names(scope: str = "label") -> tuple[str, ...]:
