@@ -403,16 +403,20 @@ class Metric:
         part = ranked.take(tied)
         return self.values(part, "worst"), self.values(part, "best")
 
-    def summarize(self, values: np.ndarray) -> float:
-        """The metric's value over queries from their per-query values (1-D float64 without
-        NaN): the mean by default; NaN when there is none. A summary is monotone (a better
-        value of one query never makes it worse), so the summaries of the pessimistic and
-        optimistic per-query values bound it.
+    def summarize(self, values: np.ndarray) -> Any:
+        """The metric's value over queries from their per-query values (float64 without NaN),
+        over the last axis: a float for 1-D values, one per row for a batch of resamples
+        ``(b, n)`` (what bootstrap intervals ask). The mean by default; NaN when there is no
+        value. A summary is monotone (a better value of one query never makes it worse), so
+        the summaries of the pessimistic and optimistic per-query values bound it.
 
         >>> Recall(1).summarize(np.array([1.0, 0.0, 0.0, 1.0]))
         0.5
         """
-        return float(values.mean()) if len(values) else math.nan
+        if values.shape[-1] == 0:
+            return math.nan if values.ndim == 1 else np.full(values.shape[:-1], math.nan)
+        out = values.mean(axis=-1)
+        return float(out) if values.ndim == 1 else out
 
 
 def _safe_divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -644,13 +648,17 @@ class MedianRank(MeanRank):
     summary = "median"
     formula = "r + 1 per query; the value is floor(median) over queries"
 
-    def summarize(self, values: np.ndarray) -> float:
-        """``floor(median(values))``: with 1-indexed ranks, VSE++'s ``floor(median(r)) + 1``.
+    def summarize(self, values: np.ndarray) -> Any:
+        """``floor(median(values))`` over the last axis: with 1-indexed ranks, VSE++'s
+        ``floor(median(r)) + 1``.
 
         >>> MedianRank().summarize(np.array([1.0, 2.0, 5.0, 8.0]))
         3.0
         """
-        return float(math.floor(np.median(values))) if len(values) else math.nan
+        if values.shape[-1] == 0:
+            return math.nan if values.ndim == 1 else np.full(values.shape[:-1], math.nan)
+        out = np.floor(np.median(values, axis=-1))
+        return float(out) if values.ndim == 1 else out
 
 
 # ----------------------------------------------------------------------------------------------
