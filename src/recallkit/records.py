@@ -482,3 +482,146 @@ def append_history(
             stacklevel=stacklevel,
         )
     return len(old) + 1
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading a run file back.
+
+_RANK_RULE = "a rank is a whole number, 0 or more, or -1 for an excluded query"
+
+
+def _bad(where: str, field: str, index: int | None, value: Any, rule: str) -> RecordError:
+    at = "" if index is None else f" at query {index}"
+    try:
+        shown = json.dumps(value)
+    except (TypeError, ValueError):
+        shown = repr(value)
+    if len(shown) > 40:
+        shown = shown[:39] + "…"
+    return RecordError(f"{where} has a bad '{field}' value{at}: {shown}; {rule}.")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_run(record: Any, where: str) -> dict[str, Any]:
+    """Check the parts of a run record that intervals and comparisons read; return it, or raise
+    :class:`RecordError` (a ``ValueError``) starting with ``where`` (``"The run file 'a.json'"``)
+    and naming the field and the query.
+
+    ``queries`` must hold ``ids`` (strings or integers) and ``first_hit_rank`` (whole numbers,
+    0 or more, or -1 for an excluded query, below ``num_gallery`` when the record gives it),
+    one per query; ``labels`` (no ``null``), ``paths`` (strings, or ``null`` for an in-memory
+    image) and each list of ``values`` (numbers, or ``null`` for a lone query), when present,
+    one per query too. ``ks``, when present, are positive integers, and ``definitions``, when
+    present, is a definitions record (:func:`recallkit.definitions.check_definitions`).
+
+    >>> check_run({"queries": {"ids": ["q"], "first_hit_rank": [1.5]}}, "The run a")
+    Traceback (most recent call last):
+    ...
+    recallkit.records.RecordError: The run a has a bad 'queries.first_hit_rank' value at query \
+0: 1.5; a rank is a whole number, 0 or more, or -1 for an excluded query.
+    """
+    from recallkit.definitions import check_definitions
+
+    queries = record.get("queries") if isinstance(record, dict) else None
+    if (
+        not isinstance(queries, dict)
+        or not isinstance(queries.get("ids"), list)
+        or not isinstance(queries.get("first_hit_rank"), list)
+    ):
+        raise RecordError(
+            f"{where} has no per-query ranks ('queries' with 'ids' and 'first_hit_rank', one "
+            "per query); write it with recallkit evaluate --json."
+        )
+    kind = record.get("format")
+    if kind is not None and kind not in RUN_FORMATS:
+        raise _bad(where, "format", None, kind, f"this recallkit reads {', '.join(RUN_FORMATS)}")
+    if len(queries["ids"]) != len(queries["first_hit_rank"]):
+        raise RecordError(
+            f"{where} has {len(queries['ids'])} query ids but {len(queries['first_hit_rank'])} "
+            "first-hit ranks ('queries.ids' and 'queries.first_hit_rank' have one entry per "
+            "query); was the file edited?"
+        )
+    n = len(queries["ids"])
+    for i, ident in enumerate(queries["ids"]):
+        if not (isinstance(ident, str) or _is_int(ident)):
+            raise _bad(where, "queries.ids", i, ident, "an id is a string")
+    gallery = record.get("num_gallery")
+    bound = gallery if _is_int(gallery) and gallery > 0 else 2**62
+    for i, rank in enumerate(queries["first_hit_rank"]):
+        if not _is_int(rank) or rank < -1:
+            raise _bad(where, "queries.first_hit_rank", i, rank, _RANK_RULE)
+        if rank >= bound:
+            rule = (
+                f"a rank is below the {gallery} gallery images (num_gallery)"
+                if bound == gallery
+                else _RANK_RULE
+            )
+            raise _bad(where, "queries.first_hit_rank", i, rank, rule)
+    number = (int, float)
+    lists = [
+        (
+            "labels",
+            queries.get("labels"),
+            lambda v: v is not None,
+            "a query's label cannot be null",
+        ),
+        (
+            "paths",
+            queries.get("paths"),
+            lambda v: v is None or isinstance(v, str),
+            "a path is a string (or null)",
+        ),
+    ]
+    values = queries.get("values", {})
+    if not isinstance(values, dict):
+        raise _bad(where, "queries.values", None, values, "it maps metric names to lists")
+    for name, column in values.items():
+        lists.append(
+            (
+                f"values.{name}",
+                column,
+                lambda v: v is None or (isinstance(v, number) and not isinstance(v, bool)),
+                "a value is a number (or null for a lone query)",
+            )
+        )
+    for field, column, allowed, rule in lists:
+        if column is None and field in ("labels", "paths"):
+            continue
+        if not isinstance(column, list) or len(column) != n:
+            raise _bad(where, f"queries.{field}", None, column, f"it is a list of {n} entries")
+        for i, value in enumerate(column):
+            if not allowed(value):
+                raise _bad(where, f"queries.{field}", i, value, rule)
+    if "ks" in record:
+        ks = record["ks"]
+        if not isinstance(ks, list) or not all(_is_int(k) and k > 0 for k in ks):
+            raise _bad(where, "ks", None, ks, "the K values are positive integers")
+    if record.get("definitions") is not None:
+        try:
+            check_definitions(record["definitions"], f"{where} has a 'definitions' record that")
+        except ValueError as error:
+            raise RecordError(str(error)) from None
+    return record
+
+
+def load_run(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a run file written by ``recallkit evaluate --json`` (or ``Evaluator(run_file=)``)
+    and check it (:func:`check_run`); earlier formats (:data:`RUN_FORMATS`) are read too."""
+    path = Path(path)
+    if not path.is_file():
+        raise RecordError(f"The run file '{path}' does not exist.")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise RecordError(f"The run file '{path}' cannot be read as text: {error}.") from None
+    wrong = wrong_kind(path, text, "run")
+    if wrong is not None:
+        raise wrong
+    try:
+        record = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise RecordError(f"The run file '{path}' is not JSON: {error}; {RUN_HINT}.") from None
+    return check_run(record, f"The run file '{path}'")
