@@ -218,6 +218,18 @@ def test_batches_of_one_resample_sum_pairwise_as_scipy_does(statistic):
             assert ours == scipy_pvalue(a, b, np.mean, 40, seed, batch)
 
 
+def test_the_default_batches_leave_no_resample_alone(monkeypatch):
+    # scipy, given no batch, computes every resample in one batch (summed in order); the
+    # default batches here (of 2 resamples, with 2 * n values a batch) end with 3 rather than
+    # a lone resample, which would be summed pairwise.
+    n = 300
+    monkeypatch.setattr(stats, "BATCH_ELEMENTS", 2 * n)
+    for seed in range(40):
+        a, b = ap_like(np.random.default_rng(seed), n)
+        ours = randomization_test(a, b, n_resamples=5, seed=seed)
+        assert ours == scipy_pvalue(a, b, np.mean, 5, seed, None)
+
+
 def test_randomization_test_does_not_depend_on_the_batch():
     a, b = ap_like(np.random.default_rng(3), 300)
     pvalues = {randomization_test(a, b, n_resamples=500, seed=4, batch=k) for k in (2, 7, 500)}
