@@ -518,7 +518,7 @@ def randomization_test(
         The mean or a function ``f(x, axis=-1)`` that reduces the last axis of an ``(m, n)``
         array to ``m`` floats.
     n_resamples : int, default 10000
-        The number of random swap patterns (or more than ``2**n``: the exact test).
+        The number of random swap patterns (at least ``2**n``: the exact test instead).
     seed : int, default 0
         The seed of ``numpy.random.default_rng``.
     batch : int, optional
