@@ -32,7 +32,13 @@ import numpy as np
 
 from recallkit.exceptions import fail
 
-__all__ = ["bootstrap_interval", "holm", "paired_bootstrap", "randomization_test"]
+__all__ = [
+    "bootstrap_interval",
+    "holm",
+    "paired_bootstrap",
+    "paired_bootstrap_distribution",
+    "randomization_test",
+]
 
 #: The statistic: ``"mean"``, or ``f(x, axis=-1)`` reducing the last axis of ``x``.
 Statistic = str | Callable[..., Any]
@@ -359,11 +365,49 @@ def paired_bootstrap(
     >>> paired_bootstrap([1.0, 1.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0], n_resamples=1000)
     (0.5, 0.0, 1.0)
     """
-    func = "paired_bootstrap"
+    confidence = _confidence(confidence, "paired_bootstrap")
+    difference, theta = paired_bootstrap_distribution(
+        a,
+        b,
+        statistic,
+        groups=groups,
+        n_resamples=n_resamples,
+        seed=seed,
+        batch=batch,
+        func="paired_bootstrap",
+    )
+    return (difference, *_percentile_interval(theta, confidence))
+
+
+def paired_bootstrap_distribution(
+    a: Any,
+    b: Any,
+    statistic: Statistic = "mean",
+    *,
+    groups: Any = None,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    batch: int | None = None,
+    func: str = "paired_bootstrap_distribution",
+) -> tuple[float, np.ndarray]:
+    """The difference ``statistic(a) - statistic(b)`` and its ``n_resamples`` paired bootstrap
+    resamples, drawn as :func:`paired_bootstrap` draws them (its interval is their percentile
+    interval); for a bootstrap test, ``2 min(P(d* <= 0), P(d* >= 0))``.
+
+    Parameters and draws as in :func:`paired_bootstrap` (``func`` names the function in
+    errors).
+
+    Returns
+    -------
+    (difference, resampled) : tuple of float and ndarray of shape (n_resamples,)
+
+    >>> d, resampled = paired_bootstrap_distribution([1.0, 0.0], [0.0, 0.0], n_resamples=4)
+    >>> d, resampled.tolist()
+    (0.5, [0.0, 0.5, 1.0, 1.0])
+    """
     a, b = _pair(a, b, func)
     reduce = _statistic(statistic, func)
     n_resamples = _positive_int(n_resamples, func, "n_resamples")
-    confidence = _confidence(confidence, func)
     seed = _seed(seed, func)
     batch = _batch(batch, func)
     if groups is not None:
@@ -385,7 +429,7 @@ def paired_bootstrap(
             seed,
             batch,
         )
-    return (difference, *_percentile_interval(theta, confidence))
+    return difference, theta
 
 
 def _kept(n: int, total: int, exact: bool, batch: int | None, seed: int) -> Iterator[np.ndarray]:

@@ -1,0 +1,805 @@
+"""Intervals for every metric of a run, and comparisons of two or more runs on the same queries.
+
+A *run* is a label-form :class:`recallkit.Result` (from :func:`recallkit.retrieval_metrics`, the
+:class:`~recallkit.Evaluator`, :func:`~recallkit.evaluate_sharded`), a run record (the dict of a
+run file) or the path of a run file (``recallkit evaluate --json``, ``Evaluator(run_file=)``).
+Everything here reads each query's value of each metric (run files of format
+``recallkit.evaluation/4`` hold them; older ones hold the first-hit ranks, from which recall@K
+is read) and the metric's own summary (:meth:`recallkit.metrics.Metric.summarize`: the mean, or
+MedR's median), so that every metric of the registry gets the same treatment:
+
+* :func:`intervals`: each metric's percentile bootstrap interval over the queries that count
+  (``lone_queries`` as the run was computed), or over classes when its value averages classes
+  (``average="class"``), beside its tie bounds (:class:`Interval`);
+* :func:`compare`: for every pair of runs (or each run against a ``baseline``) and every
+  metric they share, the difference and its paired bootstrap interval (the effect size, in the
+  metric's own units), a two-sided p-value (Fisher's paired randomization test by default, or
+  the paired bootstrap), the p-values adjusted for the comparisons of each metric (Holm by
+  default), and which runs cannot be told apart (:class:`Comparison`).
+
+Runs are compared only when they pair: the same queries (by id and path, in any order), the
+same labels, the same definitions (similarity, tie rule, exclusions, lone queries, averaging;
+:mod:`recallkit.definitions`) and the same lone queries. Otherwise :func:`compare` raises
+``ValueError`` saying what differs. The statistics are :mod:`recallkit.stats`'s, equal to
+scipy's with the same seed and resamples.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from recallkit import metrics as registry
+from recallkit import records, stats
+from recallkit._codes import dense_codes
+from recallkit.averaging import counted
+from recallkit.definitions import differences
+from recallkit.exceptions import fail
+
+__all__ = ["Comparison", "Interval", "PairedDifference", "RunData", "compare", "intervals"]
+
+#: The paired tests :func:`compare` takes.
+TESTS = ("randomization", "bootstrap")
+#: The corrections for multiple comparisons :func:`compare` takes.
+CORRECTIONS = ("holm", "none")
+
+
+@dataclass(frozen=True)
+class RunData:
+    """One run as the statistics read it: per metric each query's value (NaN for a lone
+    query), which queries have a relevant item, their labels and pairing keys, the run's
+    values, tie bounds and definitions."""
+
+    name: str
+    metrics: dict[str, float]
+    values: dict[str, np.ndarray]
+    evaluated: np.ndarray
+    keys: list[tuple[str, str | None]]
+    labels: list[Any] | None
+    definitions: dict[str, Any] | None
+    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def lone_queries(self) -> str:
+        return (self.definitions or {}).get("lone_queries", "skip")
+
+    @property
+    def average(self) -> str:
+        return (self.definitions or {}).get("average", "query")
+
+    @property
+    def num_queries(self) -> int:
+        return len(self.evaluated)
+
+    def sample(self, name: str) -> tuple[registry.Metric, np.ndarray, np.ndarray | None]:
+        """``(metric, values, groups)``: the values of metric ``name`` that its value
+        summarises (the queries that count under the run's ``lone_queries``) and, when it
+        averages classes, each one's class code (else ``None``)."""
+        metric = registry.parse_one(name)
+        if metric is None or name not in self.values:
+            raise fail("intervals", "metrics", f"metrics of the run {self.name!r}", repr(name))
+        kept, mask = counted(metric, self.values[name], self.evaluated, self.lone_queries)
+        groups = None
+        if self.average == "class":
+            if self.labels is None:
+                raise fail(
+                    "intervals",
+                    "run",
+                    "a run with its queries' labels when its values average classes",
+                    f"{self.name!r} without labels",
+                )
+            codes, _ = dense_codes(self.labels, [], ("labels", "labels"), "intervals")
+            groups = codes[mask]
+        return metric, kept, groups
+
+
+def as_run(run: Any, name: str | None = None) -> RunData:
+    """``run`` (a :class:`recallkit.Result`, a run record or the path of a run file) as
+    :class:`RunData`, named ``name`` (default: the record's tag, or ``"run"``)."""
+    from recallkit.result import Result
+
+    if isinstance(run, RunData):
+        return run
+    if isinstance(run, Result):
+        return _from_result(run, name or "run")
+    if isinstance(run, str | os.PathLike):
+        record = records.load_run(run)
+        return _from_record(record, name or os.path.basename(os.fspath(run)))
+    if isinstance(run, Mapping):
+        record = records.check_run(dict(run), f"The run {name or run.get('tag') or 'run'}")
+        return _from_record(record, name or str(run.get("tag") or "run"))
+    raise fail("compare", "runs", "Results, run records or run file paths", type(run).__name__)
+
+
+def _from_result(result: Any, name: str) -> RunData:
+    if result.first_hit_ranks is None and not result.per_query:
+        raise fail("intervals", "run", "a label-form result with per-query values", name)
+    n = result.num_queries
+    ids = result.query_ids if result.query_ids is not None else range(n)
+    return RunData(
+        name,
+        dict(result),
+        {k: np.asarray(v, dtype=np.float64) for k, v in result.per_query.items() if k in result},
+        np.asarray(result.evaluated, dtype=bool),
+        [(str(i), None) for i in ids],
+        None if result.query_labels is None else list(result.query_labels),
+        None if result.definitions is None else dict(result.definitions),
+        dict(result.bounds),
+    )
+
+
+def _from_record(record: dict[str, Any], name: str) -> RunData:
+    queries = record["queries"]
+    ranks = np.asarray(queries["first_hit_rank"], dtype=np.int64)
+    evaluated = ranks >= 0
+    values = {
+        k: np.asarray([math.nan if v is None else float(v) for v in column], dtype=np.float64)
+        for k, column in (queries.get("values") or {}).items()
+    }
+    for k in record.get("ks", []):  # a run file before /4: recall@K from the ranks
+        values.setdefault(
+            registry.Recall(k).name,
+            np.where(evaluated, (ranks < k).astype(np.float64), math.nan),
+        )
+    paths = queries.get("paths")
+    if not isinstance(paths, list):
+        paths = [None] * len(ranks)
+    keys = [(str(i), p) for i, p in zip(queries["ids"], paths, strict=True)]
+    metrics = records.metrics_of(record)
+    bounds = {k: (v[0], v[1]) for k, v in (record.get("bounds") or {}).items()}
+    return RunData(
+        name,
+        {k: (math.nan if v is None else float(v)) for k, v in metrics.items()},
+        values,
+        evaluated,
+        keys,
+        queries.get("labels"),
+        record.get("definitions"),
+        bounds,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Intervals of one run.
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A metric's value with its bootstrap interval and its tie bounds."""
+
+    #: The metric's value (the run's own).
+    value: float
+    #: The percentile bootstrap interval at ``confidence``.
+    low: float
+    high: float
+    #: The value with every exact tie broken against the queries, and in their favour.
+    pessimistic: float
+    optimistic: float
+    #: ``"queries"`` or ``"classes"``: what the bootstrap resampled.
+    resampled: str
+    confidence: float
+    n_resamples: int
+    seed: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "value": _json(self.value),
+            "low": _json(self.low),
+            "high": _json(self.high),
+            "pessimistic": _json(self.pessimistic),
+            "optimistic": _json(self.optimistic),
+            "resampled": self.resampled,
+            "confidence": self.confidence,
+            "n_resamples": self.n_resamples,
+            "seed": self.seed,
+        }
+
+
+def _json(value: float) -> float | None:
+    return None if value is None or math.isnan(value) else float(value)
+
+
+def _statistic(metric: registry.Metric) -> Callable[..., Any] | str:
+    """The metric's summary as the resampling functions take it (over the last axis)."""
+    if type(metric).summarize is registry.Metric.summarize:
+        return "mean"
+    return lambda x, axis=-1: metric.summarize(np.moveaxis(np.asarray(x), axis, -1))
+
+
+def _class_statistic(metric: registry.Metric, groups: np.ndarray) -> Callable[..., Any]:
+    """The mean over classes of each class's summary, over the last axis (classes fixed)."""
+    order = np.argsort(groups, kind="stable")
+    cuts = np.flatnonzero(np.r_[True, np.diff(groups[order]) != 0])
+    ends = np.r_[cuts[1:], len(order)]
+    mean = type(metric).summarize is registry.Metric.summarize
+
+    def statistic(x: Any, axis: int = -1) -> Any:
+        x = np.moveaxis(np.asarray(x, dtype=np.float64), axis, -1)[..., order]
+        if mean:
+            per = np.add.reduceat(x, cuts, axis=-1) / (ends - cuts)
+        else:
+            per = np.stack(
+                [
+                    np.asarray(metric.summarize(x[..., a:b]))
+                    for a, b in zip(cuts, ends, strict=True)
+                ],
+                axis=-1,
+            )
+        return per.mean(axis=-1)
+
+    return statistic
+
+
+def intervals(
+    run: Any,
+    *,
+    metrics: Sequence[str] | None = None,
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Interval]:
+    """Each metric's percentile bootstrap interval (Efron & Tibshirani 1993), beside its tie
+    bounds.
+
+    Parameters
+    ----------
+    run : Result, run record (dict) or path of a run file
+        A label-form run (:func:`as_run`).
+    metrics : sequence of str, optional
+        The metrics (names as in the run); default every label-form metric it holds.
+    n_resamples : int, default 10_000
+        Bootstrap resamples; each resample draws as many queries (or classes) as the run has,
+        with replacement.
+    confidence : float, default 0.95
+        The interval's level.
+    seed : int, default 0
+        The resampling seed: the same seed gives the same interval.
+
+    Returns
+    -------
+    dict of str to Interval
+        Per metric, its value, ``low``/``high`` and its ``pessimistic``/``optimistic`` tie
+        bounds. The queries resampled are those the value counts (``lone_queries`` of the run);
+        a value averaged over classes (``average="class"``) resamples classes instead, each
+        with all its queries. The interval equals ``scipy.stats.bootstrap(...,
+        method="percentile")``'s on the same values with the same seed.
+
+    >>> import numpy as np, recallkit
+    >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.8, 0.2], [0.0, 1.0], [0.1, 0.9]])
+    >>> r = recallkit.retrieval_metrics(x, x, [0, 0, 1, 1, 1], [0, 0, 1, 1, 1],
+    ...                                 ["recall@1"], query_in_reference=True)
+    >>> i = intervals(r, n_resamples=1000)["recall@1"]
+    >>> i.value, i.low, i.high
+    (0.8, 0.4, 1.0)
+    """
+    data = as_run(run)
+    chosen = _label_form(data, metrics, "intervals")
+    out = {}
+    for name in chosen:
+        metric, values, groups = data.sample(name)
+        value = data.metrics.get(name, math.nan)
+        pessimistic, optimistic = data.bounds.get(name, (value, value))
+        if len(values) == 0:
+            low = high = math.nan
+        elif groups is not None:
+            low, high = stats.bootstrap_interval(
+                values,
+                _statistic(metric),
+                groups=groups,
+                n_resamples=n_resamples,
+                confidence=confidence,
+                seed=seed,
+            )
+        else:
+            low, high = stats.bootstrap_interval(
+                values,
+                _statistic(metric),
+                n_resamples=n_resamples,
+                confidence=confidence,
+                seed=seed,
+            )
+        out[name] = Interval(
+            value,
+            low,
+            high,
+            pessimistic,
+            optimistic,
+            "classes" if groups is not None else "queries",
+            confidence,
+            n_resamples,
+            seed,
+        )
+    return out
+
+
+def _label_form(data: RunData, metrics: Sequence[str] | None, func: str) -> list[str]:
+    """The metrics asked for (default: every label-form metric of the run, in its order)."""
+    available = [n for n in data.metrics if n in data.values and registry.parse_one(n)]
+    if metrics is None:
+        return available
+    if isinstance(metrics, str):
+        metrics = [metrics]
+    for name in metrics:
+        if name not in available:
+            raise fail(func, "metrics", f"metrics of the run {data.name!r} ({available})", name)
+    return list(metrics)
+
+
+# ----------------------------------------------------------------------------------------------
+# Comparisons of several runs.
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Run ``a`` against run ``b`` on one metric."""
+
+    metric: str
+    a: str
+    b: str
+    value_a: float
+    value_b: float
+    #: ``value_a - value_b``, and its paired percentile bootstrap interval (the effect size).
+    difference: float
+    low: float
+    high: float
+    #: The two-sided p-value of the test, and as adjusted for the comparisons of the metric.
+    p_value: float
+    p_adjusted: float
+    #: Whether the adjusted p-value is below ``alpha``: the runs can be told apart.
+    significant: bool
+    #: The better run when significant (by the metric's direction), else ``None``.
+    better: str | None
+    #: The queries where only one run finds a relevant item first (recall@K: a hit at K).
+    only_a: int | None = None
+    only_b: int | None = None
+
+    @property
+    def tied(self) -> bool:
+        """Whether the runs cannot be told apart on this metric."""
+        return not self.significant
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {k: _json(v) if isinstance(v, float) else v for k, v in self.__dict__.items()}
+        out["tied"] = self.tied
+        return out
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Several runs compared metric by metric on their paired queries (:func:`compare`)."""
+
+    runs: tuple[str, ...]
+    metrics: tuple[str, ...]
+    baseline: str | None
+    test: str
+    correction: str
+    alpha: float
+    confidence: float
+    n_resamples: int
+    seed: int
+    num_queries: int
+    definitions_id: str | None
+    #: Per run name and metric: its value, interval and tie bounds.
+    intervals: dict[str, dict[str, Interval]]
+    rows: tuple[PairedDifference, ...]
+    notes: tuple[str, ...] = ()
+
+    def row(self, metric: str, a: str, b: str) -> PairedDifference:
+        """The comparison of ``a`` and ``b`` on ``metric`` (in either order: ``a - b``)."""
+        for r in self.rows:
+            if r.metric == metric and (r.a, r.b) == (a, b):
+                return r
+        raise KeyError((metric, a, b))
+
+    def beats(self, metric: str, run: str) -> list[str]:
+        """The runs that ``run`` is significantly better than on ``metric``."""
+        out = []
+        for r in self.rows:
+            if r.metric == metric and r.better == run:
+                out.append(r.b if r.a == run else r.a)
+        return out
+
+    def best(self, metric: str) -> list[str]:
+        """The best run on ``metric`` by value (the metric's direction) and every run tied
+        with it (not significantly different)."""
+        direction = registry.parse_one(metric).direction
+        values = {name: self.intervals[name][metric].value for name in self.runs}
+        sign = 1.0 if direction == "higher" else -1.0
+        top = max(self.runs, key=lambda n: sign * values[n])
+        tied = [top]
+        for name in self.runs:
+            if name != top:
+                r = self._either(metric, top, name)
+                if r is not None and r.tied:
+                    tied.append(name)
+        return tied
+
+    def _either(self, metric: str, a: str, b: str) -> PairedDifference | None:
+        for r in self.rows:
+            if r.metric == metric and {r.a, r.b} == {a, b}:
+                return r
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The comparison in plain JSON types, with its test and parameters."""
+        return {
+            "format": "recallkit.comparison/2",
+            "runs": list(self.runs),
+            "metrics": list(self.metrics),
+            "baseline": self.baseline,
+            "test": self.test,
+            "correction": self.correction,
+            "alpha": self.alpha,
+            "confidence": self.confidence,
+            "n_resamples": self.n_resamples,
+            "seed": self.seed,
+            "num_queries": self.num_queries,
+            "definitions_id": self.definitions_id,
+            "notes": list(self.notes),
+            "intervals": {
+                run: {m: i.to_dict() for m, i in per.items()} for run, per in self.intervals.items()
+            },
+            "comparisons": [r.to_dict() for r in self.rows],
+        }
+
+    def format(self) -> str:
+        """The comparison as text: one line per pair and metric."""
+        pct = f"{100 * self.confidence:g}%"
+        test = {
+            "randomization": "Fisher's paired randomization test",
+            "bootstrap": "paired bootstrap test",
+        }[self.test]
+        head = (
+            f"{self.num_queries} paired queries; {test}, {self.n_resamples} resamples, seed "
+            f"{self.seed}; p-values adjusted by {self.correction} per metric; alpha {self.alpha:g}"
+        )
+        header = [
+            "metric",
+            "run a",
+            "run b",
+            "value a",
+            "value b",
+            "a - b",
+            f"{pct} interval",
+            "p",
+            "p adjusted",
+            "verdict",
+        ]
+        rows = []
+        for r in self.rows:
+            verdict = f"{r.better} better" if r.significant else "tied"
+            rows.append(
+                [
+                    r.metric,
+                    r.a,
+                    r.b,
+                    _fmt(r.value_a),
+                    _fmt(r.value_b),
+                    f"{r.difference:+.4f}",
+                    f"[{r.low:+.4f}, {r.high:+.4f}]",
+                    f"{r.p_value:.4f}",
+                    f"{r.p_adjusted:.4f}",
+                    verdict,
+                ]
+            )
+        from recallkit.result import format_table
+
+        return head + "\n\n" + format_table(header, rows)
+
+
+def _fmt(value: float) -> str:
+    return "-" if value is None or math.isnan(value) else f"{value:.4f}"
+
+
+def _check_choice(value: Any, choices: Sequence[str], name: str) -> str:
+    if not isinstance(value, str) or value not in choices:
+        raise fail("compare", name, f"one of {tuple(choices)}", repr(value))
+    return value
+
+
+def compare(
+    runs: Mapping[str, Any] | Sequence[Any],
+    *,
+    baseline: str | None = None,
+    metrics: Sequence[str] | None = None,
+    test: str = "randomization",
+    correction: str = "holm",
+    alpha: float = 0.05,
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Comparison:
+    """Compare two or more runs on the same queries, metric by metric.
+
+    Parameters
+    ----------
+    runs : mapping of name to run, or sequence of runs
+        Two or more runs: :class:`recallkit.Result`\\s, run records or run file paths (a
+        sequence names each by its tag or file name).
+    baseline : str, optional
+        Compare every other run with this one only; default every pair.
+    metrics : sequence of str, optional
+        The metrics to compare; default every label-form metric all runs hold.
+    test : {"randomization", "bootstrap"}, default "randomization"
+        The paired test of each difference: Fisher's paired randomization test (each
+        resample swaps the two runs' values of a random half of the queries), or the paired
+        bootstrap (``p = 2 min(P(d* <= 0), P(d* >= 0))`` over the resampled differences).
+    correction : {"holm", "none"}, default "holm"
+        The adjustment of each metric's p-values for the number of pairs compared on it.
+    alpha : float, default 0.05
+        Adjusted p-values below it are significant; the other pairs are tied.
+    n_resamples, confidence, seed
+        The resamples, interval level and seed of every interval and test.
+
+    Returns
+    -------
+    Comparison
+        Each run's values with their intervals and tie bounds, and for every pair and metric
+        the difference, its paired bootstrap interval, the p-value, the adjusted p-value and
+        the verdict. A value averaged over classes is resampled by class.
+
+    Raises
+    ------
+    ValueError
+        When the runs do not pair: other queries (the first differing one is named), other
+        labels, other definitions (the fields are named) or other lone queries.
+    """
+    func = "compare"
+    _check_choice(test, TESTS, "test")
+    _check_choice(correction, CORRECTIONS, "correction")
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
+        raise fail(func, "alpha", "in (0, 1)", repr(alpha))
+    if isinstance(runs, Mapping):
+        data = [as_run(run, str(name)) for name, run in runs.items()]
+    else:
+        if isinstance(runs, str | os.PathLike):
+            raise fail(func, "runs", "two or more runs", "one path")
+        data = [as_run(run) for run in runs]
+    if len(data) < 2:
+        raise fail(func, "runs", "two or more runs", f"{len(data)}")
+    names = [d.name for d in data]
+    if len(set(names)) != len(names):
+        repeated = next(n for n in names if names.count(n) > 1)
+        raise fail(func, "runs", "runs with distinct names", f"two named {repeated!r}")
+    if baseline is not None and baseline not in names:
+        raise fail(func, "baseline", f"one of the runs' names {names}", repr(baseline))
+    notes: list[str] = []
+    definitions_id = _check_definitions(data, notes)
+    data = [data[0], *(_paired(data[0], d) for d in data[1:])]
+    common = [m for m in data[0].metrics if all(m in d.values for d in data)]
+    common = [m for m in common if m in data[0].values and registry.parse_one(m) is not None]
+    if metrics is None:
+        chosen = common
+        left = sorted({m for d in data for m in d.values} - set(common))
+        if left:
+            notes.append(f"not held by every run, not compared: {', '.join(left)}")
+    else:
+        chosen = list([metrics] if isinstance(metrics, str) else metrics)
+        for name in chosen:
+            if name not in common:
+                raise fail(func, "metrics", f"metrics every run holds ({common})", repr(name))
+    if not chosen:
+        raise fail(func, "metrics", "a metric every run holds", "none in common")
+    spread = {
+        d.name: intervals(
+            d, metrics=chosen, n_resamples=n_resamples, confidence=confidence, seed=seed
+        )
+        for d in data
+    }
+    if baseline is None:
+        pairs = list(combinations(data, 2))
+    else:
+        base = next(d for d in data if d.name == baseline)
+        pairs = [(base, d) for d in data if d.name != baseline]
+    rows = []
+    for name in chosen:
+        raw = [_difference(name, a, b, test, n_resamples, confidence, seed) for a, b in pairs]
+        p = np.array([r[3] for r in raw])
+        adjusted = stats.holm(p) if correction == "holm" else p
+        direction = registry.parse_one(name).direction
+        for (a, b), (diff, low, high, pv, only), adj in zip(pairs, raw, adjusted, strict=True):
+            significant = bool(adj < alpha)
+            better = None
+            if significant:
+                better = a.name if (diff > 0) == (direction == "higher") else b.name
+            rows.append(
+                PairedDifference(
+                    name,
+                    a.name,
+                    b.name,
+                    a.metrics[name],
+                    b.metrics[name],
+                    a.metrics[name] - b.metrics[name],
+                    low,
+                    high,
+                    float(pv),
+                    float(adj),
+                    significant,
+                    better,
+                    *only,
+                )
+            )
+    return Comparison(
+        tuple(names),
+        tuple(chosen),
+        baseline,
+        test,
+        correction,
+        float(alpha),
+        float(confidence),
+        int(n_resamples),
+        int(seed),
+        int(data[0].evaluated.sum()),
+        definitions_id,
+        spread,
+        tuple(rows),
+        tuple(notes),
+    )
+
+
+def _difference(
+    name: str,
+    a: RunData,
+    b: RunData,
+    test: str,
+    n_resamples: int,
+    confidence: float,
+    seed: int,
+) -> tuple[float, float, float, float, tuple[int | None, int | None]]:
+    """``(difference, low, high, p, (only_a, only_b))`` of ``a - b`` on metric ``name``."""
+    metric, x, groups = a.sample(name)
+    _, y, _ = b.sample(name)
+    if len(x) == 0:
+        return math.nan, math.nan, math.nan, 1.0, (None, None)
+    statistic = _statistic(metric) if groups is None else _class_statistic(metric, groups)
+    options = dict(n_resamples=n_resamples, confidence=confidence, seed=seed)
+    if groups is None:
+        diff, low, high = stats.paired_bootstrap(x, y, statistic, **options)
+    else:
+        diff, low, high = stats.paired_bootstrap(x, y, _statistic(metric), groups=groups, **options)
+    if test == "randomization":
+        p = stats.randomization_test(x, y, statistic, n_resamples=n_resamples, seed=seed)
+    else:
+        p = _bootstrap_p(x, y, statistic, groups, metric, n_resamples, seed)
+    only: tuple[int | None, int | None] = (None, None)
+    if isinstance(metric, registry.Recall):
+        only = (
+            int(np.count_nonzero((x > 0) & (y == 0))),
+            int(np.count_nonzero((x == 0) & (y > 0))),
+        )
+    return diff, low, high, p, only
+
+
+def _bootstrap_p(
+    x: np.ndarray,
+    y: np.ndarray,
+    statistic: Any,
+    groups: np.ndarray | None,
+    metric: registry.Metric,
+    n_resamples: int,
+    seed: int,
+) -> float:
+    """``2 min(P(d* <= 0), P(d* >= 0))`` (at most 1) over the paired bootstrap differences."""
+    _, draws = stats.paired_bootstrap_distribution(
+        x,
+        y,
+        _statistic(metric) if groups is not None else statistic,
+        groups=groups,
+        n_resamples=n_resamples,
+        seed=seed,
+    )
+    return float(min(1.0, 2 * min(np.mean(draws <= 0), np.mean(draws >= 0))))
+
+
+def _check_definitions(data: Sequence[RunData], notes: list[str]) -> str | None:
+    """The definitions id every run shares, or ``ValueError`` naming the fields that differ."""
+    first = data[0]
+    missing = [d.name for d in data if d.definitions is None]
+    if missing:
+        notes.append(
+            f"{', '.join(missing)} {'has' if len(missing) == 1 else 'have'} no definitions record "
+            "(written before recallkit recorded them): the similarity, tie rule and exclusions "
+            "cannot be checked to match; compared anyway."
+        )
+        return None
+    for other in data[1:]:
+        fields = differences(first.definitions, other.definitions)
+        if fields:
+            listed = "; ".join(
+                f"{f} ({first.definitions.get(f)!r} in {first.name}, "
+                f"{other.definitions.get(f)!r} in {other.name})"
+                for f in fields
+            )
+            raise ValueError(
+                f"{first.name} and {other.name} were computed under different definitions: "
+                f"{listed}; values are comparable only under the same definitions."
+            )
+    versions = sorted({str(d.definitions.get("recallkit")) for d in data})
+    if len(versions) > 1:
+        notes.append(
+            f"the runs were written by recallkit {', '.join(versions)}, under the same "
+            f"definitions ({first.definitions['id']})."
+        )
+    return str(first.definitions["id"])
+
+
+def _keys(data: RunData) -> list[tuple[str, str | None]]:
+    """Each query's pairing key; a key that repeats cannot pair (``ValueError``)."""
+    keys = data.keys
+    if len(set(keys)) != len(keys):
+        counts = Counter(keys)
+        repeated = next(k for k in keys if counts[k] > 1)
+        where = "" if repeated[1] is None else f" and path {repeated[1]!r}"
+        raise ValueError(
+            f"{data.name} has {counts[repeated]} queries with id {repeated[0]!r}{where}, so they "
+            "cannot be paired with another run's queries: its queries need distinct ids, or "
+            "paths (run files written by recallkit evaluate --json have them)."
+        )
+    return keys
+
+
+def _paired(a: RunData, b: RunData) -> RunData:
+    """``b`` with its queries in ``a``'s order, or ``ValueError`` saying what differs."""
+    keys_a, keys_b = _keys(a), _keys(b)
+    if any(k[1] is None for k in keys_a + keys_b):
+        keys_a = [(k[0], None) for k in keys_a]
+        keys_b = [(k[0], None) for k in keys_b]
+        if len(set(keys_a)) != len(keys_a) or len(set(keys_b)) != len(keys_b):
+            _keys(RunData(a.name, {}, {}, a.evaluated, keys_a, None, None))
+            _keys(RunData(b.name, {}, {}, b.evaluated, keys_b, None, None))
+    position = {k: i for i, k in enumerate(keys_b)}
+    only_a = [k for k in keys_a if k not in position]
+    set_a = set(keys_a)
+    only_b = [k for k in keys_b if k not in set_a]
+    if only_a or only_b:
+        example, where = (only_a[0], a.name) if only_a else (only_b[0], b.name)
+        shown = (
+            repr(example[0])
+            if example[1] in (None, example[0])
+            else (f"{example[0]!r} ({example[1]})")
+        )
+        raise ValueError(
+            f"{a.name} ({len(keys_a)} queries) and {b.name} ({len(keys_b)} queries) did not "
+            f"evaluate the same queries: {len(only_a)} only in {a.name}, {len(only_b)} only in "
+            f"{b.name}; the first one only in {where}: {shown}. Compare runs on the same "
+            "dataset (queries are named by their path relative to their folder, or by manifest "
+            "id)."
+        )
+    order = np.fromiter((position[k] for k in keys_a), dtype=np.int64, count=len(keys_a))
+    labels = None if b.labels is None else [b.labels[i] for i in order]
+    if a.labels is not None and labels is not None:
+        differ = [
+            i
+            for i, (u, v) in enumerate(zip(a.labels, labels, strict=True))
+            if json.dumps(u) != json.dumps(v)
+        ]
+        if differ:
+            raise ValueError(
+                f"{a.name} and {b.name} give different labels to {len(differ)} queries (e.g. "
+                f"{keys_a[differ[0]][0]!r}); compare runs on the same dataset."
+            )
+    evaluated = b.evaluated[order]
+    if not np.array_equal(a.evaluated, evaluated):
+        i = int(np.flatnonzero(a.evaluated != evaluated)[0])
+        raise ValueError(
+            f"{a.name} and {b.name} exclude different queries (e.g. {keys_a[i][0]!r}: no "
+            "gallery item with its label in one run only); compare runs on the same gallery."
+        )
+    return RunData(
+        b.name,
+        b.metrics,
+        {k: v[order] for k, v in b.values.items()},
+        evaluated,
+        keys_a,
+        labels,
+        b.definitions,
+        b.bounds,
+    )
