@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from recallkit._lazy import exports as _exports
 
 if _TYPE_CHECKING:
+    from recallkit.comparison import Comparison, Interval, compare, intervals
     from recallkit.evaluator import Evaluator
     from recallkit.exceptions import ParameterError, RecallkitError, RecallkitWarning
     from recallkit.ground_truth import (
@@ -34,7 +35,9 @@ if _TYPE_CHECKING:
 
 # Public name -> the module that defines it.
 _HOMES = {
+    "Comparison": "recallkit.comparison",
     "Evaluator": "recallkit.evaluator",
+    "Interval": "recallkit.comparison",
     "Options": "recallkit.options",
     "ParameterError": "recallkit.exceptions",
     "RecallkitError": "recallkit.exceptions",
@@ -42,9 +45,11 @@ _HOMES = {
     "Ranks": "recallkit.ground_truth",
     "Result": "recallkit.result",
     "average_precision_at_k": "recallkit.ground_truth",
+    "compare": "recallkit.comparison",
     "evaluate_sharded": "recallkit.sharded",
     "ground_truth_ranks": "recallkit.ground_truth",
     "ground_truth_ranks_from_embeddings": "recallkit.ground_truth",
+    "intervals": "recallkit.comparison",
     "map_at_k": "recallkit.retrieval",
     "map_at_r": "recallkit.retrieval",
     "nearest_neighbors": "recallkit.neighbors",
@@ -57,7 +62,9 @@ _HOMES = {
 }
 
 __all__ = [
+    "Comparison",
     "Evaluator",
+    "Interval",
     "Options",
     "ParameterError",
     "Ranks",
@@ -65,9 +72,11 @@ __all__ = [
     "RecallkitWarning",
     "Result",
     "average_precision_at_k",
+    "compare",
     "evaluate_sharded",
     "ground_truth_ranks",
     "ground_truth_ranks_from_embeddings",
+    "intervals",
     "map_at_k",
     "map_at_r",
     "nearest_neighbors",
