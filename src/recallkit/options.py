@@ -95,6 +95,7 @@ def _option(
     check: Callable[[Any, str, str], Any] | None = None,
     metavar: str | None = None,
     scope: str = "engine",
+    doc_type: str | None = None,
 ) -> Any:
     return field(
         default=default,
@@ -104,6 +105,7 @@ def _option(
             "check": check,
             "metavar": metavar,
             "scope": scope,
+            "doc_type": doc_type,
         },
     )
 
@@ -134,6 +136,7 @@ lone_queries='skip', average='query')
         "query rows per chunk (default: sized from the memory budget); ranks do not depend on it",
         check=_positive_or_none,
         metavar="ROWS",
+        doc_type="int, optional",
     )
     device: Any = _option(  # noqa: RUF009 (a dataclass field with metadata)
         None,
@@ -142,6 +145,7 @@ lone_queries='skip', average='query')
         "free memory)",
         check=_device,
         metavar="DEVICE",
+        doc_type="str, int or torch.device, optional",
     )
     precision: str = _option(
         "auto",
@@ -202,6 +206,7 @@ class Option:
     check: Callable[[Any, str, str], Any] | None
     metavar: str | None
     scope: str
+    doc_type: str | None = None
 
     @property
     def flag(self) -> str:
@@ -243,14 +248,39 @@ def names(scope: str = "label") -> tuple[str, ...]:
 
 
 def docs(scope: str = "label", only: Sequence[str] | None = None) -> str:
-    """The options' help, as the ``Options:`` part of a docstring."""
+    """The options' entries of a docstring's ``Parameters`` section (numpydoc), then
+    ``options``: the same text for every entry point.
+
+    >>> print(docs(only=["chunk_size"]))
+    chunk_size : int, optional
+        Query rows per chunk (default: sized from the memory budget); ranks do not depend on
+        it.
+    options : Options, optional
+        The options to start from (:class:`recallkit.Options`); the keywords above override
+        its fields.
+    """
     import textwrap
 
     chosen = only if only is not None else names(scope)
-    lines = ["Options (:class:`recallkit.Options`, the same for every entry point):"]
+    lines = []
     for name in chosen:
-        text = f"``{name}``: {BY_NAME[name].help}."
-        lines += textwrap.wrap(text, 88, initial_indent="    ", subsequent_indent="        ")
+        option = BY_NAME[name]
+        if option.choices is not None:
+            kind = "{" + ", ".join(repr(c) for c in option.choices) + "}"
+            kind += f", default {option.default!r}"
+        else:
+            kind = option.doc_type or "optional"
+        lines.append(f"{name} : {kind}")
+        text = option.help[:1].upper() + option.help[1:] + "."
+        lines += textwrap.wrap(text, 88, initial_indent="    ", subsequent_indent="    ")
+    lines.append("options : Options, optional")
+    lines += textwrap.wrap(
+        "The options to start from (:class:`recallkit.Options`); the keywords above override "
+        "its fields.",
+        88,
+        initial_indent="    ",
+        subsequent_indent="    ",
+    )
     return "\n".join(lines)
 
 
@@ -308,6 +338,9 @@ def accepts(
         params.append(inspect.Parameter("options", inspect.Parameter.KEYWORD_ONLY, default=None))
         call.__signature__ = signature.replace(parameters=params + tail)  # type: ignore[attr-defined]
         call.__doc__ = fill_docs(call.__doc__, scope, taken)
+        # The public function is the wrapper, with its own signature and docstring: documentation
+        # tools that unwrap would show the inner ``options`` parameter and the bare marker.
+        del call.__wrapped__
         return call
 
     return wrap

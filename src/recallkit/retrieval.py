@@ -24,15 +24,46 @@ from recallkit import _checks, label_form
 from recallkit import metrics as registry
 from recallkit.options import Options, accepts
 from recallkit.result import Result
+from recallkit.typing import Embeddings, Ids, Labels
 
-_SELF_MATCHES = """
-    Self-matches are excluded only when asked: ``query_in_reference=True`` means
-    ``reference[:len(query)]`` is the query, row for row (PML's convention; checked value for
-    value), and each query's own row is removed; ``query_ids``/``reference_ids`` remove every
-    reference item whose id equals the query's. A reference that begins with the query's rows
-    (the same array, or a copy) without ``query_in_reference`` or ids raises ``ValueError``;
-    ``query_in_reference=False`` keeps such copies as gallery items.
-"""
+# The parameters every label-form function takes, documented once (numpydoc entries).
+_INPUTS = """query : array_like of shape (n, d)
+    The query embeddings (:data:`recallkit.typing.Embeddings`): numpy, torch (any device),
+    nested sequences.
+reference : array_like of shape (m, d)
+    The reference (gallery) embeddings; a numpy memory map or a
+    :class:`recallkit.io.EmbeddingFile` is read from its file block by block.
+query_labels : array_like of shape (n,)
+    One label per query (:data:`recallkit.typing.Labels`): integers of any size, strings,
+    bytes or tuples, compared by value (never cast to float); all of one kind.
+reference_labels : array_like of shape (m,)
+    One label per reference row, of the kind of ``query_labels``."""
+_EXCLUSIONS = """query_in_reference : bool, optional
+    ``True``: ``reference[:n]`` is the query, row for row (PML's ``ref_includes_query``,
+    checked value for value), and each query's own row is removed (leave-one-out, as CUB,
+    Cars196, SOP and iNaturalist are evaluated). ``False``: nothing is removed, even when
+    vectors or labels are equal. Required (``True`` or ``False``) when the reference begins
+    with the query's rows; never inferred.
+query_ids, reference_ids : array_like of shape (n,) and (m,), optional
+    Ids compared by value (:data:`recallkit.typing.Ids`): every reference item with the
+    query's id is removed (several photos of one object). Given together."""
+_RANKING = """Ranking: scores are cosine similarity (the default), inner product
+(``metric="dot"``) or negative Euclidean distance (``metric="euclidean"``), decided on exact
+float64 scores: a GEMM only filters, so ranks do not depend on chunking, threads, BLAS,
+precision or device. Ties: on equal scores the lower reference index ranks first;
+``result.bounds`` gives each value with every tie broken against the queries and in their
+favour, ``result.num_tied`` how many queries a tie decides. The full ``n x m`` matrix is never
+built."""
+_RESULT = """Result
+    A read-only mapping ``metric name -> value`` (:class:`recallkit.Result`) with each
+    query's value (``per_query``, NaN for a lone query), the first-hit ranks where a metric
+    reads them, the counts (``num_queries``, ``num_evaluated``, ``num_excluded``), the tie
+    bounds (``bounds``, ``num_tied``) and the definitions record."""
+_RAISES = """ValueError
+    (:class:`recallkit.ParameterError`) When an argument is malformed: shapes, lengths, NaN or
+    infinite values, zero rows under cosine, unknown metric names, labels of mixed kinds, a
+    reference that begins with the queries without ``query_in_reference``, lone queries
+    under ``lone_queries="error"``; the message names the argument."""
 
 
 def _run(
@@ -58,29 +89,49 @@ def _run(
 
 @accepts()
 def retrieval_metrics(
-    query: Any,
-    reference: Any,
-    query_labels: Any,
-    reference_labels: Any,
+    query: Embeddings,
+    reference: Embeddings,
+    query_labels: Labels,
+    reference_labels: Labels,
     metrics: Sequence[str] = ("recall@1", "MAP@R", "R-precision"),
     *,
     query_in_reference: bool | None = None,
-    query_ids: Any = None,
-    reference_ids: Any = None,
+    query_ids: Ids | None = None,
+    reference_ids: Ids | None = None,
     divisor: str = "min_k_r",
     options: Options,
 ) -> Result:
-    """Several label-form metrics from one pass of the engine (:mod:`recallkit.metrics`).
+    """Any label-form metrics of the registry from one pass of the engine.
 
-    ``metrics`` names them: ``"recall@K"`` (hit@K), ``"precision@K"``, ``"IR-recall@K"``,
-    ``"MAP@K"`` (``divisor`` as in :func:`map_at_k`), ``"MAP@R"``, ``"R-precision"``,
-    ``"MRR"`` (``"MRR@K"``), ``"nDCG@K"``, or their aliases (PML's names among them). The
-    first-hit ranks and the ranked lists every metric reads are computed once; the result holds
-    each metric's mean, its per-query values (``per_query[name]``), the counts, and the tie
-    bounds.
-    {self_matches}
+    A reference item is relevant to a query when it has the query's label and is not
+    excluded. The first-hit ranks and the ranked lists every metric reads are computed once.
+
+    {ranking}
+
+    Parameters
+    ----------
+    {inputs}
+    metrics : sequence of str, default ("recall@1", "MAP@R", "R-precision")
+        The metrics by name or alias (case-insensitive; :mod:`recallkit.metrics`):
+        ``"recall@K"`` (hit@K), ``"precision@K"``, ``"IR-recall@K"``, ``"MAP@K"``, ``"MAP@R"``,
+        ``"R-precision"``, ``"MRR"`` (``"MRR@K"``), ``"nDCG@K"``, ``"MnR"``, ``"MedR"``, and
+        the peers' names (PML's ``"precision_at_1"``, ``"mean_average_precision_at_r"``, ...).
+    {exclusions}
+    divisor : {"min_k_r", "r", "hits"}, default "min_k_r"
+        MAP@K's divisor: min(K, R) (CIRCO; a perfect ranking scores 1), R (PML, ranx) or the
+        hits in the top K (torchmetrics, OML).
     {options}
 
+    Returns
+    -------
+    {result}
+
+    Raises
+    ------
+    {raises}
+
+    Examples
+    --------
     >>> import numpy as np
     >>> x = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [0.6, 0.8]])
     >>> r = retrieval_metrics(x, x, [0, 0, 1, 1], [0, 0, 1, 1], ["recall@1", "MAP@R", "MRR"],
@@ -105,15 +156,15 @@ def retrieval_metrics(
 
 @accepts()
 def recall_at_k(
-    query: Any,
-    reference: Any,
-    query_labels: Any,
-    reference_labels: Any,
-    ks: Any = (1, 5, 10),
+    query: Embeddings,
+    reference: Embeddings,
+    query_labels: Labels,
+    reference_labels: Labels,
+    ks: Sequence[int] = (1, 5, 10),
     *,
     query_in_reference: bool | None = None,
-    query_ids: Any = None,
-    reference_ids: Any = None,
+    query_ids: Ids | None = None,
+    reference_ids: Ids | None = None,
     options: Options,
 ) -> Result:
     """Recall@K of label-form retrieval: a hit when one of the K nearest shares the label.
@@ -123,38 +174,37 @@ def recall_at_k(
 
         recall@K = |{q evaluated : r(q) < K}| / |{q evaluated}|
 
-    This is the deep-metric-learning convention (Oh Song et al. 2016, CVPR; Musgrave et al. 2020,
-    "A Metric Learning Reality Check"), equal to PML's ``precision_at_1`` at K = 1. It is *not*
-    the information-retrieval recall (``"IR-recall@K"`` of :func:`retrieval_metrics`).
+    This is the deep-metric-learning convention (Oh Song et al. 2016, CVPR; Musgrave et al.
+    2020, "A Metric Learning Reality Check"), equal to PML's ``precision_at_1`` at K = 1. It is
+    *not* the information-retrieval recall (``"IR-recall@K"`` of :func:`retrieval_metrics`).
+    Queries left with no reference item of their label are lone: left out and counted in
+    ``num_excluded`` (``lone_queries`` chooses otherwise); when all are lone the values are
+    NaN, with a warning. K above a query's candidates is clamped to them (``effective_ks``),
+    with a warning.
 
-    Ranking: scores are cosine similarity, inner product (``metric="dot"``) or negative
-    Euclidean distance (``metric="euclidean"``); a GEMM only filters, and candidates within its
-    error bound of a decision are re-scored exactly in float64, so ranks do not depend on
-    chunking, threads, BLAS, precision or device. On equal scores the lower reference index
-    ranks first; ``result.bounds`` and ``result.num_tied`` say what other tie orders would give.
-    The rank is counted, never sorted, chunk by chunk: the full n×m matrix is never built.
-    {self_matches}
-    Queries left with no reference item of their label are lone: excluded from the mean and
-    counted in ``num_excluded``; when all are lone the values are NaN and a warning says so
-    (``lone_queries`` chooses otherwise). K above a query's candidates is clamped to them
-    (``effective_ks``), with a warning.
+    {ranking}
 
-    Labels may be integers (of any size, or floats with an integral value), strings, bytes or
-    tuples, compared by value; they are mapped to dense codes, never cast to float or string.
-    The labels of one call are all of one kind: numbers mixed with strings (``[1, "1"]``) raise
-    ``ValueError``, and so do labels given as ``None``, a dict, a set or an iterator.
-
-    Args:
-        query: ``(n, d)`` embeddings, torch tensor or numpy array.
-        reference: ``(m, d)`` embeddings (a memory map or :class:`recallkit.io.EmbeddingFile`
-            is streamed).
-        query_labels, reference_labels: one label per row.
-        ks: positive integers; the result's keys are ``"recall@K"`` in this order.
-        query_in_reference: the first ``n`` reference rows are the queries.
-        query_ids, reference_ids: ids whose equality marks a self-match.
-
+    Parameters
+    ----------
+    {inputs}
+    ks : sequence of int, default (1, 5, 10)
+        The K values, positive and distinct; the result's keys are ``"recall@K"`` in this
+        order.
+    {exclusions}
     {options}
 
+    Returns
+    -------
+    {result}
+        ``first_hit_ranks`` holds each query's 0-indexed first-hit rank (``-1`` for a lone
+        query).
+
+    Raises
+    ------
+    {raises}
+
+    Examples
+    --------
     >>> import numpy as np
     >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
     >>> r = recall_at_k(x, x, [0, 1, 1, 0], [0, 1, 1, 0], ks=(1, 2), query_in_reference=True)
@@ -177,25 +227,41 @@ def recall_at_k(
 
 @accepts()
 def r_precision(
-    query: Any,
-    reference: Any,
-    query_labels: Any,
-    reference_labels: Any,
+    query: Embeddings,
+    reference: Embeddings,
+    query_labels: Labels,
+    reference_labels: Labels,
     *,
     query_in_reference: bool | None = None,
-    query_ids: Any = None,
-    reference_ids: Any = None,
+    query_ids: Ids | None = None,
+    reference_ids: Ids | None = None,
     options: Options,
 ) -> Result:
     """R-precision: the fraction of relevant items among the first R, averaged over queries.
 
-    ``R`` is the number of reference items with the query's label (self-matches excluded as
-    in :func:`recall_at_k`); lone queries (R = 0) are left out, as in PML. Ties rank the lower
-    reference index first. (Musgrave et al. 2020, "A Metric Learning Reality Check".) The result
-    holds ``"R-precision"``; ``float(result)`` is its value.
+    ``R`` is the number of reference items with the query's label after self-exclusion; lone
+    queries (R = 0) are left out, as in PML (Musgrave et al. 2020, "A Metric Learning Reality
+    Check").
 
+    {ranking}
+
+    Parameters
+    ----------
+    {inputs}
+    {exclusions}
     {options}
 
+    Returns
+    -------
+    {result}
+        It holds ``"R-precision"``; ``float(result)`` is its value.
+
+    Raises
+    ------
+    {raises}
+
+    Examples
+    --------
     >>> import numpy as np
     >>> x = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [0.6, 0.8]])
     >>> float(r_precision(x, x, [0, 0, 1, 1], [0, 0, 1, 1], query_in_reference=True))
@@ -215,25 +281,41 @@ def r_precision(
 
 @accepts()
 def map_at_r(
-    query: Any,
-    reference: Any,
-    query_labels: Any,
-    reference_labels: Any,
+    query: Embeddings,
+    reference: Embeddings,
+    query_labels: Labels,
+    reference_labels: Labels,
     *,
     query_in_reference: bool | None = None,
-    query_ids: Any = None,
-    reference_ids: Any = None,
+    query_ids: Ids | None = None,
+    reference_ids: Ids | None = None,
     options: Options,
 ) -> Result:
-    """MAP@R (Musgrave et al. 2020): mean over queries of ``(1/R) Σ_{i ≤ R} rel(i) · P@i``.
+    """MAP@R (Musgrave et al. 2020): the mean over queries of ``(1/R) Σ_{i ≤ R} rel(i) P@i``.
 
     ``R`` is the number of reference items with the query's label after self-exclusion; lone
-    queries are left out. Identical to PML's ``mean_average_precision_at_r`` on the same inputs
-    (with ``k="max_bin_count"``), except that ties rank the lower reference index first. The
-    result holds ``"MAP@R"``; ``float(result)`` is its value.
+    queries are left out. Identical to PML's ``mean_average_precision_at_r`` on the same
+    inputs (with ``k="max_bin_count"``), except that ties rank the lower reference index first.
 
+    {ranking}
+
+    Parameters
+    ----------
+    {inputs}
+    {exclusions}
     {options}
 
+    Returns
+    -------
+    {result}
+        It holds ``"MAP@R"``; ``float(result)`` is its value.
+
+    Raises
+    ------
+    {raises}
+
+    Examples
+    --------
     >>> import numpy as np
     >>> x = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [0.6, 0.8]])
     >>> float(map_at_r(x, x, [0, 0, 1, 1], [0, 0, 1, 1], query_in_reference=True))
@@ -253,26 +335,48 @@ def map_at_r(
 
 @accepts()
 def map_at_k(
-    query: Any,
-    reference: Any,
-    query_labels: Any,
-    reference_labels: Any,
+    query: Embeddings,
+    reference: Embeddings,
+    query_labels: Labels,
+    reference_labels: Labels,
     k: int = 10,
     *,
     divisor: str = "min_k_r",
     query_in_reference: bool | None = None,
-    query_ids: Any = None,
-    reference_ids: Any = None,
+    query_ids: Ids | None = None,
+    reference_ids: Ids | None = None,
     options: Options,
 ) -> Result:
-    """Mean AP@K over evaluated queries, label form (:class:`recallkit.metrics.MAPAtK`).
+    """Mean AP@K over the evaluated queries, label form (:class:`recallkit.metrics.MAPAtK`).
 
-    ``divisor`` is ``"min_k_r"`` (default, a perfect ranking scores 1; CIRCO), ``"r"`` (PML) or
-    ``"hits"`` (torchmetrics, OML). Lone queries (R = 0) are left out. K above the reference
-    size reads the whole ranking. The result holds ``"MAP@K"``.
+    ``AP@K = (1/D) Σ_{i ≤ K} rel(i) P@i`` with the divisor ``D`` chosen by ``divisor``; a
+    query with ``D = 0`` scores 0. Lone queries (R = 0) are left out. K above the reference
+    size reads the whole ranking.
 
+    {ranking}
+
+    Parameters
+    ----------
+    {inputs}
+    k : int, default 10
+        The cut-off K, positive.
+    divisor : {"min_k_r", "r", "hits"}, default "min_k_r"
+        min(K, R) (CIRCO; a perfect ranking scores 1), R (PML, ranx) or the hits in the top K
+        (torchmetrics, OML).
+    {exclusions}
     {options}
 
+    Returns
+    -------
+    {result}
+        It holds ``"MAP@K"``; ``float(result)`` is its value.
+
+    Raises
+    ------
+    {raises}
+
+    Examples
+    --------
     >>> import numpy as np
     >>> x = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [0.6, 0.8]])
     >>> float(map_at_k(x, x, [0, 0, 1, 1], [0, 0, 1, 1], k=2, query_in_reference=True))
@@ -293,5 +397,17 @@ def map_at_k(
     )
 
 
-for _function in (retrieval_metrics, recall_at_k):
-    _function.__doc__ = _function.__doc__.replace("{self_matches}", _SELF_MATCHES)
+def _shared(text: str) -> str:
+    """A shared docstring part, indented as the function docstrings' sections are."""
+    return text.replace("\n", "\n    ")
+
+
+for _function in (retrieval_metrics, recall_at_k, r_precision, map_at_r, map_at_k):
+    for _marker, _text in (
+        ("{inputs}", _INPUTS),
+        ("{exclusions}", _EXCLUSIONS),
+        ("{ranking}", _RANKING),
+        ("{result}", _RESULT),
+        ("{raises}", _RAISES),
+    ):
+        _function.__doc__ = _function.__doc__.replace(_marker, _shared(_text))
