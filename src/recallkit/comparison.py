@@ -173,23 +173,43 @@ def _from_record(record: dict[str, Any], name: str) -> RunData:
 
 @dataclass(frozen=True)
 class Interval:
-    """A metric's value with its bootstrap interval and its tie bounds."""
+    """A metric's value with its bootstrap interval and its tie bounds.
 
-    #: The metric's value (the run's own).
+    Attributes
+    ----------
+    value : float
+        The metric's value (the run's own).
+    low, high : float
+        The percentile bootstrap interval at ``confidence``.
+    pessimistic, optimistic : float
+        The value with every exact tie broken against the queries, and in their favour.
+    resampled : {"queries", "classes"}
+        What the bootstrap resampled.
+    confidence : float
+        The interval's level.
+    n_resamples : int
+        The bootstrap resamples.
+    seed : int
+        The resampling seed.
+    """
+
     value: float
-    #: The percentile bootstrap interval at ``confidence``.
     low: float
     high: float
-    #: The value with every exact tie broken against the queries, and in their favour.
     pessimistic: float
     optimistic: float
-    #: ``"queries"`` or ``"classes"``: what the bootstrap resampled.
     resampled: str
     confidence: float
     n_resamples: int
     seed: int
 
     def to_dict(self) -> dict[str, Any]:
+        """The interval in plain JSON types (NaN as ``None``).
+
+        Returns
+        -------
+        dict
+        """
         return {
             "value": _json(self.value),
             "low": _json(self.low),
@@ -339,25 +359,44 @@ def _label_form(data: RunData, metrics: Sequence[str] | None, func: str) -> list
 
 @dataclass(frozen=True)
 class PairedDifference:
-    """Run ``a`` against run ``b`` on one metric."""
+    """Run ``a`` against run ``b`` on one metric.
+
+    Attributes
+    ----------
+    metric : str
+        The metric's name.
+    a, b : str
+        The runs' names.
+    value_a, value_b : float
+        Their values.
+    difference : float
+        ``value_a - value_b``: the effect size, in the metric's own units.
+    low, high : float
+        The difference's paired percentile bootstrap interval.
+    p_value : float
+        The two-sided p-value of the test.
+    p_adjusted : float
+        The p-value adjusted for the comparisons of the metric (Holm).
+    significant : bool
+        Whether the adjusted p-value is below ``alpha``: the runs can be told apart.
+    better : str or None
+        The better run when significant (by the metric's direction), else ``None``.
+    only_a, only_b : int or None
+        recall@K: the queries that only ``a`` (only ``b``) finds a relevant item for within K.
+    """
 
     metric: str
     a: str
     b: str
     value_a: float
     value_b: float
-    #: ``value_a - value_b``, and its paired percentile bootstrap interval (the effect size).
     difference: float
     low: float
     high: float
-    #: The two-sided p-value of the test, and as adjusted for the comparisons of the metric.
     p_value: float
     p_adjusted: float
-    #: Whether the adjusted p-value is below ``alpha``: the runs can be told apart.
     significant: bool
-    #: The better run when significant (by the metric's direction), else ``None``.
     better: str | None
-    #: The queries where only one run finds a relevant item first (recall@K: a hit at K).
     only_a: int | None = None
     only_b: int | None = None
 
@@ -367,6 +406,12 @@ class PairedDifference:
         return not self.significant
 
     def to_dict(self) -> dict[str, Any]:
+        """The row in plain JSON types, with ``tied``.
+
+        Returns
+        -------
+        dict
+        """
         out = {k: _json(v) if isinstance(v, float) else v for k, v in self.__dict__.items()}
         out["tied"] = self.tied
         return out
@@ -374,7 +419,39 @@ class PairedDifference:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Several runs compared metric by metric on their paired queries (:func:`compare`)."""
+    """Several runs compared metric by metric on their paired queries (:func:`compare`).
+
+    Attributes
+    ----------
+    runs : tuple of str
+        The runs' names, in the order given.
+    metrics : tuple of str
+        The metrics compared.
+    baseline : str or None
+        The run every other was compared with, or ``None`` (every pair).
+    test : {"randomization", "bootstrap"}
+        The paired test.
+    correction : {"holm", "none"}
+        The adjustment of each metric's p-values.
+    alpha : float
+        The significance level.
+    confidence : float
+        The intervals' level.
+    n_resamples : int
+        The resamples of every interval and test.
+    seed : int
+        Their seed.
+    num_queries : int
+        The paired queries that count.
+    definitions_id : str or None
+        The definitions every run shares.
+    intervals : dict of str to dict of str to Interval
+        Per run and metric: its value, interval and tie bounds.
+    rows : tuple of PairedDifference
+        Per metric, each pair compared.
+    notes : tuple of str
+        What a reader should know (metrics not compared, versions).
+    """
 
     runs: tuple[str, ...]
     metrics: tuple[str, ...]
@@ -387,20 +464,48 @@ class Comparison:
     seed: int
     num_queries: int
     definitions_id: str | None
-    #: Per run name and metric: its value, interval and tie bounds.
     intervals: dict[str, dict[str, Interval]]
     rows: tuple[PairedDifference, ...]
     notes: tuple[str, ...] = ()
 
     def row(self, metric: str, a: str, b: str) -> PairedDifference:
-        """The comparison of ``a`` and ``b`` on ``metric`` (in either order: ``a - b``)."""
+        """The comparison of ``a`` with ``b`` on ``metric``.
+
+        Parameters
+        ----------
+        metric : str
+            A metric compared.
+        a, b : str
+            Two runs, as compared (``a - b``).
+
+        Returns
+        -------
+        PairedDifference
+
+        Raises
+        ------
+        KeyError
+            When that pair was not compared on that metric.
+        """
         for r in self.rows:
             if r.metric == metric and (r.a, r.b) == (a, b):
                 return r
         raise KeyError((metric, a, b))
 
     def beats(self, metric: str, run: str) -> list[str]:
-        """The runs that ``run`` is significantly better than on ``metric``."""
+        """The runs that ``run`` is significantly better than on ``metric``.
+
+        Parameters
+        ----------
+        metric : str
+            A metric compared.
+        run : str
+            A run's name.
+
+        Returns
+        -------
+        list of str
+        """
         out = []
         for r in self.rows:
             if r.metric == metric and r.better == run:
@@ -409,7 +514,18 @@ class Comparison:
 
     def best(self, metric: str) -> list[str]:
         """The best run on ``metric`` by value (the metric's direction) and every run tied
-        with it (not significantly different)."""
+        with it (not significantly different).
+
+        Parameters
+        ----------
+        metric : str
+            A metric compared.
+
+        Returns
+        -------
+        list of str
+            The best run first.
+        """
         direction = registry.parse_one(metric).direction
         values = {name: self.intervals[name][metric].value for name in self.runs}
         sign = 1.0 if direction == "higher" else -1.0
@@ -429,7 +545,12 @@ class Comparison:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        """The comparison in plain JSON types, with its test and parameters."""
+        """The comparison in plain JSON types, with its test and parameters.
+
+        Returns
+        -------
+        dict
+        """
         return {
             "format": "recallkit.comparison/2",
             "runs": list(self.runs),
@@ -451,7 +572,12 @@ class Comparison:
         }
 
     def format(self) -> str:
-        """The comparison as text: one line per pair and metric."""
+        """The comparison as text: one line per pair and metric.
+
+        Returns
+        -------
+        str
+        """
         pct = f"{100 * self.confidence:g}%"
         test = {
             "randomization": "Fisher's paired randomization test",

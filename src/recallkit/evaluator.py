@@ -54,6 +54,7 @@ from recallkit import metrics as registry
 from recallkit.options import Options, accepts, check_flag, fill_docs
 from recallkit.result import Result
 from recallkit.sharded import same_row
+from recallkit.typing import Embeddings, Ids, Labels
 
 #: What ends an epoch: ``"compute"`` (the first update after a compute begins the next one) or
 #: ``"reset"`` (only :meth:`Evaluator.reset`; torchmetrics' convention).
@@ -261,28 +262,39 @@ def _check_path(value: Any, name: str, func: str) -> Path | None:
 class Evaluator:
     """Collect embeddings batch by batch; compute exact retrieval metrics of the whole split.
 
-    Args:
-        ks: the K of recall@K (positive, distinct).
-        metrics: the metrics by name, as in :func:`recallkit.retrieval_metrics`
-            (``"recall@K"``, ``"precision@K"``, ``"IR-recall@K"``, ``"MAP@K"``, ``"MAP@R"``,
-            ``"R-precision"`` and PML's names); by default recall@K for ``ks``, then MAP@R and
-            R-precision, as :func:`recallkit.evaluate_sharded`. Given, it replaces that list.
-        query_in_reference: ``True`` (default): the rows of :meth:`update` are searched
-            against themselves, each query's own row left out; ``False``: they are queries
-            against the gallery given with :meth:`update_reference`.
-        history: a history file (``.jsonl``) to which each :meth:`compute` appends its record.
-        run_file: a path with ``{tag}`` (``"runs/{tag}.json"``): each :meth:`compute` writes
-            its run file there, with the per-query ranks ``recallkit compare`` reads.
-        group: the ``torch.distributed`` process group (default: the whole world).
-        epoch_ends: ``"compute"`` (default): :meth:`compute` ends the epoch, and the next
-            batch begins a new one; ``"reset"``: the rows stay until :meth:`reset`.
-
-    {options}
-
     Under an initialised process group of more than one process every rank calls
     :meth:`update` with its own batches and their dataset indices (``ids``) and
-    :meth:`compute` at the same point; each gets the same :class:`recallkit.Result`.
+    :meth:`compute` at the same point; each gets the same :class:`recallkit.Result`, equal bit
+    for bit to the one-process result. Ranks are exact, and on equal scores the lower reference
+    index (the lower dataset index, under ``torch.distributed``) ranks first.
 
+    Parameters
+    ----------
+    ks : sequence of int, default (1, 2, 4, 8)
+        The K of recall@K (positive, distinct).
+    metrics : sequence of str, optional
+        The metrics by name, as in :func:`recallkit.retrieval_metrics` (``"recall@K"``,
+        ``"MAP@R"``, ``"MnR"``, PML's names, ...); by default recall@K for ``ks``, then MAP@R
+        and R-precision, as :func:`recallkit.evaluate_sharded`. Given, it replaces that list.
+    query_in_reference : bool, default True
+        ``True``: the rows of :meth:`update` are searched against themselves, each query's own
+        row left out; ``False``: they are queries against the gallery given with
+        :meth:`update_reference`.
+    history : str or os.PathLike, optional
+        A history file (``.jsonl``) to which each :meth:`compute` appends its record.
+    run_file : str, optional
+        A path with ``{tag}`` (``"runs/{tag}.json"``): each :meth:`compute` writes its run file
+        there, with each query's values, which ``recallkit compare`` and ``recallkit report``
+        read.
+    group : torch.distributed.ProcessGroup, optional
+        The process group (default: the whole world).
+    epoch_ends : {"compute", "reset"}, default "compute"
+        ``"compute"``: :meth:`compute` ends the epoch, and the next batch begins a new one;
+        ``"reset"``: the rows stay until :meth:`reset` (torchmetrics' convention).
+    {options}
+
+    Examples
+    --------
     >>> import torch
     >>> ev = Evaluator(ks=(1, 2), metrics=["recall@1", "recall@2"])
     >>> x = torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [0.6, 0.8]])
@@ -346,17 +358,39 @@ class Evaluator:
         """Gallery rows collected on this rank by :meth:`update_reference`."""
         return self._reference.count
 
-    def update(self, embeddings: Any, labels: Any, ids: Any = None) -> None:
-        """Add a batch: ``(n, d)`` embeddings (any device; kept there), ``n`` integer labels,
-        and ``n`` dataset indices (``ids``; required under ``torch.distributed``).
+    def update(self, embeddings: Embeddings, labels: Labels, ids: Ids | None = None) -> None:
+        """Add a batch of the split's rows.
 
         Every batch has the dimension, dtype and device of the first one, and ids or none.
+
+        Parameters
+        ----------
+        embeddings : array_like of shape (b, d)
+            The batch's embeddings (any device; kept there until :meth:`compute`).
+        labels : array_like of int, shape (b,)
+            Their labels (integers of any sign and size).
+        ids : array_like of int, shape (b,), optional
+            Their dataset indices, non-negative; required under ``torch.distributed``. An
+            index given again carries the same label and embedding (``DistributedSampler``'s
+            padding), and is counted once.
         """
         self._add(self._query, embeddings, labels, ids, "Evaluator.update")
 
-    def update_reference(self, embeddings: Any, labels: Any, ids: Any = None) -> None:
-        """Add a batch of the separate gallery (``query_in_reference=False``): as
-        :meth:`update`; ``ids`` are the gallery's own dataset indices."""
+    def update_reference(
+        self, embeddings: Embeddings, labels: Labels, ids: Ids | None = None
+    ) -> None:
+        """Add a batch of the separate gallery (``query_in_reference=False``), as
+        :meth:`update` adds queries.
+
+        Parameters
+        ----------
+        embeddings : array_like of shape (b, d)
+            The gallery batch's embeddings.
+        labels : array_like of int, shape (b,)
+            Their labels.
+        ids : array_like of int, shape (b,), optional
+            The gallery's own dataset indices (required under ``torch.distributed``).
+        """
         func = "Evaluator.update_reference"
         if self.query_in_reference:
             raise _checks.fail(
@@ -399,9 +433,18 @@ class Evaluator:
         epoch's values nor count its rows twice. With ``epoch_ends="reset"`` (torchmetrics'
         convention) the rows stay until :meth:`reset`.
 
-        ``tag`` names the run in the history and run files (default ``epoch-N``, ``N`` the
-        number of computes so far, this one included); it is a plain name (no path separator,
-        not ``..``): run files stay in the folder of ``run_file``.
+        Parameters
+        ----------
+        tag : str, optional
+            The run's name in the history and run files (default ``epoch-N``, ``N`` the number
+            of computes so far, this one included); a plain name (no path separator, not
+            ``..``): run files stay in the folder of ``run_file``.
+
+        Returns
+        -------
+        Result
+            The metrics of the split, as :func:`recallkit.retrieval_metrics` gives them on the
+            rows collected, ordered by dataset index when ``ids`` were given.
         """
         func = "Evaluator.compute"
         if tag is not None:

@@ -114,13 +114,31 @@ def _text(value: str | Text) -> Text:
 
 class RecallkitError(ValueError):
     """A bad input the library refuses, with its :class:`Text` kept in parts (the command line
-    renders the parameters it mentions as its own options)."""
+    renders the parameters it mentions as its own options). A ``ValueError``.
+
+    Parameters
+    ----------
+    text : str or Text
+        The message; a :class:`Text` keeps the parameters it mentions apart.
+    """
 
     def __init__(self, text: str | Text) -> None:
         self.text = _text(text)
         super().__init__(str(self.text))
 
     def render(self, namer: Namer = python_name) -> str:
+        """The message, every parameter it mentions named by ``namer``.
+
+        Parameters
+        ----------
+        namer : callable, default python_name
+            ``(parameter, value) -> str``: how a mention reads (the command line gives its
+            option names).
+
+        Returns
+        -------
+        str
+        """
         return self.text.render(namer)
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -134,6 +152,19 @@ class ParameterError(RecallkitError):
     parts stay available as attributes (``requirement`` as a :class:`Text` when it mentions
     other parameters), so that a caller (the command line) can say the same in its own words.
 
+    Parameters
+    ----------
+    func : str
+        The function called.
+    name : str
+        The parameter at fault.
+    requirement : str or Text
+        What it must be.
+    got : object
+        What it got, as shown.
+
+    Examples
+    --------
     >>> error = ParameterError("recall_at_k", "ks", "positive integers", "0")
     >>> str(error), error.name, error.got
     ("The 'ks' parameter of recall_at_k must be positive integers. Got 0.", 'ks', '0')
@@ -148,8 +179,19 @@ class ParameterError(RecallkitError):
         ValueError.__init__(self, self.render())
 
     def render(self, namer: Namer = python_name, subject: str | None = None) -> str:
-        """The message, every parameter named by ``namer``; ``subject`` replaces the opening
-        "The 'name' parameter of func"."""
+        """The message, every parameter named by ``namer``.
+
+        Parameters
+        ----------
+        namer : callable, default python_name
+            ``(parameter, value) -> str``: how a mention reads.
+        subject : str, optional
+            Replaces the opening "The 'name' parameter of func".
+
+        Returns
+        -------
+        str
+        """
         head = subject if subject is not None else f"The '{self.name}' parameter of {self.func}"
         return f"{head} must be {self.requirement.render(namer)}. Got {self.got}."
 
@@ -169,6 +211,17 @@ class RecallkitWarning(UserWarning):
     ``str()`` is ``"func: text"``; :meth:`render` gives the text alone, parameters named by a
     :data:`Namer`.
 
+    Parameters
+    ----------
+    func : str
+        The function that warns.
+    text : str or Text
+        What it says.
+    parameter : str, optional
+        The parameter it concerns (``None``: the data as a whole).
+
+    Examples
+    --------
     >>> w = RecallkitWarning("recall_at_k", Text("{ks} asks too much", ks="ks"), "ks")
     >>> str(w), w.render(lambda p, v: "--ks")
     ("recall_at_k: 'ks' asks too much", '--ks asks too much')
@@ -181,6 +234,17 @@ class RecallkitWarning(UserWarning):
         super().__init__(f"{func}: {self.text}")
 
     def render(self, namer: Namer = python_name) -> str:
+        """The text alone, every parameter it mentions named by ``namer``.
+
+        Parameters
+        ----------
+        namer : callable, default python_name
+            ``(parameter, value) -> str``: how a mention reads.
+
+        Returns
+        -------
+        str
+        """
         return self.text.render(namer)
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -25,6 +25,8 @@ from recallkit import _checks, engine
 from recallkit.metrics import DIVISORS, ap_divisor, rank_bounds
 from recallkit.options import Options, accepts
 from recallkit.result import Result
+from recallkit.typing import Embeddings, Scores
+from recallkit.typing import Ranks as RankArray
 
 REDUCTIONS = ("min", "none")
 
@@ -123,13 +125,36 @@ def _exclusion_pairs(exclude: Any, n: int, m: int, func: str) -> engine.Pairs | 
 @dataclass(frozen=True)
 class Ranks:
     """Ranks of ground-truth items (``-1`` at padding), with every exact tie broken in the
-    query's favour (``optimistic``) and against it (``pessimistic``)."""
+    query's favour (``optimistic``) and against it (``pessimistic``).
+
+    Attributes
+    ----------
+    ranks : ndarray or Tensor of int64, shape (n,) or (n, g)
+        The 0-indexed ranks by the tie rule (lower reference index first).
+    optimistic : ndarray or Tensor of int64, shape of ``ranks``
+        Each rank with every exact tie broken in the query's favour (the item first among
+        those with its score).
+    pessimistic : ndarray or Tensor of int64, shape of ``ranks``
+        Each rank with every exact tie broken against the query (the item last among those
+        with its score).
+    """
 
     ranks: np.ndarray
     optimistic: np.ndarray
     pessimistic: np.ndarray
 
     def map(self, f: Any) -> Ranks:
+        """The three arrays through ``f``.
+
+        Parameters
+        ----------
+        f : callable
+            Applied to ``ranks``, ``optimistic`` and ``pessimistic``.
+
+        Returns
+        -------
+        Ranks
+        """
         return Ranks(f(self.ranks), f(self.optimistic), f(self.pessimistic))
 
 
@@ -321,26 +346,43 @@ def _output(ranks: Ranks, tie_bounds: bool, given: Any) -> Any:
 
 
 def ground_truth_ranks(
-    scores: Any,
-    ground_truth: Any,
+    scores: Scores,
+    ground_truth: RankArray,
     *,
-    exclude: Any = None,
+    exclude: RankArray | None = None,
     reduce: str = "min",
     tie_bounds: bool = False,
 ) -> np.ndarray | torch.Tensor | Ranks:
     """0-indexed rank of each query's ground-truth item in its row of a similarity matrix.
 
     ``rank = |{j : s[j] > s[g]}| + |{j < g : s[j] == s[g]}|`` over the candidates ``j`` that are
-    not excluded: on equal scores the lower index ranks first. ``ground_truth`` holds one index
-    per query, or several (a list per query, or an ``(n, g)`` array padded with ``-1``): with
-    ``reduce="min"`` the rank of the best one (image-to-text retrieval with five captions per
-    image), with ``reduce="none"`` the rank of each (``-1`` at padding). Other ground truths count
-    as candidates. ``exclude`` removes candidates per query (an index, or a list, per query).
-    Indices are integers (Python, numpy or torch): floats are refused even when integral
-    (``2.0``), as numpy indexing refuses them, rather than truncated. ``tie_bounds=True`` returns
-    a :class:`Ranks` with the optimistic and pessimistic ranks beside them. numpy in, numpy
-    out: a torch tensor of scores gives torch tensors on its device.
+    not excluded: on equal scores the lower reference index ranks first. Other ground truths
+    count as candidates. The scores are exact as given.
 
+    Parameters
+    ----------
+    scores : array_like of shape (n, m)
+        The similarity matrix, higher is better (:data:`recallkit.typing.Scores`).
+    ground_truth : array_like of int, shape (n,) or (n, g), or a list of lists
+        One reference index per query, or several (a list per query, or an ``(n, g)`` array
+        padded with ``-1``). Indices are integers (Python, numpy or torch): floats are refused
+        even when integral (``2.0``), as numpy indexing refuses them.
+    exclude : int or list per query, optional
+        Candidates removed per query (an index, or a list of indices, per query).
+    reduce : {"min", "none"}, default "min"
+        ``"min"``: the rank of each query's best ground truth (image-to-text retrieval with
+        five captions per image); ``"none"``: the rank of each (``-1`` at padding).
+    tie_bounds : bool, default False
+        Return a :class:`Ranks` with the optimistic and pessimistic ranks beside the ranks.
+
+    Returns
+    -------
+    ndarray or Tensor of int64, shape (n,) or (n, g), or Ranks
+        The ranks; numpy in, numpy out: a torch tensor of scores gives torch tensors on its
+        device. With ``tie_bounds``, a :class:`Ranks`.
+
+    Examples
+    --------
     >>> ground_truth_ranks([[0.2, 0.9, 0.2], [0.5, 0.5, 0.5]], [0, 2])
     array([1, 2])
     >>> ground_truth_ranks([[0.2, 0.9, 0.2]], [[0, 2]], reduce="none")
@@ -357,22 +399,44 @@ def ground_truth_ranks(
 
 @accepts(scope="engine")
 def ground_truth_ranks_from_embeddings(
-    query: Any,
-    reference: Any,
-    ground_truth: Any,
+    query: Embeddings,
+    reference: Embeddings,
+    ground_truth: RankArray,
     *,
-    exclude: Any = None,
+    exclude: RankArray | None = None,
     reduce: str = "min",
     tie_bounds: bool = False,
     options: Options,
 ) -> np.ndarray | torch.Tensor | Ranks:
     """:func:`ground_truth_ranks` from embeddings, chunked: the full matrix is never built.
 
-    Scores are the exact scores of :func:`recallkit.recall_at_k` (``metric`` cosine, dot or
-    euclidean; ``precision`` the filter GEMM's type), with the same tie rule.
+    Scores are the exact float64 scores of :func:`recallkit.recall_at_k` (``metric`` cosine,
+    dot or euclidean; ``precision`` the filter GEMM's type), with the same tie rule: on equal
+    scores the lower reference index ranks first.
 
+    Parameters
+    ----------
+    query : array_like of shape (n, d)
+        The query embeddings (:data:`recallkit.typing.Embeddings`).
+    reference : array_like of shape (m, d)
+        The reference embeddings (a memory map is read block by block).
+    ground_truth : array_like of int, shape (n,) or (n, g), or a list of lists
+        As in :func:`ground_truth_ranks`.
+    exclude : int or list per query, optional
+        As in :func:`ground_truth_ranks`.
+    reduce : {"min", "none"}, default "min"
+        As in :func:`ground_truth_ranks`.
+    tie_bounds : bool, default False
+        As in :func:`ground_truth_ranks`.
     {options}
 
+    Returns
+    -------
+    ndarray or Tensor of int64, shape (n,) or (n, g), or Ranks
+        As :func:`ground_truth_ranks` returns them (torch tensors for a torch query).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> images = np.eye(3)
     >>> captions = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
@@ -389,17 +453,35 @@ def ground_truth_ranks_from_embeddings(
 
 
 def recall_from_ranks(
-    ranks: Any,
+    ranks: RankArray,
     ks: Sequence[int],
     *,
-    optimistic: Any = None,
-    pessimistic: Any = None,
+    optimistic: RankArray | None = None,
+    pessimistic: RankArray | None = None,
     name: str = "recall@{k}",
 ) -> Result:
-    """``recall@K = mean(rank < K)`` for 0-indexed ranks, in the order of ``ks``: a
-    :class:`recallkit.Result` with the per-query hits; with ``optimistic``/``pessimistic``
-    ranks (:class:`Ranks`), the tie bounds too. ``name`` formats each key.
+    """``recall@K = mean(rank < K)`` for 0-indexed ranks, in the order of ``ks``.
 
+    Parameters
+    ----------
+    ranks : array_like of int, shape (n,)
+        0-indexed ranks, non-negative (:func:`ground_truth_ranks`).
+    ks : sequence of int
+        The K values, positive and distinct.
+    optimistic, pessimistic : array_like of int, shape (n,), optional
+        The ranks with every tie broken for and against each query (:class:`Ranks`), given
+        together: the result's tie bounds.
+    name : str, default "recall@{k}"
+        Each key, formatted with ``k``.
+
+    Returns
+    -------
+    Result
+        The values by key, each query's hits (``per_query``), the ranks
+        (``first_hit_ranks``) and, with the tie bounds, ``bounds`` and ``num_tied``.
+
+    Examples
+    --------
     >>> dict(recall_from_ranks([0, 3, 1, 10], ks=[1, 5]))
     {'recall@1': 0.25, 'recall@5': 0.75}
     """
@@ -463,16 +545,33 @@ def _rank_array(ranks: Any, func: str, name: str) -> np.ndarray:
     return array.astype(np.int64)
 
 
-def recall_at_k_from_scores(sim_matrix: Any, ground_truth: Any, ks: Sequence[int]) -> list[float]:
+def recall_at_k_from_scores(
+    sim_matrix: Scores, ground_truth: RankArray, ks: Sequence[int]
+) -> list[float]:
     """Recall@K from a similarity matrix and one ground-truth index per query, as a list of
     values rounded to 4 decimals in the order of ``ks``.
 
-    Ranks follow the 0-indexed, lower-index-first rank convention (:func:`ground_truth_ranks`:
-    ties broken by the lower gallery index); each value is ``round(count(rank < K) / n, 4)``.
-    This is the plain-list form of the image-text retrieval exercise; :func:`recall_from_ranks`
-    on :func:`ground_truth_ranks` gives the same values unrounded as a
-    :class:`recallkit.Result`, with per-query hits and tie bounds.
+    Ranks follow the 0-indexed rank convention of :func:`ground_truth_ranks`: on equal scores
+    the lower reference index ranks first; each value is ``round(count(rank < K) / n, 4)``.
+    :func:`recall_from_ranks` on :func:`ground_truth_ranks` gives the same values unrounded
+    as a :class:`recallkit.Result`, with per-query hits and tie bounds.
 
+    Parameters
+    ----------
+    sim_matrix : array_like of shape (n, m)
+        The similarity matrix, higher is better.
+    ground_truth : array_like of int, shape (n,)
+        Each query's correct reference index.
+    ks : sequence of int
+        The K values, positive and distinct.
+
+    Returns
+    -------
+    list of float
+        recall@K for each K, rounded to 4 decimals.
+
+    Examples
+    --------
     >>> sim = [[0.9, 0.1, 0.5], [0.3, 0.3, 0.2], [0.1, 0.2, 0.3]]
     >>> recall_at_k_from_scores(sim, [0, 1, 0], [1, 2])
     [0.3333, 0.6667]
@@ -523,12 +622,12 @@ def _rank_rows(relevant_ranks: Any, func: str) -> np.ndarray:
 
 
 def average_precision_at_k(
-    relevant_ranks: Any,
-    num_relevant: Any = None,
+    relevant_ranks: RankArray,
+    num_relevant: RankArray | None = None,
     k: int = 10,
     *,
     divisor: str = "min_k_r",
-) -> np.ndarray:
+) -> np.ndarray | torch.Tensor:
     """AP@K of each query from the 0-indexed ranks of its relevant items.
 
     ``AP@K = (1/D) · Σ_{i ≤ K, item i relevant} precision@i`` with ``precision@i`` the fraction
@@ -546,6 +645,24 @@ def average_precision_at_k(
     relevant rank ``r_(j)`` (0-indexed ``j``) contributes ``(j + 1) / (r_(j) + 1)``. A torch
     tensor of ranks gives a float64 tensor on its device, anything else a numpy array.
 
+    Parameters
+    ----------
+    relevant_ranks : list of sequences of int, or array_like of shape (n, g)
+        Per query, the 0-indexed ranks of its relevant items (``-1`` pads an array).
+    num_relevant : array_like of int, shape (n,), optional
+        ``R`` per query (default: the number of ranks given).
+    k : int, default 10
+        The cut-off K, positive.
+    divisor : {"min_k_r", "r", "hits"}, default "min_k_r"
+        The divisor ``D`` (above).
+
+    Returns
+    -------
+    ndarray or Tensor of float64, shape (n,)
+        Each query's AP@K.
+
+    Examples
+    --------
     >>> average_precision_at_k([[0, 2], [5]], k=5).tolist()  # (1 + 2/3)/2 and no hit
     [0.8333333333333333, 0.0]
     >>> average_precision_at_k([[1]], [3], k=5, divisor="r").tolist()  # (1/2)/3

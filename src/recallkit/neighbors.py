@@ -6,11 +6,14 @@ import warnings
 from typing import Any
 
 import numpy as np
+import torch
 
 from recallkit import _checks, engine
 from recallkit.exceptions import Text
 from recallkit.ground_truth import Ranker, _exclusion_pairs
 from recallkit.options import Options, accepts, check_flag
+from recallkit.typing import Embeddings, Ids, Scores
+from recallkit.typing import Ranks as RankArray
 
 
 def _clamped(func: str, k: int, m: int) -> int:
@@ -25,31 +28,48 @@ def _clamped(func: str, k: int, m: int) -> int:
 
 @accepts(scope="engine")
 def nearest_neighbors(
-    query: Any,
-    reference: Any,
+    query: Embeddings,
+    reference: Embeddings,
     k: int,
     *,
     query_in_reference: bool = False,
-    exclude: Any = None,
-    exclude_ids: tuple[Any, Any] | None = None,
+    exclude: RankArray | None = None,
+    exclude_ids: tuple[Ids, Ids] | None = None,
     options: Options,
-) -> tuple[Any, Any]:
-    """The exact ``k`` best reference items of each query, best first: ``(indices, scores)``.
+) -> tuple[np.ndarray | torch.Tensor, np.ndarray | torch.Tensor]:
+    """The exact ``k`` best reference items of each query, best first.
 
-    Scores are those of :func:`recallkit.recall_at_k` (higher is better; for
-    ``metric="euclidean"`` the score is ``2 q·r - |r|²``, which orders like ``-|q - r|``), the
-    exact float64 scores. On equal scores the lower reference index comes first, so the lists
-    are deterministic. ``query_in_reference=True`` removes query ``i``'s own row ``i``;
-    ``exclude`` removes further candidates per query (an index or a list per query, ``-1`` for
-    none); ``exclude_ids=(query_ids, reference_ids)`` removes every reference item whose id
-    equals the query's. ``k`` above the number of reference rows is clamped to it, with a
-    warning (the lists have ``min(k, m)`` slots); slots beyond a query's available candidates
-    hold index ``-1`` and score ``-inf``. numpy inputs give numpy arrays, torch inputs torch
-    tensors (on the device the work ran on). ``precision`` and the other options are those of
-    :class:`recallkit.Options`; the results are identical in every precision.
+    Scores are those of :func:`recallkit.recall_at_k`, the exact float64 scores (higher is
+    better; for ``metric="euclidean"`` the score is ``2 q·r - |r|²``, which orders like
+    ``-|q - r|``). On equal scores the lower reference index comes first, so the lists are
+    deterministic, and identical in every precision.
 
+    Parameters
+    ----------
+    query : array_like of shape (n, d)
+        The query embeddings (:data:`recallkit.typing.Embeddings`).
+    reference : array_like of shape (m, d)
+        The reference embeddings (a memory map is read block by block).
+    k : int
+        The list length, positive; above ``m`` it is clamped to ``m``, with a warning.
+    query_in_reference : bool, default False
+        Remove query ``i``'s own row ``i`` (the reference begins with the queries).
+    exclude : int or list per query, optional
+        Further candidates removed per query (an index or a list per query, ``-1`` for none).
+    exclude_ids : tuple (query_ids, reference_ids), optional
+        Remove every reference item whose id equals the query's (ids compared by value).
     {options}
 
+    Returns
+    -------
+    indices : ndarray or Tensor of int64, shape (n, min(k, m))
+        Each query's best reference indices, best first; ``-1`` beyond its candidates.
+    scores : ndarray or Tensor of float64, shape (n, min(k, m))
+        Their exact scores; ``-inf`` beyond the candidates. numpy inputs give numpy arrays,
+        torch inputs torch tensors (on the device the work ran on).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> x = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
     >>> idx, _ = nearest_neighbors(x, x, 2, query_in_reference=True)
@@ -98,14 +118,33 @@ def id_codes(exclude_ids: Any, n: int, m: int, func: str) -> tuple[np.ndarray, n
     return q, r
 
 
-def nearest_neighbors_from_scores(scores: Any, k: int, *, exclude: Any = None) -> tuple[Any, Any]:
+def nearest_neighbors_from_scores(
+    scores: Scores, k: int, *, exclude: RankArray | None = None
+) -> tuple[np.ndarray | torch.Tensor, np.ndarray | torch.Tensor]:
     """The exact ``k`` best columns of each row of a similarity matrix, best first.
 
-    The same order as :func:`nearest_neighbors`: higher score first, equal scores by lower
-    column index; ``exclude`` removes candidates per row (an index or a list per row, ``-1`` for
-    none); ``k`` is clamped to the number of columns (with a warning); slots beyond the available
-    candidates hold ``-1`` and ``-inf``. numpy in, numpy out; torch in, torch out.
+    The same order as :func:`nearest_neighbors`: higher score first and, on equal scores, the
+    lower reference index (the lower column) first.
 
+    Parameters
+    ----------
+    scores : array_like of shape (n, m)
+        The similarity matrix, higher is better, exact as given.
+    k : int
+        The list length, positive; above ``m`` it is clamped to ``m``, with a warning.
+    exclude : int or list per row, optional
+        Candidates removed per row (an index or a list per row, ``-1`` for none).
+
+    Returns
+    -------
+    indices : ndarray or Tensor of int64, shape (n, min(k, m))
+        Each row's best columns, best first; ``-1`` beyond its candidates.
+    values : ndarray or Tensor, shape (n, min(k, m))
+        Their scores; ``-inf`` beyond the candidates. numpy in, numpy out; torch in, torch
+        out.
+
+    Examples
+    --------
     >>> idx, val = nearest_neighbors_from_scores([[0.5, 0.75, 0.75, 1.0]], 3, exclude=[3])
     >>> idx.tolist(), val.tolist()
     ([[1, 2, 0]], [[0.75, 0.75, 0.5]])

@@ -112,9 +112,16 @@ def _option(
 
 @dataclass(frozen=True)
 class Options:
-    """How the engine ranks. Every option is checked when the options are built
-    (:meth:`of`); an entry point builds them once and passes them down unchanged.
+    """How the engine ranks, and what a label-form value averages. Every option is checked
+    when the options are built (:meth:`of`); an entry point builds them once and passes them
+    down unchanged. Every entry point also takes each option as a keyword.
 
+    Parameters
+    ----------
+    {fields}
+
+    Examples
+    --------
     >>> Options.of("f", metric="dot", precision="float32")
     Options(metric='dot', chunk_size=None, device=None, precision='float32', \
 lone_queries='skip', average='query')
@@ -173,8 +180,26 @@ lone_queries='skip', average='query')
 
     @classmethod
     def of(cls, func: str, options: Options | None = None, **keywords: Any) -> Options:
-        """Options from keywords over ``options`` (default: the defaults), each checked; an
-        error names ``func`` and the option."""
+        """Options from keywords over ``options``, each checked.
+
+        Parameters
+        ----------
+        func : str
+            The function whose options these are: errors name it and the option.
+        options : Options, optional
+            The options to start from (default: the defaults).
+        **keywords
+            Options by name.
+
+        Returns
+        -------
+        Options
+
+        Raises
+        ------
+        ValueError
+            An unknown keyword, or an option's bad value.
+        """
         if options is not None and not isinstance(options, Options):
             raise fail(func, "options", "an Options or None", type(options).__name__)
         names = {f.name for f in fields(cls)}
@@ -187,7 +212,19 @@ lone_queries='skip', average='query')
         return replace(base, **keywords).checked(func)
 
     def checked(self, func: str) -> Options:
-        """These options, each checked (errors name ``func`` and the option)."""
+        """These options, each checked.
+
+        Parameters
+        ----------
+        func : str
+            Named in the errors, with the option.
+
+        Returns
+        -------
+        Options
+            These options, each value checked and normalised (``device`` as a
+            ``torch.device``).
+        """
         changes = {}
         for option in OPTIONS:
             value = getattr(self, option.name)
@@ -247,7 +284,7 @@ def names(scope: str = "label") -> tuple[str, ...]:
     return tuple(o.name for o in OPTIONS if scope == "label" or o.scope == "engine")
 
 
-def docs(scope: str = "label", only: Sequence[str] | None = None) -> str:
+def docs(scope: str = "label", only: Sequence[str] | None = None, start: bool = True) -> str:
     """The options' entries of a docstring's ``Parameters`` section (numpydoc), then
     ``options``: the same text for every entry point.
 
@@ -273,6 +310,8 @@ def docs(scope: str = "label", only: Sequence[str] | None = None) -> str:
         lines.append(f"{name} : {kind}")
         text = option.help[:1].upper() + option.help[1:] + "."
         lines += textwrap.wrap(text, 88, initial_indent="    ", subsequent_indent="    ")
+    if not start:
+        return "\n".join(lines)
     lines.append("options : Options, optional")
     lines += textwrap.wrap(
         "The options to start from (:class:`recallkit.Options`); the keywords above override "
@@ -431,3 +470,10 @@ def from_flags(args: Any, scope: str = "label", only: Sequence[str] | None = Non
 def flag_names(scope: str = "label") -> dict[str, str]:
     """Option name -> its flag, for naming parameters in command-line messages."""
     return {name: BY_NAME[name].flag for name in names(scope)}
+
+
+_fields_at = Options.__doc__.index("{fields}")
+_indent = Options.__doc__[Options.__doc__.rfind("\n", 0, _fields_at) + 1 : _fields_at]
+Options.__doc__ = Options.__doc__.replace(
+    "{fields}", docs(start=False).replace("\n", "\n" + _indent)
+)

@@ -21,9 +21,10 @@ from recallkit._codes import dense_codes
 from recallkit.engine.exact import row_sq_norms
 from recallkit.exceptions import Text
 from recallkit.neighbors import id_codes, nearest_neighbors
-from recallkit.options import Options, accepts, check_flag
+from recallkit.options import Options, accepts, check_flag, fill_docs
 from recallkit.options import names as option_names
 from recallkit.retrieval import retrieval_metrics
+from recallkit.typing import Embeddings, Ids, Labels
 
 #: The ranking metrics :class:`RecallCalculator` computes by default (PML's names), before the
 #: ``recall_at_K`` entries.
@@ -67,8 +68,15 @@ class ExactKNN:
     ``exclude_ids=(query_ids, reference_ids)`` also removes every reference item whose id equals
     the query's (ids are compared as codes: memory does not grow with the items sharing an id).
 
+    Parameters
+    ----------
+    keep_query_copies : bool, default False
+        Keep a reference that begins with the queries' rows as gallery items when
+        ``ref_includes_query`` is False (refused otherwise).
     {options}
 
+    Examples
+    --------
     >>> import torch
     >>> x = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
     >>> dist, idx = ExactKNN()(x, 2, x, True)
@@ -87,13 +95,36 @@ class ExactKNN:
 
     def __call__(
         self,
-        query: Any,
+        query: Embeddings,
         k: int,
-        reference: Any = None,
+        reference: Embeddings | None = None,
         ref_includes_query: bool = False,
         *,
-        exclude_ids: tuple[Any, Any] | None = None,
+        exclude_ids: tuple[Ids, Ids] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` nearest reference items of each query, best first (PML's ``knn_func``).
+
+        Parameters
+        ----------
+        query : array_like of shape (n, d)
+            The queries.
+        k : int
+            The list length, 0 or more.
+        reference : array_like of shape (m, d), optional
+            The reference (default: the queries, leave-one-out).
+        ref_includes_query : bool, default False
+            ``reference[:n]`` is the query (PML's convention): each query's own row is removed.
+        exclude_ids : tuple (query_ids, reference_ids), optional
+            Remove every reference item whose id equals the query's.
+
+        Returns
+        -------
+        distances : Tensor, shape (n, k)
+            Euclidean distances (``metric="euclidean"``) or similarities, in the query's float
+            type, on the query's device.
+        indices : Tensor of int64, shape (n, k)
+            The reference indices, best first; on equal scores the lower reference index first.
+        """
         func = "ExactKNN"
         if reference is None:
             reference, ref_includes_query = query, True
@@ -215,6 +246,21 @@ class RecallCalculator(AccuracyCalculator):
       computed, ``ref_includes_query`` with a reference that does not start with the query)
       raises ``ValueError`` naming ``RecallCalculator.get_accuracy`` and the argument.
 
+    Ties: on equal scores the lower reference index ranks first (:class:`ExactKNN`).
+
+    Parameters
+    ----------
+    ks : sequence of int, default (1, 2, 4, 8)
+        The K of ``recall_at_K``, positive and distinct.
+    include : tuple of str, optional
+        The metrics to compute, PML's names or recallkit's (default: above).
+    {options}
+    **kwargs
+        PML's ``AccuracyCalculator`` options (``exclude``, ``avg_of_avgs``,
+        ``return_per_class``, ``k``, ``knn_func``, ``device``, ...).
+
+    Examples
+    --------
     >>> import torch
     >>> x = torch.tensor([[0.0], [1.0], [3.0], [4.5], [6.0]])
     >>> calc = RecallCalculator(ks=(1, 2), device=torch.device("cpu"))
@@ -282,20 +328,40 @@ class RecallCalculator(AccuracyCalculator):
 
     def get_accuracy(
         self,
-        query: Any,
-        query_labels: Any,
-        reference: Any = None,
-        reference_labels: Any = None,
+        query: Embeddings,
+        query_labels: Labels,
+        reference: Embeddings | None = None,
+        reference_labels: Labels | None = None,
         ref_includes_query: bool | None = None,
         include: tuple = (),
         exclude: tuple = (),
     ) -> dict[str, Any]:
-        """PML's ``get_accuracy``: the metrics of ``query`` against ``reference`` (default: the
-        query set itself, leave-one-out). ``ref_includes_query=True`` means
-        ``reference[:len(query)]`` is the query (its own row is removed); a reference that is
-        the query array, or begins with the query's rows value for value, without it raises
-        ``ValueError`` (each query would find itself first): pass ``True``, or ``False`` to
-        keep the copies as gallery items."""
+        """PML's ``get_accuracy``: the metrics of ``query`` against ``reference``.
+
+        A reference that is the query array, or begins with the query's rows value for value,
+        without ``ref_includes_query`` raises ``ValueError`` (each query would find itself
+        first): pass ``True``, or ``False`` to keep the copies as gallery items.
+
+        Parameters
+        ----------
+        query : array_like of shape (n, d)
+            The queries.
+        query_labels : array_like of shape (n,)
+            Their labels (any kind recallkit compares by value).
+        reference : array_like of shape (m, d), optional
+            The reference (default: the query set itself, leave-one-out).
+        reference_labels : array_like of shape (m,), optional
+            Its labels (with ``reference``).
+        ref_includes_query : bool, optional
+            ``reference[:len(query)]`` is the query: its own row is removed.
+        include, exclude : tuple of str, default ()
+            The metrics of this call, among the calculator's (PML's semantics).
+
+        Returns
+        -------
+        dict of str to float (or list of float with ``return_per_class``)
+            Each metric by PML's name, in PML's order.
+        """
         func = "RecallCalculator.get_accuracy"
         self._check_names(include, "include", func)
         self._check_names(exclude, "exclude", func)
@@ -409,3 +475,9 @@ def _check_reference_starts_with_query(
             "to begin with 'query_labels' when ref_includes_query=True",
             "labels that differ",
         )
+
+
+ExactKNN.__doc__ = fill_docs(ExactKNN.__doc__, "engine")
+RecallCalculator.__doc__ = fill_docs(
+    RecallCalculator.__doc__, "engine", tuple(n for n in option_names("engine") if n != "device")
+)

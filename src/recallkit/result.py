@@ -105,20 +105,54 @@ class Result(dict):
     """A read-only ``dict`` ``metric name -> float``, in the order the metrics were asked for,
     with the per-query values and counts behind it (module docstring).
 
-    Attributes (``None`` where a result has no such thing):
-        per_query: per metric name, the value of each query (NaN for a lone query), and any
-            other per-query array of a protocol (0-indexed ranks, ...).
-        first_hit_ranks: label form: the 0-indexed rank of each query's first correct
-            neighbour among its non-excluded reference items, ``-1`` for a lone query.
-        ks, effective_ks: the K values asked for recall@K, and as clamped to the candidates.
-        bounds: per metric, ``(pessimistic, optimistic)`` under the other tie orders.
-        query_ids: the queries' ids, when the caller gave them.
-        query_labels: label form: the queries' labels, as given (plain Python values).
-        definitions: the definitions that produced the values (:mod:`recallkit.definitions`).
-        title, convention: what was evaluated and which definition (protocol results).
-        parts: the per-category or per-task results of a benchmark that averages several.
-        info: context (a benchmark's name, split, completeness; bytes communicated ...).
+    Every metric of recallkit returns one; it is built by the library, and read. Its attributes
+    are the constructor's parameters (``None`` where a result has no such thing), made
+    read-only (arrays included); the counts are properties.
 
+    Parameters
+    ----------
+    values : mapping of str to float
+        The metrics' values by name.
+    num_queries : int, optional
+        Every query given, lone ones included (default: ``len(evaluated)``).
+    evaluated : ndarray of bool, shape (n,), optional
+        The queries counted in the values (default: ``first_hit_ranks >= 0``, else all).
+    per_query : mapping of str to ndarray of shape (n,), optional
+        Per metric name, the value of each query (NaN for a lone query), and any other
+        per-query array of a protocol (0-indexed ranks, ...).
+    first_hit_ranks : ndarray of int64, shape (n,), optional
+        Label form: the 0-indexed rank of each query's first correct neighbour among its
+        non-excluded reference items, ``-1`` for a lone query.
+    ks, effective_ks : sequence of int, optional
+        The K values asked for recall@K, and as clamped to the candidates.
+    num_reference : int, optional
+        The reference (gallery) items searched.
+    embedding_dim : int, optional
+        The embeddings' dimension.
+    bounds : mapping of str to (float, float), optional
+        Per metric, ``(pessimistic, optimistic)``: the value with every exact tie broken
+        against the queries and in their favour.
+    tied : ndarray of bool, shape (n,), optional
+        The queries whose value of some metric depends on the tie rule.
+    query_ids : list, optional
+        The queries' ids, when the caller gave them.
+    query_labels : list, optional
+        Label form: the queries' labels, as given (plain Python values).
+    definitions : mapping, optional
+        The definitions that produced the values (:mod:`recallkit.definitions`).
+    title, convention : str, optional
+        What was evaluated and under which definition (protocol results).
+    parts : mapping of str to Result, optional
+        The per-category or per-task results of a benchmark that averages several.
+    plain : sequence of str, default ()
+        The values printed as they are in a protocol's table (ranks), not in percent.
+    info : mapping, optional
+        Context: a benchmark's name, split and completeness; bytes communicated.
+    style : {"evaluation", "protocol", "benchmark"}, default "evaluation"
+        How :meth:`report` and :meth:`to_dict` lay it out.
+
+    Examples
+    --------
     >>> r = Result({"recall@1": 0.5, "MAP@R": float("nan")}, num_queries=2)
     >>> dict(r), r.to_dict()["metrics"]
     ({'recall@1': 0.5, 'MAP@R': nan}, {'recall@1': 0.5, 'MAP@R': None})
@@ -232,7 +266,19 @@ class Result(dict):
         return self
 
     def replace(self, values: Mapping[str, float] | None = None, **changes: Any) -> Result:
-        """A copy with some values or attributes changed (keywords of the constructor)."""
+        """A copy with some values or attributes changed.
+
+        Parameters
+        ----------
+        values : mapping of str to float, optional
+            New values (default: these).
+        **changes
+            Keywords of the constructor.
+
+        Returns
+        -------
+        Result
+        """
         return Result(self._values if values is None else values, **{**self._fields, **changes})
 
     # -- the mapping ----------------------------------------------------------------------------
@@ -247,7 +293,12 @@ class Result(dict):
         return next(iter(self._values.values()))
 
     def metrics(self) -> dict[str, float]:
-        """The values as a plain dict, in order."""
+        """The values as a plain dict, in order.
+
+        Returns
+        -------
+        dict of str to float
+        """
         return dict(self._values)
 
     # -- counts ---------------------------------------------------------------------------------
@@ -286,7 +337,13 @@ class Result(dict):
         return int(np.count_nonzero(self.tied))
 
     def counts(self) -> dict[str, int]:
-        """``num_queries``, ``num_evaluated``, ``num_excluded`` (and ``num_reference``)."""
+        """The counts.
+
+        Returns
+        -------
+        dict of str to int
+            ``num_queries``, ``num_evaluated``, ``num_excluded`` (and ``num_reference``).
+        """
         out = {
             "num_queries": self.num_queries,
             "num_evaluated": self.num_evaluated,
@@ -303,6 +360,23 @@ class Result(dict):
         increasing order of label (tuples: in order of first appearance). A class whose
         queries are all lone has no entry under ``lone_queries="skip"``.
 
+        Parameters
+        ----------
+        name : str
+            A label-form metric of the result.
+
+        Returns
+        -------
+        dict
+            ``label -> value``.
+
+        Raises
+        ------
+        KeyError
+            When the result has no such metric or no labels.
+
+        Examples
+        --------
         >>> import recallkit
         >>> x = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9], [0.2, 0.8]])
         >>> labels = ["b", "b", "a", "a", "b"]  # the last b's nearest neighbour is an a
@@ -329,7 +403,18 @@ class Result(dict):
         return {first[c]: float(v) for c, v in zip(present.tolist(), values, strict=True)}
 
     def hits(self, k: int) -> np.ndarray:
-        """Per-query hit at ``k`` (False for lone queries): label and ground-truth forms."""
+        """Per-query hit at ``k`` (False for lone queries): label and ground-truth forms.
+
+        Parameters
+        ----------
+        k : int
+            The cut-off.
+
+        Returns
+        -------
+        ndarray of bool, shape (n,)
+            ``0 <= first_hit_rank < k``.
+        """
         ranks = self.first_hit_ranks
         if ranks is None:
             raise AttributeError("this result has no first-hit ranks")
@@ -338,7 +423,12 @@ class Result(dict):
     # -- text and JSON -------------------------------------------------------------------------
 
     def json_metrics(self) -> dict[str, float | None]:
-        """The values as a plain dict, NaN as ``None``."""
+        """The values as a plain dict, NaN as ``None``.
+
+        Returns
+        -------
+        dict of str to float or None
+        """
         return {k: json_float(v) for k, v in self._values.items()}
 
     def _json_bounds(self) -> dict[str, list[float | None]]:
@@ -355,7 +445,12 @@ class Result(dict):
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: the values (NaN as ``None``), the counts, the tie bounds when a
-        query is tied, and what else the result holds."""
+        query is tied, and what else the result holds.
+
+        Returns
+        -------
+        dict
+        """
         if self.style == "protocol":
             out: dict[str, Any] = {
                 "benchmark": self.title,
@@ -398,6 +493,12 @@ class Result(dict):
         metric (label form), a table in percent (protocols), or a two-line table (benchmark
         splits). Tie bounds follow when a query is tied.
 
+        Returns
+        -------
+        str
+
+        Examples
+        --------
         >>> r = Result({"recall@1": 0.5, "recall@10": 1.0}, first_hit_ranks=np.array([0, 3]),
         ...            num_reference=5, embedding_dim=4)
         >>> print(r.report())
@@ -421,7 +522,12 @@ class Result(dict):
         return text
 
     def table(self) -> str:
-        """The same text as :meth:`report`."""
+        """The same text as :meth:`report`.
+
+        Returns
+        -------
+        str
+        """
         return self.report()
 
     def _evaluation_report(self) -> str:

@@ -40,6 +40,8 @@ from recallkit import metrics as registry
 from recallkit.engine import ties
 from recallkit.options import Options, accepts
 from recallkit.result import Result
+from recallkit.typing import Embeddings, Ids, Labels
+from recallkit.typing import Ranks as RankArray
 
 _OPS = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "sum": dist.ReduceOp.SUM}
 
@@ -227,17 +229,17 @@ def _shared_codes(comm: _Comm, *parts: torch.Tensor) -> tuple[np.ndarray, list[n
 
 @accepts()
 def evaluate_sharded(
-    embeddings: Any,
-    labels: Any,
-    indices: Any,
-    ks: Any = (1, 2, 4, 8),
+    embeddings: Embeddings,
+    labels: Labels,
+    indices: RankArray,
+    ks: Sequence[int] = (1, 2, 4, 8),
     *,
     metrics: Sequence[str] | None = None,
-    reference: Any = None,
-    reference_labels: Any = None,
-    reference_indices: Any = None,
-    ids: Any = None,
-    reference_ids: Any = None,
+    reference: Embeddings | None = None,
+    reference_labels: Labels | None = None,
+    reference_indices: RankArray | None = None,
+    ids: Ids | None = None,
+    reference_ids: Ids | None = None,
     ranking_metrics: bool = True,
     group: Any = None,
     options: Options,
@@ -247,21 +249,54 @@ def evaluate_sharded(
     Without ``reference`` the split is evaluated against itself (leave-one-out): each query's
     own row is removed by its dataset index. With ``reference`` (this process's shard of a
     separate gallery, with ``reference_indices``) the queries are evaluated against the whole
-    gallery. ``ids``/``reference_ids`` additionally remove every reference item whose id equals
-    the query's (for example several photos of one object). Ties rank the lower dataset index
-    first. Labels, indices and ids are integers. Rows with a dataset index already held by an
-    earlier process (``DistributedSampler`` padding) are counted once.
+    gallery. Ties: on equal scores the lower reference index (the lower dataset index) ranks
+    first. Labels, indices and ids are integers of any sign and size: every process agrees on
+    one dense code for each. A dataset index held twice (``DistributedSampler``'s padding)
+    must carry the same label and embedding each time, and is counted once; anything else is
+    a ``ValueError`` naming the index.
 
-    ``metrics`` names the metrics (any of :func:`recallkit.retrieval_metrics`); by default
-    recall@K for ``ks``, then MAP@R and R-precision (unless ``ranking_metrics=False``). The
-    result equals :func:`recallkit.retrieval_metrics` (``query_in_reference=True`` for
+    The result equals :func:`recallkit.retrieval_metrics` (``query_in_reference=True`` for
     leave-one-out) on the concatenated data sorted by dataset index, bit for bit in every
-    per-query value; ``result.query_ids`` holds the dataset indices,
-    ``result.info["bytes_communicated"]`` what this process sent and received.
+    per-query value, at every world size.
 
+    Parameters
+    ----------
+    embeddings : array_like of shape (n_local, d)
+        This process's rows (any device).
+    labels : array_like of int, shape (n_local,)
+        Their labels.
+    indices : array_like of int, shape (n_local,)
+        Their dataset indices, non-negative.
+    ks : sequence of int, default (1, 2, 4, 8)
+        The K of recall@K when ``metrics`` is not given.
+    metrics : sequence of str, optional
+        Any metrics of :func:`recallkit.retrieval_metrics`; by default recall@K for ``ks``,
+        then MAP@R and R-precision (unless ``ranking_metrics=False``).
+    reference : array_like of shape (m_local, d), optional
+        This process's shard of a separate gallery.
+    reference_labels : array_like of int, shape (m_local,), optional
+        Its labels (with ``reference``).
+    reference_indices : array_like of int, shape (m_local,), optional
+        Its dataset indices (with ``reference``).
+    ids, reference_ids : array_like of int, optional
+        Ids of the rows and of the gallery's rows: every reference item whose id equals the
+        query's is removed (several photos of one object).
+    ranking_metrics : bool, default True
+        Add MAP@R and R-precision to the default metrics.
+    group : torch.distributed.ProcessGroup, optional
+        The process group (default: the whole world).
     {options}
 
-    Example (inside ``torchrun``)::
+    Returns
+    -------
+    Result
+        The same result on every process; ``query_ids`` holds the dataset indices,
+        ``query_labels`` the labels, ``info["bytes_communicated"]`` what this process sent
+        and received.
+
+    Examples
+    --------
+    Inside ``torchrun``::
 
         sampler = DistributedSampler(val_set, shuffle=False)
         emb, lab = extract_embeddings(model, DataLoader(val_set, sampler=sampler))
