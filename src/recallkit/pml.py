@@ -18,6 +18,7 @@ from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 from recallkit import _checks, engine, label_form
 from recallkit import metrics as registry
 from recallkit._codes import dense_codes
+from recallkit.io import pin, read_through
 from recallkit.neighbors import id_codes, nearest_neighbors
 from recallkit.options import Options, accepts
 from recallkit.options import names as option_names
@@ -130,10 +131,15 @@ def _checked_embeddings(
     """Validate ``query`` and ``reference`` under ``func``'s name (no copy of tensors).
 
     Shapes, dimensions, finiteness and, for cosine, zero rows are checked here, so that errors
-    name the function the user called. A streamed reference (memory-mapped) is checked for its
-    shape; its rows are checked block by block as they are read.
+    name the function the user called. A streamed reference is checked for its shape; its rows
+    are checked block by block as they are read. A memory-mapped one comes back pinned
+    (:func:`recallkit.io.pin`: read from its file, never through the mapping), and a query that
+    maps the same file is read through its descriptor.
     """
     same = reference is query
+    if isinstance(reference, np.memmap):
+        reference = pin(reference, func)
+        query = read_through(reference, query)
     q = _checks.as_embeddings(query, "query", func)
     if engine.is_streamed(reference):
         r = reference
@@ -303,6 +309,8 @@ class RecallCalculator(AccuracyCalculator):
                 out[name] = self._aggregate(result, self._ours[name].name, q_codes)
         others = tuple(name for name in current if name not in self._ours)
         if others:
+            if engine.is_streamed(r):  # PML's own metrics read the reference whole
+                r = torch.from_numpy(_checks.real_array(np.array(r[0 : r.shape[0]]), "", func))
             out.update(
                 super().get_accuracy(
                     q,
