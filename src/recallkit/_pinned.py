@@ -205,9 +205,17 @@ class FileChanged(ValueError):
 
 
 def read_file(path: str | os.PathLike[str], name: str) -> bytes:
-    """The whole file at ``path``, read through one descriptor and checked unchanged
+    r"""The whole file at ``path``, read through one descriptor and checked unchanged
     (:class:`FileState`) after the read; :class:`FileChanged` naming it as ``name`` (``"The
-    labels file 'l.txt'"``) otherwise. Its state is :func:`note`\\ d."""
+    labels file 'l.txt'"``) otherwise. Its state is :func:`note`\ d."""
+    data, state = read_file_state(path, name)
+    note(state)
+    return data
+
+
+def read_file_state(path: str | os.PathLike[str], name: str) -> tuple[bytes, FileState]:
+    """:func:`read_file`'s bytes and the state they were read in, not noted (a cache entry is
+    noted only once it is known to be used)."""
     fd = os.open(path, os.O_RDONLY | _BINARY)
     try:
         before = FileState.of(fd, path)
@@ -220,8 +228,7 @@ def read_file(path: str | os.PathLike[str], name: str) -> bytes:
             f"{name} changed while it was read (it was rewritten in place); read it "
             "again once it is written."
         )
-    note(before)
-    return data
+    return data, before
 
 
 # ----------------------------------------------------------------------------------------------
