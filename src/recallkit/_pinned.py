@@ -362,9 +362,9 @@ def read_strided(
     fd: int, offset: int, shape: Sequence[int], strides: Sequence[int], dtype: Any
 ) -> Any:
     """The array of ``shape``, ``strides`` and ``dtype`` whose element ``[0, ..., 0]`` lies at
-    byte ``offset`` of the open file ``fd``, read with positional reads of at most
-    :data:`READ_BYTES` (plus one slice) into a new C-ordered array; :class:`ShortRead` where the
-    file ends early."""
+    byte ``offset`` of the open file ``fd``, read into a new C-ordered array: C-ordered values
+    in one positional read straight into it, any other layout in reads of at most
+    :data:`READ_BYTES` (plus one slice); :class:`ShortRead` where the file ends early."""
     import numpy as np
 
     out = np.empty(tuple(shape), dtype=dtype)
@@ -379,6 +379,11 @@ def _fill(fd: int, out: Any, offset: int, strides: tuple[int, ...]) -> None:
         return
     itemsize = out.dtype.itemsize
     low, high = extent(offset, out.shape, strides, itemsize)
+    if out.flags.c_contiguous and strides == out.strides and high - low == out.nbytes:
+        got = read_at(fd, memoryview(out).cast("B"), low)  # the rows as they lie: one read
+        if got != out.nbytes:
+            raise ShortRead(low, out.nbytes, got)
+        return
     axes = [a for a in range(out.ndim) if out.shape[a] > 1 and strides[a] != 0]
     if high - low <= READ_BYTES or not axes:
         buffer = bytearray(high - low)

@@ -287,7 +287,7 @@ class EmbeddingFile:
         return self._fd
 
     def _changed(self, changed: list[str]) -> ValueError:
-        return ValueError(
+        return _pinned.FileChanged(
             f"The embedding file '{self.path}' changed since it was opened (it was "
             f"rewritten in place: {', '.join(changed)}); open it again to read it."
         )

@@ -431,3 +431,29 @@ def test_an_opened_file_reads_a_query_map_of_itself_through_its_descriptor(tmp_p
     with open_embeddings(path) as gallery:
         query = read_through(gallery, np.load(path, mmap_mode="r")[:10])
         np.testing.assert_array_equal(query, x[:10])
+
+
+def test_a_short_read_of_a_memory_map_raises_instead_of_returning_garbage(tmp_path, monkeypatch):
+    x, _ = _data()
+    path = tmp_path / "g.npy"
+    np.save(path, x)
+    mapped = np.load(path, mmap_mode="r")
+    read_at = _pinned.read_at
+
+    def half(fd, view, offset):  # the rows (after the 128-byte header) stop halfway
+        return read_at(fd, view[: len(view) // 2] if offset >= 128 else view, offset)
+
+    monkeypatch.setattr(_pinned, "read_at", half)
+    with pytest.raises(ValueError) as caught:
+        _pinned.read_mapped(mapped, "f", "query")
+    assert str(caught.value) == (
+        f"The memory-mapped file '{path}' ended early: 9600 bytes at offset 128, read 4800 "
+        "(was it truncated while it was read?)."
+    )
+    with pytest.raises(ValueError) as caught:
+        pin(mapped, "f")[10:12]
+    # Rows 10:12 are 2 x 8 float32 = 64 bytes at 128 + 10 * 32 = 448; half came back.
+    assert str(caught.value) == (
+        f"{path} ended early: rows 10:12 need 64 bytes at offset 448, read 32 (was the file "
+        "truncated after it was opened?)."
+    )
