@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import hashlib
 import os
 import threading
@@ -162,6 +163,12 @@ class FileState:
             digest,
             what,
         )
+
+    def stat_only(self, what: str = "contents") -> FileState:
+        """This state without its content check: identity, size and modification time (a
+        check that reads nothing)."""
+        empty = hashlib.blake2b(digest_size=16).digest()
+        return dataclasses.replace(self, spans=(), digest=empty, what=what)
 
     def now(self) -> FileState | None:
         """The file at :attr:`path` now, its digest over the same spans; ``None`` when it

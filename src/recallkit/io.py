@@ -163,7 +163,7 @@ class EmbeddingFile:
     def _open_raw(self, place: _pinned.Mapped, fd: int, state: FileState) -> None:
         self._fd = fd
         self._raw = place
-        self._state = FileState.of(fd, self.path, (), "header")  # size and time: cheap
+        self._state = state.stat_only("header")  # checked on every block: size and time
         self._widen_bf16 = False
         self._fortran = False
         self._dtype = np.dtype(place.dtype)

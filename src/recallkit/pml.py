@@ -310,7 +310,9 @@ class RecallCalculator(AccuracyCalculator):
         others = tuple(name for name in current if name not in self._ours)
         if others:
             if engine.is_streamed(r):  # PML's own metrics read the reference whole
-                r = torch.from_numpy(_checks.real_array(np.array(r[0 : r.shape[0]]), "", func))
+                r = torch.from_numpy(
+                    _checks.real_array(np.array(r[0 : r.shape[0]]), "reference", func)
+                )
             out.update(
                 super().get_accuracy(
                     q,
