@@ -138,6 +138,7 @@ def test_the_root_loads_names_on_first_use():
 #: (the package itself) on top.
 LAYERS = (
     ("recallkit.exceptions",),
+    ("recallkit._pinned",),
     ("recallkit.options",),
     ("recallkit._checks", "recallkit._codes", "recallkit._atomic"),
     ("recallkit.io",),

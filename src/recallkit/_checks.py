@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from recallkit._pinned import read_mapped
 from recallkit.exceptions import ParameterError, Text, fail
 from recallkit.options import SIMILARITIES as METRICS
 from recallkit.options import check_device
@@ -23,8 +24,10 @@ __all__ = ["METRICS", "ParameterError", "check_device", "fail"]
 def as_embeddings(x: Any, name: str, func: str, *, ndim: int = 2) -> torch.Tensor:
     """Return ``x`` as an ``ndim``-D floating torch tensor (no copy where possible), or raise.
 
-    Accepts dense torch tensors and numpy arrays (memory-mapped arrays too) of real numbers, and
-    nested sequences of numbers. Integer arrays are converted to float64
+    Accepts dense torch tensors and numpy arrays of real numbers, and nested sequences of
+    numbers. A memory-mapped array is read whole from the file it maps, never through the
+    mapping (:func:`recallkit._pinned.read_mapped`): a file truncated or rewritten meanwhile is
+    a ``ValueError``, not a ``SIGBUS``. Integer arrays are converted to float64
     (exact up to 2**53; larger magnitudes raise); numpy float types wider
     than float64 (``np.longdouble``) are converted to float64, the widest type the scores are
     computed in (a value beyond the float64 range raises); big-endian arrays are converted to
@@ -36,6 +39,9 @@ def as_embeddings(x: Any, name: str, func: str, *, ndim: int = 2) -> torch.Tenso
     if isinstance(x, torch.Tensor):
         tensor = _dense_tensor(x, name, func)
     elif isinstance(x, np.ndarray):
+        if x.dtype.kind not in "iuf":  # refused before a memory map is read
+            real_array(np.empty(0, dtype=x.dtype), name, func)
+        x = read_mapped(x, func, name)
         tensor = torch.from_numpy(np.ascontiguousarray(real_array(x, name, func)))
     elif isinstance(x, Sequence) and not isinstance(x, str | bytes):
         try:
@@ -220,6 +226,7 @@ def as_integers(values: Any, func: str, name: str, what: str = "integers") -> np
     if isinstance(values, np.ndarray) and values.dtype != object:
         if values.dtype.kind not in "iu":
             raise fail(func, name, what, f"dtype {values.dtype}")
+        values = read_mapped(values, func, name)
         if values.dtype == np.uint64 and values.size and values.max() > np.iinfo(np.int64).max:
             raise fail(func, name, what, f"{values.max()} (beyond int64)")
         return values.astype(np.int64)
@@ -251,6 +258,7 @@ def as_scores(scores: Any, func: str, name: str = "scores") -> np.ndarray:
         raise fail(func, name, "a non-empty 2-D array", f"shape {scores.shape}")
     if scores.dtype.kind not in "fiu":
         raise fail(func, name, "real-valued", scores.dtype)
+    scores = read_mapped(scores, func, name)
     if scores.dtype != np.float64:
         scores = scores.astype(np.float32)
     if np.isnan(scores).any():

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from recallkit._checks import fail
+from recallkit._pinned import read_mapped
 
 _INT64 = np.iinfo(np.int64)
 _KINDS = {
@@ -65,6 +66,7 @@ def _as_array(values: Any, name: str, func: str) -> tuple[str, np.ndarray]:
     if isinstance(values, np.ndarray):
         if values.ndim != 1:
             raise fail(func, name, "one-dimensional (one label per row)", f"shape {values.shape}")
+        values = read_mapped(values, func, name)  # a memory map: from its file, not the mapping
         if values.dtype == object:
             return _from_objects(values.tolist(), name, func)
         if values.size == 0:

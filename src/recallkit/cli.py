@@ -15,6 +15,12 @@ a traceback:
   line too, without the usage, with "did you mean ...?" when an option, a choice or a command
   is close to a known one.
 
+A command records the state of every input file it reads (embeddings, labels, manifests,
+annotations, run files, cached embeddings, weights, and the images it encodes by their size and
+modification time alone: :func:`recallkit._pinned.recording`) and, once it has computed and
+before it prints its report or writes anything, refuses with one line when one of them changed
+meanwhile (:func:`recallkit.commands._args.unchanged_inputs`): exit status 2, nothing written.
+
 An interrupted command (Ctrl-C) prints ``recallkit COMMAND: interrupted`` and exits with status
 130, wherever the interrupt lands (:class:`_CtrlC`); outputs are written atomically, so it
 leaves no partial file. A command run with ``--quiet`` prints nothing but that error line: its
@@ -292,11 +298,14 @@ def _run(argv: list[str], command: str, interrupted: list[int]) -> int:
                 except ImportError:
                     if required:
                         raise
+    from recallkit._pinned import recording
+
     try:
         with (
             _reader_may_leave(),
             _warnings_on_one_line(command, _parameters(args)),
             _silenced(getattr(args, "quiet", False)),
+            recording(),  # the input files read, for recallkit.commands._args.unchanged_inputs
         ):
             return int(args.func(args) or 0)
     except (ValueError, OSError) as error:  # UsageError, RunnerError, library errors, the system

@@ -16,12 +16,24 @@ An opened file is pinned: it is read through the descriptor opened first, at the
 with the dtype of the header read then. Replacing the file (a new file renamed over the path)
 does not change what is read; rewriting it in place (a new size, modification time or header)
 makes the next read raise a ``ValueError`` saying the file changed since it was opened, and a
-read that returns fewer bytes than asked raises instead of returning uninitialised rows. A
-numpy memory map given as a gallery (``np.load(path, mmap_mode="r")``) is pinned the same way
-(:func:`pin`): its blocks are read from the file it maps, never through the mapping, so a file
-rewritten or truncated during a call is a ``ValueError``, not a mixed result or a ``SIGBUS``.
+read that returns fewer bytes than asked raises instead of returning uninitialised rows.
+
+A numpy memory map (``np.load(path, mmap_mode="r")``, or any view of one) is never read
+through its mapping, where a file truncated by another process kills the process with
+``SIGBUS``: it is read from the file it maps. As a streamed gallery it is pinned as an opened
+file is (:func:`pin`), block by block; anywhere else (a query, a gallery in memory, a score
+matrix, labels) its values are read whole through one descriptor
+(:func:`recallkit._pinned.read_mapped`). When the query and the gallery map one file
+(leave-one-out on one memory map), the query is read through the gallery's descriptor
+(:func:`read_through`). A file truncated before or during the call, or rewritten in place
+during it, is a one-line ``ValueError`` naming it, never a mixed result or a ``SIGBUS``. Left
+to their mapping are a copy-on-write map (``mode="c"``, whose pages may hold writes the file
+does not) and a map whose path names another file since it was mapped (replaced by a rename;
+seen on Linux), whose old file can no longer be truncated through the path.
+
 :func:`read_array` reads a whole file through one descriptor and refuses it when it changed
-while it was read.
+while it was read: its size, modification time or sampled contents
+(:class:`recallkit._pinned.FileState`).
 
 :func:`read_array` is the one whole-file reader of ``.npy``, ``.pt``/``.pth`` and
 ``.safetensors`` arrays of any shape (a file holding several named tensors included); the
@@ -36,7 +48,6 @@ import contextlib
 import io
 import json
 import os
-import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -44,7 +55,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from recallkit import _pinned
 from recallkit._checks import ParameterError, fail
+from recallkit._pinned import FileState
 
 # safetensors dtype names accepted for embeddings -> their (little-endian) numpy dtype. BF16 is
 # read as its 16-bit patterns and widened to float32 exactly.
@@ -64,7 +77,8 @@ _SAFETENSORS_DTYPES = {
 }
 # A header longer than this is a damaged file (safetensors itself stops at 100 MB).
 _MAX_HEADER = 100_000_000
-_SEEK_LOCK = threading.Lock()
+#: Positional reads (:func:`recallkit._pinned.read_at`); the readers below call it by this name.
+_read_at = _pinned.read_at
 
 
 def _check_npy_dtype(dtype: np.dtype, path: Path, func: str) -> None:
@@ -76,33 +90,6 @@ def _check_npy_dtype(dtype: np.dtype, path: Path, func: str) -> None:
             "a .npy file of real numbers (float16, float32, float64 or integers)",
             f"dtype {dtype} in {path}",
         )
-
-
-def _read_at(fd: int, view: memoryview, offset: int) -> int:
-    """Read into ``view`` from ``offset`` of the open file ``fd``; return the bytes read.
-
-    The file's own position is not used (``os.preadv``/``os.pread``), so blocks may be read
-    from several threads at once; fewer bytes than asked means the file ended.
-    """
-    wanted = len(view)
-    got = 0
-    while got < wanted:
-        if hasattr(os, "preadv"):
-            count = os.preadv(fd, [view[got:]], offset + got)
-        elif hasattr(os, "pread"):
-            chunk = os.pread(fd, wanted - got, offset + got)
-            view[got : got + len(chunk)] = chunk
-            count = len(chunk)
-        else:  # no positional reads (Windows): seek and read under one lock
-            with _SEEK_LOCK:
-                os.lseek(fd, offset + got, os.SEEK_SET)
-                chunk = os.read(fd, wanted - got)
-            view[got : got + len(chunk)] = chunk
-            count = len(chunk)
-        if not count:
-            break
-        got += count
-    return got
 
 
 def _read_bytes(fd: int, size: int, offset: int) -> bytes:
@@ -134,14 +121,15 @@ class EmbeddingFile:
         key: str | None = None,
         *,
         _func: str = "open_embeddings",
-        _raw: tuple[np.dtype, tuple[int, ...], int] | None = None,
+        _raw: tuple[_pinned.Mapped, int, FileState] | None = None,
         _any_shape: bool = False,
     ) -> None:
         self._func = _func
         self._fd: int | None = None
         self._any_shape = _any_shape
+        self._raw: _pinned.Mapped | None = None
         self.path = Path(path)
-        if _raw is not None:  # the rows of a memory map: dtype, shape, byte offset
+        if _raw is not None:  # a memory map's values: their layout, the open file, its state
             self._open_raw(*_raw)
             return
         if not self.path.is_file():
@@ -156,7 +144,6 @@ class EmbeddingFile:
             raise fail(self._func, "path", "a readable file", f"{self.path}: {reason}") from None
         try:
             stat = os.fstat(self._fd)
-            self._stamp = (stat.st_size, stat.st_mtime_ns)
             self._widen_bf16 = False
             if suffix == ".npy":
                 shape = self._open_npy(stat.st_size)
@@ -167,33 +154,22 @@ class EmbeddingFile:
         except BaseException:
             self.close()
             raise
+        # The file as opened: its identity, size, modification time and the header parsed.
+        self._state = FileState.known(
+            stat, self.path, ((0, len(self._header)),), self._header, "header"
+        )
         self.shape = tuple(int(s) for s in shape)
 
-    def _open_raw(self, dtype: np.dtype, shape: tuple[int, ...], offset: int) -> None:
-        try:
-            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-        except OSError as error:
-            reason = error.strerror or str(error)
-            raise fail(
-                self._func, "reference", "a readable memory-mapped file", f"{self.path}: {reason}"
-            ) from None
-        stat = os.fstat(self._fd)
-        self._stamp = (stat.st_size, stat.st_mtime_ns)
+    def _open_raw(self, place: _pinned.Mapped, fd: int, state: FileState) -> None:
+        self._fd = fd
+        self._raw = place
+        self._state = state.stat_only("header")  # checked on every block: size and time
         self._widen_bf16 = False
         self._fortran = False
-        self._dtype = np.dtype(dtype)
-        self._data_offset = offset
+        self._dtype = np.dtype(place.dtype)
+        self._data_offset = place.offset
         self._header = b""
-        self.shape = tuple(int(s) for s in shape)
-        end = offset + int(np.prod(self.shape, dtype=np.int64)) * self._dtype.itemsize
-        if stat.st_size < end:
-            self.close()
-            raise fail(
-                self._func,
-                "reference",
-                f"a memory map within its file ({end} bytes)",
-                f"{stat.st_size} bytes in {self.path} (truncated)",
-            )
+        self.shape = place.shape
 
     def _open_npy(self, size: int) -> tuple[int, ...]:
         # Read the header only; rows are read with explicit reads, so that resident memory
@@ -304,21 +280,24 @@ class EmbeddingFile:
         """The open descriptor, once the file is known to be as it was opened."""
         if self._fd is None:
             raise ValueError(f"The embedding file '{self.path}' was closed.")
-        stat = os.fstat(self._fd)
-        now = (stat.st_size, stat.st_mtime_ns)
-        changed = []
-        if now[0] != self._stamp[0]:
-            changed.append(f"size {self._stamp[0]} -> {now[0]} bytes")
-        if now[1] != self._stamp[1]:
-            changed.append("modification time")
-        if _read_bytes(self._fd, len(self._header), 0) != self._header:
-            changed.append("header")
+        state = self._state
+        changed = state.differences(FileState.of(self._fd, self.path, state.spans, state.what))
         if changed:
-            raise ValueError(
-                f"The embedding file '{self.path}' changed since it was opened (it was "
-                f"rewritten in place: {', '.join(changed)}); open it again to read it."
-            )
+            raise self._changed(changed)
         return self._fd
+
+    def _changed(self, changed: list[str]) -> ValueError:
+        return _pinned.FileChanged(
+            f"The embedding file '{self.path}' changed since it was opened (it was "
+            f"rewritten in place: {', '.join(changed)}); open it again to read it."
+        )
+
+    def _ended_early(self, rows: slice, short: _pinned.ShortRead) -> ValueError:
+        return ValueError(
+            f"{self.path} ended early: rows {rows.start}:{rows.stop} need {short.wanted} bytes "
+            f"at offset {short.offset}, read {short.got} (was the file truncated after it was "
+            "opened?)."
+        )
 
     def __len__(self) -> int:
         return self.shape[0]
@@ -328,18 +307,29 @@ class EmbeddingFile:
             raise TypeError("EmbeddingFile supports contiguous row slices: file[start:stop]")
         start, stop, _ = rows.indices(self.shape[0])
         fd = self._check_unchanged()
+        if self._raw is not None:  # a memory map's rows, wherever its strides put them
+            place = self._raw
+            try:
+                out = _pinned.read_strided(
+                    fd,
+                    place.offset + start * place.strides[0],
+                    (max(stop - start, 0), *place.shape[1:]),
+                    place.strides,
+                    self._dtype,
+                )
+            except _pinned.ShortRead as short:
+                raise self._ended_early(slice(start, stop), short) from None
+            return out if out.dtype.isnative else out.astype(out.dtype.newbyteorder("="))
         row_bytes = self.shape[1] * self._dtype.itemsize
         out = np.empty((max(stop - start, 0), self.shape[1]), dtype=self._dtype)
         wanted = out.nbytes
         got = 0
+        offset = self._data_offset + start * row_bytes
         if wanted:
-            got = _read_at(fd, memoryview(out).cast("B"), self._data_offset + start * row_bytes)
+            got = _read_at(fd, memoryview(out).cast("B"), offset)
         if got != wanted:
-            raise ValueError(
-                f"{self.path} ended early: rows {start}:{stop} need {wanted} bytes at offset "
-                f"{self._data_offset + start * row_bytes}, read {got} (was the file truncated "
-                "after it was opened?)."
-            )
+            short = _pinned.ShortRead(offset, wanted, got)
+            raise self._ended_early(slice(start, stop), short)
         if self._widen_bf16:  # bfloat16 is the upper half of a float32
             return (out.astype(np.uint32) << 16).view(np.float32)
         if not out.dtype.isnative:
@@ -348,22 +338,72 @@ class EmbeddingFile:
 
     def read_all(self) -> np.ndarray:
         """The whole array (any shape), read through the pinned descriptor and checked
-        unchanged before and after the read."""
+        unchanged before and after the read (size, modification time, header and sampled
+        contents: :class:`recallkit._pinned.FileState`)."""
         fd = self._check_unchanged()
-        out = np.empty(self.shape, dtype=self._dtype, order="F" if self._fortran else "C")
-        flat = (out.T if self._fortran else out).reshape(-1)  # the file's order: a view
-        got = _read_at(fd, memoryview(flat).cast("B"), self._data_offset) if out.size else 0
-        if got != out.nbytes:
-            raise ValueError(
-                f"{self.path} ended early: {got} of {out.nbytes} bytes were read "
-                "(was the file truncated while it was read?)."
-            )
+        before = FileState.of(fd, self.path)
+        if self._raw is not None:
+            out = self[0 : self.shape[0]] if len(self.shape) == 2 else self._read_raw_whole(fd)
+        else:
+            out = np.empty(self.shape, dtype=self._dtype, order="F" if self._fortran else "C")
+            flat = (out.T if self._fortran else out).reshape(-1)  # the file's order: a view
+            got = _read_at(fd, memoryview(flat).cast("B"), self._data_offset) if out.size else 0
+            if got != out.nbytes:
+                raise ValueError(
+                    f"{self.path} ended early: {got} of {out.nbytes} bytes were read "
+                    "(was the file truncated while it was read?)."
+                )
         self._check_unchanged()
+        changed = before.differences(FileState.of(fd, self.path, before.spans))
+        if changed:
+            raise self._changed(changed)
+        _pinned.note(before)
         if self._widen_bf16:
             return (out.astype(np.uint32) << 16).view(np.float32)
         if not out.dtype.isnative:
             out = out.astype(out.dtype.newbyteorder("="))
         return out
+
+    def _read_raw_whole(self, fd: int) -> np.ndarray:
+        place = self._raw
+        assert place is not None
+        try:
+            return _pinned.read_strided(fd, place.offset, place.shape, place.strides, self._dtype)
+        except _pinned.ShortRead as short:
+            raise self._ended_early(slice(0, self.shape[0]), short) from None
+
+    def read_view(self, x: Any, name: str) -> Any:
+        """``x``'s values read through this file's descriptor when ``x`` is a memory map of
+        this very file (:func:`recallkit._pinned.mapped`), checked as every block is; ``x``
+        itself otherwise. ``name`` is the parameter ``x`` was given as."""
+        place = _pinned.mapped(x)
+        if place is None or self._fd is None or not self._maps(place):
+            return x
+        fd = self._check_unchanged()
+        end = place.extent()[1]
+        if end > self._state.size:
+            raise fail(
+                self._func,
+                name,
+                f"a memory map within its file ({end} bytes)",
+                f"{self._state.size} bytes in {place.path} (truncated)",
+            )
+        try:
+            out = _pinned.read_strided(fd, place.offset, place.shape, place.strides, place.dtype)
+        except _pinned.ShortRead as short:
+            raise self._ended_early(slice(0, place.shape[0] if place.shape else 1), short) from None
+        self._check_unchanged()
+        return out
+
+    def _maps(self, place: _pinned.Mapped) -> bool:
+        """Whether ``place`` lies in the file this one has open."""
+        if place.inode is not None:
+            return place.inode == self._state.inode
+        try:
+            stat = os.stat(place.path)
+        except OSError:
+            return False
+        return (stat.st_dev, stat.st_ino) == (self._state.device, self._state.inode)
 
     def close(self) -> None:
         """Close the file; reading afterwards raises ``ValueError``."""
@@ -385,25 +425,26 @@ class EmbeddingFile:
         return f"EmbeddingFile({str(self.path)!r}, shape={self.shape})"
 
 
-def pin(reference: Any, func: str) -> Any:
-    """A numpy memory map's rows as a pinned :class:`EmbeddingFile` of the file it maps (its
-    blocks then read through one descriptor, checked on every read); anything else, and a
-    memory map whose rows are not contiguous in its file, as it is."""
-    import mmap
+def pin(reference: Any, func: str, name: str = "reference") -> Any:
+    """A 2-D numpy memory map (:func:`recallkit._pinned.mapped`: any view, any strides) as a
+    pinned :class:`EmbeddingFile` of the file it maps: its rows then read through one
+    descriptor, checked on every read, never through the mapping. A file already too short for
+    its values is a ``ValueError`` naming parameter ``name`` of ``func``. Anything else, a
+    copy-on-write map and a map whose path now names another file come back as they are."""
+    place = _pinned.mapped(reference) if isinstance(reference, np.memmap) else None
+    if place is None or len(place.shape) != 2 or 0 in place.shape:
+        return reference
+    opened = _pinned.open_mapped(place, func, name)
+    if opened is None:
+        return reference
+    return EmbeddingFile(place.path, _func=func, _raw=(place, *opened))
 
-    if not isinstance(reference, np.memmap) or not reference.filename or reference.ndim != 2:
-        return reference
-    root = reference
-    while isinstance(root.base, np.memmap):
-        root = root.base
-    row = reference.shape[1] * reference.dtype.itemsize
-    contiguous = reference.strides == (row, reference.dtype.itemsize) or reference.shape[0] < 2
-    if not isinstance(root.base, mmap.mmap) or not contiguous or reference.shape[1] == 0:
-        return reference
-    offset = int(root.offset) + (reference.ctypes.data - root.ctypes.data)
-    return EmbeddingFile(
-        reference.filename, _func=func, _raw=(reference.dtype, reference.shape, offset)
-    )
+
+def read_through(file: Any, x: Any, name: str = "query") -> Any:
+    """``x`` read through the descriptor of the pinned ``file`` when ``x`` is a memory map of
+    the same file (leave-one-out on one memory map: the query read as the gallery's rows are,
+    from the file as pinned); ``x`` itself otherwise."""
+    return file.read_view(x, name) if isinstance(file, EmbeddingFile) else x
 
 
 def open_embeddings(path: str | os.PathLike[str], key: str | None = None) -> EmbeddingFile:
@@ -424,33 +465,9 @@ def open_embeddings(path: str | os.PathLike[str], key: str | None = None) -> Emb
 ARRAY_SUFFIXES = (".npy", ".pt", ".pth", ".safetensors")
 
 
-class _Changed(Exception):
-    """A file that changed while it was read."""
-
-
 def _reason(error: Exception) -> str:
     """Why a reader refused a file: what the library's own check found, or the reader's text."""
     return str(error.got) if isinstance(error, ParameterError) else str(error)
-
-
-def _pinned_bytes(path: Path, name: str) -> bytes:
-    """The whole file, read through one descriptor; ``_Changed`` when its size or modification
-    time changed while it was read."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-    try:
-        before = os.fstat(fd)
-        data = _read_bytes(fd, before.st_size, 0)
-        after = os.fstat(fd)
-    finally:
-        os.close(fd)
-    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns) or len(
-        data
-    ) != before.st_size:
-        raise _Changed(
-            f"{name} changed while it was read (it was rewritten in place); read it "
-            "again once it is written."
-        )
-    return data
 
 
 def _load_pt(path: Any) -> Any:
@@ -537,10 +554,10 @@ def read_array(
         elif suffix == ".safetensors":
             from safetensors.torch import load
 
-            data = load(_pinned_bytes(path, name))
+            data = load(_pinned.read_file(path, name))
         else:
-            data = _load_pt(io.BytesIO(_pinned_bytes(path, name)))
-    except _Changed as error:
+            data = _load_pt(io.BytesIO(_pinned.read_file(path, name)))
+    except _pinned.FileChanged as error:
         raise ValueError(str(error)) from None
     except Exception as error:  # numpy, torch and safetensors raise many types
         raise ValueError(f"{name} cannot be read: {_reason(error)}") from None

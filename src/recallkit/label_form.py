@@ -231,8 +231,8 @@ def _reference_head(reference: Any, n: int, space: engine.Space) -> torch.Tensor
     """The first ``n`` reference rows as the engine scores them."""
     if space.single is not None:
         return space.single.data[:n]
-    if engine.is_streamed(reference):
-        block = np.array(reference[0:n])
+    if engine.is_streamed(space.streamed):  # the pinned file (never the mapping) it streams
+        block = np.array(space.streamed[0:n])
         return engine.prepare_rows(
             torch.from_numpy(_checks.real_array(block, "reference", "")),
             "reference",

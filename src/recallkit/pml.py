@@ -20,6 +20,7 @@ from recallkit import metrics as registry
 from recallkit._codes import dense_codes
 from recallkit.engine.exact import row_sq_norms
 from recallkit.exceptions import Text
+from recallkit.io import pin, read_through
 from recallkit.neighbors import id_codes, nearest_neighbors
 from recallkit.options import Options, accepts, check_flag, fill_docs
 from recallkit.options import names as option_names
@@ -189,10 +190,15 @@ def _checked_embeddings(
     """Validate ``query`` and ``reference`` under ``func``'s name (no copy of tensors).
 
     Shapes, dimensions, finiteness and, for cosine, zero rows are checked here, so that errors
-    name the function the user called. A streamed reference (memory-mapped) is checked for its
-    shape; its rows are checked block by block as they are read.
+    name the function the user called. A streamed reference is checked for its shape; its rows
+    are checked block by block as they are read. A memory-mapped one comes back pinned
+    (:func:`recallkit.io.pin`: read from its file, never through the mapping), and a query that
+    maps the same file is read through its descriptor.
     """
     same = reference is query
+    if isinstance(reference, np.memmap):
+        reference = pin(reference, func)
+        query = read_through(reference, query)
     q = _checks.as_embeddings(query, "query", func)
     if engine.is_streamed(reference):
         r = reference
@@ -408,6 +414,10 @@ class RecallCalculator(AccuracyCalculator):
                     out[name] = result[key]
         others = tuple(name for name in current if name not in self._ours)
         if others:
+            if engine.is_streamed(r):  # PML's own metrics read the reference whole
+                r = torch.from_numpy(
+                    _checks.real_array(np.array(r[0 : r.shape[0]]), "reference", func)
+                )
             out.update(
                 super().get_accuracy(
                     q,

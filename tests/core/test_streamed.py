@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
+from recallkit import _pinned as recallkit_pinned
 from recallkit import engine as recallkit_engine
 from recallkit import (
     ground_truth_ranks_from_embeddings,
@@ -415,6 +416,7 @@ def test_a_whole_file_rewritten_while_it_is_read_is_refused(tmp_path, monkeypatc
     monkeypatch.setattr(recallkit_io, "_read_at", racing)
     with pytest.raises(ValueError, match=r"changed since it was opened"):
         read_array(path, what="embeddings")
+    monkeypatch.setattr(recallkit_pinned, "read_at", racing)  # the whole-file reads
     for suffix in (".safetensors", ".pt"):
         other = target[0] = tmp_path / f"e{suffix}"
         if suffix == ".pt":

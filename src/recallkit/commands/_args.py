@@ -134,6 +134,26 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
+def unchanged_inputs(doing: str) -> None:
+    """Refuse to go on when a file the command read has changed since it was read (its size,
+    modification time, identity or sampled contents: :class:`recallkit._pinned.FileState`):
+    called once the command has computed, before it prints its report or writes anything.
+    ``doing`` says what the files were read for ("evaluated", "compared").
+
+    >>> from recallkit._pinned import recording
+    >>> with recording():
+    ...     unchanged_inputs("evaluated")  # nothing read, nothing changed
+    """
+    from recallkit._pinned import changed_input
+
+    found = changed_input()
+    if found is not None:
+        path, how = found
+        raise UsageError(
+            f"'{path}' changed while it was being {doing} ({', '.join(how)}); nothing was written."
+        )
+
+
 def check_output_file(path: str | None, option: str) -> None:
     """Refuse an output ``path`` that cannot be written as a file: a folder, a device, a pipe,
     or a path under a file. Outputs are written atomically (a temporary file renamed over the

@@ -6,6 +6,7 @@ Every user error is a ``ValueError`` naming the file (one line, exit status 2).
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -16,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from recallkit import options as _options
-from recallkit.commands._args import check_output_file, usable_device
+from recallkit._pinned import read_file
+from recallkit.commands._args import check_output_file, unchanged_inputs, usable_device
 from recallkit.errors import UsageError
 
 if TYPE_CHECKING:
@@ -79,28 +81,29 @@ def load_ids(spec: str, what: str = "image ids") -> np.ndarray:
     if not path.is_file():
         raise UsageError(f"The {what} file '{path}' does not exist or is not a file.")
     suffix = path.suffix.lower()
+    if suffix not in (".npy", ".json", ".txt"):
+        raise UsageError(
+            f"The {what} file '{path}' cannot be read: the file must end in .npy, .json or .txt."
+        )
+    data = read_file(path, f"The {what} file '{path}'")  # checked unchanged, and recorded
     try:
         if suffix == ".npy":
-            array = np.load(path, allow_pickle=False)
+            array = np.load(io.BytesIO(data), allow_pickle=False)
             if array.dtype.kind not in "iu":
                 raise ValueError(f"ids must be integers, not {array.dtype}")
             values: list[Any] = array.reshape(-1).tolist()
         elif suffix == ".json":
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(data, dict) and isinstance(data.get("images"), list):
-                values = [image["id"] for image in data["images"]]
-            elif isinstance(data, list):
-                values = data
+            value = json.loads(data.decode("utf-8"))
+            if isinstance(value, dict) and isinstance(value.get("images"), list):
+                values = [image["id"] for image in value["images"]]
+            elif isinstance(value, list):
+                values = value
             else:
                 raise ValueError("expected a list of ids or a COCO object with 'images'")
-        elif suffix == ".txt":
-            values = [
-                _id_of_line(line)
-                for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip()
-            ]
         else:
-            raise ValueError("the file must end in .npy, .json or .txt")
+            values = [
+                _id_of_line(line) for line in data.decode("utf-8").splitlines() if line.strip()
+            ]
         wrong = next((v for v in values if isinstance(v, bool) or not isinstance(v, int)), None)
         if wrong is not None:
             raise ValueError(f"ids must be integers, not {wrong!r}")
@@ -122,7 +125,9 @@ def _id_of_line(line: str) -> int:
 
 
 def report(result: Result, json_path: str | None) -> int:
-    """Print the result's table; write its JSON report atomically when asked."""
+    """Print the result's table; write its JSON report atomically when asked. Refused first when
+    an input file changed since it was read (:func:`unchanged_inputs`)."""
+    unchanged_inputs("evaluated")
     print(result.table())
     if json_path:
         try:
@@ -192,7 +197,7 @@ def load_json(spec: str, what: str) -> Any:
     if not path.is_file():
         raise UsageError(f"The {what} file '{path}' does not exist or is not a file.")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_file(path, f"The {what} file '{path}'").decode("utf-8"))
     except UnicodeDecodeError:
         raise UsageError(f"The {what} file '{path}' is not UTF-8 text.") from None
     except json.JSONDecodeError as error:

@@ -16,6 +16,7 @@ from recallkit.commands._args import (
     parse_ks,
     positive_int,
     seed,
+    unchanged_inputs,
 )
 from recallkit.errors import UsageError
 from recallkit.runner.defaults import DEFAULT_RESAMPLES, DEFAULT_SEED, MAX_RESAMPLES
@@ -96,6 +97,7 @@ def main(args: argparse.Namespace) -> int:
         confidence=args.confidence,
         seed=args.seed,
     )
+    unchanged_inputs("compared")
     for note in comparison.notes:
         print(f"note: {note}", file=sys.stderr)
     print(format_comparison(comparison))

@@ -21,6 +21,7 @@ from recallkit.commands._args import (
     parse_ks,
     positive_int,
     size_in_pixels,
+    unchanged_inputs,
     usable_device,
     warnings_as_lines,
 )
@@ -61,8 +62,11 @@ goes to stdout; progress and notes go to stderr.
 
 Outputs (--show-out, --json, --history) are written at the end, all of them or, on a failure
 such as a full disk, none: a one-line error and exit status 2. A symbolic link given as an
-output keeps pointing at its target, which is written with its mode kept. The cache is
-optional: a --cache-dir that cannot be written gives a warning and the run goes on.
+output keeps pointing at its target, which is written with its mode kept. An input file
+(embeddings, labels, manifest, cached embeddings, weights, an image) rewritten, truncated or
+replaced during the run stops it before the report: a one-line error naming the file, exit
+status 2, nothing written. The cache is optional: a --cache-dir that cannot be written gives a
+warning and the run goes on.
 """
 
 
@@ -606,6 +610,7 @@ def main(args: argparse.Namespace) -> int:
             query_in_reference=True if arrays and query is gallery else None,
             **{**_options.from_flags(args, "label"), "device": device},
         )
+    unchanged_inputs("evaluated")  # a file rewritten meanwhile: no report, no output
     result = run.result
     item = "row" if arrays else "image"
     lone = (result.definitions or {}).get("lone_queries", "skip")
@@ -683,6 +688,7 @@ def _write_outputs(args: argparse.Namespace, run: Any, record: dict[str, Any]) -
                     k=args.show_topk or 8,
                     queries=args.show_queries,
                 )
+            unchanged_inputs("evaluated")  # the images drawn too
             try:
                 staging.add(args.show_out, lambda h: h.write(data), "wb")
             except OSError as error:

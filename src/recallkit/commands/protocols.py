@@ -17,8 +17,14 @@ from typing import Any
 import numpy as np
 
 from recallkit._lazy import Module
+from recallkit._pinned import read_file
 from recallkit.commands import _protocol_io as io
-from recallkit.commands._args import check_output_file, check_output_folder, positive_int
+from recallkit.commands._args import (
+    check_output_file,
+    check_output_folder,
+    positive_int,
+    unchanged_inputs,
+)
 from recallkit.errors import UsageError
 from recallkit.protocols import _names
 
@@ -158,6 +164,7 @@ def _run_cirr(args: argparse.Namespace) -> int:
         else:
             recall, subset = cirr.cirr_rankings(queries, images, data, k=k, **options)
         folder = Path(args.submission_dir)
+        unchanged_inputs("evaluated")
         for metric, rankings in (("recall", recall), ("recall_subset", subset)):
             path = folder / f"cirr_{args.split}_{metric}.json"
             try:
@@ -282,6 +289,7 @@ def _run_circo(args: argparse.Namespace) -> int:
             rankings = circo.circo_rankings_from_scores(scores, ids, data, **common)
         else:
             rankings = circo.circo_rankings(queries, images, ids, data, **common, **options)
+        unchanged_inputs("evaluated")
         try:
             circo.write_circo_submission(args.submission, rankings)
         except OSError as error:
@@ -623,7 +631,7 @@ def _caption_image(args: argparse.Namespace) -> tuple[np.ndarray, str]:
     path = args.caption_image
     if path.endswith(".json"):
         try:
-            values = json.loads(Path(path).read_text(encoding="utf-8"))
+            values = json.loads(read_file(path, f"The caption-image file '{path}'").decode())
         except (OSError, ValueError) as error:
             raise UsageError(f"the caption-image file '{path}' cannot be read: {error}") from None
         if not isinstance(values, list) or not all(

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from recallkit._pinned import read_file
 from recallkit.datasets.base import (
     BENCHMARK_INFO,
     Benchmark,
@@ -81,9 +82,10 @@ def require_file(folder: Path, name: str, title: str, looked_in: Sequence[Path] 
 
 
 def read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file (a byte-order mark and CR-LF line ends are accepted)."""
+    """The lines of a UTF-8 text file (a byte-order mark and CR-LF line ends are accepted),
+    read through one descriptor and checked unchanged (:func:`recallkit._pinned.read_file`)."""
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = read_file(path, f"The annotation file '{path}'").decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise DatasetError(
             f"{path} is not a UTF-8 text file (byte {error.start} cannot be decoded); "

@@ -17,12 +17,14 @@ ties.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from pathlib import Path
 
 import numpy as np
 
+from recallkit._pinned import FileChanged, read_file
 from recallkit.datasets import _files
 from recallkit.datasets.base import (
     Benchmark,
@@ -209,7 +211,10 @@ def _read_struct(path: Path, variable: str, fields: tuple[str, ...]) -> dict[str
     from scipy.io.matlab import MatReadError
 
     try:
-        contents = loadmat(path, squeeze_me=True, struct_as_record=True)
+        data = read_file(path, f"The annotation file '{path}'")  # checked unchanged
+        contents = loadmat(io.BytesIO(data), squeeze_me=True, struct_as_record=True)
+    except FileChanged:
+        raise
     except (MatReadError, ValueError, TypeError, OSError) as error:
         raise DatasetError(f"{path} is not a readable MATLAB .mat file: {error}") from None
     if variable not in contents:

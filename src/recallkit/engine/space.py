@@ -169,7 +169,8 @@ def make_block(
 
 @dataclass
 class Space:
-    """Prepared queries and a reference: in memory (one block) or streamed block by block."""
+    """Prepared queries and a reference: in memory (one block) or streamed block by block
+    (``streamed`` is then what the blocks are read from: a pinned file, never a mapping)."""
 
     query: Rows
     metric: str
@@ -184,6 +185,7 @@ class Space:
     query_is_reference: bool = False
     extra: dict = field(default_factory=dict)
     options: Any = None
+    streamed: Any = None
 
     @property
     def num_query(self) -> int:
@@ -236,20 +238,25 @@ def prepare(
     integer inputs); exact scores are float64 either way, and a float64 side (in memory or
     streamed) makes the filter GEMM float64 too. A memory-mapped numpy reference
     (``np.load(path, mmap_mode="r")``) or a :class:`recallkit.io.EmbeddingFile` is streamed in
-    blocks, never loaded whole. ``query_is_reference`` (default: ``query is reference``) says
-    that the queries are the reference rows themselves, prepared once.
+    blocks, never loaded whole; a memory map is pinned first (:func:`recallkit.io.pin`), its
+    blocks read from its file, never through the mapping. Queries are loaded whole (a memory
+    map through one checked descriptor: :func:`recallkit._checks.as_embeddings`; the
+    reference's own when it maps the same file). ``query_is_reference`` (default: ``query is
+    reference``) says that the queries are the reference rows themselves, prepared once.
     """
     metric, device, precision = options.metric, options.device, options.precision
     _checks.check_metric(metric, func)
-    q = _checks.as_embeddings(query, "query", func)
     if query_is_reference is None:
         query_is_reference = query is reference
     streamed = is_streamed(reference) or reference_block_rows is not None
-    if isinstance(reference, np.memmap) and not query_is_reference:
-        from recallkit.io import pin
+    if isinstance(reference, np.memmap):
+        from recallkit.io import pin, read_through
 
-        # Read from the file it maps, through one checked descriptor (never the mapping).
+        # Read from the file it maps, through one checked descriptor (never the mapping); a
+        # query that maps the same file (leave-one-out) is read through the same descriptor.
         reference = pin(reference, func)
+        query = read_through(reference, query)
+    q = _checks.as_embeddings(query, "query", func)
     if streamed:
         shape = tuple(reference.shape)
         if len(shape) != 2 or shape[0] == 0:
@@ -293,7 +300,7 @@ def prepare(
             raw = torch.from_numpy(part)  # a writable copy
             yield make_block(raw, start, func, metric, dev, fdtype)
 
-    return Space(q_rows, metric, m, d, dev, source, block_rows=rows, **common)
+    return Space(q_rows, metric, m, d, dev, source, block_rows=rows, streamed=reference, **common)
 
 
 def shard(

@@ -19,6 +19,7 @@ import torch
 
 from recallkit import _checks
 from recallkit._atomic import atomic_write
+from recallkit._pinned import read_file
 from recallkit.engine import memory_budget
 from recallkit.exceptions import Text
 from recallkit.options import Options
@@ -100,9 +101,8 @@ def load_json(path: PathLike, what: str) -> Any:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{what} file not found: {path}")
-    try:
-        with path.open(encoding="utf-8") as handle:
-            return json.load(handle)
+    try:  # through one descriptor, checked unchanged (and recorded for the command line)
+        return json.loads(read_file(path, f"The {what} file '{path}'").decode("utf-8"))
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
 

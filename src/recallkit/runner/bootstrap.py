@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from recallkit import metrics as registry
+from recallkit._pinned import read_file
 from recallkit.definitions import check_definitions, differences
 from recallkit.exceptions import fail
 from recallkit.ground_truth import recall_from_ranks
@@ -268,8 +269,8 @@ def load_run(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise RunnerError(f"The run file '{path}' does not exist.")
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # through one descriptor, checked unchanged (and recorded for the command line)
+        text = read_file(path, f"The run file '{path}'").decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise RunnerError(f"The run file '{path}' cannot be read as text: {error}.") from None
     wrong = wrong_kind(path, text, "run")

@@ -30,6 +30,7 @@ import contextlib
 import datetime as _dt
 import errno
 import hashlib
+import io
 import json
 import os
 import warnings
@@ -40,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from recallkit._atomic import Staging, remove_stale_temporaries
+from recallkit._pinned import note, read_file_state
 from recallkit.runner.encode import BadImage, BadImagesError, Encoding, encode_images
 from recallkit.runner.encoders import Encoder
 
@@ -101,8 +103,10 @@ class EmbeddingCache:
         try:
             if not path.is_file():
                 return None
-            meta = json.loads(self.meta_path(key).read_text(encoding="utf-8"))
-            embeddings = np.load(path, allow_pickle=False)
+            text, meta_state = read_file_state(self.meta_path(key), "The cache entry")
+            meta = json.loads(text.decode("utf-8"))
+            data, array_state = read_file_state(path, "The cache entry")
+            embeddings = np.load(io.BytesIO(data), allow_pickle=False)
         except (OSError, ValueError):
             return None
         if not isinstance(meta, dict) or meta.get("key") != key or meta.get("rows") != rows:
@@ -116,6 +120,8 @@ class EmbeddingCache:
             return None
         if len(bad) != int((~kept).sum()):
             return None
+        note(meta_state)  # a hit: the entry is an input of the command, checked at its end
+        note(array_state)
         return Encoding(embeddings, kept, tuple(bad), 0.0)
 
     def store(self, key: str, encoding: Encoding, meta: dict[str, Any]) -> Path:

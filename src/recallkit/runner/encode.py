@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from recallkit._pinned import note_stat
 from recallkit.exceptions import Text, fail
 from recallkit.runner._errors import RunnerError
 
@@ -85,6 +86,7 @@ def load_image(path: str | os.PathLike[str]) -> Image.Image:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", os.fspath(path))
+        note_stat(fd, path)  # by size and modification time, for the command line's check
         if hasattr(os, "set_blocking"):
             os.set_blocking(fd, True)
         handle = os.fdopen(fd, "rb")

@@ -13,6 +13,7 @@ import difflib
 import hashlib
 import importlib
 import inspect
+import io
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -24,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from recallkit._pinned import FileChanged, read_file
 from recallkit.runner._errors import RunnerError
 from recallkit.runner.defaults import DTYPE_NAMES, IMAGENET_MEAN, IMAGENET_STD
 
@@ -282,16 +284,21 @@ def module_encoder(
     return Encoder(encode, identity, digest, preprocessing, dtype, device, info or {})
 
 
-def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+def _read_state_dict(path: Path) -> tuple[dict[str, torch.Tensor], str]:
+    """The state dict of a weights file and the SHA-256 of the bytes it was read from (the
+    file is read once, through one descriptor, checked unchanged after the read)."""
     if not path.is_file():
         raise RunnerError(f"The weights file '{path}' does not exist.")
     try:
+        data = read_file(path, f"The weights file '{path}'")
         if path.suffix.lower() == ".safetensors":
-            from safetensors.torch import load_file
+            from safetensors.torch import load
 
-            state: Any = load_file(str(path))
+            state: Any = load(data)
         else:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except FileChanged:
+        raise
     except Exception as error:
         message = f"The weights file '{path}' cannot be read: {error}".rstrip(".")
         raise RunnerError(message + ".") from None
@@ -304,7 +311,7 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
         raise RunnerError(f"The weights file '{path}' does not hold a state dict of tensors.")
     if state and all(k.startswith("module.") for k in state):
         state = {k[len("module.") :]: v for k, v in state.items()}
-    return state
+    return state, hashlib.sha256(data).hexdigest()
 
 
 def _find_head(model: nn.Module) -> tuple[nn.Module, str | int, str] | None:
@@ -365,7 +372,7 @@ def torchvision_encoder(
             model = torchvision.models.get_model(name, weights=None)
     else:
         weights = Path(weights)  # type: ignore[arg-type]
-        state = _read_state_dict(weights)
+        state, digest = _read_state_dict(weights)
         model = torchvision.models.get_model(name, weights=None)
     found = _find_head(model)
     if head == "drop" and found is None:
@@ -386,8 +393,7 @@ def torchvision_encoder(
         digest = state_digest(model)
         info: dict[str, Any] = {"weights": f"random initialisation, seed {RANDOM_INIT_SEED}"}
     else:
-        identity = f"torchvision:{name}:head={head}"
-        digest = file_digest(weights)  # type: ignore[arg-type]
+        identity = f"torchvision:{name}:head={head}"  # digest: of the bytes the weights came from
         info = {"weights": str(weights)}
     return module_encoder(
         model,

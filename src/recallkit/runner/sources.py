@@ -11,12 +11,14 @@ record names, never this machine's absolute paths.
 from __future__ import annotations
 
 import csv
+import io
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recallkit._pinned import read_file
 from recallkit.runner._errors import RunnerError
 
 #: File name endings read as images (lower case), as torchvision's ``ImageFolder`` does.
@@ -285,8 +287,8 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
             f"The {what} '{path}' is {kind}, not a folder or a CSV/TSV manifest of images: "
             "saved embeddings go in --embeddings, with their labels in --labels."
         )
-    try:
-        text = path.read_text(encoding="utf-8-sig")
+    try:  # through one descriptor, checked unchanged (and recorded for the command line)
+        text = _text(read_file(path, f"The {what} '{path}'"))
     except (OSError, UnicodeDecodeError) as error:
         raise RunnerError(f"The {what} '{path}' cannot be read: {error}.") from None
     lines = text.splitlines()
@@ -423,9 +425,14 @@ def labels_file(path: str | os.PathLike[str], *, option: str) -> tuple[Any, ...]
     if not path.is_file():
         raise RunnerError(f"{expects}; '{path}' does not exist or is not a file.")
     kind = array_file_kind(path)
+    name = f"The labels file '{path}'"
     if kind == "a NumPy array file":
         try:
-            array = np.load(path, allow_pickle=False)
+            data = read_file(path, name)
+        except OSError as error:
+            raise RunnerError(f"{expects}; '{path}' cannot be read ({error}).") from None
+        try:
+            array = np.load(io.BytesIO(data), allow_pickle=False)
         except (OSError, ValueError) as error:
             raise RunnerError(f"{expects}; '{path}' cannot be read ({error}).") from None
         if array.ndim != 1:
@@ -441,13 +448,18 @@ def labels_file(path: str | os.PathLike[str], *, option: str) -> tuple[Any, ...]
     if kind is not None:
         raise RunnerError(f"{expects}; '{path}' is {kind}.")
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = _text(read_file(path, name))
     except (OSError, UnicodeDecodeError) as error:
         raise RunnerError(f"{expects}; '{path}' cannot be read as text ({error}).") from None
     lines = text.splitlines()
     if not lines:
         raise RunnerError(f"{expects}; '{path}' is empty.")
     return tuple(line.strip() for line in lines)
+
+
+def _text(data: bytes) -> str:
+    """UTF-8 text (a byte-order mark dropped), line ends as ``Path.read_text`` gives them."""
+    return data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def from_arrays(labels: Sequence[Any], source: str) -> ImageSet:
