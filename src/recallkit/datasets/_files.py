@@ -138,10 +138,6 @@ class Rows:
         """Column ``column`` as int64; a non-integer field is an error naming its line."""
         return parse_ints(self.columns[column], name, self.path, self.line)
 
-    def first_duplicate(self, column: int, name: str) -> None:
-        """Raise when a value of column ``column`` appears on two lines."""
-        check_unique(self.columns[column], name, self.path, self.line)
-
 
 _INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _INTS = re.compile(r"(?:[+-]?[0-9]+\n)*[+-]?[0-9]+", re.ASCII)
