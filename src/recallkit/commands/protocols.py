@@ -166,6 +166,11 @@ def _queries_against(columns: str) -> EmbeddingsOrScores:
     )
 
 
+def _per_name(flag: str, metavar: tuple[str, ...], help: str) -> Option:
+    """An option given once per category or task: the name, then its files."""
+    return option(flag, nargs=len(metavar), action="append", default=[], metavar=metavar, help=help)
+
+
 def _check_names(names: list[str], known: tuple[str, ...], what: str, plural: str) -> None:
     """Each name one of ``known`` (``what``: "FashionIQ category"), none given twice."""
     for name in names:
@@ -558,21 +563,9 @@ COMMANDS = (
         "split.<category>.val.json.",
         options=(
             option("--root", required=True, help="FashionIQ folder (captions/, image_splits/)"),
-            option(
-                "--category",
-                nargs=3,
-                action="append",
-                default=[],
-                metavar=("NAME", "QUERIES", "GALLERY"),
-                help="a category's embeddings",
-            ),
-            option(
-                "--category-scores",
-                nargs=2,
-                action="append",
-                default=[],
-                metavar=("NAME", "SCORES"),
-                help="a category's (queries, gallery) matrix",
+            _per_name("--category", ("NAME", "QUERIES", "GALLERY"), "a category's embeddings"),
+            _per_name(
+                "--category-scores", ("NAME", "SCORES"), "a category's (queries, gallery) matrix"
             ),
             option(
                 "--exclude-reference",
@@ -608,22 +601,16 @@ COMMANDS = (
         "saves with --pred_save_name. Candidate embeddings are (samples, 1 + gallery, d).",
         options=(
             option("--root", required=True, help="folder holding <task>.json"),
-            option(
+            _per_name(
                 "--task",
-                nargs=2,
-                action="append",
-                default=[],
-                metavar=("TASK", "SCORES"),
-                help=f"a task ({', '.join(_names.GENECIS_TASKS)}) and its (samples, 1 + gallery) "
+                ("TASK", "SCORES"),
+                f"a task ({', '.join(_names.GENECIS_TASKS)}) and its (samples, 1 + gallery) "
                 "score file, target in column 0; repeat per task",
             ),
-            option(
+            _per_name(
                 "--task-embeddings",
-                nargs=3,
-                action="append",
-                default=[],
-                metavar=("TASK", "QUERIES", "CANDIDATES"),
-                help="a task, its (samples, d) query embeddings and its (samples, 1 + gallery, d) "
+                ("TASK", "QUERIES", "CANDIDATES"),
+                "a task, its (samples, d) query embeddings and its (samples, 1 + gallery, d) "
                 "candidate embeddings, target first; repeat per task",
             ),
             option(
