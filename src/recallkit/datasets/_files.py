@@ -179,17 +179,26 @@ def parse_ints(values: Sequence[str], name: str, path: Path, line) -> np.ndarray
     return np.array(parsed, dtype=np.int64).reshape(len(values))
 
 
-def check_unique(values: Sequence, name: str, path: Path, line) -> None:
-    """Raise when a value appears twice, naming both lines."""
+def first_repeat(values: Sequence) -> tuple[int, int] | None:
+    """The rows ``(first, again)`` of the first value seen twice, or None when all differ."""
     if len(set(values)) == len(values):
-        return
+        return None
     seen: dict = {}
     for i, value in enumerate(values):
         if value in seen:
-            raise DatasetError(
-                f"{path}: duplicate {name} {value!r} on lines {line(seen[value])} and {line(i)}."
-            )
+            return seen[value], i
         seen[value] = i
+    return None  # pragma: no cover - a repeat is found above
+
+
+def check_unique(values: Sequence, name: str, path: Path, line) -> None:
+    """Raise when a value appears twice, naming both lines."""
+    repeat = first_repeat(values)
+    if repeat is not None:
+        first, i = repeat
+        raise DatasetError(
+            f"{path}: duplicate {name} {values[i]!r} on lines {line(first)} and {line(i)}."
+        )
 
 
 def check_range(

@@ -122,14 +122,12 @@ def _check_entries(relative: list[str], classes: np.ndarray, entry: list[str]) -
         raise DatasetError(
             f"{entry[i]}: the class must be between 1 and 196. Got {int(classes[i])}."
         )
-    if len(set(relative)) != len(relative):
-        first: dict[str, int] = {}
-        for i, rel in enumerate(relative):
-            if rel in first:
-                raise DatasetError(
-                    f"{entry[i]}: duplicate image {rel!r}, also listed at {entry[first[rel]]}."
-                )
-            first[rel] = i
+    repeat = _files.first_repeat(relative)
+    if repeat is not None:
+        first, i = repeat
+        raise DatasetError(
+            f"{entry[i]}: duplicate image {relative[i]!r}, also listed at {entry[first]}."
+        )
 
 
 def _crop_boxes(boxes: np.ndarray, entry: list[str]) -> np.ndarray:
