@@ -49,6 +49,7 @@ class Option(NamedTuple):
 
 
 def option(flag: str, **keywords: Any) -> Option:
+    """``parser.add_argument(flag, **keywords)``, as a row of the table."""
     return Option(flag, keywords)
 
 
