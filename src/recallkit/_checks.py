@@ -193,13 +193,6 @@ def check_positive_int(value: Any, func: str, name: str) -> int:
     return int(value)
 
 
-def check_chunk_size(chunk_size: Any, func: str) -> int | None:
-    """Return ``chunk_size`` (query rows per chunk) as an int, or ``None`` for the default size."""
-    if chunk_size is None:
-        return None
-    return check_positive_int(chunk_size, func, "chunk_size")
-
-
 def check_length(values: Any, expected: int, name: str, func: str, of: str) -> None:
     """Raise if ``len(values)`` differs from ``expected`` (the number of rows of ``of``)."""
     try:

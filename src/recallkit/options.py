@@ -404,11 +404,6 @@ def check_flag(value: Any, func: str, name: str) -> bool:
     raise fail(func, name, "True or False", repr(value))
 
 
-def device_of(options: Options, tensor: Any) -> Any:
-    """Where the work runs: the option, else the tensor's device."""
-    return options.device if options.device is not None else tensor.device
-
-
 # ----------------------------------------------------------------------------------------------
 # The command line's flags, from the same declarations.
 

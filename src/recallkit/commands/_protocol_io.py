@@ -9,7 +9,7 @@ import argparse
 import io
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -130,14 +130,22 @@ def report(result: Result, json_path: str | None) -> int:
     unchanged_inputs("evaluated")
     print(result.table())
     if json_path:
-        try:
-            from recallkit.protocols._common import write_json
+        from recallkit.protocols._common import write_json
 
-            write_json(json_path, result.to_dict())
-        except OSError as error:
-            raise cannot_write("--json", json_path, error) from None
-        print(f"wrote {json_path}")
+        write_file("--json", write_json, json_path, result.to_dict())
     return 0
+
+
+def write_file(
+    option: str, write: Callable[..., Any], path: str | Path, *args: Any, **keywords: Any
+):
+    """``write(path, *args, **keywords)`` (an atomic writer), then ``wrote PATH``; an OSError is
+    the one-line error naming ``option`` (:func:`cannot_write`)."""
+    try:
+        write(path, *args, **keywords)
+    except OSError as error:
+        raise cannot_write(option, path, error) from None
+    print(f"wrote {path}")
 
 
 def cannot_write(option: str, path: str | Path, error: OSError) -> UsageError:

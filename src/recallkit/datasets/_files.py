@@ -8,6 +8,7 @@ that stay inside the dataset folder, without NUL characters.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 import re
@@ -140,10 +141,6 @@ class Rows:
         """Column ``column`` as int64; a non-integer field is an error naming its line."""
         return parse_ints(self.columns[column], name, self.path, self.line)
 
-    def first_duplicate(self, column: int, name: str) -> None:
-        """Raise when a value of column ``column`` appears on two lines."""
-        check_unique(self.columns[column], name, self.path, self.line)
-
 
 _INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _INTS = re.compile(r"(?:[+-]?[0-9]+\n)*[+-]?[0-9]+", re.ASCII)
@@ -184,17 +181,26 @@ def parse_ints(values: Sequence[str], name: str, path: Path, line) -> np.ndarray
     return np.array(parsed, dtype=np.int64).reshape(len(values))
 
 
-def check_unique(values: Sequence, name: str, path: Path, line) -> None:
-    """Raise when a value appears twice, naming both lines."""
+def first_repeat(values: Sequence) -> tuple[int, int] | None:
+    """The rows ``(first, again)`` of the first value seen twice, or None when all differ."""
     if len(set(values)) == len(values):
-        return
+        return None
     seen: dict = {}
     for i, value in enumerate(values):
         if value in seen:
-            raise DatasetError(
-                f"{path}: duplicate {name} {value!r} on lines {line(seen[value])} and {line(i)}."
-            )
+            return seen[value], i
         seen[value] = i
+    return None  # pragma: no cover - a repeat is found above
+
+
+def check_unique(values: Sequence, name: str, path: Path, line) -> None:
+    """Raise when a value appears twice, naming both lines."""
+    repeat = first_repeat(values)
+    if repeat is not None:
+        first, i = repeat
+        raise DatasetError(
+            f"{path}: duplicate {name} {values[i]!r} on lines {line(first)} and {line(i)}."
+        )
 
 
 def check_range(
@@ -274,30 +280,64 @@ def splits_by_label_range(
     return splits
 
 
-def finish(
+def start(
     name: str,
-    root: Path,
-    splits: dict[str, Split],
-    files: Sequence[Path],
-    *,
-    allow_partial: bool,
-    skip_missing: bool,
-    check_images: bool,
-    source: str | Mapping[str, str] | None = None,
-) -> Benchmark:
-    """Check counts and images, then assemble the Benchmark.
+    root: object,
+    allow_partial: object,
+    skip_missing: object,
+    check_images: object,
+    **more: object,
+) -> Loading:
+    """Check the arguments of ``load_<name>`` (``root`` an existing folder, every flag a bool;
+    ``more``: a loader's own flags, such as ``crop``) and return the call's :class:`Loading`."""
+    function = f"load_{name}"
+    root_path = check_root(root, function)
+    check_flags(
+        function,
+        allow_partial=allow_partial,
+        skip_missing=skip_missing,
+        check_images=check_images,
+        **more,
+    )
+    return Loading(name, root_path, bool(allow_partial), bool(skip_missing), bool(check_images))
 
-    ``source`` names the file(s) in messages: one string, or one per split.
-    """
-    info = BENCHMARK_INFO[name]
-    names = [str(f) for f in files]
-    all_files = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
-    source = source or all_files
-    complete = check_counts(name, splits, source, allow_partial)
-    listed_in = source if isinstance(source, str) else all_files
-    skipped: list[Path] = []
-    if check_images:
-        masks = {split_name: find_missing(split) for split_name, split in splits.items()}
+
+@dataclasses.dataclass(frozen=True)
+class Loading:
+    """One call of a loader: the benchmark's name, its root folder and the common flags."""
+
+    name: str
+    root: Path
+    allow_partial: bool
+    skip_missing: bool
+    check_images: bool
+
+    @property
+    def title(self) -> str:
+        return BENCHMARK_INFO[self.name].title
+
+    def finish(
+        self,
+        splits: dict[str, Split],
+        files: Sequence[Path] | Mapping[str, Path],
+        source: str | None = None,
+    ) -> Benchmark:
+        """Check counts and images, then assemble the Benchmark.
+
+        ``files`` are the annotation files read, or one per split (then each split's messages
+        name its file); ``source`` names the file(s) in messages instead.
+        """
+        if isinstance(files, Mapping):
+            source = {split: str(path) for split, path in files.items()}
+            files = list(files.values())
+        info = BENCHMARK_INFO[self.name]
+        names = [str(f) for f in files]
+        all_files = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 2 else names)
+        source = source or all_files
+        complete = check_counts(self.name, splits, source, self.allow_partial)
+        listed_in = source if isinstance(source, str) else all_files
+        skipped: list[Path] = []
+        masks = {n: find_missing(split) for n, split in splits.items()} if self.check_images else {}
         total = sum(len(split) for split in splits.values())
         missing = sum(int(mask.sum()) for mask in masks.values())
         if missing:
@@ -306,7 +346,7 @@ def finish(
                 for split_name, split in splits.items()
                 for i in np.flatnonzero(masks[split_name])[:3].tolist()
             ][:3]
-            if not skip_missing:
+            if not self.skip_missing:
                 hint = (
                     " None of them exists: is {root} the folder that holds the images?"
                     if missing == total
@@ -334,16 +374,16 @@ def finish(
                 UserWarning,
                 stacklevel=4,
             )
-    return Benchmark(
-        name=name,
-        title=info.title,
-        protocol=info.protocol,
-        splits=splits,
-        root=root,
-        files=tuple(files),
-        complete=complete,
-        skipped=tuple(skipped),
-    )
+        return Benchmark(
+            name=self.name,
+            title=info.title,
+            protocol=info.protocol,
+            splits=splits,
+            root=self.root,
+            files=tuple(files),
+            complete=complete,
+            skipped=tuple(skipped),
+        )
 
 
 def parse_floats(values: Sequence[str], name: str, path: Path, line) -> np.ndarray:

@@ -76,28 +76,12 @@ def load_cars196(
     ...
     recallkit.datasets.base.DatasetFileNotFoundError: Cars196 needs cars_annos.mat ...
     """
-    function = "load_cars196"
-    root_path = _files.check_root(root, function)
-    _files.check_flags(
-        function,
-        allow_partial=allow_partial,
-        skip_missing=skip_missing,
-        check_images=check_images,
-        crop=crop,
-    )
-    relative, classes, boxes, entry, files = _read_annotations(root_path)
+    load = _files.start(_NAME, root, allow_partial, skip_missing, check_images, crop=crop)
+    relative, classes, boxes, entry, files = _read_annotations(load.root)
     _check_entries(relative, classes, entry)
     bboxes = _crop_boxes(boxes, entry) if crop else None
-    splits = _files.splits_by_label_range(_NAME, root_path, relative, classes, bboxes)
-    return _files.finish(
-        _NAME,
-        root_path,
-        splits,
-        files,
-        allow_partial=allow_partial,
-        skip_missing=skip_missing,
-        check_images=check_images,
-    )
+    splits = _files.splits_by_label_range(_NAME, load.root, relative, classes, bboxes)
+    return load.finish(splits, files)
 
 
 def _read_annotations(
@@ -140,14 +124,12 @@ def _check_entries(relative: list[str], classes: np.ndarray, entry: list[str]) -
         raise DatasetError(
             f"{entry[i]}: the class must be between 1 and 196. Got {int(classes[i])}."
         )
-    if len(set(relative)) != len(relative):
-        first: dict[str, int] = {}
-        for i, rel in enumerate(relative):
-            if rel in first:
-                raise DatasetError(
-                    f"{entry[i]}: duplicate image {rel!r}, also listed at {entry[first[rel]]}."
-                )
-            first[rel] = i
+    repeat = _files.first_repeat(relative)
+    if repeat is not None:
+        first, i = repeat
+        raise DatasetError(
+            f"{entry[i]}: duplicate image {relative[i]!r}, also listed at {entry[first]}."
+        )
 
 
 def _crop_boxes(boxes: np.ndarray, entry: list[str]) -> np.ndarray:

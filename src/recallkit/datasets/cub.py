@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from recallkit.datasets import _files
-from recallkit.datasets.base import BENCHMARK_INFO, Benchmark, DatasetError
+from recallkit.datasets.base import Benchmark, DatasetError
 
 __all__ = ["load_cub"]
 
@@ -68,46 +68,26 @@ def load_cub(
     >>> cub.splits["test"].labels.tolist(), cub.protocol.ks
     ([101], (1, 2, 4, 8))
     """
-    function = "load_cub"
-    root_path = _files.check_root(root, function)
-    _files.check_flags(
-        function,
-        allow_partial=allow_partial,
-        skip_missing=skip_missing,
-        check_images=check_images,
-        crop=crop,
-    )
-    info = BENCHMARK_INFO[_NAME]
-    folder = _files.find_folder(root_path, "images.txt", ["CUB_200_2011"])
-    looked_in = [root_path, root_path / "CUB_200_2011"]
-    images_file = _files.require_file(folder, "images.txt", info.title, looked_in)
-    labels_file = _files.require_file(folder, "image_class_labels.txt", info.title, [folder])
+    load = _files.start(_NAME, root, allow_partial, skip_missing, check_images, crop=crop)
+    folder = _files.find_folder(load.root, "images.txt", ["CUB_200_2011"])
+    looked_in = [load.root, load.root / "CUB_200_2011"]
+    images_file = _files.require_file(folder, "images.txt", load.title, looked_in)
+    labels_file = _files.require_file(folder, "image_class_labels.txt", load.title, [folder])
     images, ids, relative = _read_images(images_file)
     labels = _read_labels(labels_file, ids, images)
     files = [images_file, labels_file]
     bboxes = None
     if crop:
-        boxes_file = _files.require_file(folder, "bounding_boxes.txt", info.title, [folder])
+        boxes_file = _files.require_file(folder, "bounding_boxes.txt", load.title, [folder])
         files.append(boxes_file)
         bboxes = _read_boxes(boxes_file, ids, images)
     splits = _files.splits_by_label_range(_NAME, folder / "images", relative, labels, bboxes)
-    return _files.finish(
-        _NAME,
-        root_path,
-        splits,
-        files,
-        allow_partial=allow_partial,
-        skip_missing=skip_missing,
-        check_images=check_images,
-        source=str(images_file),
-    )
+    return load.finish(splits, files, source=str(images_file))
 
 
 def _read_images(images_file: Path) -> tuple[_files.Rows, np.ndarray, list[str]]:
     """``images.txt``: its rows, the image ids and the paths (unique, no ``._*`` file)."""
-    images = _files.Rows(images_file, _files.read_lines(images_file), 2, "<image_id> <path>", 1)
-    ids = images.ints(0, "image id")
-    _files.check_unique(ids.tolist(), "image id", images_file, images.line)
+    images, ids = _by_image_id(images_file, 2, "<image_id> <path>")
     relative = images.columns[1]
     _files.check_relative_paths(relative, "image path", images_file, images.line)
     _files.check_unique(relative, "image path", images_file, images.line)
@@ -122,33 +102,15 @@ def _read_images(images_file: Path) -> tuple[_files.Rows, np.ndarray, list[str]]
 
 def _read_labels(labels_file: Path, ids: np.ndarray, images: _files.Rows) -> np.ndarray:
     """The class id (1–200) of each image of ``images.txt``, from ``image_class_labels.txt``."""
-    rows = _files.Rows(labels_file, _files.read_lines(labels_file), 2, "<image_id> <class_id>", 1)
-    label_ids = rows.ints(0, "image id")
-    _files.check_unique(label_ids.tolist(), "image id", labels_file, rows.line)
+    rows, label_ids = _by_image_id(labels_file, 2, "<image_id> <class_id>")
     classes = rows.ints(1, "class id")
     _files.check_range(classes, 1, 200, "class id", labels_file, rows.line)
-    where = _files.match_ids(
-        ids,
-        label_ids,
-        path=images.path,
-        line=images.line,
-        other_path=labels_file,
-        other_line=rows.line,
-    )
-    return classes[where]
+    return classes[_rows_of_images(images, ids, rows, label_ids)]
 
 
 def _read_boxes(boxes_file: Path, ids: np.ndarray, images: _files.Rows) -> np.ndarray:
     """The ``(x0, y0, x1, y1)`` box of each image of ``images.txt``, from ``bounding_boxes.txt``."""
-    boxes = _files.Rows(
-        boxes_file,
-        _files.read_lines(boxes_file),
-        5,
-        "<image_id> <x> <y> <width> <height>",
-        1,
-    )
-    box_ids = boxes.ints(0, "image id")
-    _files.check_unique(box_ids.tolist(), "image id", boxes_file, boxes.line)
+    boxes, box_ids = _by_image_id(boxes_file, 5, "<image_id> <x> <y> <width> <height>")
     values = np.stack(
         [
             _files.parse_floats(boxes.columns[j], name, boxes_file, boxes.line)
@@ -163,13 +125,22 @@ def _read_boxes(boxes_file: Path, ids: np.ndarray, images: _files.Rows) -> np.nd
             f"{boxes_file}, line {boxes.line(i)}: a box needs x, y >= 0 and a positive width "
             f"and height. Got {values[i].tolist()}."
         )
-    box_where = _files.match_ids(
-        ids,
-        box_ids,
-        path=images.path,
-        line=images.line,
-        other_path=boxes_file,
-        other_line=boxes.line,
-    )
-    xywh = values[box_where]
+    xywh = values[_rows_of_images(images, ids, boxes, box_ids)]
     return np.concatenate([xywh[:, :2], xywh[:, :2] + xywh[:, 2:]], axis=1)
+
+
+def _by_image_id(path: Path, ncols: int, fields: str) -> tuple[_files.Rows, np.ndarray]:
+    """The rows of a file of ``<image_id> ...`` lines, and their image ids (each once)."""
+    rows = _files.Rows(path, _files.read_lines(path), ncols, fields, 1)
+    ids = rows.ints(0, "image id")
+    _files.check_unique(ids.tolist(), "image id", path, rows.line)
+    return rows, ids
+
+
+def _rows_of_images(
+    images: _files.Rows, ids: np.ndarray, rows: _files.Rows, row_ids: np.ndarray
+) -> np.ndarray:
+    """For each image of ``images.txt``, its row of ``rows`` (each id in both files, once)."""
+    return _files.match_ids(
+        ids, row_ids, path=images.path, line=images.line, other_path=rows.path, other_line=rows.line
+    )

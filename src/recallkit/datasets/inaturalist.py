@@ -18,7 +18,7 @@ import re
 import numpy as np
 
 from recallkit.datasets import _files
-from recallkit.datasets.base import BENCHMARK_INFO, Benchmark, DatasetError, Split
+from recallkit.datasets.base import Benchmark, DatasetError, Split
 
 __all__ = ["INATURALIST_SUPERCATEGORIES", "load_inaturalist"]
 
@@ -85,21 +85,13 @@ def load_inaturalist(
     >>> test.labels.tolist(), INATURALIST_SUPERCATEGORIES[test.coarse_labels[0]]
     ([3000], 'Aves')
     """
-    function = "load_inaturalist"
-    root_path = _files.check_root(root, function)
-    _files.check_flags(
-        function,
-        allow_partial=allow_partial,
-        skip_missing=skip_missing,
-        check_images=check_images,
-    )
-    info = BENCHMARK_INFO[_NAME]
+    load = _files.start(_NAME, root, allow_partial, skip_missing, check_images)
     splits: dict[str, Split] = {}
-    files = []
+    files = {}
     first_line: dict[int, tuple[str, int]] = {}
     for split_name, file_name in _FILES.items():
-        path = _files.require_file(root_path, file_name, info.title)
-        files.append(path)
+        path = _files.require_file(load.root, file_name, load.title)
+        files[split_name] = path
         relative, joined, line = _read_paths(path)
         labels, coarse = _parse_folders(relative, joined, path, line)
         if split_name == "test":
@@ -118,17 +110,8 @@ def load_inaturalist(
                 int(u): (file_name, line(int(j)))
                 for u, j in zip(unique.tolist(), index.tolist(), strict=True)
             }
-        splits[split_name] = Split(split_name, root_path, relative, labels, coarse)
-    return _files.finish(
-        _NAME,
-        root_path,
-        splits,
-        files,
-        allow_partial=allow_partial,
-        skip_missing=skip_missing,
-        check_images=check_images,
-        source={name: str(path) for name, path in zip(_FILES, files, strict=True)},
-    )
+        splits[split_name] = Split(split_name, load.root, relative, labels, coarse)
+    return load.finish(splits, files)
 
 
 def _read_paths(path):

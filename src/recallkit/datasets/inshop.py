@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from recallkit.datasets import _files
-from recallkit.datasets.base import BENCHMARK_INFO, Benchmark, DatasetError, Split
+from recallkit.datasets.base import Benchmark, DatasetError, Split
 from recallkit.exceptions import Text
 
 __all__ = ["load_inshop"]
@@ -67,17 +67,9 @@ def load_inshop(
     >>> shop.splits["query"].labels.tolist(), shop.protocol.gallery_split
     ([80], 'gallery')
     """
-    function = "load_inshop"
-    root_path = _files.check_root(root, function)
-    _files.check_flags(
-        function,
-        allow_partial=allow_partial,
-        skip_missing=skip_missing,
-        check_images=check_images,
-    )
-    info = BENCHMARK_INFO[_NAME]
-    folder = _files.find_folder(root_path, _FILE, ["Eval"])
-    path = _files.require_file(folder, _FILE, info.title, [root_path / "Eval", root_path])
+    load = _files.start(_NAME, root, allow_partial, skip_missing, check_images)
+    folder = _files.find_folder(load.root, _FILE, ["Eval"])
+    path = _files.require_file(folder, _FILE, load.title, [load.root / "Eval", load.root])
     rows = _read_rows(path)
     names, items, statuses = rows.columns
     _files.check_relative_paths(names, "image_name", path, rows.line)
@@ -85,21 +77,13 @@ def load_inshop(
     labels = _item_numbers(items, rows)
     masks = _status_masks(statuses, rows)
     _check_items(labels, items, masks, rows, allow_partial)
-    image_root = root_path / "Img" if (root_path / "Img").is_dir() else root_path
+    image_root = load.root / "Img" if (load.root / "Img").is_dir() else load.root
     splits = {}
     for name in _STATUSES:
         index = np.flatnonzero(masks[name])
         relative = tuple(names[i] for i in index.tolist())
         splits[name] = Split(name, image_root, relative, labels[index])
-    return _files.finish(
-        _NAME,
-        root_path,
-        splits,
-        [path],
-        allow_partial=allow_partial,
-        skip_missing=skip_missing,
-        check_images=check_images,
-    )
+    return load.finish(splits, [path])
 
 
 def _read_rows(path: Path) -> _files.Rows:

@@ -57,22 +57,15 @@ def load_sop(
     >>> sop.splits["test"].labels.tolist(), sop.splits["test"].coarse_labels.tolist()
     ([11319], [1])
     """
-    function = "load_sop"
-    root_path = _files.check_root(root, function)
-    _files.check_flags(
-        function,
-        allow_partial=allow_partial,
-        skip_missing=skip_missing,
-        check_images=check_images,
-    )
+    load = _files.start(_NAME, root, allow_partial, skip_missing, check_images)
     info = BENCHMARK_INFO[_NAME]
-    folder = _files.find_folder(root_path, _FILES["train"], ["Stanford_Online_Products"])
-    looked_in = [root_path, root_path / "Stanford_Online_Products"]
+    folder = _files.find_folder(load.root, _FILES["train"], ["Stanford_Online_Products"])
+    looked_in = [load.root, load.root / "Stanford_Online_Products"]
     splits: dict[str, Split] = {}
-    files = []
+    files = {}
     for split_name, file_name in _FILES.items():
-        path = _files.require_file(folder, file_name, info.title, looked_in)
-        files.append(path)
+        path = _files.require_file(folder, file_name, load.title, looked_in)
+        files[split_name] = path
         lines = _files.read_lines(path)
         if not lines or lines[0].split() != _HEADER:
             got = lines[0].strip() if lines else "an empty file"
@@ -92,13 +85,4 @@ def load_sop(
         supers = rows.ints(2, "super_class_id")
         _files.check_range(supers, 1, 12, "super_class_id", path, rows.line)
         splits[split_name] = Split(split_name, folder, tuple(rows.columns[3]), classes, supers)
-    return _files.finish(
-        _NAME,
-        root_path,
-        splits,
-        files,
-        allow_partial=allow_partial,
-        skip_missing=skip_missing,
-        check_images=check_images,
-        source={name: str(path) for name, path in zip(_FILES, files, strict=True)},
-    )
+    return load.finish(splits, files)

@@ -1240,31 +1240,6 @@ def pair_dots(a: np.ndarray, b: np.ndarray, rows: np.ndarray, cols: np.ndarray) 
     return out
 
 
-@numba.njit(parallel=True, cache=True, boundscheck=False)
-def _segment_kth_numba(starts, values, ks, out):  # pragma: no cover - compiled
-    for i in numba.prange(starts.shape[0] - 1):
-        lo = starts[i]
-        hi = starts[i + 1]
-        k = ks[i]
-        if k <= 0:
-            out[i] = np.inf
-        elif hi - lo < k:
-            out[i] = -np.inf
-        else:
-            out[i] = select(values[lo:hi].copy(), hi - lo - k)
-
-
-def segment_kth(rows: np.ndarray, values: np.ndarray, ks: np.ndarray) -> np.ndarray:
-    """Per row ``0..len(ks)-1``, the ``ks[i]``-th largest of its ``values`` (``rows`` sorted;
-    ``-inf`` with fewer, ``+inf`` where k = 0)."""
-    c = len(ks)
-    starts = np.zeros(c + 1, dtype=np.int64)
-    starts[1:] = np.cumsum(np.bincount(rows, minlength=c))
-    out = np.empty(c, dtype=np.float64)
-    _segment_kth_numba(starts, values.astype(np.float64), np.ascontiguousarray(ks, np.int64), out)
-    return out
-
-
 # ----------------------------------------------------------------------------------------------
 # Threads: single-threaded BLAS and torch inside the workers, one limit for concurrent calls.
 

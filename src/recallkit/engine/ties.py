@@ -83,19 +83,6 @@ def segment_best(
     return best, where, equal[:count]
 
 
-def merge_ranked(
-    index: torch.Tensor, score: torch.Tensor, k: int, *payload: torch.Tensor
-) -> tuple[torch.Tensor, ...]:
-    """The exact top-``k`` per row of several ranked lists laid side by side (global indices,
-    ``-1`` padding), by the tie rule; ``payload`` tensors follow their items.
-
-    Returns ``(index, score, *payload)``, each ``(c, k)``.
-    """
-    score = torch.where(index >= 0, score, torch.full_like(score, -torch.inf))
-    order = ranked_order(score, index)[:, :k]
-    return tuple(t.gather(1, order) for t in (index, score, *payload))
-
-
 def split_tail(
     index: torch.Tensor,
     score: torch.Tensor,

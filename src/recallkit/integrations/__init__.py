@@ -6,3 +6,41 @@ imported (``import recallkit`` loads none of them):
 * :mod:`recallkit.integrations.lightning`: a Lightning ``Callback``
   (needs ``pip install lightning``).
 """
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def built_on_first_use(module: str, name: str, define: Callable[[], type]) -> Callable[[str], Any]:
+    """The ``__getattr__`` of the adapter module ``module``: its class ``name`` is built by
+    ``define()`` when first looked up (so that importing the module loads no framework), then
+    kept in the module and named as its top-level class (pickled by name)."""
+
+    def getattr_(attribute: str) -> Any:
+        if attribute != name:
+            raise AttributeError(f"module {module!r} has no attribute {attribute!r}")
+        cls = define()
+        cls.__module__ = module
+        cls.__qualname__ = name
+        setattr(sys.modules[module], name, cls)
+        return cls
+
+    return getattr_
+
+
+def framework_class(module: str, where: str, title: str, extra: str) -> Any:
+    """The framework's class ``where`` (``"package:Class"``) that the adapter ``module`` builds
+    on; when the framework is not installed, a one-line ModuleNotFoundError saying what to
+    install (``extra``: its pip name and recallkit's extra)."""
+    package, _, name = where.partition(":")
+    try:
+        return getattr(importlib.import_module(package), name)
+    except ModuleNotFoundError:
+        raise ModuleNotFoundError(
+            f"{module} needs {title}, which is not installed: pip install {extra} "
+            f"(or pip install '/path/to/recallkit[{extra}]')"
+        ) from None

@@ -28,6 +28,7 @@ import torch
 
 from recallkit import _checks
 from recallkit.evaluator import Evaluator
+from recallkit.integrations import built_on_first_use, framework_class
 from recallkit.result import Result
 
 __all__ = ["RetrievalCallback"]  # noqa: F822 (built on first use: __getattr__)
@@ -52,23 +53,9 @@ def _from_outputs(pl_module: Any, outputs: Any, batch: Any, batch_idx: int, idx:
     return outputs["embeddings"], outputs["labels"], outputs.get("ids")
 
 
-def __getattr__(name: str) -> Any:
-    if name == "RetrievalCallback":
-        cls = _define()
-        globals()[name] = cls
-        return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _define() -> type:
     """The callback class, on Lightning's ``Callback``."""
-    try:
-        from lightning.pytorch import Callback
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError(
-            "recallkit.integrations.lightning needs Lightning, which is not installed: "
-            "pip install lightning (or pip install '/path/to/recallkit[lightning]')"
-        ) from None
+    Callback = framework_class(__name__, "lightning.pytorch:Callback", "Lightning", "lightning")
 
     class RetrievalCallback(Callback):
         """Log exact recall@K (and MAP@R, R-precision, ...) of the validation split every epoch.
@@ -177,6 +164,7 @@ def _define() -> type:
                 pl_module.log(f"{self.prefix}{name}", exact, sync_dist=False, batch_size=1)
             self.evaluator.reset()
 
-    RetrievalCallback.__module__ = __name__
-    RetrievalCallback.__qualname__ = "RetrievalCallback"  # pickled by name, as a top-level class
     return RetrievalCallback
+
+
+__getattr__ = built_on_first_use(__name__, "RetrievalCallback", _define)

@@ -34,6 +34,7 @@ import torch
 
 from recallkit import _checks
 from recallkit.evaluator import Evaluator
+from recallkit.integrations import built_on_first_use, framework_class
 from recallkit.result import Result
 
 __all__ = ["RetrievalMetrics"]  # noqa: F822 (built on first use: __getattr__)
@@ -41,23 +42,9 @@ __all__ = ["RetrievalMetrics"]  # noqa: F822 (built on first use: __getattr__)
 _SYNC = ("dist_sync_on_step", "sync_on_compute", "dist_sync_fn")
 
 
-def __getattr__(name: str) -> Any:
-    if name == "RetrievalMetrics":
-        cls = _define()
-        globals()[name] = cls
-        return cls
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _define() -> type:
     """The metric class, on torchmetrics' ``Metric``."""
-    try:
-        from torchmetrics import Metric
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError(
-            "recallkit.integrations.torchmetrics needs torchmetrics, which is not installed: "
-            "pip install torchmetrics (or pip install '/path/to/recallkit[torchmetrics]')"
-        ) from None
+    Metric = framework_class(__name__, "torchmetrics:Metric", "torchmetrics", "torchmetrics")
 
     class RetrievalMetrics(Metric):
         """Exact recall@K (and MAP@R, R-precision, any metric of the registry) of the rows
@@ -153,6 +140,7 @@ def _define() -> type:
             self.evaluator.reset()
             self.result = None
 
-    RetrievalMetrics.__module__ = __name__
-    RetrievalMetrics.__qualname__ = "RetrievalMetrics"  # pickled by name, as a top-level class
     return RetrievalMetrics
+
+
+__getattr__ = built_on_first_use(__name__, "RetrievalMetrics", _define)

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from recallkit import _checks
+from recallkit import _checks, engine
 from recallkit._atomic import atomic_write
 from recallkit._pinned import read_file
 from recallkit.engine import memory_budget
 from recallkit.exceptions import Text
+from recallkit.ground_truth import Ranker
 from recallkit.options import Options
 from recallkit.result import Result
 
@@ -107,6 +108,14 @@ def load_json(path: PathLike, what: str) -> Any:
         raise ValueError(f"{path}: not valid JSON ({error})") from None
 
 
+def load_json_list(path: PathLike, what: str, items: str) -> list[Any]:
+    """The non-empty JSON list of ``items`` (``"queries"``) of the ``what`` file ``path``."""
+    entries = load_json(path, what)
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{path}: expected a non-empty JSON list of {items}")
+    return entries
+
+
 def write_json(path: PathLike, payload: Any) -> Path:
     """Write ``payload`` as JSON atomically (a reader never sees half a file); return the path."""
     path = Path(path)
@@ -135,6 +144,50 @@ def index_of(names: Sequence[Any], what: str) -> dict[Any, int]:
             )
         table[name] = position
     return table
+
+
+def integer_rows(values: Any, func: str, name: str, what: str) -> np.ndarray:
+    """``values`` as int64: a non-empty 1-D integer array (``what``: "one id per image")."""
+    array = np.asarray(values)
+    if array.ndim != 1 or array.size == 0 or array.dtype.kind not in "iu":
+        raise _checks.fail(
+            func,
+            name,
+            f"a non-empty 1-D integer array ({what})",
+            f"shape {array.shape}, dtype {array.dtype}",
+        )
+    return array.astype(np.int64)
+
+
+#: The rows a protocol's ranker must have: ``(queries, what, references, what)``.
+Expect = tuple[int, str, int, str]
+
+
+def queries_of_data(queries: int, images: int, image: Text) -> Expect:
+    """The rows of a ranker of the ``queries`` of the split ``data`` against ``images``
+    (``image`` names one in messages: ``Text("image of {d}", d="data")``)."""
+    return (queries, Text("query of {d}", d="data"), images, image)
+
+
+def embeddings_ranker(
+    query: Any, images: Any, func: str, options: Options
+) -> Callable[[Expect], Ranker]:
+    """The ranker of the ``query`` embeddings against the ``images``, once the rows it must
+    have are known (a protocol's ``make``)."""
+    return lambda expect: Ranker.from_embeddings(
+        query, images, func, options, "query", "images", expect
+    )
+
+
+def scores_ranker(scores: Any, func: str) -> Callable[[Expect], Ranker]:
+    """The ranker of a ``(queries, images)`` similarity matrix, as :func:`embeddings_ranker`."""
+    return lambda expect: Ranker.from_scores(scores, func, expect=expect)
+
+
+def without_references(ranker: Ranker, reference: np.ndarray) -> engine.Exclusions | None:
+    """The exclusions that remove each query's reference image (``reference[i]``) from its
+    candidates."""
+    return ranker.exclusions(engine.Pairs.from_lists(reference[:, None], ranker.num_query))
 
 
 def _similarity(q: torch.Tensor, c: torch.Tensor, metric: str) -> torch.Tensor:

@@ -38,12 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from recallkit import _checks, engine
+from recallkit import _checks
 from recallkit.exceptions import RecallkitError, Text
 from recallkit.ground_truth import Ranker, Ranks, average_precision_at_k, recall_from_ranks
 from recallkit.options import Options, accepts
 from recallkit.protocols import _common
-from recallkit.protocols._common import PathLike, protocol_result
+from recallkit.protocols._common import Expect, PathLike, protocol_result
 from recallkit.result import Result
 
 __all__ = [
@@ -124,9 +124,7 @@ def read_circo(path: PathLike, split: str = "val") -> CIRCOSplit:
     path = Path(path)
     if path.is_dir():
         path = path / "annotations" / f"{split}.json"
-    entries = _common.load_json(path, "CIRCO annotation")
-    if not isinstance(entries, list) or not entries:
-        raise ValueError(f"{path}: expected a non-empty JSON list of queries")
+    entries = _common.load_json_list(path, "CIRCO annotation", "queries")
     queries, seen = [], set()
     for position, entry in enumerate(entries):
         _common.require_keys(
@@ -191,16 +189,9 @@ class _Targets:
 
 
 def _positions(image_ids: Any, func: str) -> dict[int, int]:
-    ids = np.asarray(image_ids)
-    if ids.ndim != 1 or ids.size == 0 or ids.dtype.kind not in "iu":
-        raise _checks.fail(
-            func,
-            "image_ids",
-            "a non-empty 1-D integer array (one id per image)",
-            f"shape {ids.shape}, dtype {ids.dtype}",
-        )
+    ids = _common.integer_rows(image_ids, func, "image_ids", "one id per image")
     try:
-        return _common.index_of(ids.astype(np.int64).tolist(), "image_ids")
+        return _common.index_of(ids.tolist(), "image_ids")
     except ValueError as error:
         raise _checks.fail(func, "image_ids", "distinct", str(error)) from None
 
@@ -319,14 +310,26 @@ def _note(exclude_reference: bool) -> str:
 
 
 def _skipped(ranker: Ranker, t: _Targets, exclude_reference: bool) -> Any:
-    if not exclude_reference:
-        return None
-    return ranker.exclusions(engine.Pairs.from_lists(t.reference[:, None], ranker.num_query))
+    return _common.without_references(ranker, t.reference) if exclude_reference else None
+
+
+def _prepared(
+    func: str,
+    make: Callable[[Expect], Ranker],
+    image_ids: Any,
+    data: CIRCOSplit,
+    need_targets: bool,
+) -> tuple[Ranker, _Targets]:
+    """The ranker of the queries against the images, and the queries' images as positions."""
+    position = _positions(image_ids, func)
+    t = _targets(data, position, func, need_targets=need_targets)
+    image = Text("id of {i}", i="image_ids")
+    return make(_common.queries_of_data(len(data.queries), len(position), image)), t
 
 
 def _metrics(
     func: str,
-    make: Callable[[tuple[int, str, int, str]], Ranker],
+    make: Callable[[Expect], Ranker],
     image_ids: Any,
     data: CIRCOSplit,
     ks: Any,
@@ -335,16 +338,7 @@ def _metrics(
 ) -> Result:
     """The metrics from a ranker of the queries against the images (embeddings or scores)."""
     ks = _check_options(func, ks, divisor)
-    position = _positions(image_ids, func)
-    t = _targets(data, position, func, need_targets=True)
-    ranker = make(
-        (
-            len(data.queries),
-            Text("query of {d}", d="data"),
-            len(position),
-            Text("id of {i}", i="image_ids"),
-        )
-    )
+    ranker, t = _prepared(func, make, image_ids, data, need_targets=True)
     if exclude_reference:
         _check_reference_not_gt(data, t)
     ranks = ranker.ranks(t.gt, _skipped(ranker, t, exclude_reference), reduce="none")
@@ -385,15 +379,8 @@ def circo_metrics(
     0.4167
     """
     func = "circo_metrics"
-    return _metrics(
-        func,
-        lambda e: Ranker.from_embeddings(query, images, func, options, "query", "images", e),
-        image_ids,
-        data,
-        ks,
-        divisor,
-        exclude_reference,
-    )
+    make = _common.embeddings_ranker(query, images, func, options)
+    return _metrics(func, make, image_ids, data, ks, divisor, exclude_reference)
 
 
 def circo_metrics_from_scores(
@@ -407,15 +394,8 @@ def circo_metrics_from_scores(
 ) -> Result:
     """:func:`circo_metrics` from a ``(queries, images)`` similarity matrix."""
     func = "circo_metrics_from_scores"
-    return _metrics(
-        func,
-        lambda e: Ranker.from_scores(scores, func, expect=e),
-        image_ids,
-        data,
-        ks,
-        divisor,
-        exclude_reference,
-    )
+    make = _common.scores_ranker(scores, func)
+    return _metrics(func, make, image_ids, data, ks, divisor, exclude_reference)
 
 
 def circo_metrics_from_predictions(
@@ -495,23 +475,14 @@ def circo_metrics_from_predictions(
 
 def _rankings(
     func: str,
-    make: Callable[[tuple[int, str, int, str]], Ranker],
+    make: Callable[[Expect], Ranker],
     image_ids: Any,
     data: CIRCOSplit,
     k: int,
     exclude_reference: bool,
 ) -> dict[int, list[int]]:
     k = _checks.check_positive_int(k, func, "k")
-    position = _positions(image_ids, func)
-    t = _targets(data, position, func, need_targets=False)
-    ranker = make(
-        (
-            len(data.queries),
-            Text("query of {d}", d="data"),
-            len(position),
-            Text("id of {i}", i="image_ids"),
-        )
-    )
+    ranker, t = _prepared(func, make, image_ids, data, need_targets=False)
     top, _ = ranker.lists(k, _skipped(ranker, t, exclude_reference))
     return _as_ids(data, top.cpu().numpy(), image_ids)
 
@@ -536,14 +507,8 @@ def circo_rankings(
     {0: [10, 30]}
     """
     func = "circo_rankings"
-    return _rankings(
-        func,
-        lambda e: Ranker.from_embeddings(query, images, func, options, "query", "images", e),
-        image_ids,
-        data,
-        k,
-        exclude_reference,
-    )
+    make = _common.embeddings_ranker(query, images, func, options)
+    return _rankings(func, make, image_ids, data, k, exclude_reference)
 
 
 def circo_rankings_from_scores(
@@ -556,14 +521,8 @@ def circo_rankings_from_scores(
 ) -> dict[int, list[int]]:
     """:func:`circo_rankings` from a ``(queries, images)`` similarity matrix."""
     func = "circo_rankings_from_scores"
-    return _rankings(
-        func,
-        lambda e: Ranker.from_scores(scores, func, expect=e),
-        image_ids,
-        data,
-        k,
-        exclude_reference,
-    )
+    make = _common.scores_ranker(scores, func)
+    return _rankings(func, make, image_ids, data, k, exclude_reference)
 
 
 def _as_ids(data: CIRCOSplit, top: np.ndarray, image_ids: Any) -> dict[int, list[int]]:

@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from recallkit import _checks, engine
+from recallkit import _checks
 from recallkit.exceptions import Text
 from recallkit.ground_truth import Ranker, Ranks, recall_from_ranks
 from recallkit.options import Options, accepts
 from recallkit.protocols import _common
-from recallkit.protocols._common import PathLike, protocol_result
+from recallkit.protocols._common import Expect, PathLike, protocol_result
 from recallkit.result import Result
 
 __all__ = [
@@ -114,9 +114,7 @@ def read_cirr(root: PathLike, split: str = "val", *, version: str = "rc2") -> CI
         raise ValueError(f"{split_path}: expected a non-empty JSON object name -> path")
     names = tuple(str(n) for n in images)
     known = set(names)
-    entries = _common.load_json(captions_path, "CIRR captions")
-    if not isinstance(entries, list) or not entries:
-        raise ValueError(f"{captions_path}: expected a non-empty JSON list of queries")
+    entries = _common.load_json_list(captions_path, "CIRR captions", "queries")
     queries, seen = [], set()
     for position, entry in enumerate(entries):
         where = f"{captions_path}: entry {position}"
@@ -313,31 +311,17 @@ def _check_options(
     return _checks.check_ks(ks, func), _checks.check_ks(subset_ks, func, "subset_ks")
 
 
-def _skipped(ranker: Ranker, idx: _Indices) -> Any:
-    return ranker.exclusions(engine.Pairs.from_lists(idx.reference[:, None], ranker.num_query))
-
-
 def _prepared(
-    func: str,
-    make: Callable[[tuple[int, str, int, str]], Ranker],
-    data: CIRRSplit,
-    need_targets: bool,
+    func: str, make: Callable[[Expect], Ranker], data: CIRRSplit, need_targets: bool
 ) -> tuple[Ranker, _Indices]:
     idx = _indices(data, func, need_targets=need_targets)
-    ranker = make(
-        (
-            len(data.queries),
-            Text("query of {d}", d="data"),
-            len(data.image_names),
-            Text("image of {d}", d="data"),
-        )
-    )
-    return ranker, idx
+    image = Text("image of {d}", d="data")
+    return make(_common.queries_of_data(len(data.queries), len(data.image_names), image)), idx
 
 
 def _recall(
     func: str,
-    make: Callable[[tuple[int, str, int, str]], Ranker],
+    make: Callable[[Expect], Ranker],
     data: CIRRSplit,
     ks: Any,
     subset_ks: Any,
@@ -345,7 +329,8 @@ def _recall(
 ) -> Result:
     ks, subset_ks = _check_options(func, ks, subset_ks, target)
     ranker, idx = _prepared(func, make, data, need_targets=True)
-    ranks = ranker.ranks(idx.candidates, _skipped(ranker, idx), reduce="none")
+    skipped = _common.without_references(ranker, idx.reference)
+    ranks = ranker.ranks(idx.candidates, skipped, reduce="none")
     return _score(data, idx, ranks, ks, subset_ks, target)
 
 
@@ -380,14 +365,8 @@ def cirr_recall(
     ([2], [1])
     """
     func = "cirr_recall"
-    return _recall(
-        func,
-        lambda e: Ranker.from_embeddings(query, images, func, options, "query", "images", e),
-        data,
-        ks,
-        subset_ks,
-        target,
-    )
+    make = _common.embeddings_ranker(query, images, func, options)
+    return _recall(func, make, data, ks, subset_ks, target)
 
 
 def cirr_recall_from_scores(
@@ -408,9 +387,7 @@ def cirr_recall_from_scores(
     {'recall@1': 1.0, 'recall_subset@1': 1.0}
     """
     func = "cirr_recall_from_scores"
-    return _recall(
-        func, lambda e: Ranker.from_scores(scores, func, expect=e), data, ks, subset_ks, target
-    )
+    return _recall(func, _common.scores_ranker(scores, func), data, ks, subset_ks, target)
 
 
 def _rankings(
@@ -436,11 +413,11 @@ def _rankings(
 
 
 def _ranked(
-    func: str, make: Callable[[tuple[int, str, int, str]], Ranker], data: CIRRSplit, k: int
+    func: str, make: Callable[[Expect], Ranker], data: CIRRSplit, k: int
 ) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
     k = _checks.check_positive_int(k, func, "k")
     ranker, idx = _prepared(func, make, data, need_targets=False)
-    skipped = _skipped(ranker, idx)
+    skipped = _common.without_references(ranker, idx.reference)
     top, _ = ranker.lists(k, skipped)
     member_ranks = ranker.ranks(idx.candidates, skipped, reduce="none").ranks
     return _rankings(data, idx, top.cpu().numpy(), member_ranks)
@@ -469,12 +446,7 @@ def cirr_rankings(
     ({5: ['d', 'c']}, {5: ['c', 'b']})
     """
     func = "cirr_rankings"
-    return _ranked(
-        func,
-        lambda e: Ranker.from_embeddings(query, images, func, options, "query", "images", e),
-        data,
-        k,
-    )
+    return _ranked(func, _common.embeddings_ranker(query, images, func, options), data, k)
 
 
 def cirr_rankings_from_scores(
@@ -482,7 +454,7 @@ def cirr_rankings_from_scores(
 ) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
     """:func:`cirr_rankings` from a ``(queries, images)`` similarity matrix."""
     func = "cirr_rankings_from_scores"
-    return _ranked(func, lambda e: Ranker.from_scores(scores, func, expect=e), data, k)
+    return _ranked(func, _common.scores_ranker(scores, func), data, k)
 
 
 def write_cirr_submission(

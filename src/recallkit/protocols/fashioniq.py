@@ -27,12 +27,12 @@ from typing import Any
 
 import numpy as np
 
-from recallkit import _checks, engine
+from recallkit import _checks
 from recallkit.exceptions import Text
 from recallkit.ground_truth import Ranker, Ranks, recall_from_ranks
 from recallkit.options import Options, accepts
 from recallkit.protocols import _common
-from recallkit.protocols._common import PathLike, protocol_result
+from recallkit.protocols._common import Expect, PathLike, protocol_result
 from recallkit.protocols._names import FASHIONIQ_CATEGORIES
 from recallkit.result import Result
 
@@ -106,14 +106,11 @@ def read_fashioniq(
         _check_category(category, func)
         split_path = root / "image_splits" / f"split.{category}.{split}.json"
         captions_path = root / "captions" / f"cap.{category}.{split}.json"
-        names = _common.load_json(split_path, f"FashionIQ {category} image split")
-        if not isinstance(names, list) or not names:
-            raise ValueError(f"{split_path}: expected a non-empty JSON list of image names")
+        what = f"FashionIQ {category}"
+        names = _common.load_json_list(split_path, f"{what} image split", "image names")
         names = tuple(str(n) for n in names)
         known = _common.index_of(names, f"{split_path}: image")
-        entries = _common.load_json(captions_path, f"FashionIQ {category} captions")
-        if not isinstance(entries, list) or not entries:
-            raise ValueError(f"{captions_path}: expected a non-empty JSON list of queries")
+        entries = _common.load_json_list(captions_path, f"{what} captions", "queries")
         queries = []
         for position, entry in enumerate(entries):
             where = f"{captions_path}: query {position}"
@@ -213,7 +210,7 @@ def _part(category: str, ranks: Ranks, ks: tuple[int, ...]) -> Result:
 
 def _recall(
     func: str,
-    make: Callable[[str, tuple[int, str, int, str]], Ranker],
+    make: Callable[[str, Expect], Ranker],
     inputs: Mapping[str, tuple[str, Any]],
     data: Any,
     ks: Any,
@@ -240,11 +237,7 @@ def _recall(
         ranker = make(category, shapes)
         if exclude_reference:
             _clash(part, target, reference)
-        skipped = None
-        if exclude_reference:
-            skipped = ranker.exclusions(
-                engine.Pairs.from_lists(reference[:, None], ranker.num_query)
-            )
+        skipped = _common.without_references(ranker, reference) if exclude_reference else None
         ranks = ranker.ranks(target[:, None], skipped).map(lambda r: r[:, 0])
         parts[category] = _part(category, ranks, ks)
     return _combine(parts, ks, "; reference removed" if exclude_reference else "")
@@ -278,7 +271,7 @@ def fashioniq_recall(
     """
     func = "fashioniq_recall"
 
-    def make(category: str, shapes: tuple[int, str, int, str]) -> Ranker:
+    def make(category: str, shapes: Expect) -> Ranker:
         return Ranker.from_embeddings(
             queries[category], galleries[category], func, options, "queries", "galleries", shapes
         )
@@ -297,7 +290,7 @@ def fashioniq_recall_from_scores(
     """:func:`fashioniq_recall` from one ``(queries, images)`` similarity matrix per category."""
     func = "fashioniq_recall_from_scores"
 
-    def make(category: str, shapes: tuple[int, str, int, str]) -> Ranker:
+    def make(category: str, shapes: Expect) -> Ranker:
         return Ranker.from_scores(scores[category], func, expect=shapes)
 
     return _recall(func, make, {"scores": scores}, data, ks, exclude_reference)

@@ -130,9 +130,7 @@ def read_genecis(path: PathLike, task: str | None = None) -> GeneCISTask:
     path = Path(path)
     task = path.stem if task is None else task
     _checks.check_choice(task, GENECIS_TASKS, func, "task")
-    entries = _common.load_json(path, f"GeneCIS {task}")
-    if not isinstance(entries, list) or not entries:
-        raise ValueError(f"{path}: expected a non-empty JSON list of samples")
+    entries = _common.load_json_list(path, f"GeneCIS {task}", "samples")
     samples = []
     for position, entry in enumerate(entries):
         where = f"{path}: GeneCIS {task} sample {position}"

@@ -173,15 +173,7 @@ def read_karpathy_split(
 
 def _check_caption_image(caption_image: Any, num_images: int, func: str) -> np.ndarray:
     """``caption_image`` as int64, every caption pointing at an existing image."""
-    array = np.asarray(caption_image)
-    if array.ndim != 1 or array.size == 0 or array.dtype.kind not in "iu":
-        raise _checks.fail(
-            func,
-            "caption_image",
-            "a non-empty 1-D integer array (one image row per caption)",
-            f"shape {array.shape}, dtype {array.dtype}",
-        )
-    array = array.astype(np.int64)
+    array = _common.integer_rows(caption_image, func, "caption_image", "one image row per caption")
     bad = np.nonzero((array < 0) | (array >= num_images))[0]
     if bad.size:
         raise _checks.fail(

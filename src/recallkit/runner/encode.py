@@ -133,11 +133,6 @@ class Encoding:
     bad: tuple[BadImage, ...]
     seconds: float
 
-    @property
-    def kept_embeddings(self) -> np.ndarray:
-        """The rows of the readable images."""
-        return self.embeddings[self.kept]
-
 
 class Progress:
     """Progress of an encoding run: a tqdm bar with throughput on a terminal, else one line.

@@ -186,17 +186,6 @@ def _source_digest(fn: Any) -> str | None:
     return file_digest(source) if source and os.path.isfile(source) else None
 
 
-def function_digest(fn: Any) -> str | None:
-    """A digest of what an arbitrary encoder function computes, as far as it can be seen.
-
-    It covers the state of every torch module the function holds (itself, the object of a bound
-    method, its closure, its attributes) and the source file of its module. Weights the function
-    loads by itself, environment variables and other files it reads are not seen: name them in
-    ``encoder_id``.
-    """
-    return _function_key(fn)[0]
-
-
 def _function_key(fn: Any) -> tuple[str | None, str]:
     """``(digest, keyed_by)`` of an encoder function (see :class:`Encoder`)."""
     parts = [state_digest(m) for m in _modules_behind(fn)]
