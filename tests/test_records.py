@@ -71,3 +71,31 @@ def test_a_run_file_is_not_a_history(tmp_path):
         records.read_history(run)
     with pytest.raises(records.RecordError, match="is a folder"):
         records.write_run(tmp_path, {"tag": "e", "recall": {}})
+
+
+def test_the_run_file_table_of_cli_md_is_the_schema():
+    """docs/cli.md names every field of the run file's schema (top level and ``queries``), and
+    nothing else."""
+    import re
+    from pathlib import Path
+
+    from recallkit import records
+
+    schema = records.schema("run")
+    text = Path(__file__).resolve().parents[1].joinpath("docs", "cli.md").read_text("utf-8")
+    start = text.index("### The run file (`--json`)")
+    table = text[start : text.index("### The definitions of a run")]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    named = {name for row in rows for name in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
+    queries_row = next(row for row in rows if row.startswith("| `queries`"))
+    assert named == set(schema["properties"])
+    assert set(re.findall(r"`([a-z_]+)`", queries_row.split("|")[2])) >= set(
+        schema["properties"]["queries"]["properties"]
+    )
+    history = records.schema("history")
+    assert set(history["properties"]) == set(schema["properties"]) - {
+        "queries",
+        "worst_classes",
+        "skipped_images",
+        "sources",
+    } | {"num_skipped_images"}

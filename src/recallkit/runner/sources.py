@@ -88,8 +88,12 @@ class ImageSet:
 
     @property
     def portable_source(self) -> str:
-        """:attr:`source` with the folder or file named without the machine's path."""
-        return self.meta.get("portable_source", self.source)
+        """:attr:`source` with the folder or file named without the machine's path (an
+        absolute path in it cut to its name)."""
+        if "portable_source" in self.meta:
+            return self.meta["portable_source"]
+        words = self.source.split(" ")
+        return " ".join(Path(w).name if os.path.isabs(w) and len(w) > 1 else w for w in words)
 
 
 def relative_name(path: str | os.PathLike[str], root: str | os.PathLike[str] | None) -> str:
