@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from recallkit import _checks
+from recallkit._extras import require
 from recallkit.evaluator import Evaluator
 from recallkit.result import Result
 
@@ -62,13 +63,8 @@ def __getattr__(name: str) -> Any:
 
 def _define() -> type:
     """The callback class, on Lightning's ``Callback``."""
-    try:
-        from lightning.pytorch import Callback
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError(
-            "recallkit.integrations.lightning needs Lightning, which is not installed: "
-            "pip install lightning (or pip install '/path/to/recallkit[lightning]')"
-        ) from None
+    require("recallkit.integrations.lightning", "lightning", extra="lightning")
+    from lightning.pytorch import Callback
 
     class RetrievalCallback(Callback):
         """Log exact recall@K (and MAP@R, R-precision, ...) of the validation split every epoch.

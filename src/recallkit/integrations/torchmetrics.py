@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from recallkit import _checks
+from recallkit._extras import require
 from recallkit.evaluator import Evaluator
 from recallkit.result import Result
 
@@ -51,13 +52,8 @@ def __getattr__(name: str) -> Any:
 
 def _define() -> type:
     """The metric class, on torchmetrics' ``Metric``."""
-    try:
-        from torchmetrics import Metric
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError(
-            "recallkit.integrations.torchmetrics needs torchmetrics, which is not installed: "
-            "pip install torchmetrics (or pip install '/path/to/recallkit[torchmetrics]')"
-        ) from None
+    require("recallkit.integrations.torchmetrics", "torchmetrics", extra="torchmetrics")
+    from torchmetrics import Metric
 
     class RetrievalMetrics(Metric):
         """Exact recall@K (and MAP@R, R-precision, any metric of the registry) of the rows
