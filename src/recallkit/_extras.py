@@ -62,9 +62,10 @@ _BROKEN_HINTS: Mapping[str, str] = {
 }
 
 
-class MissingExtraError(ImportError):
+class MissingExtraError(ModuleNotFoundError):
     """A feature whose optional packages are missing or broken: one line that names the
-    feature, the packages, the extra and the install command.
+    feature, the packages, the extra and the install command. A ``ModuleNotFoundError`` (an
+    ``ImportError``), as the import it stands for would raise.
 
     >>> print(MissingExtraError("recallkit plot", ["matplotlib"], "plot"))
     ... # doctest: +NORMALIZE_WHITESPACE

@@ -550,14 +550,11 @@ def _check_extras(args: argparse.Namespace) -> None:
         require("recallkit evaluate --model", *modules, extra="images")
     elif args.callable is not None:
         require("recallkit evaluate --callable", "PIL", extra="images")
-    if args.show_out is not None and Path(args.show_out).suffix.lower() in (
-        ".png",
-        ".html",
-        ".htm",
-    ):
+    suffix = Path(args.show_out).suffix.lower() if args.show_out is not None else ""
+    if suffix in (".png", ".html", ".htm"):  # _check_outputs refused any other
         from recallkit.runner.grid import check_grid
 
-        check_grid(Path(args.show_out).suffix, "recallkit evaluate --show-out")
+        check_grid(suffix, "recallkit evaluate --show-out")
 
 
 def _check_outputs(args: argparse.Namespace) -> None:
