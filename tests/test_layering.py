@@ -2,7 +2,8 @@
 
 The library is every module of ``recallkit`` except ``cli``, ``__main__``, ``errors`` and the
 ``commands`` and ``runner`` packages. ``import recallkit`` and every library module load no
-application module, and neither Pillow nor matplotlib.
+application module, and no package of an extra (Pillow, matplotlib, torchvision, ...; the
+extras of ``recallkit._extras``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 
 import recallkit
+from recallkit._extras import PACKAGES
 
 PACKAGE = Path(recallkit.__file__).parent
 APP = (
@@ -23,7 +25,9 @@ APP = (
     "recallkit.commands",
     "recallkit.runner",
 )
-FORBIDDEN = (*APP, "PIL", "matplotlib")
+# PML (recallkit.pml) imports scikit-learn, scipy and tqdm itself; tests/test_extras.py imports
+# every other module with all of them absent.
+FORBIDDEN = (*APP, *(m for m in PACKAGES if m not in ("sklearn", "scipy", "tqdm")))
 
 
 def _module_name(path: Path) -> str:

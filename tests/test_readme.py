@@ -281,6 +281,7 @@ def test_quick_start_recipe_prints_what_the_readme_shows(session):
 def test_ci_runs_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "uv run --frozen --env-file tests/cpu.env python -m pytest" in ci
+    assert "\n.ci/wheel-check\n" in ci  # the built wheel, installed with the core only
 
 
 def test_every_guide_is_linked_from_the_readme():

@@ -5,8 +5,14 @@ Run from the repository root (synthetic tensors, no downloads, well under a seco
     uv run --frozen --no-sync python -m docs.recipes.evaluation
 
 This file is the canonical executable source of the recipes. It is not an installed library API:
-it depends only on torch, numpy and pytorch-metric-learning (PML), so it can be copied into
-research code as it is.
+it needs torch, numpy and pytorch-metric-learning (PML), and faiss (``pip install faiss-cpu``)
+for the k-NN of PML's default ``AccuracyCalculator`` (``FaissKNN``), which PML does not install;
+it imports nothing from recallkit, so it can be copied into research code as it is. Without
+faiss, :func:`main` prints one line saying so (:data:`FAISS_MISSING`) and exits with status 1;
+in your own code, PML's ``AccuracyCalculator()`` then fails in its constructor (``NameError:
+name 'faiss' is not defined``), and one given another ``knn_func`` needs no faiss: PML's exact
+``CustomKNN(LpDistance(normalize_embeddings=False))`` (squared-Euclidean order, as faiss's
+``IndexFlatL2``), or ``recallkit.pml.ExactKNN()``.
 
 Recipes
 -------
@@ -54,6 +60,14 @@ __all__ = [
 _MAX_DENSE_LABELS = 2**24
 # Bytes of float64 (or float32 on MPS) rows converted at a time while summing class centroids.
 _CENTROID_CHUNK_BYTES = 64 * 2**20
+# What to do when PML's default k-NN (FaissKNN) finds no faiss: PML imports without it, and
+# AccuracyCalculator() then fails with "NameError: name 'faiss' is not defined".
+FAISS_MISSING = (
+    "PML's default AccuracyCalculator k-NN (FaissKNN) needs faiss, which is not installed: "
+    "pip install faiss-cpu, or give the calculator an exact k-NN: AccuracyCalculator(..., "
+    "knn_func=CustomKNN(LpDistance(normalize_embeddings=False))) from "
+    "pytorch_metric_learning.utils.inference and pytorch_metric_learning.distances"
+)
 
 
 class AccuracyCalculatorLike(Protocol):
@@ -774,7 +788,14 @@ def synthetic_example(
 
 
 def main() -> None:
-    """Extract synthetic embeddings and print precision_at_1 and r_precision for two splits."""
+    """Extract synthetic embeddings and print precision_at_1 and r_precision for two splits.
+
+    PML's default calculator needs faiss: without it, one line on stderr and exit status 1.
+    """
+    try:
+        import faiss  # noqa: F401  (PML's FaissKNN; PML itself imports without it)
+    except ImportError:
+        raise SystemExit(f"evaluation recipe: {FAISS_MISSING}.") from None
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
     model, val_loader, train_loader = synthetic_example()

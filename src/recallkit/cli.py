@@ -11,6 +11,9 @@ a traceback:
   runner's ``RunnerError``, the library's own) or an ``OSError`` from the system (a full disk, a
   read-only folder); a library message is said in the command line's words, naming options
   rather than Python parameters (:func:`recallkit.errors.error_text`);
+- a feature whose optional packages are missing or broken raises
+  :class:`recallkit._extras.MissingExtraError` before it writes anything: its line names the
+  packages, the extra and the install command;
 - argparse's own errors (an unknown option or command, an invalid choice, a bad number) are one
   line too, without the usage, with "did you mean ...?" when an option, a choice or a command
   is close to a known one.
@@ -47,6 +50,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from recallkit import __version__
+from recallkit._extras import MissingExtraError
 from recallkit.errors import error_text, warning_text
 
 # (command, module of recallkit.commands that registers it, one-line help), in the order of
@@ -295,7 +299,7 @@ def _run(argv: list[str], command: str, interrupted: list[int]) -> int:
             for module, required in NATIVE_IMPORTS:
                 try:
                     importlib.import_module(module)
-                except ImportError:
+                except (ImportError, OSError, RuntimeError):  # absent, or a broken binary
                     if required:
                         raise
     from recallkit._pinned import recording
@@ -308,7 +312,8 @@ def _run(argv: list[str], command: str, interrupted: list[int]) -> int:
             recording(),  # the input files read, for recallkit.commands._args.unchanged_inputs
         ):
             return int(args.func(args) or 0)
-    except (ValueError, OSError) as error:  # UsageError, RunnerError, library errors, the system
+    # UsageError, RunnerError, library errors, the system, a feature whose extra is missing
+    except (ValueError, OSError, MissingExtraError) as error:
         if interrupted:  # Ctrl-C's doing: said as the interrupt (_CtrlC.handling)
             raise
         line = error_text(error, _parameters(args))

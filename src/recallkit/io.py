@@ -39,7 +39,9 @@ while it was read: its size, modification time or sampled contents
 ``.safetensors`` arrays of any shape (a file holding several named tensors included); the
 command line's embedding, score and index files are read through it, each command adding its
 own rules on shape and values. A tensor saved in another layout than dense (sparse, quantized,
-nested) is refused with a ``ValueError`` naming the file.
+nested) is refused with a ``ValueError`` naming the file. ``.safetensors`` files are read by
+this module's own reader of the format (a JSON header, then the raw little-endian data), so
+reading them needs no optional package.
 """
 
 from __future__ import annotations
@@ -480,6 +482,63 @@ def _load_pt(path: Any) -> Any:
         return torch.load(path, map_location="cpu", weights_only=True)
 
 
+class _OtherDtype:
+    """A ``.safetensors`` tensor of a dtype that is not a real number (refused if chosen)."""
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
+
+
+def _safetensors_tensors(data: bytes) -> dict[str, np.ndarray | _OtherDtype]:
+    """Every tensor of a whole ``.safetensors`` file, read from its bytes without the
+    safetensors package: real numbers and booleans as numpy arrays (bfloat16 widened to
+    float32), any other dtype as :class:`_OtherDtype`. A damaged file raises ``ValueError``.
+
+    >>> header = b'{"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}'
+    >>> body = np.array([1.5, -2], dtype="<f4").tobytes()
+    >>> _safetensors_tensors(len(header).to_bytes(8, "little") + header + body)["x"].tolist()
+    [1.5, -2.0]
+    """
+    if len(data) < 8:
+        raise ValueError(f"{len(data)} bytes, shorter than the 8-byte header length")
+    length = int.from_bytes(data[:8], "little")
+    if length > min(len(data) - 8, _MAX_HEADER):
+        raise ValueError(f"a header of {length} bytes in a file of {len(data)} bytes (truncated?)")
+    try:
+        header = json.loads(data[8 : 8 + length].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise ValueError(f"the header is not JSON ({error})") from None
+    if not isinstance(header, dict):
+        raise ValueError("the header is not a JSON object")
+    start = 8 + length
+    tensors: dict[str, np.ndarray | _OtherDtype] = {}
+    for tensor, entry in header.items():
+        if tensor == "__metadata__":
+            continue
+        try:
+            dtype, shape = str(entry["dtype"]), tuple(int(n) for n in entry["shape"])
+            begin, end = (int(n) for n in entry["data_offsets"])
+        except (TypeError, KeyError, ValueError):
+            raise ValueError(
+                f"the tensor {tensor!r} has no dtype, shape and data_offsets"
+            ) from None
+        numpy_dtype = "?" if dtype == "BOOL" else _SAFETENSORS_DTYPES.get(dtype)
+        if numpy_dtype is None:
+            tensors[tensor] = _OtherDtype(dtype)
+            continue
+        itemsize = np.dtype(numpy_dtype).itemsize
+        count = int(np.prod(shape, dtype=np.int64))
+        if min(shape, default=0) < 0 or not 0 <= begin <= end or end - begin != count * itemsize:
+            raise ValueError(f"the data offsets {begin}:{end} of {tensor!r} do not fit {shape}")
+        if start + end > len(data):
+            raise ValueError(f"{len(data)} bytes, but {tensor!r} ends at {start + end} (truncated)")
+        array = np.frombuffer(data, dtype=numpy_dtype, count=count, offset=start + begin)
+        if dtype == "BF16":  # bfloat16 is the upper half of a float32
+            array = (array.astype(np.uint32) << 16).view(np.float32)
+        tensors[tensor] = array.reshape(shape).copy()
+    return tensors
+
+
 def _not_dense(tensor: torch.Tensor) -> str:
     """What keeps ``tensor`` from being read as a numpy array, or ``""`` for a dense tensor."""
     if getattr(tensor, "is_nested", False):
@@ -552,14 +611,12 @@ def read_array(
             with EmbeddingFile(path, _func="read_array", _any_shape=True) as pinned:
                 data: Any = pinned.read_all()
         elif suffix == ".safetensors":
-            from safetensors.torch import load
-
-            data = load(_pinned.read_file(path, name))
+            data = _safetensors_tensors(_pinned.read_file(path, name))
         else:
             data = _load_pt(io.BytesIO(_pinned.read_file(path, name)))
     except _pinned.FileChanged as error:
         raise ValueError(str(error)) from None
-    except Exception as error:  # numpy, torch and safetensors raise many types
+    except Exception as error:  # numpy and torch raise many types
         raise ValueError(f"{name} cannot be read: {_reason(error)}") from None
     if isinstance(data, dict):
         if key is not None:
@@ -574,6 +631,11 @@ def read_array(
             raise ValueError(f"{name} holds {len(data)} tensors ({_names(data)}); {several_hint}.")
     elif key is not None:
         raise ValueError(f"{name} holds one array, not several named ones; drop '#{key}'.")
+    if isinstance(data, _OtherDtype):
+        raise ValueError(
+            f"{name} must hold real numbers (floats or integers of at most 64 bits). "
+            f"Got dtype {data.dtype}."
+        )
     if isinstance(data, torch.Tensor):
         kind = _not_dense(data)
         if kind:

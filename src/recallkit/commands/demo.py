@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from recallkit._extras import require
 from recallkit.commands._args import (
     PARAMETERS,
     add_quiet,
@@ -53,6 +54,8 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``recallkit demo``; return the exit status."""
+    # scikit-learn's digits, Pillow, matplotlib (the 'demo' extra): one line, nothing written.
+    require("recallkit demo", "sklearn", "PIL", "matplotlib", extra="demo")
     check_output_folder(args.out, "--out")
     from recallkit.runner.digits_demo import run_demo
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from recallkit import options as _options
 from recallkit._atomic import Staging, interrupts_deferred, resolve_target
+from recallkit._extras import require
 from recallkit.commands._args import (
     add_quiet,
     check_output_file,
@@ -551,6 +552,24 @@ def _rows(array: Any, expected: int, path: str, what: str) -> None:
         )
 
 
+def _check_extras(args: argparse.Namespace) -> None:
+    """What the chosen encoder and outputs import beyond the core install, checked before
+    anything is read or written: one line naming the extra when it is missing or broken.
+    Saved embeddings (with their labels, images or a benchmark) need none of it."""
+    if args.model is not None:
+        modules = ["torchvision", "PIL"]
+        if args.weights is not None and Path(args.weights).suffix.lower() == ".safetensors":
+            modules.append("safetensors")
+        require("recallkit evaluate --model", *modules, extra="images")
+    elif args.callable is not None:
+        require("recallkit evaluate --callable", "PIL", extra="images")
+    suffix = Path(args.show_out).suffix.lower() if args.show_out is not None else ""
+    if suffix in (".png", ".html", ".htm"):  # _check_outputs refused any other
+        from recallkit.runner.grid import check_grid
+
+        check_grid(suffix, "recallkit evaluate --show-out")
+
+
 def _check_outputs(args: argparse.Namespace) -> None:
     if args.show_topk is not None and args.show_out is None:
         raise UsageError("--show-topk needs --show-out FILE (.png or .html).")
@@ -579,6 +598,7 @@ def main(args: argparse.Namespace) -> int:
 
     ks = parse_ks(args.ks)
     _check_outputs(args)
+    _check_extras(args)
     query, gallery, protocol_ks, benchmark = _data(args)
     ks = ks or protocol_ks or (1, 5, 10)
     arrays = bool(query.meta.get("arrays"))

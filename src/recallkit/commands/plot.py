@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from recallkit._extras import require
 from recallkit.commands._args import PARAMETERS, add_quiet, check_output_file, parse_ks
 from recallkit.errors import UsageError
 
@@ -34,6 +35,7 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Run ``recallkit plot``; return the exit status."""
+    require("recallkit plot", "matplotlib", extra="plot")  # one line, nothing read or written
     from recallkit.runner.history_plot import plot_history
 
     check_output_file(args.out, "--out")

@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from recallkit._extras import require
 from recallkit.exceptions import RecallkitError
 
 __all__ = [
@@ -293,8 +294,10 @@ class Split:
     def open_image(self, index: int):
         """Open image ``index`` as an RGB ``PIL.Image``, cropped to its box when ``bboxes`` is set.
 
-        A box reaching past the image edge is clipped to the image.
+        A box reaching past the image edge is clipped to the image. Pillow comes with the
+        ``datasets`` extra (and the ``images`` one).
         """
+        require("recallkit.datasets.Split.open_image", "PIL", extra="datasets")
         from PIL import Image
 
         with Image.open(self.root / self.relative_paths[index]) as image:

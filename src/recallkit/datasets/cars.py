@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from recallkit._extras import require
 from recallkit._pinned import FileChanged, read_file
 from recallkit.datasets import _files
 from recallkit.datasets.base import (
@@ -189,6 +190,7 @@ def _devkit_files(root: Path) -> tuple[Path, Path]:
 
 def _read_struct(path: Path, variable: str, fields: tuple[str, ...]) -> dict[str, np.ndarray]:
     """The named fields of the struct array ``variable`` of a .mat file, as 1-D object arrays."""
+    require("Reading Cars196's .mat files (recallkit.datasets.load_cars196)", "scipy")
     from scipy.io import loadmat
     from scipy.io.matlab import MatReadError
 

@@ -601,8 +601,12 @@ class OnnxInt8(Kernel):
     def available(self) -> str | None:
         try:
             import onnxruntime  # noqa: F401
-        except ImportError:
-            return "onnxruntime is not installed"
+        except ModuleNotFoundError as error:
+            if error.name == "onnxruntime":
+                return "onnxruntime is not installed"
+            return f"onnxruntime cannot be imported: {error}"
+        except (ImportError, OSError, RuntimeError) as error:  # a broken install
+            return f"onnxruntime cannot be imported: {type(error).__name__}: {error}"
         return None
 
     def _session(self) -> Any:

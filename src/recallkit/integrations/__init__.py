@@ -2,9 +2,9 @@
 imported (``import recallkit`` loads none of them):
 
 * :mod:`recallkit.integrations.torchmetrics`: a torchmetrics ``Metric``
-  (needs ``pip install torchmetrics``);
+  (the ``torchmetrics`` extra);
 * :mod:`recallkit.integrations.lightning`: a Lightning ``Callback``
-  (needs ``pip install lightning``).
+  (the ``lightning`` extra).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import importlib
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from recallkit._extras import require
 
 
 def built_on_first_use(module: str, name: str, define: Callable[[], type]) -> Callable[[str], Any]:
@@ -32,15 +34,10 @@ def built_on_first_use(module: str, name: str, define: Callable[[], type]) -> Ca
     return getattr_
 
 
-def framework_class(module: str, where: str, title: str, extra: str) -> Any:
-    """The framework's class ``where`` (``"package:Class"``) that the adapter ``module`` builds
-    on; when the framework is not installed, a one-line ModuleNotFoundError saying what to
-    install (``extra``: its pip name and recallkit's extra)."""
+def framework_class(module: str, where: str, extra: str) -> Any:
+    """The framework's class ``where`` (``"package.module:Class"``) that the adapter ``module``
+    builds on; when the framework is missing or broken, the one-line error of
+    :func:`recallkit._extras.require` naming ``extra``."""
     package, _, name = where.partition(":")
-    try:
-        return getattr(importlib.import_module(package), name)
-    except ModuleNotFoundError:
-        raise ModuleNotFoundError(
-            f"{module} needs {title}, which is not installed: pip install {extra} "
-            f"(or pip install '/path/to/recallkit[{extra}]')"
-        ) from None
+    require(module, package.split(".")[0], extra=extra)
+    return getattr(importlib.import_module(package), name)

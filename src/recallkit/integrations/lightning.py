@@ -55,7 +55,7 @@ def _from_outputs(pl_module: Any, outputs: Any, batch: Any, batch_idx: int, idx:
 
 def _define() -> type:
     """The callback class, on Lightning's ``Callback``."""
-    Callback = framework_class(__name__, "lightning.pytorch:Callback", "Lightning", "lightning")
+    Callback = framework_class(__name__, "lightning.pytorch:Callback", "lightning")
 
     class RetrievalCallback(Callback):
         """Log exact recall@K (and MAP@R, R-precision, ...) of the validation split every epoch.

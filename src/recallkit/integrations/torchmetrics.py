@@ -44,7 +44,7 @@ _SYNC = ("dist_sync_on_step", "sync_on_compute", "dist_sync_fn")
 
 def _define() -> type:
     """The metric class, on torchmetrics' ``Metric``."""
-    Metric = framework_class(__name__, "torchmetrics:Metric", "torchmetrics", "torchmetrics")
+    Metric = framework_class(__name__, "torchmetrics:Metric", "torchmetrics")
 
     class RetrievalMetrics(Metric):
         """Exact recall@K (and MAP@R, R-precision, any metric of the registry) of the rows

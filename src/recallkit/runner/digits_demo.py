@@ -8,7 +8,9 @@ metric-learning protocol), trains a small CNN with pytorch-metric-learning's
 evaluates the test folder against itself (leave-one-out: each query's own image is excluded by
 path) with the runner, exactly as ``recallkit evaluate --images`` does. It prints the report of
 each epoch and writes the history (``runs.jsonl``), one run file per epoch (``epoch-N.json``),
-the recall plot (``recall.png``) and the failure grid of the last epoch (``grid.png``).
+the recall plot (``recall.png``) and the failure grid of the last epoch (``grid.png``). It
+needs the ``demo`` extra (scikit-learn, Pillow, matplotlib): without one of them, it raises one
+:class:`recallkit._extras.MissingExtraError` before it writes anything.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 from torch import nn
 
 from recallkit._atomic import atomic_write
-from recallkit.runner.encode import load_image
+from recallkit._extras import require
+from recallkit.runner.encode import load_image, pil_image
 from recallkit.runner.encoders import Encoder, state_digest
 from recallkit.runner.pipeline import (
     Run,
@@ -42,6 +44,14 @@ from recallkit.runner.pipeline import (
 from recallkit.runner.sources import from_folder
 
 TRAIN_CLASSES = (0, 1, 2, 3, 4)
+#: What the demo imports beyond the core: scikit-learn's digits, Pillow, matplotlib.
+NEEDS = ("sklearn", "PIL", "matplotlib")
+
+
+def check_demo(feature: str = "recallkit.runner.digits_demo") -> None:
+    """Raise :class:`recallkit._extras.MissingExtraError` (the ``demo`` extra) unless
+    scikit-learn, Pillow and matplotlib import."""
+    require(feature, *NEEDS, extra="demo")
 
 
 def write_digits(root: str | os.PathLike[str], *, per_class: int | None = None) -> Path:
@@ -55,8 +65,10 @@ def write_digits(root: str | os.PathLike[str], *, per_class: int | None = None) 
     >>> sorted(p.relative_to(root).as_posix() for p in root.rglob("*.png"))[:3]
     ['test/5/0005.png', 'test/5/0015.png', 'test/6/0006.png']
     """
+    require("recallkit.runner.digits_demo.write_digits", "sklearn", "PIL", extra="demo")
     from sklearn.datasets import load_digits
 
+    Image = pil_image()
     root = Path(root)
     digits = load_digits()
     pixels = np.rint(digits.images * (255.0 / 16.0)).astype(np.uint8)
@@ -98,11 +110,11 @@ class DigitNet(nn.Module):
         return self.features(x)
 
 
-def to_tensor(image: Image.Image) -> torch.Tensor:
+def to_tensor(image: Any) -> torch.Tensor:
     """A PIL image as a ``(1, 8, 8)`` float tensor in [0, 1] (grey, resized to 8×8 if needed)."""
     grey = image.convert("L")
     if grey.size != (8, 8):
-        grey = grey.resize((8, 8), Image.BILINEAR)
+        grey = grey.resize((8, 8), pil_image().BILINEAR)
     return torch.from_numpy(np.asarray(grey, dtype=np.float32) / 255.0)[None]
 
 
@@ -157,6 +169,7 @@ def run_demo(
     echo: Callable[[str], None] = print,
 ) -> DemoResult:
     """Run the demo (see the module docstring); ``fast`` is one epoch on 40 images per class."""
+    check_demo()  # before anything is written
     from pytorch_metric_learning import losses, miners
 
     from recallkit.runner.history import append_history

@@ -2,7 +2,9 @@
 
 ``encoder_fn`` maps a batch (a list) of images to a ``(batch, dim)`` array or tensor. Image
 paths are opened with Pillow, fully decoded (a truncated file fails here, not in the encoder)
-and converted to RGB before they reach it; in-memory images are passed as they are.
+and converted to RGB before they reach it; in-memory images are passed as they are. Pillow (the
+``images`` extra) is imported when the first path is opened; without it, that raises one
+:class:`recallkit._extras.MissingExtraError`. tqdm draws the bar where it is installed.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image
 
+from recallkit._extras import available, require
 from recallkit._pinned import note_stat
 from recallkit.exceptions import Text, fail
 from recallkit.runner._errors import RunnerError
@@ -30,6 +32,16 @@ from recallkit.runner._errors import RunnerError
 EncoderFn = Callable[[list[Any]], Any]
 _MAX_LISTED = 5
 UNIDENTIFIED = "Pillow cannot identify it as any image format it reads"
+#: How the runner's need of Pillow is named when it is missing.
+FEATURE = "recallkit's image runner (reading image files)"
+
+
+def pil_image() -> Any:
+    """``PIL.Image``, or :class:`recallkit._extras.MissingExtraError` naming the 'images' extra."""
+    require(FEATURE, "PIL", extra="images")
+    from PIL import Image
+
+    return Image
 
 
 @dataclass(frozen=True)
@@ -66,7 +78,7 @@ skip_bad=True to continue without it.
         )
 
 
-def load_image(path: str | os.PathLike[str]) -> Image.Image:
+def load_image(path: str | os.PathLike[str]) -> Any:
     """Open ``path``, decode it completely and return it as an RGB image.
 
     Raises ``OSError`` for a missing, unreadable, truncated or non-image file (for a file whose
@@ -76,11 +88,13 @@ def load_image(path: str | os.PathLike[str]) -> Image.Image:
     over Pillow's decompression-bomb limit raises ``PIL.Image.DecompressionBombError``.
 
     >>> import tempfile, pathlib
+    >>> from PIL import Image
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "x.png"
     >>> Image.new("L", (3, 2), 7).save(path)
     >>> load_image(path).mode, load_image(path).size
     ('RGB', (3, 2))
     """
+    Image = pil_image()
     # O_NONBLOCK: opening a FIFO returns at once instead of waiting for a writer.
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -113,7 +127,8 @@ def _reason(error: BaseException) -> str:
     text = str(error).strip() or type(error).__name__
     if isinstance(error, FileNotFoundError):
         return "no such file"
-    if isinstance(error, Image.UnidentifiedImageError):
+    pil = sys.modules.get("PIL.Image")  # imported by the reader that raised ``error``
+    if pil is not None and isinstance(error, pil.UnidentifiedImageError):
         return f"not a readable image: {UNIDENTIFIED}"
     if isinstance(error, OSError) and error.strerror == "not a regular file":
         return "not a regular file"
@@ -147,7 +162,7 @@ class Progress:
         self.quiet = enabled is False
         self.bar = None
         interactive = enabled is True or (enabled is None and _stderr_is_terminal())
-        if not self.quiet and interactive:
+        if not self.quiet and interactive and available("tqdm"):  # else the summary line
             from tqdm.auto import tqdm
 
             self.bar = tqdm(total=total, desc=desc, unit="img", file=sys.stderr, leave=True)
@@ -232,6 +247,7 @@ def encode_images(
     embeddings: np.ndarray | None = None  # allocated once the first batch gives the dimension
     kept = np.zeros(n, dtype=bool)
     bad: list[BadImage] = []
+    unreadable: tuple[type[BaseException], ...] = ()  # with Pillow's, once a path is read
     with _progress(n, desc, progress) as bar:
         for start in range(0, n, batch_size):
             stop = min(start + batch_size, n)
@@ -239,9 +255,11 @@ def encode_images(
             for i in range(start, stop):
                 item = images[i]
                 if isinstance(item, str | os.PathLike):
+                    if not unreadable:
+                        unreadable = (OSError, ValueError, pil_image().DecompressionBombError)
                     try:
                         item = load_image(item)
-                    except (OSError, ValueError, Image.DecompressionBombError) as error:
+                    except unreadable as error:
                         bad.append(BadImage(os.fspath(images[i]), _reason(error)))
                         continue
                 batch.append(item)

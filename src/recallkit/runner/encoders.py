@@ -25,9 +25,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from recallkit._extras import MissingExtraError, require
 from recallkit._pinned import FileChanged, read_file
 from recallkit.runner._errors import RunnerError
 from recallkit.runner.defaults import DTYPE_NAMES, IMAGENET_MEAN, IMAGENET_STD
+from recallkit.runner.encode import pil_image
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 #: The seed of torch's generator for a randomly initialised torchvision model (``--random-init``).
@@ -53,6 +55,7 @@ class Preprocessing:
 
     def transform(self) -> Callable[[Any], torch.Tensor]:
         """The torchvision transform: a PIL image to a normalised ``(3, H, W)`` tensor."""
+        require("The image preprocessing (torchvision transforms)", "torchvision", extra="images")
         from torchvision import transforms
 
         steps: list[Any] = []
@@ -281,12 +284,13 @@ def _read_state_dict(path: Path) -> tuple[dict[str, torch.Tensor], str]:
     try:
         data = read_file(path, f"The weights file '{path}'")
         if path.suffix.lower() == ".safetensors":
+            require(f"Reading the weights file '{path}'", "safetensors", extra="images")
             from safetensors.torch import load
 
             state: Any = load(data)
         else:
             state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except FileChanged:
+    except (FileChanged, MissingExtraError):
         raise
     except Exception as error:
         message = f"The weights file '{path}' cannot be read: {error}".rstrip(".")
@@ -339,8 +343,10 @@ def torchvision_encoder(
     weights file may then omit that layer. ``head="keep"`` embeds with the model's output.
     The cache key holds the model name, the weights file's SHA-256 (for a random
     initialisation, the seed and the SHA-256 of the initialised state), the head choice, the
-    preprocessing, dtype and device, and ``encoder_id`` when given.
+    preprocessing, dtype and device, and ``encoder_id`` when given. torchvision and Pillow
+    come with the ``images`` extra.
     """
+    require("recallkit.runner.torchvision_encoder", "torchvision", "PIL", extra="images")
     import torchvision
 
     if head not in ("drop", "keep"):
@@ -485,8 +491,7 @@ def pixels(images: list[Any]) -> np.ndarray:
     >>> pixels([Image.new("RGB", (4, 4), (255, 0, 0))])[0, :4].tolist()
     [1.0, 0.0, 0.0, 1.0]
     """
-    from PIL import Image
-
+    Image = pil_image()
     rows = [
         np.asarray(image.convert("RGB").resize((16, 16), Image.Resampling.BILINEAR))
         for image in images

@@ -5,7 +5,9 @@ exact k-NN, self-matches excluded, ties to the lower gallery index), each framed
 shares the query's label and red when it does not. Written as PNG (matplotlib) or as a
 self-contained HTML page (thumbnails embedded), chosen by the file's extension. An image that
 cannot be shown (unreadable, not a regular file, or larger than Pillow's decompression-bomb
-limit, ``PIL.Image.MAX_IMAGE_PIXELS``) is drawn as a grey placeholder.
+limit, ``PIL.Image.MAX_IMAGE_PIXELS``) is drawn as a grey placeholder. The HTML page needs
+Pillow (the ``images`` extra), the PNG matplotlib too (the ``plot`` extra, which brings Pillow):
+:func:`check_grid` says so in one line before anything is drawn or written.
 
 Both formats carry the same legend and number the neighbours by 0-indexed rank, the base of
 ``first_hit_rank`` in the run file: the nearest gallery image has rank 0, and recall@K counts
@@ -26,12 +28,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from PIL import Image
 
 from recallkit._atomic import atomic_write
+from recallkit._extras import require
 from recallkit.result import Result as RecallResult
 from recallkit.runner._errors import RunnerError
-from recallkit.runner.encode import load_image
+from recallkit.runner.encode import load_image, pil_image
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -87,7 +89,18 @@ def worst_queries(result: RecallResult, n: int) -> np.ndarray:
     return candidates[order[: max(int(n), 0)]]
 
 
-def _thumbnail(item: Any, size: int = _THUMB) -> Image.Image:
+def check_grid(suffix: str, feature: str = "The failure grid") -> None:
+    """Raise :class:`recallkit._extras.MissingExtraError` unless what a grid file of this
+    suffix needs imports: Pillow for ``.html``/``.htm`` (the ``images`` extra), Pillow and
+    matplotlib for ``.png`` (the ``plot`` extra)."""
+    if suffix.lower() == ".png":
+        require(f"{feature} as .png", "PIL", "matplotlib", extra="plot")
+    else:
+        require(feature, "PIL", extra="images")
+
+
+def _thumbnail(item: Any, size: int = _THUMB) -> Any:
+    Image = pil_image()
     if isinstance(item, str | os.PathLike):
         try:
             image = load_image(item)
@@ -125,6 +138,7 @@ def render_grid(rows: Sequence[GridRow], suffix: str, *, title: str | None = Non
         raise RunnerError(f"The grid file must end in .png or .html. Got {suffix!r}.")
     if not rows:
         raise RunnerError("There is no evaluated query to draw.")
+    check_grid(suffix)
     if suffix == ".png":
         return _draw_png(rows, title)
     return _draw_html(rows, title).encode("utf-8")
@@ -137,6 +151,7 @@ def draw_grid(
     out = Path(out)
     if out.suffix.lower() not in (".png", ".html", ".htm"):
         raise RunnerError(f"The grid file '{out}' must end in .png or .html.")
+    check_grid(out.suffix)
     data = render_grid(rows, out.suffix, title=title)
     with atomic_write(out, "wb") as handle:
         handle.write(data)

@@ -4,7 +4,9 @@ Each history record carries the definitions its values were computed under
 (:mod:`recallkit.definitions`). A run whose definitions differ from the reference run's (the
 first run that records them, normally run 1) is marked ``*`` on the x axis, and a run that
 records none (written before they were recorded) ``?``, when others do; the axis label says
-what the marks mean, and a note names the runs and the fields.
+what the marks mean, and a note names the runs and the fields. matplotlib comes with the
+``plot`` extra; without it :func:`plot_history` raises one
+:class:`recallkit._extras.MissingExtraError` before it reads or writes anything.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recallkit._atomic import atomic_write
+from recallkit._extras import require
 from recallkit.definitions import check_definitions, differences
 from recallkit.records import metrics_of
 from recallkit.runner._errors import RunnerError
@@ -229,6 +232,7 @@ def plot_history(
     out = Path(out)
     if out.suffix.lower() not in _FORMATS:
         raise RunnerError(f"The plot file '{out}' must end in {', '.join(_FORMATS)}.")
+    require("recallkit.runner.plot_history", "matplotlib", extra="plot")
     if isinstance(history, str | os.PathLike):
         source = str(history)
         records = read_history(history)

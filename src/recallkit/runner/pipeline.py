@@ -543,8 +543,9 @@ def failure_grid(
     the grid then shows the first queries under a title that says so
     (:func:`grid_title`), and a ``UserWarning`` says it too.
     """
-    from recallkit.runner.grid import draw_grid
+    from recallkit.runner.grid import check_grid, draw_grid
 
+    check_grid(Path(out).suffix)  # before the neighbours are computed
     return draw_grid(_grid_rows(run, k, queries), out, title=grid_title(run, title))
 
 
@@ -591,8 +592,9 @@ def render_failure_grid(
     run: Run, suffix: str, *, k: int = 8, queries: int = 8, title: str | None = None
 ) -> bytes:
     """The bytes of the :func:`failure_grid` file with extension ``suffix``, not written."""
-    from recallkit.runner.grid import render_grid
+    from recallkit.runner.grid import check_grid, render_grid
 
+    check_grid(suffix)
     return render_grid(_grid_rows(run, k, queries), suffix, title=grid_title(run, title))
 
 
