@@ -367,7 +367,7 @@ def test_history_and_run_files_for_plot_and_compare(tmp_path, capsys):
         assert record["metrics"] == dict(result)  # floats survive JSON exactly
         assert record["ks"] == [1, 2, 4] and record["num_queries"] == 101
         assert record["definitions"] == result.definitions
-        assert record["source"] == "recallkit.Evaluator"
+        assert record["producer"] == "recallkit.Evaluator"
     run = load_run(tmp_path / "runs" / "epoch-3.json")
     assert run["queries"]["first_hit_rank"] == results[2].first_hit_ranks.tolist()
     assert run["queries"]["ids"] == [str(i) for i in range(101)]

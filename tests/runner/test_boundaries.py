@@ -284,8 +284,8 @@ def test_compare_names_real_paths_when_queries_differ(cli, tmp_path, make_image,
     (tmp_path / "b.json").write_text(json.dumps(b))
     res = cli("compare", tmp_path / "a.json", tmp_path / "b.json")
     line = _one_error_line(res, "did not evaluate the same queries: 1 only in a.json")
-    assert f"({real})" in line  # a path that exists, no separator residue
-    assert Path(real).is_file()
+    assert f"({real})" in line  # the image's path relative to its manifest, no residue
+    assert (tmp_path / real).is_file()
 
 
 def test_compare_refuses_a_repeated_image_with_the_same_id(cli, tmp_path, make_image):
@@ -630,7 +630,9 @@ def test_fifo_named_like_an_image_is_refused_not_waited_on(
     )
     assert res.rc == 0, res.err
     record = json.loads((tmp_path / "r.json").read_text())
-    assert record["skipped_images"] == [[str(fifo_image), "not a regular file"]]
+    # The skipped image by its path relative to the gallery folder, as every path of a run file.
+    assert record["skipped_images"] == [["dog/c_fifo.png", "not a regular file"]]
+    assert fifo_image == tmp_path / "gallery" / "dog" / "c_fifo.png"
     assert record["queries"]["first_hit_rank"] == HAND_RANKS
 
 

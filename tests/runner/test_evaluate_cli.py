@@ -61,12 +61,11 @@ def test_hand_case_exact_recall_and_report(cli, hand_case, encoder_module, tmp_p
     assert record["metrics"] == {"recall@1": 1 / 3, "recall@2": 1.0}
     assert record["queries"]["first_hit_rank"] == HAND_RANKS
     query, _ = hand_case
-    expected_ids = [
-        os.path.realpath(query / "cat" / "q1.png"),
-        os.path.realpath(query / "cat" / "q2.png"),
-        os.path.realpath(query / "dog" / "q3.png"),
-    ]
+    # Each query by its path relative to the folder: the same on every machine.
+    expected_ids = ["cat/q1.png", "cat/q2.png", "dog/q3.png"]
     assert record["queries"]["ids"] == expected_ids
+    assert record["queries"]["paths"] == expected_ids
+    assert all((query / name).is_file() for name in expected_ids)
     assert record["queries"]["labels"] == ["cat", "cat", "dog"]
 
 
@@ -74,12 +73,13 @@ def test_json_schema(cli, hand_case, encoder_module, tmp_path, read_json):
     res = _evaluate(cli, hand_case, encoder_module, tmp_path, "--json", tmp_path / "run.json")
     assert res.rc == 0, res.err
     record = read_json(tmp_path / "run.json")
-    assert record["format"] == "recallkit.evaluation/3"
+    assert record["format"] == "recallkit.evaluation/4"
     expected_keys = {
         "format",
         "recallkit_version",
         "created",
         "tag",
+        "producer",
         "metric",
         "definitions",
         "ks",
@@ -115,7 +115,8 @@ def test_json_schema(cli, hand_case, encoder_module, tmp_path, read_json):
     assert record["num_excluded"] == 0
     assert record["cache"] == {"gallery": "miss", "query": "miss"}
     assert record["encoder"]["encoder"].startswith("callable:")
-    assert set(record["queries"]) == {"ids", "labels", "paths", "first_hit_rank"}
+    assert set(record["queries"]) == {"ids", "labels", "paths", "first_hit_rank", "values"}
+    assert list(record["queries"]["values"]) == list(record["metrics"])
     query, _ = hand_case
     assert record["queries"]["paths"] == [
         os.path.abspath(query / "cat" / "q1.png"),
