@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 from html import unescape
 
@@ -117,12 +116,7 @@ def test_json_schema(cli, hand_case, encoder_module, tmp_path, read_json):
     assert record["encoder"]["encoder"].startswith("callable:")
     assert set(record["queries"]) == {"ids", "labels", "paths", "first_hit_rank", "values"}
     assert list(record["queries"]["values"]) == list(record["metrics"])
-    query, _ = hand_case
-    assert record["queries"]["paths"] == [
-        os.path.abspath(query / "cat" / "q1.png"),
-        os.path.abspath(query / "cat" / "q2.png"),
-        os.path.abspath(query / "dog" / "q3.png"),
-    ]
+    assert record["queries"]["paths"] == ["cat/q1.png", "cat/q2.png", "dog/q3.png"]
     assert record["skipped_images"] == []
     assert record["sources"]["options"]["ks"] == ["1", "2"]
 
