@@ -13,18 +13,14 @@ import pytest
 import torch
 
 import recallkit
-from tests import brute
+from tests import brute, registry_cases
 
-NAMES = ["recall@1", "recall@3", "precision@3", "MAP@R", "R-precision", "MRR", "nDCG@4"]
-KINDS = [
-    ("recall", 1),
-    ("recall", 3),
-    ("precision", 3),
-    ("map_at_r", None),
-    ("r_precision", None),
-    ("mrr", None),
-    ("ndcg", 4),
-]
+# Every metric of the registry (K = 1 and 3 where it has a cut-off).
+CASES = registry_cases.cases((1, 3))
+NAMES = [name for name, _, _ in CASES]
+KINDS = [(family, k) for _, family, k in CASES]
+# Labels and ids of every sign and size an int64 holds, and strings: compared by value.
+EXTREME = np.array([-(2**63), -7, -1, 0, 2**40 + 1, 2**63 - 1], dtype=np.int64)
 # (back end, precision, chunk size): every precision a back end runs, with several chunkings.
 CONFIGS = [
     ("numba", "float32", None),
@@ -45,7 +41,7 @@ def _case(seed: int):
     x = rng.integers(-3, 4, size=(n, d)).astype(np.float32)  # exact, often tied scores
     x[rng.integers(0, n, 4)] = x[1]
     x[x.sum(axis=1) == 0, 0] = 1.0
-    labels = rng.integers(0, 4, n)
+    labels = EXTREME[rng.integers(0, 4, n) + seed % 2]
     metric = ("cosine", "dot", "euclidean")[seed % 3]
     return x, labels, metric
 
@@ -71,6 +67,29 @@ def test_every_entry_point_is_the_definition(backend, precision, chunk, monkeypa
         for name, (kind, k) in zip(NAMES, KINDS, strict=True):
             want = [brute.metric(kind, k, rel, r, c) for rel, r, c in lists]
             assert np.array_equal(got.per_query[name], want, equal_nan=True), (name, seed)
+            assert got[name] == brute.summary(kind, [w for w in want if w == w]), (name, seed)
+        # Ids that repeat, negative and extreme: every item with the query's id is removed.
+        ids = EXTREME[np.arange(n) % 5] // 3
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            by_ids = recallkit.retrieval_metrics(
+                x,
+                x,
+                labels,
+                labels,
+                NAMES,
+                metric=metric,
+                query_ids=ids,
+                reference_ids=ids,
+                **options,
+            )
+        excluded_ids = brute.excluded_sets(n, n, query_ids=ids, reference_ids=ids)
+        for name, (kind, k) in zip(NAMES, KINDS, strict=True):
+            want = [
+                brute.metric(kind, k, rel, r, c)
+                for rel, r, c in brute.relevance_lists(s, labels, labels, excluded_ids)
+            ]
+            assert np.array_equal(by_ids.per_query[name], want, equal_nan=True), (name, seed)
         # The Evaluator: batches in any order, with ids.
         order = np.random.default_rng(seed).permutation(n)
         ev = recallkit.Evaluator(ks=(1, 3), metrics=NAMES, metric=metric, **options)
