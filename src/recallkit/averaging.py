@@ -35,7 +35,7 @@ import torch
 
 from recallkit.exceptions import Text, fail
 from recallkit.metrics import Metric
-from recallkit.options import AVERAGES
+from recallkit.options import AVERAGES, Options
 
 __all__ = ["AVERAGES", "by_class", "check", "counted", "summarize"]
 
@@ -77,16 +77,16 @@ def summarize(
     metric: Metric,
     values: np.ndarray,
     evaluated: np.ndarray,
-    *,
-    lone_queries: str,
-    average: str,
+    options: Options,
     classes: np.ndarray | None,
 ) -> float:
-    """The metric's value from its per-query ``values`` (NaN at lone queries): over the counted
-    queries (``average="query"``), or the mean over classes of each class's summary
-    (``"class"``; ``classes`` holds each query's label code). NaN when no query counts."""
-    kept, mask = counted(metric, values, evaluated, lone_queries)
-    if average == "query":
+    """The metric's value from its per-query ``values`` (NaN at lone queries) under the
+    value-changing ``options``: over the queries that count (``options.lone_queries``), or
+    (``options.average="class"``) the mean over classes of each class's summary (``classes``
+    holds each query's label code). NaN when no query counts. The one place that reads the
+    options that change values: a new one is read here."""
+    kept, mask = counted(metric, values, evaluated, options.lone_queries)
+    if options.average == "query":
         return metric.summarize(kept)
     _, per_class = by_class(metric, kept, classes[mask])
     if not len(per_class):

@@ -395,14 +395,7 @@ class Values:
             )
 
         def summary(metric: Metric, values: np.ndarray) -> float:
-            return averaging.summarize(
-                metric,
-                values,
-                evaluated,
-                lone_queries=options.lone_queries,
-                average=options.average,
-                classes=classes,
-            )
+            return averaging.summarize(metric, values, evaluated, options, classes)
 
         means, bounds = {}, {}
         tied = np.zeros(len(evaluated), dtype=bool)
