@@ -1,8 +1,8 @@
 """The metrics library never imports the application (command line, argparse, runner).
 
 The library is every module of ``recallkit`` except ``cli``, ``__main__``, ``errors`` and the
-``commands`` and ``runner`` packages. ``import recallkit`` and every library module load no
-application module, and neither Pillow nor matplotlib.
+``commands``, ``runner`` and ``reports`` packages. ``import recallkit`` and every library module
+load no application module, and neither Pillow nor matplotlib.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ APP = (
     "recallkit.errors",
     "recallkit.commands",
     "recallkit.runner",
+    "recallkit.reports",
 )
 FORBIDDEN = (*APP, "PIL", "matplotlib")
 
@@ -44,6 +45,7 @@ def test_the_library_is_what_remains():
     assert "recallkit.retrieval" in LIBRARY and "recallkit.protocols.cirr" in LIBRARY
     assert "recallkit.datasets.base" in LIBRARY and "recallkit.io" in LIBRARY
     assert not [name for name in LIBRARY if "runner" in name or "commands" in name]
+    assert not [name for name in LIBRARY if "reports" in name]
 
 
 def _imported(path: Path) -> list[str]:

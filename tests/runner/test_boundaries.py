@@ -686,12 +686,12 @@ def test_manifest_errors_name_the_file_and_line(cli, tmp_path, make_image, text,
 
 
 def test_cli_reports_any_system_error_in_one_line(cli, tmp_path, monkeypatch):
-    import recallkit.runner.bootstrap as bootstrap
+    import recallkit.records as records
 
     def fail(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "a.json"))
 
-    monkeypatch.setattr(bootstrap, "load_run", fail)
+    monkeypatch.setattr(records, "load_run", fail)
     res = cli("compare", tmp_path / "a.json", tmp_path / "b.json")
     _one_error_line(res, f"Permission denied: '{tmp_path / 'a.json'}'.")
 
