@@ -109,7 +109,9 @@ def _cells(summary: Summary, intervals: str, digits: int, style: dict[str, Any])
     return rows
 
 
-def legend(summary: Summary, intervals: str = "none", *, arrow: str = "↓") -> list[str]:
+def legend(
+    summary: Summary, intervals: str = "none", *, arrow: str = "↓", pm: str = "±"
+) -> list[str]:
     """The sentences that explain a table's marks: bold, the arrow, letters, intervals."""
     lower = any(direction(m) == "lower" for m in summary.metrics)
     if len(summary.runs) > 1:
@@ -134,7 +136,7 @@ def legend(summary: Summary, intervals: str = "none", *, arrow: str = "↓") -> 
         )
     if intervals != "none":
         conf = summary.settings.get("confidence", 0.95)
-        what = "[low, high]:" if intervals == "ci" else "±: half the width of"
+        what = "[low, high]:" if intervals == "ci" else f"{pm}: half the width of"
         over = {i.resampled for per in summary.intervals.values() for i in per.values()}
         resampled = " or ".join(sorted(over)) or "queries"
         out.append(
@@ -241,7 +243,8 @@ def latex(summary: Summary, *, intervals: str = "none", digits: int = 4) -> str:
         for i, h in enumerate(head)
     ]
     lines = ["% recallkit report (needs \\usepackage{booktabs})"]
-    lines += [f"% {sentence}" for sentence in legend(summary, intervals, arrow=r"$\downarrow$")]
+    marks = legend(summary, intervals, arrow=r"$\downarrow$", pm=r"$\pm$")
+    lines += [f"% {sentence}" for sentence in marks]
     lines += [
         r"\begin{tabular}{ll" + "r" * len(summary.metrics) + "}",
         r"\toprule",
