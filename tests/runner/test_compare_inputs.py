@@ -9,14 +9,19 @@ import pytest
 from recallkit.definitions import definitions
 from recallkit.records import RecordError, load_run
 from recallkit.runner.defaults import MAX_RESAMPLES
-from tests.runner.checks import one_error_line
+from tests.runner.checks import one_error_line, valid_run
 
 
-def _run_file(path, ranks, ks=(1, 2), metrics=None, **queries):
+def _run_file(path, ranks, ks=(1, 2), valid=True, **queries):
+    """A run file of recall@K from first-hit ranks; with ``valid``, checked against the shipped
+    schema (the files with a bad value on purpose are not)."""
     kept = [r for r in ranks if isinstance(r, int) and r >= 0]
     record = {
+        "format": "recallkit.evaluation/4",
+        "tag": None,
         "ks": list(ks),
-        "metrics": metrics or {f"recall@{k}": sum(r < k for r in kept) / len(kept) for k in ks},
+        "metrics": {f"recall@{k}": sum(r < k for r in kept) / len(kept) for k in ks},
+        "num_queries": len(ranks),
         "num_gallery": 10,
         "definitions": definitions("cosine", "ids"),
         "queries": {
@@ -26,6 +31,8 @@ def _run_file(path, ranks, ks=(1, 2), metrics=None, **queries):
             **queries,
         },
     }
+    if valid:
+        valid_run(record)
     path.write_text(json.dumps(record))
     return path
 
@@ -98,7 +105,7 @@ def test_bad_per_query_values_are_refused(cli, tmp_path, field, value, shown, ru
 
 def test_the_half_rank_that_used_to_count(tmp_path):
     """1.5 was read as a rank and moved recall@2; it is refused, naming the file and field."""
-    path = _run_file(tmp_path / "r.json", [0, 1, 1.5, 3, 5])
+    path = _run_file(tmp_path / "r.json", [0, 1, 1.5, 3, 5], valid=False)
     with pytest.raises(RecordError) as info:
         load_run(path)
     assert str(info.value) == (

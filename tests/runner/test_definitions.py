@@ -13,7 +13,7 @@ from recallkit.comparison import compare
 from recallkit.definitions import check_definitions, definitions, definitions_id, differences
 from recallkit.runner._errors import RunnerError
 from recallkit.runner.history_plot import definitions_marks, history_figure
-from tests.runner.checks import one_error_line
+from tests.runner.checks import one_error_line, valid_run
 
 VERSION = metadata.version("recallkit")
 # The canonical JSON of the default definitions, typed out: keys sorted, no spaces.
@@ -165,15 +165,22 @@ def test_api_refuses_one_array_as_both_sides_without_ids():
 # ------------------------------------------------------------------------------ compare
 
 
-def _run_file(path, ranks, ks=(1, 2), defs=None, **extra):
+def _run_file(path, ranks, ks=(1, 2), defs=None, valid=True, **extra):
+    """A run file of recall@K from first-hit ranks; with ``valid``, checked against the shipped
+    schema (a damaged definitions record is written on purpose with ``valid=False``)."""
     record = {
+        "format": "recallkit.evaluation/4",
+        "tag": None,
         "ks": list(ks),
         "metrics": {f"recall@{k}": sum(r < k for r in ranks) / len(ranks) for k in ks},
+        "num_queries": len(ranks),
         "queries": {"ids": [f"q{i}" for i in range(len(ranks))], "first_hit_rank": list(ranks)},
         **extra,
     }
     if defs is not None:
         record["definitions"] = defs
+    if valid:
+        valid_run(record)
     path.write_text(json.dumps(record))
     return record
 
@@ -240,13 +247,13 @@ def test_compare_api_keeps_the_shared_id(tmp_path):
 def test_compare_refuses_a_damaged_definitions_record(cli, tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     _run_file(a, [0, 1], defs=definitions("cosine", "ids"))
-    _run_file(b, [0, 1], defs={**definitions("cosine", "ids"), "similarity": "dot"})
+    _run_file(b, [0, 1], defs={**definitions("cosine", "ids"), "similarity": "dot"}, valid=False)
     one_error_line(
         cli("compare", a, b),
         f"The run file '{b}' has a 'definitions' record that has an 'id' that does not match "
         "its fields",
     )
-    _run_file(b, [0, 1], defs="cosine")
+    _run_file(b, [0, 1], defs="cosine", valid=False)
     one_error_line(
         cli("compare", a, b),
         f"The run file '{b}' has a 'definitions' record that is a str, not an object",

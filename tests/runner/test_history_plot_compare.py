@@ -7,7 +7,7 @@ import json
 import pytest
 
 from recallkit.runner.history_plot import history_figure, plot_history
-from tests.runner.checks import one_error_line
+from tests.runner.checks import one_error_line, valid_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -96,19 +96,24 @@ def test_history_and_plot_errors(cli, tmp_path, hand_case, encoder_module):
 
 
 def _run_file(path, ranks, ks=(1, 5), ids=None, labels=None):
-    """A run file of recall@K from first-hit ranks (``-1``: a lone query)."""
+    """A run file of recall@K from first-hit ranks (``-1``: a lone query), valid against the
+    shipped schema."""
     n = len(ranks)
     kept = [r for r in ranks if r >= 0]
     record = {
+        "format": "recallkit.evaluation/4",
+        "tag": None,
         "ks": list(ks),
         "metrics": {f"recall@{k}": sum(r < k for r in kept) / len(kept) for k in ks},
+        "num_queries": n,
         "queries": {
             "ids": ids or [f"q{i}" for i in range(n)],
             "labels": labels or [0] * n,
             "first_hit_rank": list(ranks),
+            "values": {f"recall@{k}": [None if r < 0 else float(r < k) for r in ranks] for k in ks},
         },
     }
-    path.write_text(json.dumps(record))
+    path.write_text(json.dumps(valid_run(record)))
     return record
 
 
@@ -154,15 +159,15 @@ def test_compare_pairs_by_identity(cli, tmp_path):
     b = _run_file(tmp_path / "b.json", [5, 0], ks=(1,), ids=["p", "p"])
     a["queries"]["paths"] = ["/d/1.png", "/d/2.png"]
     b["queries"]["paths"] = ["/d/2.png", "/d/1.png"]
-    (tmp_path / "a.json").write_text(json.dumps(a))
-    (tmp_path / "b.json").write_text(json.dumps(b))
+    (tmp_path / "a.json").write_text(json.dumps(valid_run(a)))
+    (tmp_path / "b.json").write_text(json.dumps(valid_run(b)))
     res = cli("compare", tmp_path / "a.json", tmp_path / "b.json", "--json", tmp_path / "c.json")
     assert res.rc == 0, res.err
     row = json.loads((tmp_path / "c.json").read_text())["comparisons"][0]
     assert (row["difference"], row["only_a"], row["only_b"]) == (0.0, 0, 0)
     # Without paths, repeated ids cannot be paired: an error, not a guess by order.
     del a["queries"]["paths"]
-    (tmp_path / "a.json").write_text(json.dumps(a))
+    (tmp_path / "a.json").write_text(json.dumps(valid_run(a)))
     one_error_line(
         cli("compare", tmp_path / "a.json", tmp_path / "b.json"),
         "a has 2 queries with id 'p', so they cannot be paired",

@@ -478,3 +478,23 @@ def test_the_html_report_in_a_browser(browser, pair, tmp_path):
         assert len(shot.getcolors(1 << 20) or range(1 << 20)) > 50  # not one colour: drawn
     finally:
         page.close()
+
+
+def test_without_pillow_or_matplotlib_the_page_has_identities_and_no_figures(
+    pair, tmp_path, monkeypatch
+):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "PIL", None)  # import PIL fails, as when not installed
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    notes = []
+    from recallkit.reports.html import render_html
+
+    page = render_html(summarize(pair), log=notes.append)
+    assert "<img" not in page and "<svg" not in page
+    assert page.count('class="noimg"') >= 5 and "(thumbnails need Pillow)" in page
+    assert "The chart of the differences needs matplotlib" in page
+    assert notes == [
+        "matplotlib is not installed: the report has no figures (pip install matplotlib)",
+        "Pillow is not installed: the failure gallery shows the queries' ids, no thumbnails",
+    ]

@@ -90,6 +90,10 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(
                 f"--chart takes a file ending in {', '.join(FIGURE_FORMATS)}. Got '{args.chart}'."
             )
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError("--chart draws with matplotlib, which is not installed.") from None
     from recallkit.reports.data import summarize
     from recallkit.reports.tables import text
 

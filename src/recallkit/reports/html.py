@@ -617,7 +617,15 @@ def render_html(
     nav = [("findings", "At a glance"), ("runs", "Runs"), ("metrics", "Metrics")]
     if c is not None:
         nav.append(("differences", "Differences"))
-    curves = recall_curves(summary)
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        plots = False
+        if log is not None:
+            log("matplotlib is not installed: the report has no figures (pip install matplotlib)")
+    else:
+        plots = True
+    curves = recall_curves(summary) if plots else None
     if curves is not None:
         nav.append(("curves", "recall@K"))
     blob = _class_blob(summary, classes)
@@ -648,7 +656,11 @@ def render_html(
         _detail_table(summary),
     ]
     if c is not None:
-        chart = difference_figure(c)
+        chart = (
+            f"<div class='figure'>{svg(difference_figure(c), 'paired differences')}</div>"
+            if plots
+            else "<p class='note'>(The chart of the differences needs matplotlib.)</p>"
+        )
         body += [
             "<h2 id='differences'>Differences</h2>",
             (
@@ -657,7 +669,7 @@ def render_html(
                 "each metric; significant rows are shaded. ‘Right in a only’ counts the queries "
                 "that run a finds a relevant item for within K and run b does not (recall@K).</p>"
             ),
-            f"<div class='figure'>{svg(chart, 'paired differences with their intervals')}</div>",
+            chart,
             _differences(summary),
         ]
         for note in summary.notes:
