@@ -270,10 +270,11 @@ def test_compare_pairs_shared_manifest_ids_by_image(cli, tmp_path, make_image, r
     res = cli("compare", tmp_path / "a.json", tmp_path / "b.json", "--json", tmp_path / "c.json")
     assert res.rc == 0, res.err
     comparison = read_json(tmp_path / "c.json")
-    for row in comparison["ks"]:
-        assert (row["diff"], row["low"], row["high"]) == (0.0, 0.0, 0.0)
-        assert (row["a_only"], row["b_only"]) == (0, 0)
-        assert row["recall_a"] == row["recall_b"] == a["metrics"][f"recall@{row['k']}"]
+    assert [row["metric"] for row in comparison["comparisons"]] == list(a["metrics"])
+    for row in comparison["comparisons"]:
+        assert (row["difference"], row["low"], row["high"]) == (0.0, 0.0, 0.0)
+        assert (row["only_a"], row["only_b"]) == (0, 0)
+        assert row["value_a"] == row["value_b"] == a["metrics"][row["metric"]]
 
 
 def test_compare_names_real_paths_when_queries_differ(cli, tmp_path, make_image, read_json):
@@ -283,9 +284,9 @@ def test_compare_names_real_paths_when_queries_differ(cli, tmp_path, make_image,
     b["queries"]["paths"][0] = real.replace(".png", "-other.png")
     (tmp_path / "b.json").write_text(json.dumps(b))
     res = cli("compare", tmp_path / "a.json", tmp_path / "b.json")
-    line = _one_error_line(res, "did not evaluate the same queries: 1 only in a.json")
+    line = _one_error_line(res, "did not evaluate the same queries: 1 only in a, 1 only in b")
     assert f"({real})" in line  # a path that exists, no separator residue
-    assert Path(real).is_file()
+    assert (tmp_path / real).is_file()
 
 
 def test_compare_refuses_a_repeated_image_with_the_same_id(cli, tmp_path, make_image):
