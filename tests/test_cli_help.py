@@ -19,6 +19,7 @@ from recallkit import cli
 ORDER = [
     "evaluate",
     "compare",
+    "report",
     "plot",
     "demo",
     "cirr",
@@ -106,7 +107,7 @@ def test_version():
     )
 
 
-ALL = "evaluate, compare, plot, demo, cirr, circo, fashioniq, genecis, image-text"
+ALL = "evaluate, compare, report, plot, demo, cirr, circo, fashioniq, genecis, image-text"
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,9 @@
 """The metrics library never imports the application (command line, argparse, runner).
 
 The library is every module of ``recallkit`` except ``cli``, ``__main__``, ``errors`` and the
-``commands`` and ``runner`` packages. ``import recallkit`` and every library module load no
-application module, and no package of an extra (Pillow, matplotlib, torchvision, ...; the
-extras of ``recallkit._extras``).
+``commands``, ``runner`` and ``reports`` packages. ``import recallkit`` and every library module
+load no application module, and no package of an extra (Pillow, matplotlib, torchvision, ...;
+the extras of ``recallkit._extras``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ APP = (
     "recallkit.errors",
     "recallkit.commands",
     "recallkit.runner",
+    "recallkit.reports",
 )
 # PML (recallkit.pml) imports scikit-learn, scipy and tqdm itself; tests/test_extras.py imports
 # every other module with all of them absent.
@@ -48,6 +49,7 @@ def test_the_library_is_what_remains():
     assert "recallkit.retrieval" in LIBRARY and "recallkit.protocols.cirr" in LIBRARY
     assert "recallkit.datasets.base" in LIBRARY and "recallkit.io" in LIBRARY
     assert not [name for name in LIBRARY if "runner" in name or "commands" in name]
+    assert not [name for name in LIBRARY if "reports" in name]
 
 
 def _imported(path: Path) -> list[str]:

@@ -348,6 +348,7 @@ def test_recallkit_command_lists_the_documented_commands():
     assert names == {
         "evaluate",
         "compare",
+        "report",
         "plot",
         "demo",
         "image-text",

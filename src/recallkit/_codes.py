@@ -19,14 +19,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Iterator, Mapping, Sequence, Set
 from typing import Any
 
 import numpy as np
-import torch
 
-from recallkit._checks import fail
 from recallkit._pinned import read_mapped
+from recallkit.exceptions import fail
 
 _INT64 = np.iinfo(np.int64)
 _KINDS = {
@@ -58,7 +58,8 @@ def _as_array(values: Any, name: str, func: str) -> tuple[str, np.ndarray]:
     Numbers come back as int64, or as an object array of Python ints when a value lies beyond
     int64; strings and bytes as numpy string arrays or object arrays; tuples as object arrays.
     """
-    if isinstance(values, torch.Tensor):
+    torch = sys.modules.get("torch")  # a tensor exists only once torch is imported
+    if torch is not None and isinstance(values, torch.Tensor):
         tensor = values.detach().cpu()
         if tensor.is_floating_point() and tensor.dtype not in (torch.float32, torch.float64):
             tensor = tensor.to(torch.float64)  # bfloat16 and float16: exact in float64

@@ -31,7 +31,6 @@ import math
 from collections.abc import Iterator, Sequence
 
 import numpy as np
-import torch
 
 from recallkit.exceptions import Text, fail
 from recallkit.metrics import Metric
@@ -91,6 +90,8 @@ def summarize(
     _, per_class = by_class(metric, kept, classes[mask])
     if not len(per_class):
         return math.nan
+    import torch  # loaded on first use: what reads per-query values alone needs numpy only
+
     with _one_thread():
         return float(torch.mean(torch.from_numpy(per_class)).item())
 
@@ -122,6 +123,8 @@ def _class_sums(values: np.ndarray, inverse: np.ndarray, num_classes: int) -> np
     """Each class's float64 sum as ``torch.sum`` adds a length-``n`` row holding the class's
     values at their positions and zeros elsewhere (PML's order), a bounded number of rows at a
     time."""
+    import torch
+
     n = len(values)
     sums = np.empty(num_classes, dtype=np.float64)
     if n == 0:
@@ -145,6 +148,8 @@ def _class_sums(values: np.ndarray, inverse: np.ndarray, num_classes: int) -> np
 
 @contextlib.contextmanager
 def _one_thread() -> Iterator[None]:
+    import torch
+
     threads = torch.get_num_threads()
     if threads == 1:
         yield

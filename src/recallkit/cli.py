@@ -59,8 +59,13 @@ from recallkit.errors import error_text, warning_text
 # ``recallkit --help`` imports no command module (and so neither torch nor the image pipeline).
 COMMANDS = (
     ("evaluate", "evaluate", "recall@K of an encoder on query and gallery images"),
-    ("compare", "compare", "compare two runs query by query (paired bootstrap interval per K)"),
-    ("plot", "plot", "draw recall@K across the runs of a history file"),
+    ("compare", "compare", "compare two or more runs: every metric, intervals, paired tests"),
+    (
+        "report",
+        "report",
+        "tables (Markdown, LaTeX, CSV, JSON) and a self-contained HTML report of runs",
+    ),
+    ("plot", "plot", "draw a metric across the runs of a history file"),
     (
         "demo",
         "demo",

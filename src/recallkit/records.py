@@ -267,7 +267,8 @@ def file_kind(text: str) -> str | None:
 
     A run file (``evaluate --json``) is one JSON object with per-query ``queries``; a history
     file (``evaluate --history``) one run record per line, without them; a comparison file
-    (``compare --json``) one object with ``a``, ``b`` and ``ks``. ``None`` for anything else.
+    (``compare --json``) one object of format ``recallkit.comparison/N`` (or, before, with
+    ``a``, ``b`` and ``ks``). ``None`` for anything else.
 
     >>> file_kind('{"tag": "a", "recall": {}}\\n{"tag": "b", "recall": {}}\\n')
     'history'
@@ -283,7 +284,9 @@ def file_kind(text: str) -> str | None:
     if isinstance(whole, dict):
         if isinstance(whole.get("queries"), dict):
             return "run"
-        if {"a", "b", "ks"} <= whole.keys():
+        if {"a", "b", "ks"} <= whole.keys() or str(whole.get("format", "")).startswith(
+            "recallkit.comparison/"
+        ):
             return "comparison"
     lines = [line for line in text.splitlines() if line.strip()]
     try:
@@ -513,9 +516,10 @@ def check_run(record: Any, where: str) -> dict[str, Any]:
     ``queries`` must hold ``ids`` (strings or integers) and ``first_hit_rank`` (whole numbers,
     0 or more, or -1 for an excluded query, below ``num_gallery`` when the record gives it),
     one per query; ``labels`` (no ``null``), ``paths`` (strings, or ``null`` for an in-memory
-    image) and each list of ``values`` (numbers, or ``null`` for a lone query), when present,
-    one per query too. ``ks``, when present, are positive integers, and ``definitions``, when
-    present, is a definitions record (:func:`recallkit.definitions.check_definitions`).
+    image), ``nearest_label`` and each list of ``values`` (numbers, or ``null`` for a lone
+    query), when present, one per query too. ``ks``, when present, are positive integers, and
+    ``definitions``, when present, is a definitions record
+    (:func:`recallkit.definitions.check_definitions`).
 
     >>> check_run({"queries": {"ids": ["q"], "first_hit_rank": [1.5]}}, "The run a")
     Traceback (most recent call last):
@@ -575,6 +579,15 @@ def check_run(record: Any, where: str) -> dict[str, Any]:
             "a path is a string (or null)",
         ),
     ]
+    if "nearest_label" in queries:
+        lists.append(
+            (
+                "nearest_label",
+                queries["nearest_label"],
+                lambda v: v is None or isinstance(v, str | int | float | list),
+                "a nearest label is a label (a number, a string or a list), or null",
+            )
+        )
     values = queries.get("values", {})
     if not isinstance(values, dict):
         raise _bad(where, "queries.values", None, values, "it maps metric names to lists")

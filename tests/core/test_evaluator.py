@@ -377,11 +377,11 @@ def test_history_and_run_files_for_plot_and_compare(tmp_path, capsys):
     assert plot.stat().st_size > 0
     capsys.readouterr()
     a, b = tmp_path / "runs" / "epoch-3.json", tmp_path / "runs" / "epoch-1.json"
-    assert cli.main(["compare", str(a), str(b), "--resamples", "200", "--ks", "1"]) == 0
+    assert cli.main(["compare", str(a), str(b), "--resamples", "200", "--metrics", "recall@1"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("101 paired queries"), out
-    row = next(line.split() for line in out.splitlines() if line.strip().startswith("recall@1"))
-    assert row[1:3] == [f"{results[2]['recall@1']:.4f}", f"{results[0]['recall@1']:.4f}"]
+    assert out.startswith("2 runs, 101 paired queries"), out
+    row = next(line.split() for line in out.splitlines() if line.startswith("  recall@1 "))
+    assert [row[1], row[4]] == [f"{results[2]['recall@1']:.4f}", f"{results[0]['recall@1']:.4f}"]
 
 
 def test_repeated_tag_warns(tmp_path):

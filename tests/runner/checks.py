@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 
 def one_error_line(res, *fragments):
     """The command failed as the README promises: exit 2, no traceback, exactly one ``error:``
@@ -19,3 +22,19 @@ def only_error_line(res, line):
     """The command failed with exactly ``line`` on stderr (nothing else) and nothing on stdout."""
     assert "Traceback" not in res.err, res.err
     assert (res.rc, res.out, res.err) == (2, "", line + "\n")
+
+
+def valid_run(run, kind="run"):
+    """``run`` (a run record, or the path of a run file) is valid against the JSON Schema that
+    recallkit ships (``recallkit.records.schema(kind)``); returns the record."""
+    import jsonschema
+
+    from recallkit.records import schema
+
+    record = run if isinstance(run, dict) else json.loads(Path(run).read_text())
+    validator = jsonschema.Draft202012Validator(schema(kind))
+    errors = sorted(validator.iter_errors(record), key=lambda e: list(e.absolute_path))
+    assert not errors, "; ".join(
+        f"{'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in errors[:5]
+    )
+    return record

@@ -270,10 +270,11 @@ def test_compare_pairs_shared_manifest_ids_by_image(cli, tmp_path, make_image, r
     res = cli("compare", tmp_path / "a.json", tmp_path / "b.json", "--json", tmp_path / "c.json")
     assert res.rc == 0, res.err
     comparison = read_json(tmp_path / "c.json")
-    for row in comparison["ks"]:
-        assert (row["diff"], row["low"], row["high"]) == (0.0, 0.0, 0.0)
-        assert (row["a_only"], row["b_only"]) == (0, 0)
-        assert row["recall_a"] == row["recall_b"] == a["metrics"][f"recall@{row['k']}"]
+    assert [row["metric"] for row in comparison["comparisons"]] == list(a["metrics"])
+    for row in comparison["comparisons"]:
+        assert (row["difference"], row["low"], row["high"]) == (0.0, 0.0, 0.0)
+        assert (row["only_a"], row["only_b"]) == (0, 0)
+        assert row["value_a"] == row["value_b"] == a["metrics"][row["metric"]]
 
 
 def test_compare_names_real_paths_when_queries_differ(cli, tmp_path, make_image, read_json):
@@ -283,7 +284,7 @@ def test_compare_names_real_paths_when_queries_differ(cli, tmp_path, make_image,
     b["queries"]["paths"][0] = real.replace(".png", "-other.png")
     (tmp_path / "b.json").write_text(json.dumps(b))
     res = cli("compare", tmp_path / "a.json", tmp_path / "b.json")
-    line = _one_error_line(res, "did not evaluate the same queries: 1 only in a.json")
+    line = _one_error_line(res, "did not evaluate the same queries: 1 only in a, 1 only in b")
     assert f"({real})" in line  # the image's path relative to its manifest, no residue
     assert (tmp_path / real).is_file()
 
@@ -688,12 +689,12 @@ def test_manifest_errors_name_the_file_and_line(cli, tmp_path, make_image, text,
 
 
 def test_cli_reports_any_system_error_in_one_line(cli, tmp_path, monkeypatch):
-    import recallkit.runner.bootstrap as bootstrap
+    import recallkit.records as records
 
     def fail(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "a.json"))
 
-    monkeypatch.setattr(bootstrap, "load_run", fail)
+    monkeypatch.setattr(records, "load_run", fail)
     res = cli("compare", tmp_path / "a.json", tmp_path / "b.json")
     _one_error_line(res, f"Permission denied: '{tmp_path / 'a.json'}'.")
 

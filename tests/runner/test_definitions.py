@@ -9,11 +9,11 @@ from importlib import metadata
 import numpy as np
 import pytest
 
+from recallkit.comparison import compare
 from recallkit.definitions import check_definitions, definitions, definitions_id, differences
 from recallkit.runner._errors import RunnerError
-from recallkit.runner.bootstrap import compare_records
 from recallkit.runner.history_plot import definitions_marks, history_figure
-from tests.runner.checks import one_error_line
+from tests.runner.checks import one_error_line, valid_run
 
 VERSION = metadata.version("recallkit")
 # The canonical JSON of the default definitions, typed out: keys sorted, no spaces.
@@ -165,14 +165,22 @@ def test_api_refuses_one_array_as_both_sides_without_ids():
 # ------------------------------------------------------------------------------ compare
 
 
-def _run_file(path, ranks, ks=(1, 2), defs=None, **extra):
+def _run_file(path, ranks, ks=(1, 2), defs=None, valid=True, **extra):
+    """A run file of recall@K from first-hit ranks; with ``valid``, checked against the shipped
+    schema (a damaged definitions record is written on purpose with ``valid=False``)."""
     record = {
+        "format": "recallkit.evaluation/4",
+        "tag": None,
         "ks": list(ks),
+        "metrics": {f"recall@{k}": sum(r < k for r in ranks) / len(ranks) for k in ks},
+        "num_queries": len(ranks),
         "queries": {"ids": [f"q{i}" for i in range(len(ranks))], "first_hit_rank": list(ranks)},
         **extra,
     }
     if defs is not None:
         record["definitions"] = defs
+    if valid:
+        valid_run(record)
     path.write_text(json.dumps(record))
     return record
 
@@ -184,17 +192,16 @@ def test_compare_refuses_other_definitions(cli, tmp_path):
     res = cli("compare", a, b)
     line = one_error_line(res)
     assert line == (
-        "recallkit compare: error: a.json and b.json were computed under different "
-        "definitions: similarity ('cosine' in a.json, 'dot' in b.json); self_exclusion ('ids' "
-        "in a.json, 'none' in b.json); recall@K values are comparable only under the same "
-        "definitions."
+        "recallkit compare: error: a and b were computed under different definitions: "
+        "similarity ('cosine' in a, 'dot' in b); self_exclusion ('ids' in a, 'none' in b); "
+        "values are comparable only under the same definitions."
     )
     assert res.out == ""
     # A field only one record has (a later recallkit's) is a difference too.
     later = definitions("cosine", "ids") | {"extra": "x"}
     later["id"] = definitions_id(later)
     _run_file(b, [0, 0], defs=later)
-    one_error_line(cli("compare", a, b), "extra (unset in a.json, 'x' in b.json)")
+    one_error_line(cli("compare", a, b), "extra (None in a, 'x' in b)")
 
 
 def test_compare_notes_a_version_or_a_missing_record(cli, tmp_path):
@@ -204,7 +211,7 @@ def test_compare_notes_a_version_or_a_missing_record(cli, tmp_path):
     res = cli("compare", a, b)
     assert res.rc == 0, res.err
     assert res.err == (
-        f"note: a.json was written by recallkit {VERSION} and b.json by 0.0.1, under the same "
+        f"note: the runs were written by recallkit 0.0.1, {VERSION}, under the same "
         f"definitions ({COSINE_IDS}).\n"
     )
     # Without a record in one file: a note, and the comparison goes on (b hits q1 at 1, a not).
@@ -212,20 +219,18 @@ def test_compare_notes_a_version_or_a_missing_record(cli, tmp_path):
     res = cli("compare", a, b, "--json", tmp_path / "c.json")
     assert res.rc == 0, res.err
     assert res.err.splitlines()[0] == (
-        "note: b.json has no definitions record (written before recallkit recorded them), so "
-        "the similarity, tie rule and exclusion rules of the two runs cannot be checked to "
-        "match; compared anyway."
+        "note: b has no definitions record (written before recallkit recorded them): the "
+        "similarity, tie rule and exclusions cannot be checked to match; compared anyway."
     )
-    assert "recall@1  0.5000  1.0000  -0.5000" in res.out
+    assert "  recall@1  a  b  -0.5000" in res.out
     saved = json.loads((tmp_path / "c.json").read_text())
-    assert saved["definitions_id"] is None and saved["notes"][0].startswith("b.json has no")
+    assert saved["definitions_id"] is None and saved["notes"][0].startswith("b has no")
     _run_file(a, [0, 1])
     res = cli("compare", a, b)
     assert res.rc == 0, res.err
     assert res.err.splitlines()[0] == (
-        "note: neither run file has a definitions record (written before recallkit recorded "
-        "them), so the similarity, tie rule and exclusion rules of the two runs cannot be "
-        "checked to match; compared anyway."
+        "note: a, b have no definitions record (written before recallkit recorded them): the "
+        "similarity, tie rule and exclusions cannot be checked to match; compared anyway."
     )
 
 
@@ -233,22 +238,22 @@ def test_compare_api_keeps_the_shared_id(tmp_path):
     defs = definitions("cosine", "ids")
     a = _run_file(tmp_path / "a.json", [0, 1], defs=defs)
     b = _run_file(tmp_path / "b.json", [0, 1], defs=defs)
-    c = compare_records(a, b)
+    c = compare({"a": a, "b": b}, n_resamples=100)
     assert (c.definitions_id, c.notes) == (COSINE_IDS, ())
-    with pytest.raises(RunnerError, match=r"^a and b were computed under different definitions"):
-        compare_records(a, {**b, "definitions": definitions("cosine", "none")})
+    with pytest.raises(ValueError, match=r"^a and b were computed under different definitions"):
+        compare({"a": a, "b": {**b, "definitions": definitions("cosine", "none")}})
 
 
 def test_compare_refuses_a_damaged_definitions_record(cli, tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     _run_file(a, [0, 1], defs=definitions("cosine", "ids"))
-    _run_file(b, [0, 1], defs={**definitions("cosine", "ids"), "similarity": "dot"})
+    _run_file(b, [0, 1], defs={**definitions("cosine", "ids"), "similarity": "dot"}, valid=False)
     one_error_line(
         cli("compare", a, b),
         f"The run file '{b}' has a 'definitions' record that has an 'id' that does not match "
         "its fields",
     )
-    _run_file(b, [0, 1], defs="cosine")
+    _run_file(b, [0, 1], defs="cosine", valid=False)
     one_error_line(
         cli("compare", a, b),
         f"The run file '{b}' has a 'definitions' record that is a str, not an object",

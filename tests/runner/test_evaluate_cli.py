@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.runner.checks import valid_run
+
 # The hand case (conftest.hand_case), encoder = mean RGB, cosine similarity:
 #   q1 (250, 10, 0), cat: cos with red (255,0,0) = 250/|q1| = 0.9992; with orange (200,50,0)
 #       = 50500/(250.20*206.16) = 0.979; green 0.04; blue 0. Nearest: red (cat) -> rank 0.
@@ -71,7 +73,7 @@ def test_hand_case_exact_recall_and_report(cli, hand_case, encoder_module, tmp_p
 def test_json_schema(cli, hand_case, encoder_module, tmp_path, read_json):
     res = _evaluate(cli, hand_case, encoder_module, tmp_path, "--json", tmp_path / "run.json")
     assert res.rc == 0, res.err
-    record = read_json(tmp_path / "run.json")
+    record = valid_run(tmp_path / "run.json")
     assert record["format"] == "recallkit.evaluation/4"
     expected_keys = {
         "format",
@@ -114,9 +116,19 @@ def test_json_schema(cli, hand_case, encoder_module, tmp_path, read_json):
     assert record["num_excluded"] == 0
     assert record["cache"] == {"gallery": "miss", "query": "miss"}
     assert record["encoder"]["encoder"].startswith("callable:")
-    assert set(record["queries"]) == {"ids", "labels", "paths", "first_hit_rank", "values"}
-    assert list(record["queries"]["values"]) == list(record["metrics"])
+    assert set(record["queries"]) == {
+        "ids",
+        "labels",
+        "paths",
+        "first_hit_rank",
+        "values",
+        "nearest_label",
+    }
+    # Paths relative to the query folder; each query's nearest gallery item's label (q1: red,
+    # a cat; q2: blue, a dog; q3: green, a cat).
     assert record["queries"]["paths"] == ["cat/q1.png", "cat/q2.png", "dog/q3.png"]
+    assert record["queries"]["nearest_label"] == ["cat", "dog", "cat"]
+    assert record["queries"]["values"] == {"recall@1": [1.0, 0.0, 0.0], "recall@2": [1.0] * 3}
     assert record["skipped_images"] == []
     assert record["sources"]["options"]["ks"] == ["1", "2"]
 

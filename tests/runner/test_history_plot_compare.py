@@ -1,15 +1,13 @@
-"""History lines, the recall plot, and comparing two runs with a paired bootstrap interval."""
+"""History lines, the plots, and comparing runs on the command line."""
 
 from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
-from scipy import stats
 
-from recallkit.runner._errors import RunnerError
-from recallkit.runner.bootstrap import compare_records, paired_bootstrap
+from recallkit.runner.history_plot import history_figure, plot_history
+from tests.runner.checks import one_error_line, valid_run
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -98,45 +96,25 @@ def test_history_and_plot_errors(cli, tmp_path, hand_case, encoder_module):
 
 
 def _run_file(path, ranks, ks=(1, 5), ids=None, labels=None):
+    """A run file of recall@K from first-hit ranks (``-1``: a lone query), valid against the
+    shipped schema."""
     n = len(ranks)
+    kept = [r for r in ranks if r >= 0]
     record = {
+        "format": "recallkit.evaluation/4",
+        "tag": None,
         "ks": list(ks),
+        "metrics": {f"recall@{k}": sum(r < k for r in kept) / len(kept) for k in ks},
+        "num_queries": n,
         "queries": {
             "ids": ids or [f"q{i}" for i in range(n)],
             "labels": labels or [0] * n,
             "first_hit_rank": list(ranks),
+            "values": {f"recall@{k}": [None if r < 0 else float(r < k) for r in ranks] for k in ks},
         },
     }
-    path.write_text(json.dumps(record))
+    path.write_text(json.dumps(valid_run(record)))
     return record
-
-
-def test_paired_bootstrap_known_answers():
-    # Every query a hit for a and a miss for b: each resample gives 1.
-    assert paired_bootstrap([1] * 5, [0] * 5) == (1.0, 1.0, 1.0)
-    # Identical systems: each resample gives 0.
-    assert paired_bootstrap([1, 0, 1, 1], [1, 0, 1, 1]) == (0.0, 0.0, 0.0)
-    # 40 of 400 queries hit by a only, none by b: a resample's difference is X / 400 with
-    # X ~ Binomial(400, 0.1), so the 95% percentile interval is that binomial's 2.5% and
-    # 97.5% quantiles over 400 (to one grid step of 1/400: the interval is empirical).
-    a = np.zeros(400, bool)
-    a[:40] = True
-    diff, low, high = paired_bootstrap(a, np.zeros(400, bool))
-    assert diff == 0.1
-    assert abs(low - stats.binom.ppf(0.025, 400, 0.1) / 400) <= 1 / 400
-    assert abs(high - stats.binom.ppf(0.975, 400, 0.1) / 400) <= 1 / 400
-    # 60 queries favour a, 20 favour b, 320 tie: d = +1 (p .15), -1 (p .05), 0. Mean 0.1,
-    # variance E[d^2] - E[d]^2 = 0.2 - 0.01 = 0.19, so the mean of 400 has sd sqrt(0.19/400)
-    # = 0.02179 and the interval is close to 0.1 -+ 1.96 * 0.02179 = [0.0573, 0.1427].
-    a = np.zeros(400, bool)
-    b = np.zeros(400, bool)
-    a[:60] = True
-    b[60:80] = True
-    diff, low, high = paired_bootstrap(a, b)
-    assert diff == 0.1
-    assert abs(low - 0.0573) < 0.006 and abs(high - 0.1427) < 0.006
-    # The seed is fixed: the same interval every time; another seed may differ slightly.
-    assert paired_bootstrap(a, b) == (diff, low, high)
 
 
 def test_compare_cli(cli, tmp_path):
@@ -145,41 +123,55 @@ def test_compare_cli(cli, tmp_path):
     _run_file(tmp_path / "b.json", [3, 3, 0, 3])
     res = cli("compare", tmp_path / "a.json", tmp_path / "b.json", "--json", tmp_path / "c.json")
     assert res.rc == 0, res.err
-    assert "4 paired queries; 95% paired bootstrap interval (10000 resamples, seed 0)" in res.out
-    lines = res.out.splitlines()
-    at1 = next(line for line in lines if line.strip().startswith("recall@1"))
-    at5 = next(line for line in lines if line.strip().startswith("recall@5"))
-    assert at1.split()[1:4] == ["0.7500", "0.2500", "+0.5000"]
-    assert at5.split()[1:4] == ["1.0000", "1.0000", "+0.0000"]
-    assert at5.endswith("no")
+    assert res.out.startswith("2 runs, 4 paired queries; Fisher's paired randomization test")
+    rows = [line.split() for line in res.out.splitlines()]
+    values = {r[0]: (r[1], r[4]) for r in rows if len(r) == 7}
+    assert values == {"recall@1": ("0.7500", "0.2500"), "recall@5": ("1.0000", "1.0000")}
+    at1 = next(r for r in rows if r[:3] == ["recall@1", "a", "b"])
+    at5 = next(r for r in rows if r[:3] == ["recall@5", "a", "b"])
+    assert at1[3] == "+0.5000" and at1[-2:] == ["2", "0"]
+    assert at5[3] == "+0.0000" and at5[-4:] == ["not", "significant", "0", "0"]
     record = json.loads((tmp_path / "c.json").read_text())
-    assert [(k["k"], k["a_only"], k["b_only"]) for k in record["ks"]] == [(1, 2, 0), (5, 0, 0)]
-    assert record["ks"][1]["low"] == record["ks"][1]["high"] == 0.0
+    rows = record["comparisons"]
+    assert [(r["metric"], r["only_a"], r["only_b"]) for r in rows] == [
+        ("recall@1", 2, 0),
+        ("recall@5", 0, 0),
+    ]
+    assert rows[1]["low"] == rows[1]["high"] == 0.0
 
 
-def test_compare_pairs_by_identity(tmp_path):
-    a = _run_file(tmp_path / "a.json", [0, 4, 2, -1], ids=["x", "y", "z", "w"])
+def test_compare_pairs_by_identity(cli, tmp_path):
+    _run_file(tmp_path / "a.json", [0, 4, 2, -1], ks=(1, 3), ids=["x", "y", "z", "w"])
     # The same queries in another order (w is excluded in both).
-    b = _run_file(tmp_path / "b.json", [-1, 0, 0, 9], ids=["w", "z", "x", "y"])
-    c = compare_records(a, b, ks=[1, 3])
+    _run_file(tmp_path / "b.json", [-1, 0, 0, 9], ks=(1, 3), ids=["w", "z", "x", "y"])
+    res = cli("compare", tmp_path / "a.json", tmp_path / "b.json", "--json", tmp_path / "c.json")
+    assert res.rc == 0, res.err
     # Evaluated x, y, z: a ranks 0, 4, 2; b ranks 0, 9, 0.
     # recall@1: a 1/3, b 2/3; recall@3: a 2/3, b 2/3.
-    assert [(r.k, r.recall_a, r.recall_b, r.a_only, r.b_only) for r in c.rows] == [
-        (1, 1 / 3, 2 / 3, 0, 1),
-        (3, 2 / 3, 2 / 3, 0, 0),
-    ]
-    assert c.num_queries == 3
+    record = json.loads((tmp_path / "c.json").read_text())
+    assert record["num_queries"] == 3
+    assert [
+        (r["metric"], r["value_a"], r["value_b"], r["only_a"], r["only_b"])
+        for r in record["comparisons"]
+    ] == [("recall@1", 1 / 3, 2 / 3, 0, 1), ("recall@3", 2 / 3, 2 / 3, 0, 0)]
     # Repeated ids (a manifest's id column) pair by image path: b lists the two in reverse.
-    a = _run_file(tmp_path / "a.json", [0, 5], ids=["p", "p"])
-    b = _run_file(tmp_path / "b.json", [5, 0], ids=["p", "p"])
+    a = _run_file(tmp_path / "a.json", [0, 5], ks=(1,), ids=["p", "p"])
+    b = _run_file(tmp_path / "b.json", [5, 0], ks=(1,), ids=["p", "p"])
     a["queries"]["paths"] = ["/d/1.png", "/d/2.png"]
     b["queries"]["paths"] = ["/d/2.png", "/d/1.png"]
-    row = compare_records(a, b, ks=[1]).rows[0]
-    assert (row.diff, row.a_only, row.b_only) == (0.0, 0, 0)
+    (tmp_path / "a.json").write_text(json.dumps(valid_run(a)))
+    (tmp_path / "b.json").write_text(json.dumps(valid_run(b)))
+    res = cli("compare", tmp_path / "a.json", tmp_path / "b.json", "--json", tmp_path / "c.json")
+    assert res.rc == 0, res.err
+    row = json.loads((tmp_path / "c.json").read_text())["comparisons"][0]
+    assert (row["difference"], row["only_a"], row["only_b"]) == (0.0, 0, 0)
     # Without paths, repeated ids cannot be paired: an error, not a guess by order.
     del a["queries"]["paths"]
-    with pytest.raises(RunnerError, match=r"a has 2 queries with id 'p', so they cannot be paired"):
-        compare_records(a, b, ks=[1])
+    (tmp_path / "a.json").write_text(json.dumps(valid_run(a)))
+    one_error_line(
+        cli("compare", tmp_path / "a.json", tmp_path / "b.json"),
+        "a has 2 queries with id 'p', so they cannot be paired",
+    )
 
 
 @pytest.mark.parametrize(
@@ -188,16 +180,14 @@ def test_compare_pairs_by_identity(tmp_path):
         ({"ids": ["q0", "q1", "other"]}, "did not evaluate the same queries"),
         ({"labels": [0, 1, 0]}, "different labels"),
         ({"ranks": [0, -1, 0]}, "exclude different queries"),
-        ({"ks": (2,)}, "no common K"),
+        ({"ks": (2,)}, "a metric every run holds"),
     ],
 )
 def test_compare_errors(cli, tmp_path, b_kwargs, fragment):
     _run_file(tmp_path / "a.json", [0, 1, 2])
     ranks = b_kwargs.pop("ranks", [0, 1, 2])
     _run_file(tmp_path / "b.json", ranks, **b_kwargs)
-    res = cli("compare", tmp_path / "a.json", tmp_path / "b.json")
-    assert res.rc == 2 and fragment in res.err, res.err
-    assert "Traceback" not in res.err
+    one_error_line(cli("compare", tmp_path / "a.json", tmp_path / "b.json"), fragment)
 
 
 def test_compare_file_errors(cli, tmp_path):
@@ -269,8 +259,6 @@ def test_plot_and_compare_say_which_file_kind_they_expect(cli, tmp_path):
 
 
 def test_recall_plot_y_axis_fits_the_data():
-    from recallkit.runner.history_plot import history_figure
-
     runs = [
         {"tag": "e1", "recall": {"recall@1": 0.73, "recall@5": 0.90}},
         {"tag": "e2", "recall": {"recall@1": 0.80, "recall@5": 0.95}},
@@ -292,8 +280,6 @@ def test_recall_plot_y_axis_fits_the_data():
 
 
 def test_the_axis_names_what_is_drawn_and_the_legend_stays_beside_the_lines():
-    from recallkit.runner.history_plot import history_figure
-
     recall = [{"tag": "e1", "metrics": {"recall@1": 0.5, "recall@2": 0.75}}]
     (ax,) = history_figure(recall, ["recall@1", "recall@2"], "t").axes
     assert ax.get_ylabel() == "recall@K"
@@ -303,9 +289,58 @@ def test_the_axis_names_what_is_drawn_and_the_legend_stays_beside_the_lines():
     ]  # an older line too
     fig = history_figure(mixed, ["recall@1", "MAP@R", "R-precision"], "t")
     (ax,) = fig.axes
-    assert ax.get_ylabel() == "value"
+    assert ax.get_ylabel() == "recall@1, MAP@R, R-precision"
     assert [line.get_label() for line in ax.get_lines()] == ["recall@1", "MAP@R", "R-precision"]
     assert ax.get_lines()[1].get_ydata().tolist() == [0.2, 0.25]
     fig.canvas.draw()
     legend = ax.get_legend().get_window_extent()
     assert legend.x0 >= ax.get_window_extent().x1  # beside the axes, over no line
+
+
+MODELS = [
+    {"tag": "resnet50", "metrics": {"recall@1": 0.61, "MAP@R": 0.21, "MnR": 12.5}},
+    {"tag": "vit-b16", "metrics": {"recall@1": 0.68, "MAP@R": 0.27, "MnR": 8.1}},
+    {"tag": "clip", "metrics": {"recall@1": 0.74, "MAP@R": 0.31, "MnR": 5.9}},
+]
+EPOCHS = [{**m, "tag": f"epoch-{e}"} for m, e in zip(MODELS, (1, 2, 5), strict=True)]
+
+
+def test_plots_say_what_they_show(cli, tmp_path):
+    from recallkit.runner.history_plot import plot_title, steps
+
+    assert steps(["epoch-1", "epoch-2", "epoch-5"]) == ("epoch", [1, 2, 5])
+    assert steps(["step_100", "step_200"]) == ("step", [100, 200])
+    assert steps(["resnet50", "vit-b16", "clip"]) is None
+    assert steps(["epoch-1", "step-2"]) is None
+    # Different models: bars, no line joins them; the title names the metric, not recall@K.
+    title = plot_title(["MAP@R"], MODELS, "auto", "models.jsonl")
+    assert title == "MAP@R of 3 runs (models.jsonl)"
+    (ax,) = history_figure(MODELS, ["MAP@R"], title).axes
+    assert ax.get_lines() == [] and len(ax.patches) == 3
+    assert (ax.get_title(), ax.get_ylabel(), ax.get_xlabel()) == (title, "MAP@R", "run")
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["resnet50", "vit-b16", "clip"]
+    (ax,) = history_figure(MODELS, ["MAP@R"], title, kind="points").axes
+    assert [line.get_linestyle() for line in ax.get_lines()] == ["None"]
+    # Epochs: a line at the epochs' numbers; a lower-is-better metric on its own axis.
+    title = plot_title(["recall@1", "MnR"], EPOCHS, "auto", "runs.jsonl")
+    assert title == "recall@1 and MnR across epochs (runs.jsonl)"
+    top, bottom = history_figure(EPOCHS, ["recall@1", "MnR"], title).axes
+    assert top.get_lines()[0].get_xdata().tolist() == [1.0, 2.0, 5.0]
+    assert (top.get_ylabel(), bottom.get_ylabel()) == ("recall@1", "MnR (lower is better)")
+    assert bottom.get_xlabel() == "epoch"
+    assert plot_title(["MAP@R"], EPOCHS, "auto", "runs.jsonl") == "MAP@R across epochs (runs.jsonl)"
+    assert plot_title(["recall@1", "recall@5"], EPOCHS, "bars", "h") == (
+        "recall@K (K = 1, 5) of 3 runs (h)"
+    )
+    # On the command line: --metric by name or alias, --kind.
+    history = tmp_path / "models.jsonl"
+    history.write_text("".join(json.dumps(m) + "\n" for m in MODELS))
+    for extra in (["--metric", "map@r", "MnR"], ["--metric", "MAP@R", "--kind", "points"]):
+        res = cli("plot", history, "-o", tmp_path / "m.png", *extra)
+        assert res.rc == 0 and res.err == f"plot: {tmp_path / 'm.png'}\n", res.err
+    one_error_line(
+        cli("plot", history, "-o", tmp_path / "m.png", "--metric", "nDCG@10"),
+        "has no nDCG@10; it has recall@1, MAP@R, MnR.",
+    )
+    out = plot_history(EPOCHS, tmp_path / "e.svg", metrics=["MnR"])
+    assert out.read_text().lstrip().startswith("<?xml")

@@ -214,3 +214,113 @@ def usable_device(text: str | None, option: str = "--device") -> str | None:
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UsageError(f"{option} {text}: this machine cannot use it ({reason}).") from None
     return text
+
+
+#: The paired tests and corrections of ``recallkit compare`` and ``recallkit report``.
+TESTS = ("randomization", "bootstrap")
+CORRECTIONS = ("holm", "none")
+
+
+def add_statistics(parser: argparse.ArgumentParser | Any, *, tests: bool = True) -> None:
+    """Add the options of intervals and tests (``recallkit compare`` and ``report``):
+    ``--resamples``, ``--confidence``, ``--seed`` and, with ``tests``, ``--baseline``,
+    ``--test``, ``--correction``, ``--alpha``."""
+    from recallkit.runner.defaults import DEFAULT_RESAMPLES, DEFAULT_SEED, MAX_RESAMPLES
+
+    if tests:
+        parser.add_argument(
+            "--baseline",
+            metavar="NAME",
+            help="compare every other run with this one only (default: every pair)",
+        )
+        parser.add_argument(
+            "--test",
+            choices=TESTS,
+            default="randomization",
+            help="the paired test: Fisher's randomization test (default) or the paired bootstrap",
+        )
+        parser.add_argument(
+            "--correction",
+            choices=CORRECTIONS,
+            default="holm",
+            help="adjust each metric's p-values for the pairs compared on it: Holm (default) "
+            "or none",
+        )
+        parser.add_argument(
+            "--alpha",
+            type=float,
+            default=0.05,
+            help="adjusted p-values below it are significant (default 0.05)",
+        )
+    parser.add_argument(
+        "--resamples",
+        type=positive_int("--resamples"),
+        default=DEFAULT_RESAMPLES,
+        metavar="N",
+        help=f"resamples of every interval and test (default {DEFAULT_RESAMPLES}, at most "
+        f"{MAX_RESAMPLES})",
+    )
+    parser.add_argument(
+        "--confidence", type=float, default=0.95, help="interval level (default 0.95)"
+    )
+    parser.add_argument("--seed", type=seed(), default=DEFAULT_SEED, help="seed (default 0)")
+
+
+#: The library's parameters of intervals and comparisons -> the options that supply them.
+STATISTICS_PARAMETERS = {
+    "baseline": "--baseline",
+    "test": "--test",
+    "correction": "--correction",
+    "alpha": "--alpha",
+    "n_resamples": "--resamples",
+    "confidence": "--confidence",
+    "seed": "--seed",
+    "metrics": "--metrics",
+    "names": "--name",
+}
+
+
+def statistics(args: argparse.Namespace) -> dict[str, Any]:
+    """The checked options of :func:`add_statistics` as keyword arguments of
+    :func:`recallkit.reports.summarize` (and :func:`recallkit.compare`)."""
+    from recallkit.runner.defaults import MAX_RESAMPLES
+
+    if not 0 < args.confidence < 1:
+        raise UsageError(f"--confidence must be between 0 and 1. Got {args.confidence}.")
+    if args.resamples > MAX_RESAMPLES:
+        raise UsageError(
+            f"--resamples takes at most {MAX_RESAMPLES} (the intervals' own sampling error is "
+            f"far below their four decimals long before). Got {args.resamples}."
+        )
+    out: dict[str, Any] = {
+        "n_resamples": args.resamples,
+        "confidence": args.confidence,
+        "seed": args.seed,
+    }
+    if hasattr(args, "alpha"):
+        if not 0 < args.alpha < 1:
+            raise UsageError(f"--alpha must be between 0 and 1. Got {args.alpha}.")
+        out.update(
+            baseline=args.baseline, test=args.test, correction=args.correction, alpha=args.alpha
+        )
+    return out
+
+
+def metric_names(values: Sequence[str] | None) -> list[str] | None:
+    """``--metrics`` as the names run files use (an alias, ``map@r``, as ``MAP@R``).
+
+    >>> metric_names(["map@r", "R@1", "MnR"])
+    ['MAP@R', 'recall@1', 'MnR']
+    """
+    if values is None:
+        return None
+    from recallkit.metrics import parse_one
+
+    out = []
+    for value in values:
+        for part in str(value).split(","):
+            part = part.strip()
+            if part:
+                metric = parse_one(part)
+                out.append(part if metric is None else metric.name)
+    return out

@@ -1,4 +1,4 @@
-"""``recallkit compare``: two runs side by side with a paired bootstrap interval per K."""
+"""``recallkit compare``: two or more runs, metric by metric, with intervals and paired tests."""
 
 from __future__ import annotations
 
@@ -9,106 +9,129 @@ from pathlib import Path
 from typing import Any
 
 from recallkit._atomic import atomic_write
+from recallkit._extras import require
 from recallkit.commands._args import (
     PARAMETERS,
+    STATISTICS_PARAMETERS,
     add_quiet,
+    add_statistics,
     check_output_file,
-    parse_ks,
-    positive_int,
-    seed,
+    metric_names,
+    statistics,
     unchanged_inputs,
 )
 from recallkit.errors import UsageError
-from recallkit.runner.defaults import DEFAULT_RESAMPLES, DEFAULT_SEED, MAX_RESAMPLES
 
 
 def register(subparsers: Any) -> None:
     """Add the ``compare`` sub-command."""
     p = subparsers.add_parser(
         "compare",
-        help="compare two runs query by query (paired bootstrap interval per K)",
+        help="compare two or more runs: every metric, intervals, paired tests",
         description=(
-            "Print the recall@K of two runs (recallkit evaluate --json) side by side, their "
-            "difference a - b per K and its paired bootstrap confidence interval over the "
-            "queries (fixed seed); the difference is significant when the interval excludes 0. "
-            "Queries are paired by id and image path, so manifest ids shared by several images "
-            "pair image by image; both runs must hold the same queries, computed under the "
-            "same definitions (similarity, tie rule, exclusions: the 'definitions' record of "
-            "the run files)."
+            "Compare two or more runs (recallkit evaluate --json) on the queries they share, "
+            "metric by metric: each run's value with its bootstrap interval, and for every "
+            "pair (or each run against --baseline) the difference, its paired bootstrap "
+            "interval, the p-value of a paired test and the p-value adjusted for the pairs of "
+            "the metric; a pair is significant when its adjusted p-value is below --alpha. "
+            "Queries are paired by id and image path, in any order; the runs must hold the same "
+            "queries with the same labels, computed under the same definitions (similarity, "
+            "tie rule, exclusions: the 'definitions' record of the run files). A run is named "
+            "by its tag, else its file's stem (--name to choose)."
         ),
-        epilog="example:\n  recallkit compare finetuned.json baseline.json",
+        epilog=(
+            "examples:\n"
+            "  recallkit compare finetuned.json baseline.json\n"
+            "  recallkit compare a.json b.json c.json --baseline a --metrics recall@1 MAP@R \\\n"
+            "      --json comparison.json --chart differences.svg"
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("a", metavar="A.json", help="run file of system a")
-    p.add_argument("b", metavar="B.json", help="run file of system b")
-    p.add_argument("--ks", nargs="+", metavar="K", help="K values (default: those of both runs)")
+    p.add_argument("a", metavar="A.json", help="a run file")
+    p.add_argument("b", metavar="B.json", help="another run file")
+    p.add_argument("more", nargs="*", default=[], metavar="C.json", help="more run files")
     p.add_argument(
-        "--resamples",
-        type=positive_int("--resamples"),
-        default=DEFAULT_RESAMPLES,
-        metavar="N",
-        help=f"bootstrap resamples (default {DEFAULT_RESAMPLES}, at most {MAX_RESAMPLES}; "
-        "drawn in batches, so memory does not grow with N)",
+        "--name",
+        nargs="+",
+        metavar="NAME",
+        help="one name per run, in order (default: each run's tag, else its file's stem)",
     )
-    p.add_argument("--confidence", type=float, default=0.95, help="interval level (default 0.95)")
-    p.add_argument("--seed", type=seed(), default=DEFAULT_SEED, help="bootstrap seed (default 0)")
-    p.add_argument("--json", metavar="FILE", help="also write the comparison as JSON")
+    p.add_argument(
+        "--metrics",
+        nargs="+",
+        metavar="METRIC",
+        help="the metrics to compare (default: every metric all runs hold)",
+    )
+    add_statistics(p)
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write the comparison (values, intervals, differences, tests) as JSON",
+    )
+    p.add_argument(
+        "--chart",
+        metavar="FILE",
+        help="also draw each metric's differences with their intervals (.svg, .png or .pdf)",
+    )
     add_quiet(p)
     p.set_defaults(func=main, parameters=COMPARE_PARAMETERS)
 
 
-#: The runner's parameters -> the options of ``recallkit compare``.
-COMPARE_PARAMETERS = {
-    **PARAMETERS,
-    "n_resamples": "--resamples",
-    "confidence": "--confidence",
-    "a": "A.json",
-    "b": "B.json",
-}
+#: The library's parameters -> the options of ``recallkit compare``.
+COMPARE_PARAMETERS = {**PARAMETERS, **STATISTICS_PARAMETERS, "runs": "the run files"}
 
 
 def main(args: argparse.Namespace) -> int:
     """Run ``recallkit compare``; return the exit status."""
-    from recallkit.runner.bootstrap import (
-        compare_records,
-        comparison_record,
-        format_comparison,
-        load_run,
-    )
-
-    if not 0 < args.confidence < 1:
-        raise UsageError(f"--confidence must be between 0 and 1. Got {args.confidence}.")
-    if args.resamples > MAX_RESAMPLES:
-        raise UsageError(
-            f"--resamples takes at most {MAX_RESAMPLES} (about 20 s per K; the interval's own "
-            f"sampling error is then far below its four decimals). Got {args.resamples}."
-        )
+    options = statistics(args)
     check_output_file(args.json, "--json")
-    a, b = load_run(args.a), load_run(args.b)
-    names = (Path(args.a).name, Path(args.b).name)
-    if names[0] == names[1]:
-        names = (str(args.a), str(args.b))
-    comparison = compare_records(
-        a,
-        b,
-        ks=parse_ks(args.ks),
-        names=names,
-        n_resamples=args.resamples,
-        confidence=args.confidence,
-        seed=args.seed,
+    check_output_file(args.chart, "--chart")
+    if args.chart is not None:
+        from recallkit.reports.figures import FIGURE_FORMATS
+
+        if not args.chart.lower().endswith(FIGURE_FORMATS):
+            raise UsageError(
+                f"--chart takes a file ending in {', '.join(FIGURE_FORMATS)}. Got '{args.chart}'."
+            )
+        require("recallkit compare --chart", "matplotlib", extra="plot")
+    from recallkit.reports.data import summarize
+    from recallkit.reports.tables import text
+
+    paths = [args.a, args.b, *args.more]
+    summary = summarize(
+        paths,
+        names=args.name,
+        metrics=metric_names(args.metrics),
+        tests=True,
+        **options,
     )
     unchanged_inputs("compared")
-    for note in comparison.notes:
+    comparison = summary.comparison
+    if comparison is None:  # summarize compares whenever it is given two runs or more
+        raise UsageError("compare needs two or more runs that pair.")
+    for note in summary.notes:
         print(f"note: {note}", file=sys.stderr)
-    print(format_comparison(comparison))
+    print(text(summary), end="")
+    sys.stdout.flush()
     if args.json is not None:
-        text = json.dumps(comparison_record(comparison), indent=1) + "\n"
+        record = comparison.to_dict()
+        record["files"] = {run.name: Path(run.path).name for run in summary.runs}
         try:
             with atomic_write(args.json, "w") as handle:
-                handle.write(text)
+                handle.write(json.dumps(record, indent=1) + "\n")
         except OSError as error:
             raise UsageError(
                 f"Cannot write the comparison file '{args.json}': {error.strerror or error}."
             ) from None
         print(f"comparison file: {args.json}", file=sys.stderr)
+    if args.chart is not None:
+        from recallkit.reports.figures import difference_figure, save
+
+        try:
+            save(difference_figure(comparison), args.chart)
+        except OSError as error:
+            raise UsageError(
+                f"Cannot write the chart '{args.chart}': {error.strerror or error}."
+            ) from None
+        print(f"chart: {args.chart}", file=sys.stderr)
     return 0

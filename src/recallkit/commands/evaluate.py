@@ -606,7 +606,8 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("--show-out draws the failing queries' images; saved arrays have none.")
     device = usable_device(resolve_device(args.device))
     encoder, q_emb, g_emb = _encoder(args, query, gallery, device)
-    neighbors = max(1 if args.worst else 0, (args.show_topk or 8) if args.show_out else 0)
+    # One neighbour at least: each query's nearest label goes to the run file.
+    neighbors = max(1, (args.show_topk or 8) if args.show_out else 0)
     cache_dir = None
     if encoder is not None and not args.no_cache:
         cache_dir = _cache_dir(args)

@@ -1,4 +1,4 @@
-"""``recallkit plot``: recall@K against run tag from a history file."""
+"""``recallkit plot``: metrics against run tag from a history file."""
 
 from __future__ import annotations
 
@@ -10,27 +10,53 @@ from recallkit._extras import require
 from recallkit.commands._args import PARAMETERS, add_quiet, check_output_file, parse_ks
 from recallkit.errors import UsageError
 
+#: How the runs are drawn (recallkit.runner.history_plot.KINDS).
+KINDS = ("auto", "line", "points", "bars")
+
 
 def register(subparsers: Any) -> None:
     """Add the ``plot`` sub-command."""
     p = subparsers.add_parser(
         "plot",
-        help="draw recall@K across the runs of a history file",
+        help="draw a metric across the runs of a history file",
         description=(
-            "Draw one line per recall@K over the runs of a history file (written by "
-            "recallkit evaluate --history FILE --tag TAG), in file order, tags on the x axis. "
-            "Runs computed under other definitions than the first run (similarity, tie rule, "
-            "exclusions) are marked * and named in a note; runs that record none, ?."
+            "Draw metrics over the runs of a history file (written by recallkit evaluate "
+            "--history FILE --tag TAG), in file order, tags on the x axis: a line when the tags "
+            "read as steps of one training (epoch-1, epoch-2, ...; step_500; 3), bars when "
+            "they name different models (--kind chooses). The title and the axes name the "
+            "metrics; lower-is-better metrics (MnR, MedR) get an axis of their own that says "
+            "so. Runs computed under other definitions than the first run (similarity, tie "
+            "rule, exclusions) are marked * and named in a note; runs that record none, ?."
         ),
-        epilog="example:\n  recallkit plot runs.jsonl -o recall.png --ks 1 10",
+        epilog=(
+            "examples:\n"
+            "  recallkit plot runs.jsonl -o recall.png --ks 1 10\n"
+            "  recallkit plot models.jsonl -o map.svg --metric MAP@R MnR --kind points"
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("history", metavar="HISTORY", help="a .jsonl history file")
     p.add_argument("-o", "--out", required=True, metavar="FILE", help=".png, .svg or .pdf")
-    p.add_argument("--ks", nargs="+", metavar="K", help="only these K (default: all)")
-    p.add_argument("--title", help="the plot's title")
+    p.add_argument(
+        "--metric",
+        nargs="+",
+        metavar="METRIC",
+        help="the metrics to draw, by name or alias (default: every metric of the history)",
+    )
+    p.add_argument("--ks", nargs="+", metavar="K", help="recall@K at these K (with --metric too)")
+    p.add_argument(
+        "--kind",
+        choices=KINDS,
+        default="auto",
+        help="line (steps of one training), points or bars (different models), or auto "
+        "(default: a line when the tags read as steps, else bars)",
+    )
+    p.add_argument("--title", help="the plot's title (default: the metrics and the runs)")
     add_quiet(p)
-    p.set_defaults(func=main, parameters={**PARAMETERS, "title": "--title", "out": "--out"})
+    p.set_defaults(
+        func=main,
+        parameters={**PARAMETERS, "title": "--title", "out": "--out", "metrics": "--metric"},
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -39,11 +65,16 @@ def main(args: argparse.Namespace) -> int:
     from recallkit.runner.history_plot import plot_history
 
     check_output_file(args.out, "--out")
+    metrics = None
+    if args.metric is not None:
+        metrics = [part.strip() for m in args.metric for part in m.split(",") if part.strip()]
     try:
         out = plot_history(
             args.history,
             args.out,
             ks=parse_ks(args.ks),
+            metrics=metrics,
+            kind=args.kind,
             title=args.title,
             log=lambda note: print(f"note: {note}", file=sys.stderr),
         )

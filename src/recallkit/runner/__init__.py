@@ -1,8 +1,10 @@
 """The recall@K runner: folders of images to a reproducible, comparable, visual recall@K report.
 
-``evaluate`` and ``encode_all`` are the Python API; ``recallkit evaluate``, ``plot``,
-``compare`` and ``demo`` are the command line over the same functions. The metric itself is
-:func:`recallkit.recall_at_k`.
+``evaluate`` and ``encode_all`` are the Python API; ``recallkit evaluate``, ``plot`` and
+``demo`` are the command line over the same functions. The metric itself is
+:func:`recallkit.recall_at_k`; comparisons of runs are :func:`recallkit.compare`'s (``Comparison``
+and ``load_run`` are the library's, named here too), and their tables and HTML report
+:mod:`recallkit.reports`'.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from recallkit._lazy import exports as _exports
 _HOMES = {
     "BadImage": "recallkit.runner.encode",
     "BadImagesError": "recallkit.runner.encode",
-    "Comparison": "recallkit.runner.bootstrap",
+    "Comparison": "recallkit.comparison",
     "EmbeddingCache": "recallkit.runner.cache",
     "Encoder": "recallkit.runner.encoders",
     "Encoding": "recallkit.runner.encode",
@@ -25,7 +27,6 @@ _HOMES = {
     "append_history": "recallkit.runner.history",
     "cache_key": "recallkit.runner.cache",
     "callable_encoder": "recallkit.runner.encoders",
-    "compare_records": "recallkit.runner.bootstrap",
     "default_cache_dir": "recallkit.runner.defaults",
     "draw_grid": "recallkit.runner.grid",
     "encode_all": "recallkit.runner.encode",
@@ -33,15 +34,13 @@ _HOMES = {
     "encode_images": "recallkit.runner.encode",
     "evaluate": "recallkit.runner.pipeline",
     "failure_grid": "recallkit.runner.pipeline",
-    "format_comparison": "recallkit.runner.bootstrap",
     "from_benchmark": "recallkit.runner.sources",
     "from_folder": "recallkit.runner.sources",
     "from_manifest": "recallkit.runner.sources",
     "function_encoder": "recallkit.runner.encoders",
     "load_embeddings": "recallkit.runner.encoders",
     "load_image": "recallkit.runner.encode",
-    "load_run": "recallkit.runner.bootstrap",
-    "paired_bootstrap": "recallkit.runner.bootstrap",
+    "load_run": "recallkit.records",
     "plot_history": "recallkit.runner.history_plot",
     "read_history": "recallkit.runner.history",
     "run_evaluation": "recallkit.runner.pipeline",
@@ -66,7 +65,6 @@ __all__ = [
     "append_history",
     "cache_key",
     "callable_encoder",
-    "compare_records",
     "default_cache_dir",
     "draw_grid",
     "encode_all",
@@ -74,7 +72,6 @@ __all__ = [
     "encode_images",
     "evaluate",
     "failure_grid",
-    "format_comparison",
     "from_benchmark",
     "from_folder",
     "from_manifest",
@@ -82,7 +79,6 @@ __all__ = [
     "load_embeddings",
     "load_image",
     "load_run",
-    "paired_bootstrap",
     "plot_history",
     "read_history",
     "run_evaluation",

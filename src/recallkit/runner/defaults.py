@@ -11,9 +11,9 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 #: The dtypes an encoder may run in (``--dtype``).
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
-#: The paired bootstrap's resamples and seed (``recallkit compare``), and the most it takes
-#: (about 20 s per K on one core: the interval's own sampling error is then far below the four
-#: decimals it is printed with).
+#: The resamples and seed of every interval and test of ``recallkit compare`` and ``report``, and
+#: the most they take (the intervals' own sampling error is far below the four decimals they
+#: are printed with long before).
 DEFAULT_RESAMPLES = 10_000
 DEFAULT_SEED = 0
 MAX_RESAMPLES = 100_000_000

@@ -238,7 +238,9 @@ def run_demo(
             )
             runs.append(run)
             worst = worst_classes(run, 3)
-            record = run_record(run, tag=tag, worst=worst)
+            # The kept images' folder, relative to the run file's: the report's thumbnails.
+            sources = {"images": os.path.relpath(root / "test", out)} if keep_images else None
+            record = run_record(run, tag=tag, worst=worst, sources=sources)
             record["train_loss"] = None if np.isnan(loss_value) else round(loss_value, 6)
             with atomic_write(out / f"{tag}.json", "w") as handle:
                 handle.write(dumps_record(record))

@@ -610,15 +610,17 @@ def run_record(
     absolute_paths: bool = False,
 ) -> dict[str, Any]:
     """The run as a JSON-ready dict (the ``--json`` file): values, counts, setup, per query its
-    name, label, path, first-hit rank and value of every metric.
+    name, label, path, first-hit rank, value of every metric and nearest gallery item's label.
 
     ``queries`` holds, row for row, each query's name (its path relative to the folder,
     manifest or benchmark it came from, or its manifest id: :class:`ImageSet`), label, image
     path (relative likewise; ``null`` for an in-memory image), first-hit rank (0-indexed, ``-1``
-    for an excluded query) and values: what ``recallkit compare`` pairs two runs on (name and
-    path together, since a manifest's ids may repeat), so that the same images evaluated from
-    two folders or machines pair. No absolute path of this machine is written (paths given on
-    the command line are recorded relative to the current folder, or by name) unless
+    for an excluded query), values, and the label of its nearest gallery item
+    (``nearest_label``, :func:`nearest_labels`: what the report's per-class confusions count).
+    ``recallkit compare`` pairs two runs on name and path together (a manifest's ids may
+    repeat), so that the same images evaluated from two folders or machines pair. No absolute
+    path of this machine is written (paths given on the command line are recorded relative to
+    the current folder, or by name) unless
     ``absolute_paths``. ``definitions`` holds the definitions the values rest on (similarity,
     tie rule, exactness, self-exclusion, lone queries, averaging, K clamp, versions) and their
     ``id`` (:mod:`recallkit.definitions`): ``compare`` refuses two runs whose definitions
@@ -672,7 +674,23 @@ def run_record(
     record["definitions"] = run.definitions
     record["queries"]["labels"] = [json_label(v) for v in query.labels]
     record["queries"]["paths"] = paths
+    record["queries"]["nearest_label"] = nearest_labels(run)
     return record
+
+
+def nearest_labels(run: Run) -> list[Any]:
+    """Each query's nearest gallery item's label (``None`` for a query with no candidate), from
+    the run's own pass when it kept a neighbour (:func:`top_k`).
+
+    A query whose nearest label differs from its own missed at rank 0; over a class's missed
+    queries, the most frequent nearest label is the class it is most confused with (the
+    report's per-class table).
+    """
+    if len(run.query) == 0:
+        return []
+    first = top_k(run, np.arange(len(run.query)), 1)[:, 0]
+    labels = run.gallery.labels
+    return [None if j < 0 else json_label(labels[int(j)]) for j in first.tolist()]
 
 
 def _portable(value: Any, roots: Sequence[Path]) -> Any:

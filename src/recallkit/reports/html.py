@@ -1,0 +1,764 @@
+"""The HTML report: one self-contained file for one run or a comparison of several.
+
+The page opens offline: its styles and script are inline, its figures inline SVG (drawn by
+matplotlib), its thumbnails ``data:`` URIs, and a Content-Security-Policy forbids any request
+(``default-src 'none'``). It shows, in this order: what a reader needs first (each metric's
+best run, the significant differences, the worst classes), the runs (name, dataset, encoder,
+counts), the metrics with their bootstrap intervals and significance letters, each value's
+interval and tie bounds in full, the differences of a comparison (chart and table), recall@K
+curves of every run on one figure, a per-class table of every metric (sortable by a click on a
+header, filtered, paginated in the page's script: the classes are one JSON blob), the failure
+gallery, the queries that only one run gets right at rank 0, and the definitions.
+
+A run of 60,502 queries and 11,316 classes (Stanford Online Products' size) gives a page of
+about 1 MB that headless Chromium opens in about 0.1 s (``benchmarks/bench_report.py``).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from recallkit import metrics as registry
+from recallkit.reports.data import (
+    Failure,
+    ReportRun,
+    Summary,
+    by_class,
+    direction,
+    failures,
+    only_one_right,
+)
+from recallkit.reports.tables import legend
+
+__all__ = ["PAGE_SIZE", "render_html"]
+
+#: Classes per page of the per-class table.
+PAGE_SIZE = 50
+#: Thumbnails' longest side, in pixels.
+THUMB = 96
+PAGER_FILTER = (
+    "<input type='search' id='class-filter' placeholder='filter classes' "
+    "aria-label='filter classes'>"
+)
+PAGER = (
+    "<span id='class-pager'><button type='button' data-step='first'>«</button> "
+    "<button type='button' data-step='-1'>‹</button> <span class='where'></span> "
+    "<button type='button' data-step='1'>›</button> "
+    "<button type='button' data-step='last'>»</button></span>"
+)
+CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
+    "img-src data:; base-uri 'none'; form-action 'none'"
+)
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _label(value: Any) -> str:
+    """A label as the page shows it: a string as it is, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _number(value: float | None, digits: int = 4) -> str:
+    return "–" if value is None or math.isnan(value) else f"{value:.{digits}f}"
+
+
+def _signed(value: float) -> str:
+    return "–" if value is None or math.isnan(value) else f"{value:+.4f}"
+
+
+def _full(value: float | None) -> str:
+    return "" if value is None or math.isnan(value) else repr(float(value))
+
+
+# ----------------------------------------------------------------------------------------------
+# Thumbnails.
+
+
+def image_roots(run: ReportRun, given: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
+    """The folders a run's query paths may be relative to: those ``given``, the image folder or
+    manifest the run file records (``sources``), relative to the current folder or to the run
+    file's, and the run file's folder."""
+    roots = [Path(p) for p in given]
+    sources = run.record.get("sources") or {}
+    options = sources.get("options") if isinstance(sources.get("options"), dict) else {}
+    named = [sources.get("images"), options.get("images"), options.get("query")]
+    named.append(options.get("root"))
+    bases = [Path.cwd()] + ([run.path.parent] if run.path is not None else [])
+    for value in named:
+        if not isinstance(value, str) or not value:
+            continue
+        for base in bases:
+            candidate = base / value
+            roots.append(candidate.parent if candidate.is_file() else candidate)
+    if run.path is not None:
+        roots.append(run.path.parent)
+    return list(dict.fromkeys(r for r in roots if r.is_dir()))
+
+
+class Thumbnails:
+    """``data:`` URIs of query images, when the files exist and Pillow is installed."""
+
+    def __init__(self) -> None:
+        self._cache: dict[Path, str | None] = {}
+        try:
+            from PIL import Image  # noqa: F401
+        except ImportError:
+            self.available = False
+        else:
+            self.available = True
+
+    def uri(self, path: str | None, roots: Sequence[Path]) -> str | None:
+        if not self.available or not path:
+            return None
+        for root in roots:
+            candidate = root / path
+            if candidate.is_file():
+                if candidate not in self._cache:
+                    self._cache[candidate] = _thumbnail(candidate)
+                return self._cache[candidate]
+        return None
+
+
+def _thumbnail(path: Path) -> str | None:
+    from PIL import Image
+
+    try:
+        with Image.open(path) as opened:
+            image = opened.convert("RGB")
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return None
+    small = max(image.size) < THUMB // 2
+    if small:  # digits of 8×8: scaled up without blurring, kept as PNG
+        scale = max(1, THUMB // max(image.size))
+        image = image.resize((image.width * scale, image.height * scale), Image.NEAREST)
+    image.thumbnail((THUMB, THUMB))
+    buffer = io.BytesIO()
+    if small:
+        image.save(buffer, format="PNG", optimize=True)
+        kind = "png"
+    else:
+        image.save(buffer, format="JPEG", quality=82)
+        kind = "jpeg"
+    return f"data:image/{kind};base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+# ----------------------------------------------------------------------------------------------
+# The page's parts.
+
+
+def _title(summary: Summary) -> str:
+    names = summary.names
+    if len(names) == 1:
+        return f"recallkit report: {names[0]}"
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    return f"recallkit report: {shown} compared"
+
+
+def _findings(summary: Summary, classes: dict[str, list[Any]]) -> str:
+    items = []
+    c = summary.comparison
+    for metric in summary.metrics[:10]:
+        best = summary.best(metric) if len(summary.runs) > 1 else summary.names
+        if not best:
+            continue
+        value = summary.value(best[0], metric)
+        spread = summary.intervals.get(best[0], {}).get(metric)
+        interval = ""
+        if spread is not None and not math.isnan(spread.low):
+            interval = f" [{_number(spread.low)}, {_number(spread.high)}]"
+        if len(summary.runs) == 1:
+            if not math.isnan(value):
+                arrow = " (lower is better)" if direction(metric) == "lower" else ""
+                items.append(f"<b>{_e(metric)}</b> {_number(value)}{interval}{arrow}")
+            continue
+        beaten = summary.beats(best[0], metric)
+        others = len(summary.runs) - 1
+        if c is not None and metric in c.metrics:
+            if c.baseline is not None and best[0] != c.baseline:
+                others = 1
+            verdict = (
+                f"significantly better than {', '.join(map(_e, beaten))}"
+                if beaten
+                else "not significantly better than any other run"
+            )
+            if beaten and len(beaten) == others:
+                verdict = "significantly better than " + (
+                    "every other run" if others > 1 else _e(beaten[0])
+                )
+        else:
+            verdict = "not tested"
+        items.append(
+            f"<b>{_e(metric)}</b>: best {_e(' = '.join(best))} ({_number(value)}{interval}), "
+            f"{verdict}"
+        )
+    if c is not None:
+        significant = [r for r in c.rows if r.significant]
+        items.append(
+            f"{len(significant)} of {len(c.rows)} paired differences are significant "
+            '(<a href="#differences">differences</a>)'
+        )
+    for name, rows in classes.items():
+        if not rows or summary.metrics[0] not in rows[0].values:
+            continue
+        metric = summary.metrics[0]
+        worst = _worst(rows, metric)[:3]
+        if worst:
+            shown = "; ".join(
+                f"{_e(_label(r.label))} ({_number(r.values[metric])}"
+                + (
+                    f", taken for {_e(_label(r.confused_with))}"
+                    if r.confused_with is not None
+                    else ""
+                )
+                + ")"
+                for r in worst
+            )
+            who = "" if len(summary.runs) == 1 else f" of {_e(name)}"
+            items.append(
+                f'worst classes{who} by {_e(metric)}: {shown} (<a href="#classes">all classes</a>)'
+            )
+    return "<ul class='findings'>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
+
+
+def _worst(rows: Sequence[Any], metric: str) -> list[Any]:
+    sign = 1 if direction(metric) == "higher" else -1
+    kept = [r for r in rows if not math.isnan(r.values.get(metric, math.nan))]
+    return sorted(kept, key=lambda r: (sign * r.values[metric], -r.queries))
+
+
+def _runs_table(summary: Summary) -> str:
+    head = [
+        "#",
+        "run",
+        "dataset (queries; gallery)",
+        "encoder",
+        "queries",
+        "evaluated",
+        "lone",
+        "gallery",
+        "dim",
+        "similarity",
+        "file",
+    ]
+    rows = []
+    for run, letter in zip(summary.runs, summary.letters.values(), strict=True):
+        r = run.record
+        benchmark = (r.get("sources") or {}).get("benchmark") or {}
+        dataset = benchmark.get("title") or r.get("query_source") or "–"
+        if r.get("gallery_source") and r.get("gallery_source") != r.get("query_source"):
+            dataset = f"{dataset}; {r['gallery_source']}"
+        if benchmark and benchmark.get("complete") is False:
+            dataset += " (incomplete copy)"
+        rows.append(
+            [
+                letter,
+                run.name,
+                dataset,
+                _encoder(r.get("encoder")),
+                r.get("num_queries", len(r["queries"]["ids"])),
+                r.get("num_evaluated", "–"),
+                r.get("num_excluded", "–"),
+                r.get("num_gallery", "–"),
+                r.get("embedding_dim", "–"),
+                r.get("metric") or (r.get("definitions") or {}).get("similarity") or "–",
+                "–" if run.path is None else run.path.name,
+            ]
+        )
+    text = {0, 1, 2, 3, 9, 10}
+    return _scroll(_table(head, rows, text, attrs='id="runs-table"'))
+
+
+def _encoder(encoder: Any) -> str:
+    if not isinstance(encoder, dict):
+        return "–"
+    name = encoder.get("encoder") or encoder.get("model") or "–"
+    digest = encoder.get("weights_digest") or encoder.get("weights")
+    if isinstance(digest, str) and len(digest) > 16:
+        digest = digest[:12]
+    return f"{name} (weights {digest})" if digest else str(name)
+
+
+def _scroll(table: str) -> str:
+    """A wide table in a box that scrolls sideways, not the page."""
+    return f"<div class='scroll'>{table}</div>"
+
+
+def _table(
+    head: Sequence[str], rows: Sequence[Sequence[Any]], text: set[int], attrs: str = ""
+) -> str:
+    def cls(i: int) -> str:
+        return ' class="text"' if i in text else ""
+
+    parts = [f"<table {attrs}><thead><tr>"]
+    parts += [f'<th scope="col"{cls(i)}>{_e(h)}</th>' for i, h in enumerate(head)]
+    parts.append("</tr></thead><tbody>")
+    for row in rows:
+        parts.append("<tr>" + "".join(f"<td{cls(i)}>{_e(v)}</td>" for i, v in enumerate(row)))
+        parts.append("</tr>")
+    parts.append("</tbody></table>")
+    return "".join(parts)
+
+
+def _metrics_table(summary: Summary) -> str:
+    letter = summary.letters
+    best = {m: set(summary.best(m, 4)) for m in summary.metrics}
+    parts = ['<table id="metrics-table"><thead><tr><th scope="col" class="text">#</th>']
+    parts.append('<th scope="col" class="text">run</th>')
+    for m in summary.metrics:
+        arrow = " ↓" if direction(m) == "lower" else ""
+        parts.append(f'<th scope="col">{_e(m)}{arrow}</th>')
+    parts.append("</tr></thead><tbody>")
+    for run in summary.runs:
+        parts.append(
+            f'<tr><td class="text">{letter[run.name]}</td><td class="text name">{_e(run.name)}</td>'
+        )
+        for m in summary.metrics:
+            value = run.metrics.get(m, math.nan)
+            spread = summary.intervals.get(run.name, {}).get(m)
+            classes = "best" if run.name in best[m] else ""
+            beaten = summary.beats(run.name, m)
+            sup = (
+                f'<sup class="beats" title="significantly better than {_e(", ".join(beaten))}">'
+                f"{''.join(letter[n] for n in beaten)}</sup>"
+                if beaten
+                else ""
+            )
+            ci = ""
+            if spread is not None and not math.isnan(spread.low):
+                ci = f'<span class="ci">[{_number(spread.low)}, {_number(spread.high)}]</span>'
+            parts.append(
+                f'<td class="{classes}" data-run="{_e(run.name)}" data-metric="{_e(m)}" '
+                f'data-value="{_full(value)}"><span class="v">{_number(value)}</span>{sup}{ci}</td>'
+            )
+        parts.append("</tr>")
+    parts.append("</tbody></table>")
+    return _scroll("".join(parts))
+
+
+def _detail_table(summary: Summary) -> str:
+    conf = f"{100 * summary.settings.get('confidence', 0.95):g}%"
+    head = ["run", "metric", "value", f"{conf} low", f"{conf} high", "resampled"]
+    head += ["ties: worst", "ties: best", "summary"]
+    parts = ['<table id="detail-table"><thead><tr>']
+    parts += [
+        f'<th scope="col"{" class=text" if i in (0, 1, 5, 8) else ""}>{_e(h)}</th>'
+        for i, h in enumerate(head)
+    ]
+    parts.append("</tr></thead><tbody>")
+    for run in summary.runs:
+        bounds = run.record.get("bounds") or {}
+        for m in summary.metrics:
+            if m not in run.metrics:
+                continue
+            value = run.metrics[m]
+            spread = summary.intervals.get(run.name, {}).get(m)
+            pessimistic, optimistic = bounds.get(m, (value, value))
+            pessimistic = math.nan if pessimistic is None else pessimistic
+            optimistic = math.nan if optimistic is None else optimistic
+            metric = registry.parse_one(m)
+            cells = [
+                ("text", "", run.name),
+                ("text", "", m),
+                ("", f' data-field="value" data-value="{_full(value)}"', _number(value)),
+            ]
+            for field, v in (
+                ("low", spread.low if spread else math.nan),
+                ("high", spread.high if spread else math.nan),
+            ):
+                cells.append(("", f' data-field="{field}" data-value="{_full(v)}"', _number(v)))
+            cells.append(("text", "", spread.resampled if spread else "–"))
+            for field, v in (("pessimistic", pessimistic), ("optimistic", optimistic)):
+                cells.append(("", f' data-field="{field}" data-value="{_full(v)}"', _number(v)))
+            cells.append(("text", "", metric.summary if metric else "–"))
+            parts.append(f'<tr data-run="{_e(run.name)}" data-metric="{_e(m)}">')
+            parts += [f'<td class="{c}"{a}>{_e(t)}</td>' for c, a, t in cells]
+            parts.append("</tr>")
+    parts.append("</tbody></table>")
+    return _scroll("".join(parts))
+
+
+def _differences(summary: Summary) -> str:
+    c = summary.comparison
+    assert c is not None
+    conf = f"{100 * c.confidence:g}%"
+    only = any(r.only_a is not None for r in c.rows)
+    head = ["metric", "a", "b", "a − b", f"{conf} interval", "p", "p adjusted", "verdict"]
+    if only:
+        head += ["right in a only", "right in b only"]
+    parts = ['<table id="differences-table"><thead><tr>']
+    parts += [
+        f'<th scope="col"{" class=text" if i in (0, 1, 2, 7) else ""}>{_e(h)}</th>'
+        for i, h in enumerate(head)
+    ]
+    parts.append("</tr></thead><tbody>")
+    for r in c.rows:
+        verdict = f"{r.better} better" if r.significant else "not significant"
+        cells = [
+            ("text", r.metric),
+            ("text", r.a),
+            ("text", r.b),
+            ("", _signed(r.difference)),
+            ("", f"[{_signed(r.low)}, {_signed(r.high)}]"),
+            ("", f"{r.p_value:.4f}"),
+            ("", f"{r.p_adjusted:.4f}"),
+            ("text verdict", verdict),
+        ]
+        if only:
+            cells += [("", "–" if r.only_a is None else r.only_a)]
+            cells += [("", "–" if r.only_b is None else r.only_b)]
+        sig = ' class="sig"' if r.significant else ""
+        parts.append(
+            f'<tr{sig} data-metric="{_e(r.metric)}" data-a="{_e(r.a)}" data-b="{_e(r.b)}" '
+            f'data-difference="{_full(r.difference)}" data-p-adjusted="{_full(r.p_adjusted)}">'
+        )
+        parts += [f'<td class="{k}">{_e(v)}</td>' for k, v in cells]
+        parts.append("</tr>")
+    parts.append("</tbody></table>")
+    return _scroll("".join(parts))
+
+
+def _class_blob(summary: Summary, classes: dict[str, list[Any]]) -> dict[str, Any] | None:
+    runs = [name for name, rows in classes.items() if rows]
+    if not runs:
+        return None
+    metrics = [m for m in summary.metrics if any(m in classes[n][0].values for n in runs)]
+    columns = [
+        {"label": "class", "type": "text"},
+        {"label": "queries", "type": "int", "title": "the class's queries that count"},
+    ]
+    for m in metrics:
+        lower = direction(m) == "lower"
+        columns.append(
+            {
+                "label": m + (" ↓" if lower else ""),
+                "type": "num",
+                "title": f"{m} over the class's queries ({'lower' if lower else 'higher'} is "
+                "better)",
+            }
+        )
+    columns += [
+        {
+            "label": "missed at rank 0",
+            "type": "int",
+            "title": "queries whose nearest gallery item is of another class",
+        },
+        {
+            "label": "most confused with",
+            "type": "text",
+            "title": "the class the nearest gallery item of its missed queries most often has",
+        },
+        {"label": "of the missed", "type": "int", "title": "how many missed queries it took"},
+    ]
+    rows: dict[str, list[list[Any]]] = {}
+    for name in runs:
+        out = []
+        for r in classes[name]:
+            values = [r.values.get(m, math.nan) for m in metrics]
+            out.append(
+                [
+                    _label(r.label),
+                    r.queries,
+                    *[None if math.isnan(v) else round(v, 6) for v in values],
+                    r.missed_at_1,
+                    None if r.confused_with is None else _label(r.confused_with),
+                    r.confused_count if r.confused_with is not None else None,
+                ]
+            )
+        rows[name] = out
+    first = 2 if metrics else 0
+    order = "ascending"
+    if metrics and direction(metrics[0]) == "lower":
+        order = "descending"
+    return {
+        "runs": runs,
+        "columns": columns,
+        "rows": rows,
+        "sort": {"column": first, "order": order},
+        "page_size": PAGE_SIZE,
+    }
+
+
+def _card(query: Failure, image: str | None, lines: Sequence[str], wrong: str | None = None) -> str:
+    picture = (
+        f'<img alt="{_e(query.id)}" src="{image}">'
+        if image
+        else f'<div class="noimg" title="{_e(query.id)}">{_e(query.id)}</div>'
+    )
+    body = "".join(f"<div>{line}</div>" for line in lines)
+    if wrong:
+        body += f'<div class="wrong">{wrong}</div>'
+    return f'<figure class="card" data-query="{_e(query.id)}">{picture}{body}</figure>'
+
+
+def _failure_gallery(
+    summary: Summary, thumbs: Thumbnails, roots: dict[str, list[Path]], count: int
+) -> str:
+    parts = []
+    for run in summary.runs:
+        shown, missed = failures(run, count)
+        total = int(run.record.get("num_evaluated") or 0) or len(run.record["queries"]["ids"])
+        parts.append(
+            f"<h3>{_e(run.name)}: {missed} of {total} queries missed at rank 0; the "
+            f"{len(shown)} whose first relevant item ranks lowest</h3>"
+        )
+        if not shown:
+            parts.append("<p>No query misses: every nearest gallery item is relevant.</p>")
+            continue
+        cards = []
+        for q in shown:
+            lines = [f'<span class="lab">{_e(_label(q.label))}</span>', _e(q.id)]
+            lines.append(f"first hit: rank {q.first_hit_rank}")
+            wrong = None
+            if q.nearest_label is not None:
+                wrong = f"nearest: {_e(_label(q.nearest_label))}"
+            cards.append(_card(q, thumbs.uri(q.path, roots[run.name]), lines, wrong))
+        parts.append('<div class="gallery">' + "".join(cards) + "</div>")
+    return "".join(parts)
+
+
+def _only_one(summary: Summary, thumbs: Thumbnails, roots: dict[str, list[Path]], n: int) -> str:
+    parts = []
+    for pair in only_one_right(summary, n):
+        for winner, loser, listed, total in (
+            (pair.a, pair.b, pair.only_a, pair.count_a),
+            (pair.b, pair.a, pair.only_b, pair.count_b),
+        ):
+            more = f"; the first {len(listed)}" if total > len(listed) else ""
+            parts.append(
+                f"<h3>right at rank 0 in {_e(winner)}, not in {_e(loser)}: {total} "
+                f"quer{'y' if total == 1 else 'ies'}{more}</h3>"
+            )
+            cards = []
+            for q, other in listed:
+                lines = [f'<span class="lab">{_e(_label(q.label))}</span>', _e(q.id)]
+                lines.append(f"{_e(loser)}: rank {other}")
+                cards.append(_card(q, thumbs.uri(q.path, roots[winner]), lines))
+            parts.append('<div class="gallery">' + "".join(cards) + "</div>")
+    return "".join(parts)
+
+
+def _definitions(summary: Summary) -> str:
+    parts = []
+    ids = {(r.record.get("definitions") or {}).get("id") for r in summary.runs}
+    records = [(r.name, r.record.get("definitions")) for r in summary.runs]
+    if len(ids) == 1:
+        records = records[:1]
+        who = "every run" if len(summary.runs) > 1 else records[0][0]
+    for name, record in records:
+        if len(ids) != 1:
+            who = name
+        if not record:
+            parts.append(
+                f"<p>{_e(who)}: no definitions record (a run file written before recallkit "
+                "recorded them).</p>"
+            )
+            continue
+        items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in record.items())
+        parts.append(f"<h3>Definitions of {_e(who)}</h3><dl class='defs'>{items}</dl>")
+    rows = []
+    for m in summary.metrics:
+        metric = registry.parse_one(m)
+        if metric is None:
+            rows.append([m, "–", "–", "–"])
+            continue
+        rows.append([m, metric.formula or "–", metric.summary, f"{metric.direction} is better"])
+    parts.append("<h3>The metrics</h3>")
+    parts.append(_table(["metric", "per query", "summary", "direction"], rows, {0, 1, 2, 3}))
+    parts.append(
+        "<p class='note'>r: the 0-indexed rank of a query's first relevant gallery item; R: its "
+        "relevant items; rel<sub>i</sub>: whether the item at rank i is relevant. Lone queries "
+        "(no relevant item) count as the definitions' <code>lone_queries</code> says.</p>"
+    )
+    return "".join(parts)
+
+
+def _blob(data: dict[str, Any]) -> str:
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
+def _asset(name: str) -> str:
+    return resources.files("recallkit.reports").joinpath(f"assets/{name}").read_text("utf-8")
+
+
+def render_html(
+    summary: Summary,
+    *,
+    image_root: Sequence[str | os.PathLike[str]] = (),
+    failures_shown: int = 24,
+    log: Callable[[str], None] | None = None,
+) -> str:
+    """The report of ``summary`` as one self-contained HTML page (module docstring).
+
+    ``image_root`` adds folders the queries' paths are relative to (by default those the run
+    files record, relative to the current folder or the run file's); ``failures_shown`` is the
+    number of worst queries per run, and of queries per side of each pair that only one run
+    gets right.
+    """
+    from recallkit.reports.figures import difference_figure, recall_curves, svg
+
+    title = _title(summary)
+    classes = {run.name: by_class(run, summary.metrics) for run in summary.runs}
+    thumbs = Thumbnails()
+    roots = {run.name: image_roots(run, image_root) for run in summary.runs}
+    c = summary.comparison
+    nav = [("findings", "At a glance"), ("runs", "Runs"), ("metrics", "Metrics")]
+    if c is not None:
+        nav.append(("differences", "Differences"))
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        plots = False
+        if log is not None:
+            log("matplotlib is not installed: the report has no figures (pip install matplotlib)")
+    else:
+        plots = True
+    curves = recall_curves(summary) if plots else None
+    if curves is not None:
+        nav.append(("curves", "recall@K"))
+    blob = _class_blob(summary, classes)
+    if blob is not None:
+        nav.append(("classes", "Classes"))
+    nav.append(("failures", "Failures"))
+    if c is not None:
+        nav.append(("only-one", "Right in one run only"))
+    nav.append(("definitions", "Definitions"))
+    body = [
+        f"<nav>{''.join(f'<a href=#{k}>{_e(v)}</a>' for k, v in nav)}</nav><main>",
+        f"<h1>{_e(title)}</h1>",
+        f"<p class='muted'>{_e(_subtitle(summary))}</p>",
+        "<h2 id='findings'>At a glance</h2>",
+        _findings(summary, classes),
+        "<h2 id='runs'>Runs</h2>",
+        _runs_table(summary),
+        "<h2 id='metrics'>Metrics</h2>",
+        "<p class='note'>" + _e(" ".join(legend(summary, "ci"))) + "</p>",
+        _metrics_table(summary),
+        "<h3>Intervals and tie bounds</h3>",
+        (
+            "<p class='note'>Each value with its bootstrap interval (over the queries, or the "
+            "classes of a class average) and its tie bounds: the value with every exact tie "
+            "broken against the queries (worst) and in their favour (best); equal to the value "
+            "when no tie matters.</p>"
+        ),
+        _detail_table(summary),
+    ]
+    if c is not None:
+        chart = (
+            f"<div class='figure'>{svg(difference_figure(c), 'paired differences')}</div>"
+            if plots
+            else "<p class='note'>(The chart of the differences needs matplotlib.)</p>"
+        )
+        body += [
+            "<h2 id='differences'>Differences</h2>",
+            (
+                f"<p class='note'>Each pair's difference a − b with its {100 * c.confidence:g}% "
+                "paired bootstrap interval; p from the paired test, adjusted for the pairs of "
+                "each metric; significant rows are shaded. ‘Right in a only’ counts the queries "
+                "that run a finds a relevant item for within K and run b does not (recall@K).</p>"
+            ),
+            chart,
+            _differences(summary),
+        ]
+        for note in summary.notes:
+            body.append(f"<p class='note'>Note: {_e(note)}</p>")
+    elif summary.notes:
+        body += [f"<p class='note'>Note: {_e(n)}</p>" for n in summary.notes]
+    if curves is not None:
+        body += [
+            "<h2 id='curves'>recall@K</h2>",
+            f"<div class='figure'>{svg(curves, 'recall@K of every run')}</div>",
+        ]
+    if blob is not None:
+        first = summary.metrics[0] if summary.metrics else ""
+        chooser = ""
+        if len(blob["runs"]) > 1:
+            options = "".join(f"<option>{_e(n)}</option>" for n in blob["runs"])
+            chooser = f"<label>run <select id='class-run'>{options}</select></label>"
+        body += [
+            "<h2 id='classes'>Classes</h2>",
+            (
+                f"<p class='note'>Every query class with each metric over its queries, sorted by "
+                f"{_e(first)}, worst first: the worst classes are on top. Click a column header "
+                "to sort by it (again to reverse). ‘Most confused with’ is the class that the "
+                "nearest gallery item of the class's missed queries most often has.</p>"
+            ),
+            "<div class='controls'>",
+            chooser,
+            PAGER_FILTER,
+            "<span id='class-count'></span>",
+            PAGER,
+            "</div>",
+            _scroll("<table id='class-table'><thead></thead><tbody></tbody></table>"),
+        ]
+    body += [
+        "<h2 id='failures'>Failures</h2>",
+        (
+            "<p class='note'>The evaluated queries whose first relevant gallery item ranks "
+            "lowest (0-indexed: rank 0 is the nearest), each with its label and the label of its "
+            "nearest gallery item" + ("" if thumbs.available else " (thumbnails need Pillow)")
+        )
+        + ".</p>",
+        _failure_gallery(summary, thumbs, roots, failures_shown),
+    ]
+    if c is not None:
+        body += [
+            "<h2 id='only-one'>Right in one run only</h2>",
+            (
+                "<p class='note'>Queries whose nearest gallery item is relevant in one run and "
+                "not in the other (recall@1), with the other run's rank of the first relevant "
+                "item.</p>"
+            ),
+            _only_one(summary, thumbs, roots, failures_shown),
+        ]
+    body += ["<h2 id='definitions'>Definitions</h2>", _definitions(summary)]
+    body.append(f"<footer class='note'><p>Written by recallkit {_e(_version())}.</p></footer>")
+    body.append("</main>")
+    data = {"title": title, "runs": summary.names, "classes": blob}
+    if log is not None and not thumbs.available:
+        log("Pillow is not installed: the failure gallery shows the queries' ids, no thumbnails")
+    return "".join(
+        [
+            "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>",
+            f"<meta http-equiv='Content-Security-Policy' content=\"{CSP}\">",
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+            f"<title>{_e(title)}</title><style>{_asset('report.css')}</style></head><body>",
+            "".join(body),
+            f"<script type='application/json' id='report-data'>{_blob(data)}</script>",
+            f"<script>{_asset('report.js')}</script>",
+            "</body></html>\n",
+        ]
+    )
+
+
+def _subtitle(summary: Summary) -> str:
+    first = summary.runs[0].record
+    parts = []
+    n = first.get("num_queries", len(first["queries"]["ids"]))
+    parts.append(f"{n:,} queries")
+    if first.get("num_gallery") is not None:
+        parts.append(f"{first['num_gallery']:,} gallery items")
+    similarity = first.get("metric") or (first.get("definitions") or {}).get("similarity")
+    if similarity:
+        parts.append(f"{similarity} similarity")
+    if len(summary.runs) > 1:
+        parts.append(f"{len(summary.runs)} runs")
+    return " · ".join(parts)
+
+
+def _version() -> str:
+    from recallkit import __version__
+
+    return __version__
