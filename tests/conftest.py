@@ -1,7 +1,8 @@
 """Checks every test gets: each run file and history file a test writes under its temporary
-folder is valid against the JSON Schema shipped in the package, and holds no absolute path of
-this machine's temporary folder (run files travel), unless the test is marked
-``absolute_paths`` (it asks for them)."""
+folder is valid against the JSON Schema shipped in the package (unless the test is marked
+``invalid_records``: it damages one on purpose), and holds no absolute path of this machine's
+temporary folder (run files travel), unless the test is marked ``absolute_paths`` (it asks for
+them)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ import pytest
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "absolute_paths: the test writes run files with absolute paths on purpose"
+    )
+    config.addinivalue_line(
+        "markers", "invalid_records: the test writes damaged run files on purpose"
     )
 
 
@@ -46,6 +50,7 @@ def _check_written_records(request):
         kind: jsonschema.Draft202012Validator(records.schema(kind)) for kind in ("run", "history")
     }
     absolute = request.node.get_closest_marker("absolute_paths") is not None
+    invalid = request.node.get_closest_marker("invalid_records") is not None
     roots = {str(tmp_path), str(Path(tmp_path).resolve())}
     for path, kind, text in _recallkit_files(Path(tmp_path)):
         records_ = (
@@ -54,7 +59,7 @@ def _check_written_records(request):
             else [json.loads(line) for line in text.splitlines() if line.strip()]
         )
         for record in records_:
-            if not str(record.get("format", "")).endswith("/4"):
+            if invalid or not str(record.get("format", "")).endswith("/4"):
                 continue  # a file of an earlier format, written by a test on purpose
             errors = sorted(validators[kind].iter_errors(record), key=lambda e: list(e.path))
             assert not errors, f"{path}: {errors[0].message} at {list(errors[0].path)}"

@@ -153,11 +153,16 @@ def _from_record(record: dict[str, Any], name: str) -> RunData:
     if not isinstance(paths, list):
         paths = [None] * len(ranks)
     keys = [(str(i), p) for i, p in zip(queries["ids"], paths, strict=True)]
-    metrics = records.metrics_of(record)
+    metrics = {
+        k: (math.nan if v is None else float(v)) for k, v in records.metrics_of(record).items()
+    }
+    for k in record.get("ks", []):  # a record without its values: recall@K from the ranks
+        hits = values[registry.Recall(k).name][evaluated]
+        metrics.setdefault(registry.Recall(k).name, float(hits.mean()) if len(hits) else math.nan)
     bounds = {k: (v[0], v[1]) for k, v in (record.get("bounds") or {}).items()}
     return RunData(
         name,
-        {k: (math.nan if v is None else float(v)) for k, v in metrics.items()},
+        metrics,
         values,
         evaluated,
         keys,

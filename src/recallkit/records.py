@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recallkit import _atomic
+from recallkit._pinned import read_file
 from recallkit.definitions import _version
 from recallkit.exceptions import fail
 
@@ -626,8 +627,8 @@ def load_run(path: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise RecordError(f"The run file '{path}' does not exist.")
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # through one descriptor, checked unchanged (and recorded for the command line)
+        text = read_file(path, f"The run file '{path}'").decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise RecordError(f"The run file '{path}' cannot be read as text: {error}.") from None
     wrong = wrong_kind(path, text, "run")

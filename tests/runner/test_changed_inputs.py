@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import recallkit.protocols.image_text as image_text
-import recallkit.runner.bootstrap as bootstrap
+import recallkit.reports.data as report_data
 import recallkit.runner.pipeline as pipeline
 from recallkit.definitions import definitions
 
@@ -301,7 +301,7 @@ def test_a_run_file_rewritten_during_a_comparison_is_refused(cli, tmp_path, monk
     a = run_file(tmp_path / "a.json", [0, 3, 1, 7])
     b = run_file(tmp_path / "b.json", [0, 0, 4, 1])
     new = a.read_text().replace("[0, 3, 1, 7]", "[7, 1, 3, 0]").encode()
-    _rewriting(monkeypatch, bootstrap, "compare_records", a, new)
+    _rewriting(monkeypatch, report_data, "compare", a, new)  # after the files are read
     res = cli("compare", a, b, "--json", tmp_path / "c.json")
     _refused(res, a, "contents", doing="compared", command="compare")
     assert not (tmp_path / "c.json").exists()

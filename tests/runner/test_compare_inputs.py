@@ -88,6 +88,7 @@ BELOW = "a rank is below the 10 gallery images (num_gallery)"
         ("paths", 3, "3", "a path is a string (or null)"),
     ],
 )
+@pytest.mark.invalid_records
 def test_bad_per_query_values_are_refused(cli, tmp_path, field, value, shown, rule):
     good = _run_file(tmp_path / "good.json", [0, 1, 2], paths=["/a", "/b", "/c"])
     record = json.loads(good.read_text())
@@ -103,6 +104,7 @@ def test_bad_per_query_values_are_refused(cli, tmp_path, field, value, shown, ru
         assert res.out == ""
 
 
+@pytest.mark.invalid_records
 def test_the_half_rank_that_used_to_count(tmp_path):
     """1.5 was read as a rank and moved recall@2; it is refused, naming the file and field."""
     path = _run_file(tmp_path / "r.json", [0, 1, 1.5, 3, 5], valid=False)
@@ -122,6 +124,7 @@ def test_the_half_rank_that_used_to_count(tmp_path):
         ({"labels": [0]}, "has a bad 'queries.labels' value: [0]; it is a list of 2 entries."),
     ],
 )
+@pytest.mark.invalid_records
 def test_bad_record_fields(tmp_path, record, fragment):
     path = _run_file(tmp_path / "r.json", [0, 1])
     data = json.loads(path.read_text())

@@ -244,6 +244,7 @@ def test_compare_api_keeps_the_shared_id(tmp_path):
         compare({"a": a, "b": {**b, "definitions": definitions("cosine", "none")}})
 
 
+@pytest.mark.invalid_records
 def test_compare_refuses_a_damaged_definitions_record(cli, tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     _run_file(a, [0, 1], defs=definitions("cosine", "ids"))

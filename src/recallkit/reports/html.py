@@ -391,7 +391,8 @@ def _detail_table(summary: Summary) -> str:
 
 def _differences(summary: Summary) -> str:
     c = summary.comparison
-    assert c is not None
+    if c is None:  # one run, or runs that do not pair: no differences to show
+        return ""
     conf = f"{100 * c.confidence:g}%"
     only = any(r.only_a is not None for r in c.rows)
     head = ["metric", "a", "b", "a − b", f"{conf} interval", "p", "p adjusted", "verdict"]
