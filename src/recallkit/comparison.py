@@ -314,19 +314,11 @@ def intervals(
         pessimistic, optimistic = data.bounds.get(name, (value, value))
         if len(values) == 0:
             low = high = math.nan
-        elif groups is not None:
-            low, high = stats.bootstrap_interval(
-                values,
-                _statistic(metric),
-                groups=groups,
-                n_resamples=n_resamples,
-                confidence=confidence,
-                seed=seed,
-            )
         else:
             low, high = stats.bootstrap_interval(
                 values,
                 _statistic(metric),
+                groups=groups,
                 n_resamples=n_resamples,
                 confidence=confidence,
                 seed=seed,
@@ -792,10 +784,7 @@ def _difference(
         return math.nan, math.nan, math.nan, 1.0, (None, None)
     statistic = _statistic(metric) if groups is None else _class_statistic(metric, groups)
     options = dict(n_resamples=n_resamples, confidence=confidence, seed=seed)
-    if groups is None:
-        diff, low, high = stats.paired_bootstrap(x, y, statistic, **options)
-    else:
-        diff, low, high = stats.paired_bootstrap(x, y, _statistic(metric), groups=groups, **options)
+    diff, low, high = stats.paired_bootstrap(x, y, _statistic(metric), groups=groups, **options)
     if test == "randomization":
         p = stats.randomization_test(x, y, statistic, n_resamples=n_resamples, seed=seed)
     else:

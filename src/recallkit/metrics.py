@@ -538,44 +538,41 @@ class MAPAtK(Metric):
         return worst, best
 
 
+class _TopR(Metric):
+    """A metric of each query's first R items (R its relevant items): a running sum at R,
+    divided by R."""
+
+    #: The running sum read at R (:meth:`Ranked.running`).
+    running: ClassVar[str]
+
+    def width(self, num_relevant: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        return np.asarray(num_relevant, dtype=np.int64)
+
+    def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
+        r = ranked.num_relevant
+        return _safe_divide(ranked.at(self.running, r, order), r)
+
+
 @register
-class MAPAtR(Metric):
+class MAPAtR(_TopR):
     family = "map_at_r"
     template = "MAP@R"
     aliases = ("map_at_r", "mean_average_precision_at_r", "map@r")
-    peers = (
-        ("PML", "mean_average_precision_at_r"),
-        ("OML", "map@R"),
-    )
+    peers = (("PML", "mean_average_precision_at_r"), ("OML", "map@R"))
     pml = "mean_average_precision_at_r"
     formula = "(1/R) Σ_{i<R} rel_i · P@(i+1)"
-
-    def width(self, num_relevant: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-        return np.asarray(num_relevant, dtype=np.int64)
-
-    def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
-        r = ranked.num_relevant
-        return _safe_divide(ranked.at("precision", r, order), r)
+    running = "precision"
 
 
 @register
-class RPrecision(Metric):
+class RPrecision(_TopR):
     family = "r_precision"
     template = "R-precision"
     aliases = ("r_precision", "rprecision")
-    peers = (
-        ("PML", "r_precision"),
-        ("torchmetrics", "RetrievalRPrecision"),
-    )
+    peers = (("PML", "r_precision"), ("torchmetrics", "RetrievalRPrecision"))
     pml = "r_precision"
     formula = "(relevant items among the first R) / R"
-
-    def width(self, num_relevant: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-        return np.asarray(num_relevant, dtype=np.int64)
-
-    def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
-        r = ranked.num_relevant
-        return _safe_divide(ranked.at("hits", r, order), r)
+    running = "hits"
 
 
 @register

@@ -22,7 +22,7 @@ from typing import Any
 
 from recallkit import _checks, label_form
 from recallkit import metrics as registry
-from recallkit.options import Options, accepts
+from recallkit.options import Options, accepts, fill_docs
 from recallkit.result import Result
 from recallkit.typing import Embeddings, Ids, Labels
 
@@ -67,22 +67,19 @@ _RAISES = """ValueError
 
 
 def _run(
-    func: str,
-    chosen: Sequence[registry.Metric],
-    args: tuple[Any, Any, Any, Any],
-    query_in_reference: bool | None,
-    query_ids: Any,
-    reference_ids: Any,
-    options: Options,
-    parameter: str,
+    func: str, chosen: Sequence[registry.Metric], given: dict[str, Any], parameter: str
 ) -> Result:
+    """The one pass of the label-form functions: ``given`` holds their arguments by name."""
     problem = label_form.build(
         func,
-        *args,
-        query_in_reference=query_in_reference,
-        query_ids=query_ids,
-        reference_ids=reference_ids,
-        options=options,
+        given["query"],
+        given["reference"],
+        given["query_labels"],
+        given["reference_labels"],
+        query_in_reference=given["query_in_reference"],
+        query_ids=given["query_ids"],
+        reference_ids=given["reference_ids"],
+        options=given["options"],
     )
     return label_form.evaluate(func, problem, chosen, parameter=parameter)[0]
 
@@ -142,16 +139,7 @@ def retrieval_metrics(
     func = "retrieval_metrics"
     _checks.check_choice(divisor, registry.DIVISORS, func, "divisor")
     chosen = registry.parse(metrics, func, divisor=divisor)
-    return _run(
-        func,
-        chosen,
-        (query, reference, query_labels, reference_labels),
-        query_in_reference,
-        query_ids,
-        reference_ids,
-        options,
-        "metrics",
-    )
+    return _run(func, chosen, locals(), "metrics")
 
 
 @accepts()
@@ -213,16 +201,7 @@ def recall_at_k(
     """
     func = "recall_at_k"
     ks = _checks.check_ks(ks, func)
-    return _run(
-        func,
-        registry.recall(ks),
-        (query, reference, query_labels, reference_labels),
-        query_in_reference,
-        query_ids,
-        reference_ids,
-        options,
-        "ks",
-    )
+    return _run(func, registry.recall(ks), locals(), "ks")
 
 
 @accepts()
@@ -243,22 +222,7 @@ def r_precision(
     queries (R = 0) are left out, as in PML (Musgrave et al. 2020, "A Metric Learning Reality
     Check").
 
-    {ranking}
-
-    Parameters
-    ----------
-    {inputs}
-    {exclusions}
-    {options}
-
-    Returns
-    -------
-    {result}
-        It holds ``"R-precision"``; ``float(result)`` is its value.
-
-    Raises
-    ------
-    {raises}
+    {one_metric}
 
     Examples
     --------
@@ -267,16 +231,7 @@ def r_precision(
     >>> float(r_precision(x, x, [0, 0, 1, 1], [0, 0, 1, 1], query_in_reference=True))
     0.5
     """
-    return _run(
-        "r_precision",
-        (registry.RPrecision(),),
-        (query, reference, query_labels, reference_labels),
-        query_in_reference,
-        query_ids,
-        reference_ids,
-        options,
-        "metrics",
-    )
+    return _run("r_precision", (registry.RPrecision(),), locals(), "metrics")
 
 
 @accepts()
@@ -297,22 +252,7 @@ def map_at_r(
     queries are left out. Identical to PML's ``mean_average_precision_at_r`` on the same
     inputs (with ``k="max_bin_count"``), except that ties rank the lower reference index first.
 
-    {ranking}
-
-    Parameters
-    ----------
-    {inputs}
-    {exclusions}
-    {options}
-
-    Returns
-    -------
-    {result}
-        It holds ``"MAP@R"``; ``float(result)`` is its value.
-
-    Raises
-    ------
-    {raises}
+    {one_metric}
 
     Examples
     --------
@@ -321,16 +261,7 @@ def map_at_r(
     >>> float(map_at_r(x, x, [0, 0, 1, 1], [0, 0, 1, 1], query_in_reference=True))
     0.5
     """
-    return _run(
-        "map_at_r",
-        (registry.MAPAtR(),),
-        (query, reference, query_labels, reference_labels),
-        query_in_reference,
-        query_ids,
-        reference_ids,
-        options,
-        "metrics",
-    )
+    return _run("map_at_r", (registry.MAPAtR(),), locals(), "metrics")
 
 
 @accepts()
@@ -385,16 +316,7 @@ def map_at_k(
     func = "map_at_k"
     k = _checks.check_positive_int(k, func, "k")
     _checks.check_choice(divisor, registry.DIVISORS, func, "divisor")
-    return _run(
-        func,
-        (registry.MAPAtK(k, divisor=divisor),),
-        (query, reference, query_labels, reference_labels),
-        query_in_reference,
-        query_ids,
-        reference_ids,
-        options,
-        "k",
-    )
+    return _run(func, (registry.MAPAtK(k, divisor=divisor),), locals(), "k")
 
 
 def _shared(text: str) -> str:
@@ -402,6 +324,27 @@ def _shared(text: str) -> str:
     return text.replace("\n", "\n    ")
 
 
+# The sections of a function that computes one metric without parameters of its own.
+_ONE_METRIC = """{ranking}
+
+Parameters
+----------
+{inputs}
+{exclusions}
+{options}
+
+Returns
+-------
+{result}
+    It holds ``"NAME"``; ``float(result)`` is its value.
+
+Raises
+------
+{raises}"""
+for _function, _name in ((r_precision, "R-precision"), (map_at_r, "MAP@R")):
+    _function.__doc__ = fill_docs(
+        _function.__doc__.replace("{one_metric}", _shared(_ONE_METRIC.replace("NAME", _name)))
+    )
 for _function in (retrieval_metrics, recall_at_k, r_precision, map_at_r, map_at_k):
     for _marker, _text in (
         ("{inputs}", _INPUTS),

@@ -126,20 +126,13 @@ def same_row(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(((a64 - b64).abs() <= SAME_ITEM_RTOL * scale).all())
 
 
-def first_occurrences(
-    comm: _Comm,
-    index: torch.Tensor,
-    rows: torch.Tensor,
-    labels: torch.Tensor,
-    ids: torch.Tensor | None,
-    name: str,
-    func: str,
-) -> torch.Tensor:
+def first_occurrences(comm: _Comm, shard: _Shard, name: str, func: str) -> torch.Tensor:
     """Mask of this process's rows that hold the first occurrence (in rank order, then row
     order) of their dataset index. A row held again (``DistributedSampler`` pads the last batch
     with repeats) must be the same item: the same label (and id) and the same embedding
     (:func:`same_row`); otherwise every process raises the same ``ValueError``, naming ``name``
     and the index."""
+    index = shard.index
     gathered = [g.cpu() for g in comm.gather_varying(index.to(comm.device))]
     everything = torch.cat(gathered).numpy()
     values, first, counts = np.unique(everything, return_index=True, return_counts=True)
@@ -148,9 +141,7 @@ def first_occurrences(
     start = sum(len(g) for g in gathered[: comm.rank])
     repeated = values[counts > 1]
     for at in range(0, len(repeated), _REPEATS_STEP):
-        _check_repeats(
-            comm, repeated[at : at + _REPEATS_STEP], index, rows, labels, ids, name, func
-        )
+        _check_repeats(comm, repeated[at : at + _REPEATS_STEP], shard, name, func)
     return torch.from_numpy(keep[start : start + len(index)])
 
 
@@ -163,23 +154,19 @@ def check_items(
     device = torch.device("cpu")
     if dist.get_backend(group) == "nccl":
         device = torch.device("cuda", torch.cuda.current_device())
-    index = torch.as_tensor(np.asarray(index, dtype=np.int64))
-    labels = torch.as_tensor(np.asarray(labels, dtype=np.int64))
-    first_occurrences(_Comm(group, device), index, rows, labels, None, name, func)
+    shard = _Shard(
+        rows,
+        torch.as_tensor(np.asarray(labels, dtype=np.int64)),
+        torch.as_tensor(np.asarray(index, dtype=np.int64)),
+        None,
+    )
+    first_occurrences(_Comm(group, device), shard, name, func)
 
 
-def _check_repeats(
-    comm: _Comm,
-    repeated: np.ndarray,
-    index: torch.Tensor,
-    rows: torch.Tensor,
-    labels: torch.Tensor,
-    ids: torch.Tensor | None,
-    name: str,
-    func: str,
-) -> None:
+def _check_repeats(comm: _Comm, repeated: np.ndarray, shard: _Shard, name: str, func: str) -> None:
     """Raise on every process alike when a dataset index of ``repeated`` carries different
     labels, ids or embeddings on two of its rows (every process sees every such row)."""
+    index, rows, labels, ids = shard.index, shard.rows, shard.labels, shard.ids
     mine = torch.from_numpy(np.isin(index.cpu().numpy(), repeated))
     where = torch.nonzero(mine)[:, 0]
     keys = [index[where], labels[where].cpu(), where]
@@ -443,15 +430,7 @@ class _Local:
         dev: torch.device,
         func: str,
     ) -> _Local:
-        keep_r = first_occurrences(
-            comm,
-            r.index,
-            r.rows,
-            r.labels,
-            r.ids,
-            "reference_indices" if r is not q else "indices",
-            func,
-        )
+        keep_r = first_occurrences(comm, r, "indices" if r is q else "reference_indices", func)
         r_rows = torch.nonzero(keep_r)[:, 0][torch.argsort(r.index[keep_r], stable=True)]
         in_order = len(r_rows) == len(r.index) and bool(
             (r_rows == torch.arange(len(r_rows))).all()
@@ -463,7 +442,7 @@ class _Local:
             q_rows = r_rows
             queries = space.single.data
         else:
-            keep_q = first_occurrences(comm, q.index, q.rows, q.labels, q.ids, "indices", func)
+            keep_q = first_occurrences(comm, q, "indices", func)
             q_rows = torch.nonzero(keep_q)[:, 0]
             queries = engine.prepare_rows(
                 q.rows[q_rows], "embeddings", func, options.metric, dev
