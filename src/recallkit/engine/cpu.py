@@ -47,7 +47,7 @@ from recallkit.engine import exact, filters, lowp, protocol
 from recallkit.engine.cpu_kernels import LIMIT_STATE, pool, single_threaded
 from recallkit.engine.pairs import ChunkExclusions, LabelPositives, Pairs, locals_of
 from recallkit.engine.protocol import ChunkResult, Reducer, Request
-from recallkit.engine.space import DEFAULT_MEMORY_BUDGET, Block, Rows, Space, chunk_rows, chunks
+from recallkit.engine.space import Block, Rows, Space, chunk_rows, chunks, memory_budget
 
 __all__ = ["BACKEND", "TILE", "block_scores", "precision_report", "single_threaded", "tile_scores"]
 precision_report = lowp.precision_report
@@ -676,7 +676,7 @@ class CpuBackend(protocol.Pipeline):
             request.positives, space.single, 0, n
         ):
             return False
-        return n * state_bytes(request) <= DEFAULT_MEMORY_BUDGET
+        return n * state_bytes(request) <= memory_budget(space.options, space.device)
 
     def run(self, space: Space, request: Request, size: int | None) -> Iterator[ChunkResult]:
         rows = chunk_rows(space, size, state_bytes(request), self.score_bytes)
