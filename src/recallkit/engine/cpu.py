@@ -647,6 +647,8 @@ class CpuBackend(protocol.Pipeline):
         """The candidates' lists (``rows`` sorted), each ``(top-k, tail)`` side by side."""
         kmax = int(ks.max()) if len(ks) else 0
         index, value, tail_i, tail_v = kernels.segment_top(rows, glob, scores, ks, kmax)
+        if tail_i.shape[1] == 0:  # no tail: the lists as they are, not a copy
+            return index, value
         return torch.cat([index, tail_i], 1), torch.cat([value, tail_v], 1)
 
     def _chunk(self, space, chunk, start, stop, request, reducer) -> ChunkResult:

@@ -369,8 +369,8 @@ def chunk_rows(
     end's, ``DEVICE_BYTES_PER_SCORE``, on whatever device it runs; none for the CPU tiles),
     ``per_row_bytes`` for per-row state (ranked lists, targets, the CPU workers' tile states)
     and the rows themselves. ``c`` is the most that fits the budget (with masks, with fewer
-    than 2**31 scores), rounded down to a multiple of 64, within [64, 4096], and at most the
-    number of queries rounded up to 64.
+    than 2**31 scores), rounded down to a multiple of 64, at most 4096; below 64 rows (ranked
+    lists of tens of thousands of items per row) the most that fit, at least one.
     """
     if chunk_size is not None:
         return chunk_size
@@ -381,7 +381,9 @@ def chunk_rows(
     if score_bytes:
         # A chunk's masks stay below 2**31 elements, the limit of torch's index kernels.
         rows = min(rows, (2**31 - 1) // max(columns, 1))
-    return int(max(MIN_CHUNK_ROWS, min(MAX_CHUNK_ROWS, rows // 64 * 64)))
+    if rows < MIN_CHUNK_ROWS:  # wide per-row state: fewer rows, never beyond the budget
+        return int(max(1, rows))
+    return int(min(MAX_CHUNK_ROWS, rows // MIN_CHUNK_ROWS * MIN_CHUNK_ROWS))
 
 
 def chunks(num: int, size: int) -> Iterator[tuple[int, int]]:
