@@ -183,6 +183,20 @@ ALL = "evaluate, compare, report, plot, demo, cirr, circo, fashioniq, genecis, i
             ),
         ),
         (
+            ["evaluate", "--memory-budget", "lots"],
+            (
+                "recallkit evaluate: error: --memory-budget takes a number of bytes, or with a "
+                "binary unit (512MiB, 8GiB). Got 'lots'."
+            ),
+        ),
+        (
+            ["cirr", "--memory-budget", "0"],
+            (
+                "recallkit cirr: error: --memory-budget takes a number of bytes, or with a "
+                "binary unit (512MiB, 8GiB). Got '0'."
+            ),
+        ),
+        (
             ["evaluate", "--batch-size", "0"],
             "recallkit evaluate: error: --batch-size takes a positive integer. Got '0'.",
         ),

@@ -14,7 +14,7 @@ the whole split in one exact pass:
 
 Memory per rank is what the engine needs for the rank's own rows (the rows and the engine's
 prepared copies of them) plus the working memory of one query chunk
-(:func:`recallkit.engine.memory_budget`; ``chunk_size`` bounds it further): the rows of the
+(the ``memory_budget`` option; ``chunk_size`` sets the chunk directly): the rows of the
 other ranks are never gathered, only broadcast chunk by chunk.
 
 The protocol is PML's and the metric-learning papers' (Musgrave et al. 2020, "A Metric Learning

@@ -253,11 +253,12 @@ class Ranker:
         name: str = "scores",
         transposed: bool = False,
         expect: tuple[int, str, int, str] | None = None,
+        options: Options | None = None,
     ) -> Ranker:
         """A ranker over a ``(queries, references)`` similarity matrix (higher is better);
         ``transposed``: the matrix the caller gave is ``(references, queries)`` (its errors
         name rows and columns as the caller sees them); ``expect`` as in
-        :meth:`from_embeddings`."""
+        :meth:`from_embeddings`; ``options``: the memory budget (default: the defaults)."""
         from recallkit.engine import matrix as matrices
 
         values = score_matrix(scores, func, name)
@@ -265,7 +266,7 @@ class Ranker:
         ranker = cls(
             n,
             m,
-            lambda r: matrices.run(values, r),
+            lambda r: matrices.run(values, r, options),
             values.device,
             values.dtype,
             func=func,

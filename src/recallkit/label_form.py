@@ -346,7 +346,7 @@ class Values:
         tied_rank = None if chunk.first is None else chunk.first_best != chunk.first_worst
         tied_list = None
         if chunk.width and chunk.score is not None:
-            tied_list = (chunk.order("best") != chunk.order("worst")).any(axis=1)
+            tied_list = chunk.tied_lists()
         for metric in self.metrics:
             value = metric.values(chunk)
             worst, best = value.copy(), value.copy()
@@ -483,6 +483,7 @@ def evaluate(
             width = min(keep, lists[0].shape[1])
             kept[a:b, :width] = lists[0][:, :width]
         values.add(a, b, ranked(part, num_relevant[a:b], problem.candidates[a:b], lists))
+        del part, lists  # the next chunk is computed without this one's lists
     result = values.result(
         func,
         options,

@@ -179,6 +179,26 @@ class Ranked:
             self._orders[order] = out
         return self._orders[order]
 
+    def tied_lists(self) -> np.ndarray:
+        """Per query, whether its list reads differently in the best and the worst order (a
+        group of equal scores, the tail included, holds relevant and other items). Only the
+        lists with equal scores or a tail are reordered, as a part of their own: memory for
+        the lists that have ties, not for the chunk's."""
+        c = len(self.num_relevant)
+        if self.score is None or self.width == 0:
+            return np.zeros(c, dtype=bool)
+        equal = self.score[:, 1:] == self.score[:, :-1]
+        equal &= self.valid[:, 1:]
+        equal &= self.valid[:, :-1]
+        candidates = equal.any(axis=1) | (self.tail_count > 0)
+        del equal
+        out = np.zeros(c, dtype=bool)
+        rows = np.flatnonzero(candidates)
+        if len(rows):
+            part = self.take(rows)
+            out[rows] = (part.order("best") != part.order("worst")).any(axis=1)
+        return out
+
     def running(self, what: str, order: str = "rule") -> np.ndarray:
         """Running sums along each list in ``order``, left to right: ``"hits"`` (relevant items
         so far, int64), ``"precision"`` (``Σ rel_i P@(i+1)``), ``"dcg"`` (``Σ rel_i /

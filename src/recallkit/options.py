@@ -8,7 +8,7 @@ command-line flag are written in that field and nowhere else. From this one decl
   the engine);
 * the checks, with errors that name the function called and the option;
 * the command line's flags (:func:`add_flags`, :func:`from_flags`): ``--metric``,
-  ``--chunk-size``, ``--device``, ``--precision``, ``--lone-queries``.
+  ``--chunk-size``, ``--memory-budget``, ``--device``, ``--precision``, ``--lone-queries``.
 
 An entry point passes the options to :func:`recallkit.engine.prepare`, which keeps them on the
 prepared space; the engine reads each option in one place. The engine's options never change a
@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import numbers
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -46,6 +48,30 @@ AVERAGES = ("query", "class")
 #: the engine runs, never a value), ``"label"`` the label form only (relevance by label): the
 #: options that change values, each recorded in a result's definitions when not at its default.
 SCOPES = ("engine", "label")
+#: The memory budget of a query chunk on the CPU, and the least one on a GPU, when the
+#: ``memory_budget`` option is not given.
+DEFAULT_MEMORY_BUDGET = 256 * 2**20
+_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+_BYTES = re.compile(r"(\d+)(\.\d*)?\s*(?:([kmgt])i?b?|b)?")
+BYTES_HELP = "a positive number of bytes, or a string with a binary unit such as '512MiB' or '8GiB'"
+
+
+def parse_bytes(text: str) -> int | None:
+    """A number of bytes written as digits with an optional binary unit, case ignored:
+    ``"1000000"``, ``"512MiB"``, ``"512 MB"``, ``"8g"``, ``"1.5GiB"`` (units are powers of
+    1024); ``None`` when ``text`` is not one or is below one byte. The one parser of the
+    ``memory_budget`` option, its flag ``--memory-budget`` and ``RECALLKIT_GPU_MEMORY``.
+
+    >>> parse_bytes("512MiB"), parse_bytes("1.5 g"), parse_bytes("0"), parse_bytes("lots")
+    (536870912, 1610612736, None, None)
+    """
+    match = _BYTES.fullmatch(text.strip().lower())
+    if match is None:
+        return None
+    whole, fraction, unit = match.groups()
+    scale = _UNITS[unit or ""]
+    value = int(whole) * scale + int(float("0" + (fraction or ".")) * scale)
+    return value if value >= 1 else None
 
 
 def _positive_or_none(value: Any, func: str, name: str) -> int | None:
@@ -54,6 +80,21 @@ def _positive_or_none(value: Any, func: str, name: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
         raise fail(func, name, "a positive integer", repr(value))
     return int(value)
+
+
+def _byte_count(value: Any, func: str, name: str) -> int | None:
+    """``None``, or a positive number of bytes: an integer (a float is floored) or a string
+    :func:`parse_bytes` reads."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        parsed = parse_bytes(value)
+        if parsed is not None:
+            return parsed
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if math.isfinite(value) and value >= 1:
+            return int(value)
+    raise fail(func, name, BYTES_HELP, repr(value))
 
 
 def _device(value: Any, func: str, name: str) -> Any:
@@ -122,9 +163,9 @@ class Options:
 
     Examples
     --------
-    >>> Options.of("f", metric="dot", precision="float32")
-    Options(metric='dot', chunk_size=None, device=None, precision='float32', \
-lone_queries='skip', average='query')
+    >>> Options.of("f", metric="dot", precision="float32", memory_budget="1GiB")
+    Options(metric='dot', chunk_size=None, memory_budget=1073741824, device=None, \
+precision='float32', lone_queries='skip', average='query')
     >>> Options.of("f", precision="fp8")
     Traceback (most recent call last):
     ...
@@ -145,11 +186,19 @@ lone_queries='skip', average='query')
         metavar="ROWS",
         doc_type="int, optional",
     )
+    memory_budget: int | None = _option(
+        None,
+        "the working memory a query chunk may take, in bytes or with a binary unit ('512MiB', "
+        "'8GiB'), from which chunks are sized (default: 256 MiB on the CPU; on a GPU the "
+        "RECALLKIT_GPU_MEMORY environment variable, else a quarter of the free memory, at least "
+        "256 MiB); ranks do not depend on it",
+        check=_byte_count,
+        metavar="BYTES",
+        doc_type="int or str, optional",
+    )
     device: Any = _option(  # noqa: RUF009 (a dataclass field with metadata)
         None,
-        "where the work runs (default: the query's device): 'cpu', 'cuda' or 'cuda:1'; on CUDA "
-        "chunks are sized from a GPU memory budget (RECALLKIT_GPU_MEMORY, else a quarter of the "
-        "free memory)",
+        "where the work runs (default: the query's device): 'cpu', 'cuda' or 'cuda:1'",
         check=_device,
         metavar="DEVICE",
         doc_type="str, int or torch.device, optional",
@@ -408,6 +457,21 @@ def check_flag(value: Any, func: str, name: str) -> bool:
 # The command line's flags, from the same declarations.
 
 
+def _bytes_flag(flag: str) -> Callable[[str], int]:
+    import argparse
+
+    def parse(text: str) -> int:
+        value = parse_bytes(text)
+        if value is None:
+            raise argparse.ArgumentTypeError(
+                f"{flag} takes a number of bytes, or with a binary unit (512MiB, 8GiB). "
+                f"Got {text!r}."
+            )
+        return value
+
+    return parse
+
+
 def _positive_flag(flag: str) -> Callable[[str], int]:
     import argparse
 
@@ -438,6 +502,9 @@ def add_flags(
             extra["metavar"] = "{" + ",".join(option.choices) + "}"
         elif option.name == "chunk_size":
             extra["type"] = _positive_flag(option.flag)
+            extra["metavar"] = option.metavar
+        elif option.name == "memory_budget":
+            extra["type"] = _bytes_flag(option.flag)
             extra["metavar"] = option.metavar
         else:
             extra["metavar"] = option.metavar

@@ -270,7 +270,7 @@ def _wide_space(where: str, columns: int = 100_000) -> engine.Space:
         ("512MiB", 384),  # 446 -> 384
         ("2000000000", 1600),  # 1663 -> 1600
         ("8g", 4096),  # 7146, capped at 4096
-        ("100", 64),  # at least 64
+        ("100", 1),  # not one row fits: one row a chunk
     ],
 )
 def test_gpu_chunks_are_sized_from_the_memory_setting(monkeypatch, budget, rows):

@@ -13,6 +13,7 @@ fresh process has no earlier peak that could hide the call's. Expected values co
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -22,7 +23,8 @@ import pytest
 import torch
 from threadpoolctl import threadpool_limits
 
-from recallkit import nearest_neighbors
+import recallkit
+from recallkit import engine, nearest_neighbors
 from tests import brute
 
 GIB = 2**30
@@ -214,6 +216,120 @@ def test_recall_with_few_distinct_ids_stays_within_budget(tmp_path):
         assert ranks[i] == want, i
         if i < 3072:
             assert torch_ranks[i] == want, i
+
+
+# ----------------------------------------------------------------------------------------------
+# Coarse labels: MAP@R's lists of R items per query within the memory budget.
+
+
+def test_two_classes_stay_within_the_memory_budget(tmp_path):
+    # Two classes on 12,000 rows: R is about 6,000, so each query's ranked list (and the tile
+    # pass's state for it) takes hundreds of KiB, and at most about 50 queries fit in a chunk
+    # of the 32 MiB budget (64, the least chunk before, would need about 40 MiB).
+    rng = np.random.default_rng(5)
+    n, d = 12_000, 32
+    x = rng.standard_normal((n, d)).astype(np.float32)
+    labels = rng.integers(0, 2, n)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "labels.npy", labels)
+    out = run_child(
+        """
+        x, labels = np.load("x.npy"), np.load("labels.npy")
+        budget = 32 * 2**20
+        rk.map_at_r(x[:100], x[:300], labels[:100], labels[:300], query_in_reference=True,
+                    memory_budget=budget)
+        base = peak()
+        result = rk.map_at_r(x[:600], x, labels[:600], labels, query_in_reference=True,
+                             memory_budget=budget)
+        out["extra"] = peak() - base
+        out["budget"] = budget
+        np.save("map.npy", result.per_query["MAP@R"])
+        """,
+        tmp_path,
+    )
+    # Besides a chunk's working memory (the budget), the call holds the prepared copy of the
+    # rows (4 d bytes a row: 1.5 MiB), the per-query results (a few KiB) and what glibc keeps
+    # of the chunks' freed buffers: 16 MiB covers them (the call measured about 24 MiB here).
+    margin = 16 * 2**20
+    assert out["extra"] < out["budget"] + margin
+    got = np.load(tmp_path / "map.npy")
+    s = brute.fixed_order_scores64(x[:600:60], x, "cosine")
+    for row, i in zip(s, range(0, 600, 60), strict=True):
+        order = brute.ranked(row, {i})
+        rel = [labels[j] == labels[i] for j in order]
+        want = brute.metric("map_at_r", None, rel, sum(rel), len(rel))
+        np.testing.assert_allclose(got[i], want, rtol=1e-12, err_msg=str(i))
+
+
+def _chunks_of(monkeypatch) -> list[list[int]]:
+    """The first query of each chunk, per engine call (the engine's answers spied on)."""
+    calls: list[list[int]] = []
+    run = engine.run
+
+    def spy(*args, **kwargs):
+        calls.append([])
+        for part in run(*args, **kwargs):
+            calls[-1].append(part.start)
+            yield part
+
+    monkeypatch.setattr(engine, "run", spy)
+    return calls
+
+
+@pytest.mark.parametrize("classes", [2, 40])
+def test_the_memory_budget_sizes_chunks_never_values(monkeypatch, classes):
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((700, 16)).astype(np.float32)
+    x[350:400] = x[:50]  # exact ties
+    labels = rng.integers(0, classes, 700)
+    names = ["recall@1", "recall@10", "MAP@R", "R-precision", "MAP@20", "nDCG@20"]
+    calls = _chunks_of(monkeypatch)
+    results = {}
+    for budget in ("1MiB", None, "1GiB"):
+        r = recallkit.retrieval_metrics(
+            x, x, labels, labels, names, query_in_reference=True, memory_budget=budget
+        )
+        nn = nearest_neighbors(x, x, 30, memory_budget=budget)
+        results[budget] = (r, nn)
+    small, default, large = (results[b] for b in ("1MiB", None, "1GiB"))
+    assert len(calls) == 6
+    assert len(calls[0]) > len(calls[2]) >= len(calls[4])  # smaller budget: smaller chunks
+    assert len(calls[1]) > len(calls[3]) >= len(calls[5])
+    for r, nn in (small, large):
+        assert r.first_hit_ranks.tolist() == default[0].first_hit_ranks.tolist()
+        for name in r.per_query:  # bit for bit
+            assert r.per_query[name].tobytes() == default[0].per_query[name].tobytes(), name
+        assert np.array_equal(nn[0], default[1][0]) and nn[1].tobytes() == default[1][1].tobytes()
+
+
+@pytest.mark.parametrize("budget", [0, -5, 0.5, True, "lots", "1.5 parsecs", "-1MiB", [1]])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda b: recallkit.map_at_r(
+            np.eye(4), np.eye(4), [0, 0, 1, 1], [0, 0, 1, 1], memory_budget=b
+        ),
+        lambda b: nearest_neighbors(np.eye(4), np.eye(4), 2, memory_budget=b),
+        lambda b: recallkit.Options.of("f", memory_budget=b),
+    ],
+    ids=["map_at_r", "nearest_neighbors", "Options"],
+)
+def test_a_bad_memory_budget_is_a_one_line_error_naming_it(call, budget):
+    with pytest.raises(ValueError, match=r"'memory_budget' parameter of \w+ must be") as error:
+        call(budget)
+    assert "\n" not in str(error.value)
+    assert re.search(r"Got .+\.$", str(error.value))
+
+
+def test_the_memory_budget_option_reads_bytes_and_binary_units():
+    from recallkit.engine.space import memory_budget
+    from recallkit.options import DEFAULT_MEMORY_BUDGET, Options
+
+    cpu = torch.device("cpu")
+    assert memory_budget(Options(), cpu) == DEFAULT_MEMORY_BUDGET == 256 * 2**20
+    for given, want in (("512MiB", 2**29), ("8 GiB", 2**33), ("1.5g", 3 * 2**29), (1000, 1000)):
+        assert memory_budget(Options.of("f", memory_budget=given), cpu) == want
+    assert memory_budget(Options.of("f", memory_budget=2.5e9), cpu) == 2_500_000_000
 
 
 # ----------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ def test_streamed_equals_in_memory(tmp_path, data, fmt, monkeypatch):
         save_file({"embeddings": reference}, str(path))
     streamed = open_embeddings(path)
     # Small blocks force many of them (and a short last one) through the streamed path.
-    monkeypatch.setattr(space, "_streamed_block_rows", lambda m, d, n: 128)
+    monkeypatch.setattr(space, "_streamed_block_rows", lambda m, d, n, budget: 128)
     memory = torch.from_numpy(reference.astype(np.float32))
     for metric in ("cosine", "euclidean"):
         a = recall_at_k(query, memory, q_labels, labels, (1, 5, 50), metric=metric)
@@ -78,19 +78,19 @@ def test_memmap_array_is_streamed(tmp_path, data):
     np.testing.assert_array_equal(a.first_hit_ranks, b.first_hit_ranks)
 
 
-def test_wide_in_memory_reference_is_scored_in_blocks(data, monkeypatch):
+def test_wide_in_memory_reference_is_scored_in_blocks(data):
     # A reference too wide for the memory budget is split into block views; same results.
     query, reference, q_labels, labels = data
     memory = torch.from_numpy(reference.astype(np.float32))
     before = recall_at_k(query, memory, q_labels, labels, (1, 5, 50))
     before_map = float(map_at_r(query, memory, q_labels, labels))
     before_nn = nearest_neighbors(query, memory, 7)
-    monkeypatch.setattr(space, "DEFAULT_MEMORY_BUDGET", 200_000)
-    assert space.prepare(query, memory, Options(), "t").single is None
-    after = recall_at_k(query, memory, q_labels, labels, (1, 5, 50))
+    small = "200000"  # bytes: a few blocks of the reference
+    assert space.prepare(query, memory, Options.of("t", memory_budget=small), "t").single is None
+    after = recall_at_k(query, memory, q_labels, labels, (1, 5, 50), memory_budget=small)
     np.testing.assert_array_equal(before.first_hit_ranks, after.first_hit_ranks)
-    assert float(map_at_r(query, memory, q_labels, labels)) == before_map
-    after_nn = nearest_neighbors(query, memory, 7)
+    assert float(map_at_r(query, memory, q_labels, labels, memory_budget=small)) == before_map
+    after_nn = nearest_neighbors(query, memory, 7, memory_budget=small)
     assert np.array_equal(before_nn[0], after_nn[0]) and np.array_equal(before_nn[1], after_nn[1])
 
 

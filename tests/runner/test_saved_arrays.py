@@ -171,12 +171,15 @@ def test_one_engine_pass_under_the_flags_options(cli, tmp_path, monkeypatch):
         "cpu",
         "--chunk-size",
         "17",
+        "--memory-budget",
+        "64MiB",
         "--worst",
         "3",
     )
     assert res.rc == 0, res.err
     assert len(seen) == 1  # metrics, worst classes and their confusions: one pass
     assert (seen[0].precision, str(seen[0].device), seen[0].chunk_size) == ("float32", "cpu", 17)
+    assert seen[0].memory_budget == 64 * 2**20
     assert "most often ranked first instead" in res.out
 
 

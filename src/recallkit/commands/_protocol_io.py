@@ -229,8 +229,8 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
 def add_common(
     parser: argparse.ArgumentParser, ks: tuple[int, ...], *, metric: bool = True
 ) -> None:
-    """``--ks``, the engine's options (``--metric``, ``--chunk-size``, ``--device``,
-    ``--precision``: :func:`recallkit.options.add_flags`) and ``--json``."""
+    """``--ks``, the engine's options (``--metric``, ``--chunk-size``, ``--memory-budget``,
+    ``--device``, ``--precision``: :func:`recallkit.options.add_flags`) and ``--json``."""
     parser.add_argument(
         "--ks",
         type=int,

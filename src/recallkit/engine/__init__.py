@@ -49,7 +49,6 @@ from recallkit.engine.pairs import (
 )
 from recallkit.engine.protocol import Backend, ChunkResult, Reducer, Request
 from recallkit.engine.space import (
-    DEFAULT_MEMORY_BUDGET,
     PRECISIONS,
     Block,
     Rows,
@@ -93,7 +92,6 @@ check_torch()
 
 __all__ = [
     "BACKENDS",
-    "DEFAULT_MEMORY_BUDGET",
     "PRECISIONS",
     "Backend",
     "Block",
@@ -142,7 +140,7 @@ def backend_for(space: Space) -> Backend:
     if name is None:
         name = "numba" if space.device.type == "cpu" else "triton"
     if name == "numba":
-        if space.precision == "float16":  # whatever the inputs' type: said, never ignored
+        if space.options.precision == "float16":  # whatever the inputs' type: said, not ignored
             raise RecallkitError(
                 Text(
                     "{f16} filters on CUDA (and the torch back end); on the CPU use {auto}, "

@@ -47,7 +47,7 @@ from recallkit.engine import exact, filters, lowp, protocol
 from recallkit.engine.cpu_kernels import LIMIT_STATE, pool, single_threaded
 from recallkit.engine.pairs import ChunkExclusions, LabelPositives, Pairs, locals_of
 from recallkit.engine.protocol import ChunkResult, Reducer, Request
-from recallkit.engine.space import DEFAULT_MEMORY_BUDGET, Block, Rows, Space, chunk_rows, chunks
+from recallkit.engine.space import Block, Rows, Space, chunk_rows, chunks, memory_budget
 
 __all__ = ["BACKEND", "TILE", "block_scores", "precision_report", "single_threaded", "tile_scores"]
 precision_report = lowp.precision_report
@@ -647,6 +647,8 @@ class CpuBackend(protocol.Pipeline):
         """The candidates' lists (``rows`` sorted), each ``(top-k, tail)`` side by side."""
         kmax = int(ks.max()) if len(ks) else 0
         index, value, tail_i, tail_v = kernels.segment_top(rows, glob, scores, ks, kmax)
+        if tail_i.shape[1] == 0:  # no tail: the lists as they are, not a copy
+            return index, value
         return torch.cat([index, tail_i], 1), torch.cat([value, tail_v], 1)
 
     def _chunk(self, space, chunk, start, stop, request, reducer) -> ChunkResult:
@@ -676,7 +678,7 @@ class CpuBackend(protocol.Pipeline):
             request.positives, space.single, 0, n
         ):
             return False
-        return n * state_bytes(request) <= DEFAULT_MEMORY_BUDGET
+        return n * state_bytes(request) <= memory_budget(space.options, space.device)
 
     def run(self, space: Space, request: Request, size: int | None) -> Iterator[ChunkResult]:
         rows = chunk_rows(space, size, state_bytes(request), self.score_bytes)

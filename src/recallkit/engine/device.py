@@ -153,9 +153,10 @@ class DeviceBackend(protocol.Pipeline):
     def _low_dtype(self, space: Space, block: Block) -> torch.dtype | None:
         if block.gemm.dtype != torch.float32:
             return None
-        if space.precision in ("float16", "bfloat16"):
-            return filters.LOW_DTYPES[space.precision]
-        if space.precision == "int8":
+        precision = space.options.precision
+        if precision in ("float16", "bfloat16"):
+            return filters.LOW_DTYPES[precision]
+        if precision == "int8":
             raise lowp.precision_refused(
                 "int8",
                 "runs on the CPU back end",
@@ -538,7 +539,7 @@ class DeviceBackend(protocol.Pipeline):
         if request.targets is not None:
             per_row += 48 * request.slots()
         rows = chunk_rows(space, size, per_row_bytes=per_row, score_bytes=self.score_bytes)
-        budget = memory_budget(space.device)
+        budget = memory_budget(space.options, space.device)
         caps = Capacities(MIN_CAPACITY, TOP_EXTRA)
         held: list[tuple[int, int, dict[str, torch.Tensor], torch.Tensor]] = []
         held_bytes = 0

@@ -1214,14 +1214,7 @@ def choose_blas(dtype: torch.dtype, width: int, ieee: bool) -> str:
 def tile_kinds(space: Any, qf: Any, block: Any, cached: bool, tile: int) -> tuple[str, ...]:
     """The kinds of tile a pass may use: float32, or the low-precision kernels the request
     allows that run here, passed their self-check and hold the rows (else float32)."""
-    precision = space.precision
-    if precision == "float16":
-        raise precision_refused(
-            "float16",
-            "filters on CUDA (and the torch back end)",
-            "on the CPU",
-            ("auto", "float32", "bfloat16", "int8"),
-        )
+    precision = space.options.precision  # float16: refused by engine.backend_for
     if cached or qf.rows.dtype != torch.float32 or precision == "float32":
         return ("float32",)
     if (

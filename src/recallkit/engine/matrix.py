@@ -11,6 +11,7 @@ from the memory budget. Works on any device the matrix lives on.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,17 +32,20 @@ class _MatrixBlock:
         self.rows = rows
 
 
-def chunk_rows(matrix: torch.Tensor, slots: int = 1) -> int:
-    """Rows per chunk: a chunk's copy and its comparison masks within the memory budget."""
+def chunk_rows(matrix: torch.Tensor, slots: int = 1, options: Any = None) -> int:
+    """Rows per chunk: a chunk's copy and its comparison masks within the memory budget
+    (:func:`recallkit.engine.space.memory_budget` of ``options``, default the defaults)."""
     m = max(matrix.shape[1], 1)
     per_row = m * (matrix.element_size() + 2 * max(slots, 1)) + 64
-    return int(max(1, memory_budget(matrix.device) // per_row))
+    return int(max(1, memory_budget(options, matrix.device) // per_row))
 
 
-def run(matrix: torch.Tensor, request: Request) -> Iterator[ChunkResult]:
-    """Every chunk's answer to ``request`` over the rows of ``matrix`` ``(n, m)``."""
+def run(matrix: torch.Tensor, request: Request, options: Any = None) -> Iterator[ChunkResult]:
+    """Every chunk's answer to ``request`` over the rows of ``matrix`` ``(n, m)``, chunks sized
+    from the memory budget of ``options`` (a :class:`recallkit.Options`, default the
+    defaults)."""
     n, m = matrix.shape
-    size = chunk_rows(matrix, request.slots())
+    size = chunk_rows(matrix, request.slots(), options)
     block = _MatrixBlock(m)
     for start in range(0, n, size):
         stop = min(start + size, n)

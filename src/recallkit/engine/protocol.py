@@ -293,6 +293,22 @@ class Pipeline:
             flag = flag | found
         return best[:, None], where[:, None], equal, flag
 
+    def _count(self, space, chunk, block, scan, best, where, counts) -> None:
+        """The window's pairs scored exactly and counted into ``counts`` (in place)."""
+        above, rows, local, slot = scan.window
+        scores = self.exact(space, chunk, block, rows, local)
+        glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
+        counts[0] = counts[0] + above
+        tied, before = settle_counts(scores, glob, rows, slot, best, where, counts[0])
+        counts[1], counts[2] = counts[1] + tied, counts[2] + before
+
+    def _ranked(self, space, chunk, block, scan, c, ks) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block's ranked lists from its candidates, scored exactly."""
+        rows, local = scan.top[0], scan.top[1]
+        scores = self.exact(space, chunk, block, rows, local)
+        glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
+        return self.rank(rows, glob, scores, scan.top, c, ks)
+
     def chunk_fields(self, space, chunk, start, stop, request, reducer, ctx):
         """One chunk's fields as tensors on the work's device, and the overflow flag (clear
         with a reducer: every step is settled before its reduction)."""
@@ -319,18 +335,10 @@ class Pipeline:
             )
             flag = flag | scan.flag
             if scan.window is not None:
-                above, rows, local, slot = scan.window
-                scores = self.exact(space, chunk, block, rows, local)
-                glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
-                counts[0] = counts[0] + above
-                tied, before = settle_counts(scores, glob, rows, slot, best, where, counts[0])
-                counts[1], counts[2] = counts[1] + tied, counts[2] + before
+                self._count(space, chunk, block, scan, best, where, counts)
             if scan.top is not None:
-                rows, local = scan.top[0], scan.top[1]
-                scores = self.exact(space, chunk, block, rows, local)
-                glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
-                index, score = self.rank(rows, glob, scores, scan.top, c, ks)
-                held = merge_held(held, index, score)
+                held = merge_held(held, *self._ranked(space, chunk, block, scan, c, ks))
+            del scan  # the block's candidates, before the next block's pass
         if request.thresholds:
             out.update(threshold_fields(best, equal, tuple(counts), reducer))
         if request.lists:
@@ -338,10 +346,11 @@ class Pipeline:
                 empty = torch.full((c, kmax), -1, dtype=torch.int64, device=dev)
                 held = (empty, torch.full(empty.shape, -torch.inf, dtype=torch.float64, device=dev))
             width = None
+            kmin = int(request.top_k[start:stop].min(initial=0)) if c else 0
             if self.fixed_shapes:
-                kmin = int(request.top_k[start:stop].min(initial=0)) if c else 0
                 width = max(held[0].shape[1] - kmin, 0)
-            parts = ties.split_tail(held[0], held[1], ks, tail_width=width, kmax=kmax)
+            parts = ties.split_tail(held[0], held[1], ks, tail_width=width, kmax=kmax, kmin=kmin)
+            del held
             out.update(
                 zip(("top_index", "top_score", "tail_index", "tail_score"), parts, strict=True)
             )

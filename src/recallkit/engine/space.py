@@ -12,7 +12,6 @@ hold, and (cosine) not zero.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,14 +22,13 @@ import torch
 from recallkit import _checks
 from recallkit.engine import exact, filters
 from recallkit.exceptions import Text
+from recallkit.options import DEFAULT_MEMORY_BUDGET, Options, parse_bytes
 
-DEFAULT_MEMORY_BUDGET = 256 * 2**20
 MIN_CHUNK_ROWS = 64
 MAX_CHUNK_ROWS = 4096
 # Float64 inputs beyond this magnitude could overflow the exact float64 dot products.
 FLOAT64_LIMIT = 2.0**400
 GPU_MEMORY_VARIABLE = "RECALLKIT_GPU_MEMORY"
-_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 # Bytes per filter score that a chunk's masks and temporaries take on the device back end,
 # besides the score.
 DEVICE_BYTES_PER_SCORE = 8
@@ -180,11 +178,10 @@ class Space:
     block_source: Callable[[], Iterator[Block]]
     single: Block | None = None
     block_rows: int = 0
-    precision: str = "auto"
     filter_dtype: torch.dtype = torch.float32
     query_is_reference: bool = False
     extra: dict = field(default_factory=dict)
-    options: Any = None
+    options: Options = field(default_factory=Options)
     streamed: Any = None
 
     @property
@@ -232,7 +229,7 @@ def prepare(
     query_is_reference: bool | None = None,
 ) -> Space:
     """Validate and prepare embeddings under ``options`` (a :class:`recallkit.Options`: the
-    engine reads ``metric``, ``device`` and ``precision`` here, ``chunk_size`` when it runs).
+    engine reads ``metric`` and ``device`` here, the others from the space when it runs).
 
     Rows are kept as float32 (float16/bfloat16 inputs are upcast) or float64 (float64 and
     integer inputs); exact scores are float64 either way, and a float64 side (in memory or
@@ -244,7 +241,7 @@ def prepare(
     reference's own when it maps the same file). ``query_is_reference`` (default: ``query is
     reference``) says that the queries are the reference rows themselves, prepared once.
     """
-    metric, device, precision = options.metric, options.device, options.precision
+    metric, device = options.metric, options.device
     _checks.check_metric(metric, func)
     if query_is_reference is None:
         query_is_reference = query is reference
@@ -273,17 +270,17 @@ def prepare(
         )
     dev = _checks.check_device(device, func) if device is not None else q.device
     fdtype = filter_dtype(work_dtype(q.dtype), r_dtype)
-    common = dict(precision=precision, filter_dtype=fdtype, options=options)
+    common = dict(filter_dtype=fdtype, options=options)
     if not streamed:
         r_rows = prepare_rows(r, "reference", func, metric, dev)
         block = make_block(r_rows, 0, func, metric, dev, fdtype)
         q_rows = r_rows if query_is_reference else prepare_rows(q, "query", func, metric, dev)
         common["query_is_reference"] = query_is_reference
-        if m * 4 * 256 <= DEFAULT_MEMORY_BUDGET or dev.type != "cpu":
+        if dev.type != "cpu" or m * 4 * 256 <= memory_budget(options, dev):
             return Space(q_rows, metric, m, d, dev, lambda: iter(()), single=block, **common)
         # A reference too wide for chunks of 256 query rows within the budget is scored in
         # blocks (views of the prepared tensors): large GEMMs, bounded score buffers.
-        rows = _streamed_block_rows(m, d, q.shape[0])
+        rows = _streamed_block_rows(m, d, q.shape[0], memory_budget(options, dev))
 
         def views() -> Iterator[Block]:
             for start, stop in chunks(m, rows):
@@ -291,7 +288,9 @@ def prepare(
 
         return Space(q_rows, metric, m, d, dev, views, block_rows=rows, **common)
     q_rows = prepare_rows(q, "query", func, metric, dev)
-    rows = reference_block_rows or _streamed_block_rows(m, d, q.shape[0])
+    rows = reference_block_rows or _streamed_block_rows(
+        m, d, q.shape[0], memory_budget(options, dev)
+    )
 
     def source() -> Iterator[Block]:
         for start, stop in chunks(m, rows):
@@ -328,36 +327,39 @@ def shard(
         device,
         lambda: iter(()),
         single=block,
-        precision=options.precision,
         filter_dtype=fdtype,
         options=options,
     )
 
 
-def _streamed_block_rows(m: int, d: int, n: int) -> int:
+def _streamed_block_rows(m: int, d: int, n: int, budget: int) -> int:
     per_row = d * 8 * 2 + min(n, MAX_CHUNK_ROWS) * 6
-    return int(min(m, max(MIN_CHUNK_ROWS, DEFAULT_MEMORY_BUDGET // per_row)))
+    return int(min(m, max(MIN_CHUNK_ROWS, budget // per_row)))
 
 
-def memory_budget(device: torch.device) -> int:
-    """Bytes a query chunk's working memory may take on ``device``.
+def memory_budget(options: Options | None, device: torch.device) -> int:
+    """Bytes a query chunk's working memory may take on ``device``: the one place the engine
+    reads the budget.
 
-    The CPU: ``DEFAULT_MEMORY_BUDGET`` (256 MiB). Another device: the ``RECALLKIT_GPU_MEMORY``
-    environment variable when it is set (bytes, or with a binary unit: ``512MiB``, ``8GiB``),
-    else a quarter of the free memory of a CUDA device at the call, and at least 256 MiB.
+    The ``memory_budget`` option when it is set. Else on the CPU 256 MiB
+    (``DEFAULT_MEMORY_BUDGET``); on another device the ``RECALLKIT_GPU_MEMORY`` environment
+    variable when it is set (bytes, or with a binary unit: ``512MiB``, ``8GiB``), else a quarter
+    of the free memory of a CUDA device at the call, and at least 256 MiB.
     """
+    chosen = None if options is None else options.memory_budget
+    if chosen is not None:
+        return int(chosen)
     if device.type == "cpu":
         return DEFAULT_MEMORY_BUDGET
     text = os.environ.get(GPU_MEMORY_VARIABLE, "").strip()
     if text:
-        match = re.fullmatch(r"(\d+(?:\.\d*)?)\s*(?:([kmgt])i?b?|b)?", text.lower())
-        value = float(match.group(1)) * _UNITS[match.group(2) or ""] if match else 0.0
-        if value < 1:
+        value = parse_bytes(text)
+        if value is None:
             raise ValueError(
                 f"The {GPU_MEMORY_VARIABLE} environment variable must be a positive number of "
                 f"bytes, optionally with a binary unit (512MiB, 8GiB). Got {text!r}."
             )
-        return int(value)
+        return value
     if device.type == "cuda":
         return max(DEFAULT_MEMORY_BUDGET, torch.cuda.mem_get_info(device)[0] // 4)
     return DEFAULT_MEMORY_BUDGET
@@ -374,19 +376,21 @@ def chunk_rows(
     end's, ``DEVICE_BYTES_PER_SCORE``, on whatever device it runs; none for the CPU tiles),
     ``per_row_bytes`` for per-row state (ranked lists, targets, the CPU workers' tile states)
     and the rows themselves. ``c`` is the most that fits the budget (with masks, with fewer
-    than 2**31 scores), rounded down to a multiple of 64, within [64, 4096], and at most the
-    number of queries rounded up to 64.
+    than 2**31 scores), rounded down to a multiple of 64, at most 4096; below 64 rows (ranked
+    lists of tens of thousands of items per row) the most that fit, at least one.
     """
     if chunk_size is not None:
         return chunk_size
     columns = space.single.rows if space.single is not None else space.block_rows
     element = 8 if space.filter_dtype == torch.float64 else 4
     per_row = columns * (element + score_bytes) + per_row_bytes + space.dim * 16
-    rows = memory_budget(space.device) // max(per_row, 1)
+    rows = memory_budget(space.options, space.device) // max(per_row, 1)
     if score_bytes:
         # A chunk's masks stay below 2**31 elements, the limit of torch's index kernels.
         rows = min(rows, (2**31 - 1) // max(columns, 1))
-    return int(max(MIN_CHUNK_ROWS, min(MAX_CHUNK_ROWS, rows // 64 * 64)))
+    if rows < MIN_CHUNK_ROWS:  # wide per-row state: fewer rows, never beyond the budget
+        return int(max(1, rows))
+    return int(min(MAX_CHUNK_ROWS, rows // MIN_CHUNK_ROWS * MIN_CHUNK_ROWS))
 
 
 def chunks(num: int, size: int) -> Iterator[tuple[int, int]]:

@@ -89,13 +89,15 @@ def split_tail(
     ks: torch.Tensor,
     tail_width: int | None = None,
     kmax: int | None = None,
+    kmin: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rows of ranked candidates (best first by the tie rule, ``-1`` padding) cut at
     ``ks[i]``: the top-``k`` list ``(c, max ks)`` and its *tail*, the candidates beyond ``k``
     whose score equals the ``k``-th's (``(c, t)``, ``-1``/``-inf`` padding). The tail holds
     every item that a tie rule other than the lower index could have put in the list. A fixed
     ``tail_width`` and ``kmax`` (the largest k, if the host knows it) keep the shapes known in
-    advance (no host synchronisation)."""
+    advance (no host synchronisation); ``kmin``, at most the smallest k (if the host knows it),
+    lets the tail be looked for beyond it only."""
     c, width = index.shape
     device = index.device
     if kmax is None:
@@ -110,17 +112,23 @@ def split_tail(
     else:
         kth = torch.full((c, 1), -torch.inf, dtype=score.dtype, device=device)
         full = torch.zeros((c, 1), dtype=torch.bool, device=device)
-    tail = (~inside) & (index >= 0) & full & (score == kth)
-    top_index = torch.where(inside, index, torch.full_like(index, -1))[:, :kmax]
-    top_score = torch.where(inside, score, torch.full_like(score, -torch.inf))[:, :kmax]
+    # Copies of the kept columns only, padding written in place.
+    top_index = index[:, :kmax].masked_fill(~inside[:, :kmax], -1)
+    top_score = score[:, :kmax].masked_fill(~inside[:, :kmax], -torch.inf)
     if kmax > width:
         top_index = torch.nn.functional.pad(top_index, (0, kmax - width), value=-1)
         top_score = torch.nn.functional.pad(top_score, (0, kmax - width), value=-torch.inf)
+    # Tail items lie beyond every row's k: only columns kmin: can hold one.
+    kmin = min(max(kmin, 0), width)
+    beyond = slice(kmin, width)
+    tail = (~inside[:, beyond]) & (index[:, beyond] >= 0) & full & (score[:, beyond] == kth)
+    del inside
     if tail_width is None:
         tail_width = int(tail.sum(dim=1).max()) if c and width else 0
     # Tail items keep their order (stable sort moves them to the front of each row).
     order = torch.sort((~tail).to(torch.int8), dim=1, stable=True).indices[:, :tail_width]
     kept = tail.gather(1, order)
+    order = order + kmin
     tail_index = torch.where(kept, index.gather(1, order), torch.full_like(order, -1))
     tail_score = torch.where(
         kept,

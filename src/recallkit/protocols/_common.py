@@ -244,7 +244,7 @@ def candidate_scores(
     dev = options.device if options.device is not None else q.device
     out = np.empty(tuple(c.shape[:2]), dtype=np.float64 if dtype == torch.float64 else np.float32)
     per_row = max(1, c.shape[1] * c.shape[2] * 8 * 3)
-    size = options.chunk_size or max(1, memory_budget(torch.device(dev)) // per_row)
+    size = options.chunk_size or max(1, memory_budget(options, torch.device(dev)) // per_row)
     for start in range(0, q.shape[0], size):
         qb = q[start : start + size].to(dev, dtype)
         cb = c[start : start + size].to(dev, dtype)
