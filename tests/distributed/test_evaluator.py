@@ -32,7 +32,8 @@ def _data(seed: int, n: int = N, d: int = 6, ties: bool = False):
     x = torch.randn(n, d, generator=g)
     if ties:  # integer-valued rows under the dot product: exact ties across shards
         x = torch.round(x)
-    y = torch.randint(0, 9, (n,), generator=g)
+    # Labels of both signs (a negative code once meant "no label" under torch.distributed).
+    y = torch.randint(0, 9, (n,), generator=g) - 4
     return x, y
 
 
