@@ -42,13 +42,13 @@ needs neither, takes for the call, measured on this machine at run time: it runs
 queries there (about :data:`PROBE_PAIRS` query-reference pairs, or the whole call when that is
 not much more) and extrapolates to the rest. While the torch seconds this process has spent so
 far, plus this call's, stay within numba's cost, the call runs on torch (the same ranks, bit for
-bit); once they would pass it, the process runs the call on numba from its first query,
-compiling what the cache lacks (one line on stderr says so), and every later call too (rent
-until the rent would reach the price, then buy). A small call stays on torch; a large one, or a
-long run of small ones, goes to numba. ``RECALLKIT_COLD_START=compile`` goes to numba at once
-(the test suite sets it: each test runs the back end it names, cold cache or not); so do a
-reference streamed block by block, a sharded call and the low precisions (``int8``,
-``bfloat16``).
+bit). Once they would pass it, the process goes to numba, compiling what the cache lacks (one
+line on stderr says so): this call from its first query (unless the probe was all of it), and
+every later call (rent until the rent would reach the price, then buy). A small call stays on
+torch; a large one, or a long run of small ones, goes to numba. ``RECALLKIT_COLD_START=compile``
+goes to numba at once (the test suite sets it: each test runs the back end it names, cold cache
+or not); so do a reference streamed block by block, a sharded call and the low precisions
+(``int8``, ``bfloat16``).
 """
 
 from __future__ import annotations
@@ -320,14 +320,17 @@ def _cold(
     with _paid_lock:
         paid = _paid
         _paid += took
-    if paid + took + rest > cost:  # numba costs less from here on
+    if paid + took + rest <= cost:  # torch costs less
+        yield from first
+        if probe < n:
+            start = time.perf_counter()
+            later = list(torch_backend.run(space, request, chunk_size, (probe, n)))
+            with _paid_lock:
+                _paid += time.perf_counter() - start
+            yield from later
+    elif probe == n:  # numba costs less from here on; this call is done
+        jit.allow()
+        yield from first
+    else:  # numba costs less from here on, this call's rest included: from its first query
         _start_numba(space)
         yield from cpu.BACKEND.run(space, request, chunk_size)
-        return
-    yield from first
-    if probe < n:
-        start = time.perf_counter()
-        later = list(torch_backend.run(space, request, chunk_size, (probe, n)))
-        with _paid_lock:
-            _paid += time.perf_counter() - start
-        yield from later
