@@ -74,9 +74,9 @@ HEAP_K = 32  # up to this k a heap per row keeps a top-k; beyond, a reservoir (f
 # generation and the registries of numpy's functions; a kernel loads in tens of milliseconds).
 ROWS_SECONDS = 2.0
 EXACT_SECONDS = 2.0
-THRESHOLD_SECONDS = 2.5
-LIST_SECONDS = 25.0
-START_SECONDS = 0.5
+THRESHOLD_SECONDS = 2.8
+LIST_SECONDS = 17.0
+START_SECONDS = 0.35
 
 
 def first_compile(request: Request) -> list[tuple[Any, float]]:
