@@ -155,15 +155,17 @@ def filter_rows(
 
 def largest_norm(x: torch.Tensor) -> torch.Tensor:
     """The largest of :func:`robust_norms` (0 for no rows), a float64 scalar on ``x``'s device:
-    CPU rows in one numba pass (no float64 copy), device rows in torch operations, 8192 rows at
-    a time."""
+    CPU rows in one numba pass (no float64 copy; :func:`recallkit.engine.jit.usable`), other
+    rows in torch operations, 8192 rows at a time."""
     if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
         if not x.shape[0]:
             return torch.zeros((), dtype=torch.float64)
         rows = x.detach().contiguous().numpy()
         bits = rows.view(np.uint32 if rows.dtype == np.float32 else np.uint64)
-        if jit.usable(_robust_norms_numba, (rows, bits, np.empty(0))):
-            return robust_norms(x, fused=True).max()
+        norms = np.empty(rows.shape[0], dtype=np.float64)
+        if jit.usable(_robust_norms_numba, (rows, bits, norms)):
+            _robust_norms_numba(rows, bits, norms)
+            return torch.from_numpy(norms).max()
     top = torch.zeros((), dtype=torch.float64, device=x.device)
     for start in range(0, x.shape[0], 8192):  # no float64 copy of the whole block
         top = torch.maximum(top, robust_norms(x[start : start + 8192]).max())
