@@ -16,9 +16,11 @@ of the same case filled before. The library's default (``RECALLKIT_COLD_START`` 
 small cold call on the torch back end, which compiles nothing; ``RECALLKIT_COLD_START=compile``
 compiles at once, which is what the cold rows marked "compile" cost. The last column says
 whether the process printed the compile line. ``--kernels`` prints what the kernels of a first
-recall@K and a first MAP@R take to compile, by the groups of
-``recallkit.engine.cpu.first_compile`` (the seconds its table holds), and numba's start in a
-process that loads them from the cache (its first kernel: ``cpu.START_SECONDS``).
+recall@K and a first MAP@R take to compile (on 300 rows; then, with those cached, on 3,000 rows
+the kernels a symmetric pass runs along a tile's columns, and on 20,480 rows, 400 tiles, those of
+the low precisions), by the groups of ``recallkit.engine.cpu.first_compile`` (the seconds its
+table holds), and numba's start in a process that loads them from the cache (its first kernel:
+``cpu.START_SECONDS``).
 
     uv run --frozen --no-sync --env-file tests/cpu.env python benchmarks/bench_first_call.py
     uv run --frozen --no-sync --env-file tests/cpu.env python benchmarks/bench_first_call.py \
@@ -92,10 +94,14 @@ class Compiles(event.Listener):
 
 event.register("numba:compile", Compiles())
 import recallkit
+case = sys.argv[1]
+# 300 rows: one tile; 3,000: a symmetric pass reads tiles along their columns too; 20,480: 400
+# full tiles, where precision="auto" weighs the low precisions.
+n = {"recall": 300, "map": 300, "map wide": 3000, "recall wide": 20480}[case]
 rng = np.random.default_rng(0)
-x = rng.standard_normal((300, 16)).astype(np.float32)
-y = rng.integers(0, 30, 300)
-if sys.argv[1] == "recall":
+x = rng.standard_normal((n, 16)).astype(np.float32)
+y = rng.integers(0, n // 10, n)
+if case.startswith("recall"):
     recallkit.recall_at_k(x, x, y, y, ks=(1, 10), query_in_reference=True)
 else:
     recallkit.map_at_r(x, x, y, y, query_in_reference=True)
@@ -194,28 +200,48 @@ print(json.dumps({"start": took}))
 """
 
 
+def group_of(case: str, name: str) -> str | None:
+    """The group of ``first_compile`` that a kernel ``case`` compiled belongs to; a wide case
+    runs on the cache its small case filled, so that it compiles only what it adds."""
+    module = name.split(".", 1)[0]
+    if case == "recall":
+        return {"filters": "rows", "exact": "exact", "cpu_kernels": "thresholds"}[module]
+    if case == "map":
+        return "lists" if module == "cpu_kernels" else None
+    if name.endswith("_cols"):
+        return "threshold columns" if case == "recall wide" else "list columns"
+    return "low precision" if case == "recall wide" else "list columns"
+
+
 def kernels(repeat: int) -> None:
     groups: dict[str, list[float]] = {}
     for _ in range(repeat):
-        for case in ("recall", "map"):
+        for small in ("recall", "map"):
             with tempfile.TemporaryDirectory(prefix="recallkit-kernels-") as cold:
-                out, _ = child(KERNELS, case, cold, "compile")
-                if case == "recall":  # the cache now holds the kernels: numba's start
-                    started, _ = child(START, case, cold, "compile")
-                    groups.setdefault("start", []).append(started["start"])
-            sums: dict[str, float] = {}
-            for name, seconds in out.items():
-                module = name.split(".", 1)[0]
-                group = {"filters": "rows", "exact": "exact"}.get(module)
-                group = group or ("thresholds" if case == "recall" else "lists")
-                if case == "map" and group in ("rows", "exact"):
-                    continue
-                sums[group] = sums.get(group, 0.0) + seconds
-            for group, seconds in sums.items():
-                groups.setdefault(group, []).append(seconds)
-    print(f"{'group':12s} {'compile s: min median max':>26s}")
-    for group in ("rows", "exact", "thresholds", "lists", "start"):
-        print(f"{group:12s} {spread(groups.get(group, [0.0])):>26s}")
+                for case in (small, f"{small} wide"):
+                    out, _ = child(KERNELS, case, cold, "compile")
+                    sums: dict[str, float] = {}
+                    for name, seconds in out.items():
+                        group = group_of(case, name)
+                        if group is not None:
+                            sums[group] = sums.get(group, 0.0) + seconds
+                    for group, seconds in sums.items():
+                        groups.setdefault(group, []).append(seconds)
+                    if case == "recall":  # the cache now holds the kernels: numba's start
+                        started, _ = child(START, case, cold, "compile")
+                        groups.setdefault("start", []).append(started["start"])
+    print(f"{'group':18s} {'compile s: min median max':>26s}")
+    for group in (
+        "rows",
+        "exact",
+        "thresholds",
+        "lists",
+        "threshold columns",
+        "list columns",
+        "low precision",
+        "start",
+    ):
+        print(f"{group:18s} {spread(groups.get(group, [0.0])):>26s}")
 
 
 def main() -> None:

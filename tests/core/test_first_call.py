@@ -19,6 +19,7 @@ from pathlib import Path
 import numba
 import numpy as np
 import pytest
+import torch
 
 from recallkit import (
     engine,
@@ -28,7 +29,7 @@ from recallkit import (
     recall_at_k,
     retrieval_metrics,
 )
-from recallkit.engine import cpu, device, exact, filters, jit
+from recallkit.engine import cpu, device, exact, filters, jit, lowp, protocol
 from recallkit.options import Options
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,7 +88,9 @@ def ran(monkeypatch):
     monkeypatch.setattr(engine, "_paid", 0.0)
     _cold_kernels(monkeypatch, True)
     first_compile = cpu.first_compile  # compiling as slow as torch never catches up with
-    monkeypatch.setattr(cpu, "first_compile", lambda r: [(k, 1e9) for k, _ in first_compile(r)])
+    monkeypatch.setattr(
+        cpu, "first_compile", lambda r, s: [(k, 1e9) for k, _ in first_compile(r, s)]
+    )
     record: list[str] = []
     numba_run, torch_run = cpu.BACKEND.run, device.DeviceBackend.run
 
@@ -137,7 +140,7 @@ def test_numba_wins_once_the_torch_seconds_pass_its_cost(probed, ran, monkeypatc
     spent = engine._paid
     assert spent > 0
     # The next call's torch seconds would pass numba's (pretended) cost.
-    monkeypatch.setattr(cpu, "first_compile", lambda request: [(None, spent * 1.01)])
+    monkeypatch.setattr(cpu, "first_compile", lambda request, space: [(None, spent * 1.01)])
     monkeypatch.setattr(cpu, "START_SECONDS", 0.0)
     ran.clear()
     again = recall_at_k(x, x, labels, labels, (1, 2), query_in_reference=True)
@@ -225,8 +228,40 @@ def test_the_line_is_printed_once(capsys, monkeypatch):
     err = capsys.readouterr().err
     folder = jit.cache_folder(cpu.kernels.window_rows)
     assert err == f"{LINE}6 s; cached in {folder}\n"
-    for kernel in (cpu.kernels.top_rows, exact.KERNELS["sq"], filters.KERNELS["filter_rows"]):
+    for kernel in (
+        cpu.kernels.top_rows,
+        exact.NUMBA_KERNELS["sq"],
+        filters.NUMBA_KERNELS["filter_rows"],
+        lowp.NUMBA_KERNELS["quantise"],
+    ):
         assert jit.cache_folder(kernel) == folder  # one folder for all
+
+
+def test_first_compile_names_the_groups_of_kernels_a_pass_compiles():
+    def names(n, precision="auto", metric="cosine", thresholds=True, lists=False):
+        rows = engine.Rows(torch.ones(n, 16), torch.ones(n), torch.ones(n))
+        space = engine.Space(
+            rows, metric, n, 16, torch.device("cpu"), lambda: iter(()), precision=precision
+        )
+        space.query_is_reference = True
+        request = protocol.Request(
+            positives=object() if thresholds else None,
+            top_k=np.ones(n, dtype=np.int64) if lists else None,
+        )
+        return [kernel.py_func.__name__ for kernel, _ in cpu.first_compile(request, space)]
+
+    common = ["_robust_norms_numba", "_exact_numba"]
+    assert names(300) == [*common, "window_rows"]
+    assert names(300, thresholds=False, lists=True) == [*common, "top_rows"]
+    both = [*common, "window_rows", "window_cols", "top_rows", "top_cols"]
+    assert names(3000, lists=True) == both
+    assert names(3000, metric="euclidean") == [*common, "window_rows"]  # never symmetric
+    assert names(300, precision="bfloat16")[-1] == "_quantise"
+    wide = names(20 * cpu.TILE, precision="float32")
+    assert wide == [*common, "window_rows", "window_cols"]
+    if len(lowp.worth_timing()) > 1:  # auto weighs a low precision from 400 tiles
+        assert names(20 * cpu.TILE) == [*wide, "_quantise"]
+    assert names(19 * cpu.TILE) == wide
 
 
 def _process(code: str, folder: Path, cold_start: str | None) -> subprocess.CompletedProcess:

@@ -232,7 +232,7 @@ def run(space: Space, request: Request, chunk_size: int | None = None) -> Iterat
         chunk_size = space.options.chunk_size
     backend = backend_for(space)
     if backend.name == "numba":
-        cost = _numba_cost(request)
+        cost = _numba_cost(request, space)
         if cost and _may_wait(space):
             yield from _cold(space, request, chunk_size, cost)
             return
@@ -247,7 +247,7 @@ def run_chunk(
     processes by ``reducer`` (sharded evaluation)."""
     backend = backend_for(space)
     if backend.name == "numba":
-        _numba_cost(request)
+        _numba_cost(request, space)
         _start_numba(space)
     return backend.run_chunk(space, chunk, request, reducer)
 
@@ -256,7 +256,7 @@ _paid_lock = threading.Lock()
 _paid = 0.0  # seconds this process spent on the torch back end while numba was cold
 
 
-def _numba_cost(request: Request) -> float:
+def _numba_cost(request: Request, space: Space) -> float:
     """What running the request on numba costs before its first tile, measured
     (:func:`recallkit.engine.cpu.first_compile`): the compile seconds of the kernels it needs
     and numba's cache lacks, and numba's start when no kernel is loaded in this process yet (0
@@ -264,7 +264,7 @@ def _numba_cost(request: Request) -> float:
     compile prints."""
     from recallkit.engine import cpu
 
-    groups = cpu.first_compile(request)
+    groups = cpu.first_compile(request, space)
     missing = sum(seconds for kernel, seconds in groups if not jit.cached(kernel))
     jit.expect(missing or sum(seconds for _, seconds in groups))
     started = any(jit.loaded(kernel) for kernel, _ in groups)

@@ -69,27 +69,40 @@ HEAP_K = 32  # up to this k a heap per row keeps a top-k; beyond, a reservoir (f
 # (``benchmarks/bench_first_call.py --kernels``): the compile seconds of each group of kernels
 # that one call compiles together, by the kernel that stands for the group (compiled or cached
 # once the group is): the rows' preparation (filters.py), the exact scores and the squared norms
-# (exact.py), the thresholds' windows and masks, the ranked lists' kernels (cpu_kernels.py); and
-# numba's start in a process, which the first kernel loaded from the cache pays (its code
-# generation and the registries of numpy's functions; a kernel loads in tens of milliseconds).
-ROWS_SECONDS = 2.0
-EXACT_SECONDS = 2.0
-THRESHOLD_SECONDS = 2.8
-LIST_SECONDS = 17.0
-START_SECONDS = 0.35
+# (exact.py), the thresholds' windows and masks, the ranked lists' kernels (cpu_kernels.py), the
+# same read along a tile's columns (a symmetric pass past one tile), the low-precision sides
+# (lowp.py); and numba's start in a process, which the first kernel loaded from the cache pays
+# (its code generation and the registries of numpy's functions; a kernel loads in milliseconds).
+ROWS_SECONDS = 1.9
+EXACT_SECONDS = 1.7
+THRESHOLD_SECONDS = 2.4
+LIST_SECONDS = 12.1
+THRESHOLD_COLUMN_SECONDS = 1.5
+LIST_COLUMN_SECONDS = 1.6
+LOW_SECONDS = 4.2
+START_SECONDS = 0.3
 
 
-def first_compile(request: Request) -> list[tuple[Any, float]]:
-    """``(kernel, seconds)`` of each group of kernels the request's pass compiles on its first
-    use (:func:`recallkit.engine.jit.cached` tells whether the group is compiled)."""
+def first_compile(request: Request, space: Space) -> list[tuple[Any, float]]:
+    """``(kernel, seconds)`` of each group of kernels the request's pass on ``space`` compiles on
+    its first use (:func:`recallkit.engine.jit.cached` tells whether the group is compiled)."""
     groups = [
-        (filters.KERNELS["robust_norms"], ROWS_SECONDS),
-        (exact.KERNELS["exact"], EXACT_SECONDS),
+        (filters.NUMBA_KERNELS["robust_norms"], ROWS_SECONDS),
+        (exact.NUMBA_KERNELS["exact"], EXACT_SECONDS),
     ]
+    columns = space.query_is_reference and space.metric != "euclidean" and space.num_query > TILE
     if request.thresholds:
         groups.append((kernels.window_rows, THRESHOLD_SECONDS))
+        if columns:
+            groups.append((kernels.window_cols, THRESHOLD_COLUMN_SECONDS))
     if request.lists:
         groups.append((kernels.top_rows, LIST_SECONDS))
+        if columns:
+            groups.append((kernels.top_cols, LIST_COLUMN_SECONDS))
+    tiles = (space.num_query // TILE) * (space.num_reference // TILE)
+    weighed = space.precision == "auto" and tiles >= lowp.AUTO_TILES
+    if space.precision in ("bfloat16", "int8") or (weighed and len(lowp.worth_timing()) > 1):
+        groups.append((lowp.NUMBA_KERNELS["quantise"], LOW_SECONDS))
     return groups
 
 

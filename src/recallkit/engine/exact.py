@@ -155,7 +155,7 @@ def _exact_numba(
 
 
 #: This module's numba kernels, by name (:func:`recallkit.engine.cpu.first_compile`).
-KERNELS = {"sq": _sq_numba, "exact": _exact_numba}
+NUMBA_KERNELS = {"sq": _sq_numba, "exact": _exact_numba}
 
 RUN = 256  # pairs of one row scored by one thread at most: a few long rows still use every core
 

@@ -121,7 +121,7 @@ def _filter_rows_numba(x, factor, divide, held, held_bits, out, norms):  # pragm
 
 
 #: This module's numba kernels, by name (:func:`recallkit.engine.cpu.first_compile`).
-KERNELS = {"robust_norms": _robust_norms_numba, "filter_rows": _filter_rows_numba}
+NUMBA_KERNELS = {"robust_norms": _robust_norms_numba, "filter_rows": _filter_rows_numba}
 
 
 def filter_rows(
