@@ -33,22 +33,21 @@ debugging: ``torch`` runs the device path on CPU tensors (what CUDA runs), ``tri
 kernels (on the CPU under ``TRITON_INTERPRET=1``).
 
 The first call. numba compiles the CPU back end's kernels on their first use and caches them
-(:mod:`.jit`): seconds for a first recall@K, more for ranked lists; a process that finds them in
-the cache still pays numba's start (about a second) when it loads the first. While the kernels a
-call on CPU tensors needs are not loaded in the process, :func:`run` weighs what numba would cost
-before its first tile (the compile seconds of the kernels its cache lacks and numba's start,
-measured: :func:`recallkit.engine.cpu.first_compile`) against what the torch back end, which
+(:mod:`.jit`): seconds for a first recall@K, more for ranked lists; a process that finds them in the
+cache still pays numba's start (0.3 s, a second under load) when it loads the first. While the
+kernels a call on CPU tensors needs are not loaded in the process, :func:`run` weighs what numba
+would cost before its first tile (the compile seconds of the kernels its cache lacks and numba's
+start, measured: :func:`recallkit.engine.cpu.first_compile`) against what the torch back end, which
 needs neither, takes for the call, measured on this machine at run time: it runs the call's first
-queries there (about :data:`PROBE_PAIRS` query-reference pairs, or the whole call when that is
-not much more) and extrapolates to the rest. While the torch seconds this process has spent so
-far, plus this call's, stay within numba's cost, the call runs on torch (the same ranks, bit for
-bit). Once they would pass it, the process goes to numba, compiling what the cache lacks (one
-line on stderr says so): this call from its first query (unless the probe was all of it), and
-every later call (rent until the rent would reach the price, then buy). A small call stays on
-torch; a large one, or a long run of small ones, goes to numba. ``RECALLKIT_COLD_START=compile``
-goes to numba at once (the test suite sets it: each test runs the back end it names, cold cache
-or not); so do a reference streamed block by block, a sharded call and the low precisions
-(``int8``, ``bfloat16``).
+queries there (about :data:`PROBE_PAIRS` query-reference pairs, or the whole call when that is not
+much more) and extrapolates to the rest. While the torch seconds this process has spent so far, plus
+this call's, stay within numba's cost, the call runs on torch (the same ranks, bit for bit). Once
+they would pass it, the process goes to numba, compiling what the cache lacks (one line on stderr
+says so): this call from its first query (unless the probe was all of it), and every later call
+(rent until the rent would reach the price, then buy). A small call stays on torch; a large one, or
+a long run of small ones, goes to numba. ``RECALLKIT_COLD_START=compile`` goes to numba at once (the
+test suite sets it: each test runs the back end it names, cold cache or not); so do a reference
+streamed block by block, a sharded call and the low precisions (``int8``, ``bfloat16``).
 """
 
 from __future__ import annotations

@@ -130,7 +130,8 @@ def filter_rows(
     """CPU rows ``raw`` divided (``divide``) or multiplied by a float64 factor per row in float64,
     rounded to ``dtype``, in one pass without a float64 copy of the rows; with ``norms``, also
     the float64 rows' :func:`robust_norms` (any order of the squares' sum is within the
-    bound's float64 term). The same roundings as the torch operations."""
+    bound's float64 term). The same roundings as the torch operations, which run instead while
+    the kernel is not loaded (:func:`recallkit.engine.jit.usable`)."""
     n, d = raw.shape
     out = torch.empty((n, d), dtype=dtype)
     found = np.empty(n if norms else 0, dtype=np.float64)
@@ -175,9 +176,10 @@ def largest_norm(x: torch.Tensor) -> torch.Tensor:
 def robust_norms(x: torch.Tensor, fused: bool = False) -> torch.Tensor:
     """Euclidean norms of the rows of ``x`` in float64, without underflow or overflow (each row
     is divided by a power of two near its largest magnitude first, as two exact factors: one
-    would overflow for subnormal rows). CPU rows in one numba pass each (``fused``), otherwise
-    torch operations (what a device runs: no host read); any order of the squares' sum is within
-    the bound's float64 term."""
+    would overflow for subnormal rows). CPU rows in one numba pass each (``fused``, once the
+    kernel is usable: :func:`recallkit.engine.jit.usable`), otherwise torch operations (what a
+    device runs: no host read); any order of the squares' sum is within the bound's float64
+    term."""
     if fused and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
         out = np.empty(x.shape[0], dtype=np.float64)
         if not x.shape[0]:

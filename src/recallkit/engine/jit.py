@@ -7,14 +7,14 @@ where that is writable, else numba's folder in the user's cache (``~/.cache/numb
 ``$NUMBA_CACHE_DIR/...`` when that variable is set before numba is imported. A process finds
 there what an earlier one compiled, so compiling happens once per machine and recallkit version.
 
-Compiling the kernels of a first call takes seconds (about 7 s for recall@K, 17 s more for the
+Compiling the kernels of a first call takes seconds (about 6 s for recall@K, 12 s more for the
 ranked lists of MAP@R or a k-NN, on 2 cores of a Xeon; ``benchmarks/bench_first_call.py``). So:
 
 * the first compile of a recallkit kernel in a process prints one line to stderr, once:
   ``compiling recallkit's kernels, once: about N s; cached in DIR`` (:func:`announce`, from
   numba's compile event, so it is printed only when a compile actually happens);
 * while the kernels a call needs are not compiled, or not loaded in this process (numba's start
-  in a process takes 0.35 s there, a second under load), the engine may run the call on the torch
+  in a process takes 0.3 s there, a second under load), the engine may run the call on the torch
   back end instead (:mod:`recallkit.engine`, ``RECALLKIT_COLD_START``): the same ranks, bit for
   bit, with nothing to compile or load. The shared preparation of the rows (:mod:`.exact`,
   :mod:`.filters`) uses the torch operations where its kernel is not loaded (:func:`usable`),
