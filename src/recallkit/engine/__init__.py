@@ -231,8 +231,9 @@ def run(space: Space, request: Request, chunk_size: int | None = None) -> Iterat
         chunk_size = space.options.chunk_size
     backend = backend_for(space)
     if backend.name == "numba":
+        wait = _may_wait(space)  # checks RECALLKIT_COLD_START on every call
         cost = _numba_cost(request, space)
-        if cost and _may_wait(space):
+        if cost and wait:
             yield from _cold(space, request, chunk_size, cost)
             return
         _start_numba(space)
