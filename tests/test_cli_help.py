@@ -95,6 +95,14 @@ def test_recallkit_alone_prints_the_help(capsys):
     assert _run(capsys, "--help") == (0, out, "")
 
 
+def test_the_help_lists_the_environment_variables(capsys):
+    _, out, _ = _run(capsys, "--help")
+    environment = out.split("\nenvironment:\n", 1)[1]
+    for variable in ("NUMBA_CACHE_DIR", "RECALLKIT_COLD_START", "RECALLKIT_CACHE"):
+        assert f"\n  {variable} " in f"\n{environment}"
+    assert max(map(len, out.splitlines())) <= 100
+
+
 def test_version():
     assert recallkit.__version__ == metadata.version("recallkit")
     done = subprocess.run(

@@ -148,6 +148,7 @@ LAYERS = (
     ("recallkit.options",),
     ("recallkit._checks", "recallkit._codes", "recallkit._atomic"),
     ("recallkit.io",),
+    ("recallkit.engine.jit",),
     (
         "recallkit.engine.exact",
         "recallkit.engine.ties",

@@ -89,6 +89,16 @@ NAMES = tuple(name for name, _, _ in COMMANDS)
 ENGINE_MODULES = frozenset({"evaluate", "demo", "protocols"})
 NATIVE_IMPORTS = (("torch", True), ("numba", True), ("onnxruntime", False))  # (module, required)
 PROG = "recallkit"
+# The environment variables a user sets, in ``recallkit --help`` (docs/performance.md#the-first-
+# call-in-a-process for the kernels).
+ENVIRONMENT = """\
+environment:
+  NUMBA_CACHE_DIR       where numba keeps the engine's compiled kernels (default: __pycache__
+                        beside recallkit/engine's sources, else ~/.cache/numba); a first run
+                        with a new one compiles them (seconds; one line says so)
+  RECALLKIT_COLD_START  compile: compile or load the kernels at the first call, rather than
+                        run calls on torch while that costs less (same results)
+  RECALLKIT_CACHE       the embedding cache of evaluate (default ~/.cache/recallkit/embeddings)"""
 #: The exit status of a command stopped by Ctrl-C (128 + SIGINT), as a shell reports it.
 INTERRUPTED = 130
 
@@ -190,6 +200,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG,
         description="Exact, reproducible recall@K and retrieval metrics.",
+        epilog=ENVIRONMENT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "--version", action="version", version=f"%(prog)s {__version__}", help="print the version"

@@ -31,15 +31,35 @@ The layers, each importing only those below it:
 ``RECALLKIT_BACKEND`` (``numba``, ``torch``, ``triton``) forces a back end, for tests and
 debugging: ``torch`` runs the device path on CPU tensors (what CUDA runs), ``triton`` its fused
 kernels (on the CPU under ``TRITON_INTERPRET=1``).
+
+The first call. numba compiles the CPU back end's kernels on their first use and caches them
+(:mod:`.jit`): seconds for a first recall@K, more for ranked lists; a process that finds them in the
+cache still pays numba's start (0.3 s, a second under load) when it loads the first. While the
+kernels a call on CPU tensors needs are not loaded in the process, :func:`run` weighs what numba
+would cost before its first tile (the compile seconds of the kernels its cache lacks and numba's
+start, measured: :func:`recallkit.engine.cpu.first_compile`) against what the torch back end, which
+needs neither, takes for the call, measured on this machine at run time: it runs the call's first
+queries there (about :data:`PROBE_PAIRS` query-reference pairs, or the whole call when that is not
+much more) and extrapolates to the rest. While the torch seconds this process has spent so far, plus
+this call's, stay within numba's cost, the call runs on torch (the same ranks, bit for bit). Once
+they would pass it, the process goes to numba, compiling what the cache lacks (one line on stderr
+says so): this call from its first query (unless the probe was all of it), and every later call
+(rent until the rent would reach the price, then buy). A small call stays on torch; a large one, or
+a long run of small ones, goes to numba. ``RECALLKIT_COLD_START=compile`` goes to numba at once (the
+test suite sets it: each test runs the back end it names, cold cache or not); so do a reference
+streamed block by block, a sharded call and the low precisions (``int8``, ``bfloat16``).
 """
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Iterator
 
 import torch
 
+from recallkit.engine import exact, filters, jit
 from recallkit.engine.pairs import (
     ChunkExclusions,
     Exclusions,
@@ -67,6 +87,10 @@ from recallkit.exceptions import RecallkitError, Text
 
 BACKEND_VARIABLE = "RECALLKIT_BACKEND"
 BACKENDS = ("numba", "torch", "triton")
+COLD_START_VARIABLE = jit.COLD_START_VARIABLE
+#: While numba's kernels are not compiled, the torch back end times a call's first queries on
+#: about this many query-reference pairs before the rest (the whole call up to twice as many).
+PROBE_PAIRS = 1 << 20
 #: The oldest torch the engine runs on: ``torch.mm(..., out_dtype=)`` (the float32 accumulation
 #: of the low-precision filter on CUDA) arrived in 2.8, ``nonzero_static`` on CUDA before it.
 MIN_TORCH = (2, 8)
@@ -92,6 +116,7 @@ check_torch()
 
 __all__ = [
     "BACKENDS",
+    "COLD_START_VARIABLE",
     "PRECISIONS",
     "Backend",
     "Block",
@@ -198,10 +223,19 @@ def _device_backend(name: str, where: torch.device) -> Backend:
 def run(space: Space, request: Request, chunk_size: int | None = None) -> Iterator[ChunkResult]:
     """Every chunk of the request's answer, in query order (:mod:`.protocol`); chunks of
     ``chunk_size`` queries, default the space's ``options.chunk_size`` (else sized from the
-    memory budget)."""
+    memory budget). On CPU tensors, while the kernels the request needs are not compiled or not
+    loaded, the torch back end may answer instead (module docstring)."""
     if chunk_size is None and space.options is not None:
         chunk_size = space.options.chunk_size
-    yield from backend_for(space).run(space, request, chunk_size)
+    backend = backend_for(space)
+    if backend.name == "numba":
+        wait = _may_wait(space)  # checks RECALLKIT_COLD_START on every call
+        cost = _numba_cost(request, space)
+        if cost and wait:
+            yield from _cold(space, request, chunk_size, cost)
+            return
+        _start_numba(space)
+    yield from backend.run(space, request, chunk_size)
 
 
 def run_chunk(
@@ -209,4 +243,92 @@ def run_chunk(
 ) -> ChunkResult:
     """One chunk of query rows against this process's reference, thresholds reduced across
     processes by ``reducer`` (sharded evaluation)."""
-    return backend_for(space).run_chunk(space, chunk, request, reducer)
+    backend = backend_for(space)
+    if backend.name == "numba":
+        _numba_cost(request, space)
+        _start_numba(space)
+    return backend.run_chunk(space, chunk, request, reducer)
+
+
+_paid_lock = threading.Lock()
+_paid = 0.0  # seconds this process spent on the torch back end while numba was cold
+
+
+def _numba_cost(request: Request, space: Space) -> float:
+    """What running the request on numba costs before its first tile, measured
+    (:func:`recallkit.engine.cpu.first_compile`): the compile seconds of the kernels it needs
+    and numba's cache lacks, and numba's start when no kernel is loaded in this process yet (0
+    when all are loaded). The compile seconds also go to :func:`jit.expect`, for the line a
+    compile prints."""
+    from recallkit.engine import cpu
+
+    groups = cpu.first_compile(request, space)
+    missing = sum(seconds for kernel, seconds in groups if not jit.cached(kernel))
+    jit.expect(missing or sum(seconds for _, seconds in groups))
+    started = any(jit.loaded(kernel) for kernel, _ in groups)
+    return missing + (0.0 if started else cpu.START_SECONDS)
+
+
+def _start_numba(space: Space) -> None:
+    """The process runs numba from this call on (:func:`jit.allow`). The first such call's rows
+    were prepared by torch operations (:func:`jit.usable`): their kernels are compiled or loaded
+    now, on a row of each side, so that this call compiles what the next ones need."""
+    if jit.allowed():
+        return
+    jit.allow()
+    for raw in {rows.dtype: rows for rows in (space.query.raw, _block_rows(space))}.values():
+        if raw is not None and raw.shape[0] and raw.shape[1]:
+            one = raw[:1]
+            exact.row_sq_norms(one)
+            filters.largest_norm(one)
+            if space.metric != "euclidean":  # whose filter rows are torch operations
+                factor = torch.ones(1, dtype=torch.float64)
+                filters.filter_rows(one, factor, True, space.filter_dtype, True)
+
+
+def _block_rows(space: Space) -> torch.Tensor | None:
+    return space.single.data if space.single is not None else None
+
+
+def _may_wait(space: Space) -> bool:
+    """Whether a call may run on torch while numba is cold: ``RECALLKIT_COLD_START`` and
+    ``RECALLKIT_BACKEND`` unset (or ``auto``), no call of the process on numba yet
+    (:func:`jit.allowed`), the reference in memory, and a precision that the torch back end runs
+    on the CPU as the numba one does."""
+    if jit.cold_start() != "auto" or forced_backend() is not None or jit.allowed():
+        return False
+    return space.single is not None and space.precision in ("auto", "float32")
+
+
+def _cold(
+    space: Space, request: Request, chunk_size: int | None, cost: float
+) -> Iterator[ChunkResult]:
+    """The call while numba is cold: on torch, or on numba from its first query if the torch
+    seconds would pass ``cost`` (module docstring)."""
+    global _paid
+    from recallkit.engine import cpu
+
+    torch_backend = _device_backend("torch", space.device)
+    n, m = space.num_query, max(space.num_reference, 1)
+    probe = n if n * m <= 2 * PROBE_PAIRS else max(1, min(n, PROBE_PAIRS // m))
+    start = time.perf_counter()
+    first = list(torch_backend.run(space, request, chunk_size, (0, probe)))
+    took = time.perf_counter() - start
+    rest = took * (n - probe) / probe if probe < n else 0.0
+    with _paid_lock:
+        paid = _paid
+        _paid += took
+    if paid + took + rest <= cost:  # torch costs less
+        yield from first
+        if probe < n:
+            start = time.perf_counter()
+            later = list(torch_backend.run(space, request, chunk_size, (probe, n)))
+            with _paid_lock:
+                _paid += time.perf_counter() - start
+            yield from later
+    elif probe == n:  # numba costs less from here on; this call is done
+        jit.allow()
+        yield from first
+    else:  # numba costs less from here on, this call's rest included: from its first query
+        _start_numba(space)
+        yield from cpu.BACKEND.run(space, request, chunk_size)

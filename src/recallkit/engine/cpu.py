@@ -49,12 +49,61 @@ from recallkit.engine.pairs import ChunkExclusions, LabelPositives, Pairs, local
 from recallkit.engine.protocol import ChunkResult, Reducer, Request
 from recallkit.engine.space import Block, Rows, Space, chunk_rows, chunks, memory_budget
 
-__all__ = ["BACKEND", "TILE", "block_scores", "precision_report", "single_threaded", "tile_scores"]
+__all__ = [
+    "BACKEND",
+    "TILE",
+    "block_scores",
+    "first_compile",
+    "precision_report",
+    "single_threaded",
+    "tile_scores",
+]
 precision_report = lowp.precision_report
 _LIMIT_STATE = LIMIT_STATE  # the process-wide BLAS limit's users (tests read it)
 TILE = 1024
 EXTRA = 64  # a top-k buffer holds 2 k + EXTRA items
 HEAP_K = 32  # up to this k a heap per row keeps a top-k; beyond, a reservoir (fewer operations)
+
+
+# What a pass costs numba on its first use, measured on 2 cores of an Intel Xeon
+# (``benchmarks/bench_first_call.py --kernels``): the compile seconds of each group of kernels
+# that one call compiles together, by the kernel that stands for the group (compiled or cached
+# once the group is): the rows' preparation (filters.py), the exact scores and the squared norms
+# (exact.py), the thresholds' windows and masks, the ranked lists' kernels (cpu_kernels.py), the
+# same read along a tile's columns (a symmetric pass past one tile), the low-precision sides
+# (lowp.py); and numba's start in a process, which the first kernel loaded from the cache pays
+# (its code generation and the registries of numpy's functions; a kernel loads in milliseconds).
+ROWS_SECONDS = 1.9
+EXACT_SECONDS = 1.7
+THRESHOLD_SECONDS = 2.4
+LIST_SECONDS = 12.1
+THRESHOLD_COLUMN_SECONDS = 1.5
+LIST_COLUMN_SECONDS = 1.6
+LOW_SECONDS = 4.2
+START_SECONDS = 0.3
+
+
+def first_compile(request: Request, space: Space) -> list[tuple[Any, float]]:
+    """``(kernel, seconds)`` of each group of kernels the request's pass on ``space`` compiles on
+    its first use (:func:`recallkit.engine.jit.cached` tells whether the group is compiled)."""
+    groups = [
+        (filters.NUMBA_KERNELS["robust_norms"], ROWS_SECONDS),
+        (exact.NUMBA_KERNELS["exact"], EXACT_SECONDS),
+    ]
+    columns = space.query_is_reference and space.metric != "euclidean" and space.num_query > TILE
+    if request.thresholds:
+        groups.append((kernels.window_rows, THRESHOLD_SECONDS))
+        if columns:
+            groups.append((kernels.window_cols, THRESHOLD_COLUMN_SECONDS))
+    if request.lists:
+        groups.append((kernels.top_rows, LIST_SECONDS))
+        if columns:
+            groups.append((kernels.top_cols, LIST_COLUMN_SECONDS))
+    tiles = (space.num_query // TILE) * (space.num_reference // TILE)
+    weighed = space.precision == "auto" and tiles >= lowp.AUTO_TILES
+    if space.precision in ("bfloat16", "int8") or (weighed and len(lowp.worth_timing()) > 1):
+        groups.append((lowp.NUMBA_KERNELS["quantise"], LOW_SECONDS))
+    return groups
 
 
 def top_state_bytes(kmax: int) -> int:

@@ -531,7 +531,16 @@ class DeviceBackend(protocol.Pipeline):
         for (start, stop, _, _), part in zip(held, host, strict=True):
             yield _result(start, stop, part)
 
-    def run(self, space: Space, request: Request, size: int | None) -> Iterator[ChunkResult]:
+    def run(
+        self,
+        space: Space,
+        request: Request,
+        size: int | None,
+        queries: tuple[int, int] | None = None,
+    ) -> Iterator[ChunkResult]:
+        """Every chunk of ``size`` queries, in order: of all the queries, or of ``first:last``
+        for ``queries = (first, last)``."""
+        first, last = (0, space.num_query) if queries is None else queries
         inputs = Inputs(space, request)
         per_row = 0
         if request.lists:
@@ -543,7 +552,8 @@ class DeviceBackend(protocol.Pipeline):
         caps = Capacities(MIN_CAPACITY, TOP_EXTRA)
         held: list[tuple[int, int, dict[str, torch.Tensor], torch.Tensor]] = []
         held_bytes = 0
-        for start, stop in chunks(space.num_query, rows):
+        for start, stop in chunks(last - first, rows):
+            start, stop = start + first, stop + first
             out, over = self._chunk(
                 space, inputs, request, space.chunk(start, stop), start, stop, caps
             )

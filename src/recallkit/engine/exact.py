@@ -31,6 +31,8 @@ import numba
 import numpy as np
 import torch
 
+from recallkit.engine import jit
+
 MODES = {"dot": 0, "cosine": 1, "euclidean": 2}
 # Float64 rows scored under cosine keep their scale inside [2**-LIMIT, 2**LIMIT].
 COSINE_SCALE_LIMIT = 500
@@ -47,11 +49,15 @@ def _sq_numba(x, out):  # pragma: no cover - compiled
 
 
 def row_sq_norms(x: torch.Tensor) -> torch.Tensor:
-    """``sq(x_i)`` of every row in float64, summed in index order, on ``x``'s device."""
+    """``sq(x_i)`` of every row in float64, summed in index order, on ``x``'s device: a numba
+    pass on CPU rows once its kernel is compiled (:func:`recallkit.engine.jit.usable`), else
+    torch operations (the same bits)."""
     if x.device.type == "cpu":
         out = np.empty(x.shape[0], dtype=np.float64)
-        _sq_numba(x.detach().contiguous().numpy(), out)
-        return torch.from_numpy(out)
+        args = (x.detach().contiguous().numpy(), out)
+        if jit.usable(_sq_numba, args):
+            _sq_numba(*args)
+            return torch.from_numpy(out)
     acc = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
     columns = x.detach().T.to(torch.float64)
     for k in range(x.shape[1]):
@@ -147,6 +153,9 @@ def _exact_numba(
                 dot += np.float64(query[i, k]) * np.float64(reference[j, k])
             out[t] = _finish(dot, qa, r_aux[j], mode)
 
+
+#: This module's numba kernels, by name (:func:`recallkit.engine.cpu.first_compile`).
+NUMBA_KERNELS = {"sq": _sq_numba, "exact": _exact_numba}
 
 RUN = 256  # pairs of one row scored by one thread at most: a few long rows still use every core
 

@@ -40,7 +40,7 @@ import numba
 import numpy as np
 import torch
 
-from recallkit.engine import exact, lowp
+from recallkit.engine import exact, jit, lowp
 from recallkit.exceptions import RecallkitError, Text
 
 # Low-precision GEMM types, by the public name of a precision.
@@ -120,39 +120,53 @@ def _filter_rows_numba(x, factor, divide, held, held_bits, out, norms):  # pragm
             norms[i] = _robust_norm(v, held_bits[t])
 
 
+#: This module's numba kernels, by name (:func:`recallkit.engine.cpu.first_compile`).
+NUMBA_KERNELS = {"robust_norms": _robust_norms_numba, "filter_rows": _filter_rows_numba}
+
+
 def filter_rows(
     raw: torch.Tensor, factor: torch.Tensor, divide: bool, dtype: torch.dtype, norms: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """CPU rows ``raw`` divided (``divide``) or multiplied by a float64 factor per row in float64,
     rounded to ``dtype``, in one pass without a float64 copy of the rows; with ``norms``, also
     the float64 rows' :func:`robust_norms` (any order of the squares' sum is within the
-    bound's float64 term). The same roundings as the torch operations."""
+    bound's float64 term). The same roundings as the torch operations, which run instead while
+    the kernel is not loaded (:func:`recallkit.engine.jit.usable`)."""
     n, d = raw.shape
     out = torch.empty((n, d), dtype=dtype)
     found = np.empty(n if norms else 0, dtype=np.float64)
     if n:
         held = np.empty((numba.config.NUMBA_NUM_THREADS, d), dtype=np.float64)
-        factor = np.ascontiguousarray(factor.numpy(), dtype=np.float64)
-        _filter_rows_numba(
+        args = (
             raw.detach().contiguous().numpy(),
-            factor,
+            np.ascontiguousarray(factor.numpy(), dtype=np.float64),
             divide,
             held,
             held.view(np.uint64),
             out.numpy(),
             found,
         )
+        if not jit.usable(_filter_rows_numba, args):  # the torch operations: the same values
+            v = raw.detach().to(torch.float64)
+            v = v / factor[:, None] if divide else v * factor[:, None]
+            return v.to(dtype), robust_norms(v) if norms else None
+        _filter_rows_numba(*args)
     return out, torch.from_numpy(found) if norms else None
 
 
 def largest_norm(x: torch.Tensor) -> torch.Tensor:
     """The largest of :func:`robust_norms` (0 for no rows), a float64 scalar on ``x``'s device:
-    CPU rows in one numba pass (no float64 copy), device rows in torch operations, 8192 rows at
-    a time."""
+    CPU rows in one numba pass (no float64 copy; :func:`recallkit.engine.jit.usable`), other
+    rows in torch operations, 8192 rows at a time."""
     if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
         if not x.shape[0]:
             return torch.zeros((), dtype=torch.float64)
-        return robust_norms(x, fused=True).max()
+        rows = x.detach().contiguous().numpy()
+        bits = rows.view(np.uint32 if rows.dtype == np.float32 else np.uint64)
+        norms = np.empty(rows.shape[0], dtype=np.float64)
+        if jit.usable(_robust_norms_numba, (rows, bits, norms)):
+            _robust_norms_numba(rows, bits, norms)
+            return torch.from_numpy(norms).max()
     top = torch.zeros((), dtype=torch.float64, device=x.device)
     for start in range(0, x.shape[0], 8192):  # no float64 copy of the whole block
         top = torch.maximum(top, robust_norms(x[start : start + 8192]).max())
@@ -162,16 +176,19 @@ def largest_norm(x: torch.Tensor) -> torch.Tensor:
 def robust_norms(x: torch.Tensor, fused: bool = False) -> torch.Tensor:
     """Euclidean norms of the rows of ``x`` in float64, without underflow or overflow (each row
     is divided by a power of two near its largest magnitude first, as two exact factors: one
-    would overflow for subnormal rows). CPU rows in one numba pass each (``fused``), otherwise
-    torch operations (what a device runs: no host read); any order of the squares' sum is within
-    the bound's float64 term."""
+    would overflow for subnormal rows). CPU rows in one numba pass each (``fused``, once the
+    kernel is usable: :func:`recallkit.engine.jit.usable`), otherwise torch operations (what a
+    device runs: no host read); any order of the squares' sum is within the bound's float64
+    term."""
     if fused and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
         out = np.empty(x.shape[0], dtype=np.float64)
-        if x.shape[0]:
-            rows = x.detach().contiguous().numpy()
-            bits = rows.view(np.uint32 if rows.dtype == np.float32 else np.uint64)
-            _robust_norms_numba(rows, bits, out)
-        return torch.from_numpy(out)
+        if not x.shape[0]:
+            return torch.from_numpy(out)
+        rows = x.detach().contiguous().numpy()
+        args = (rows, rows.view(np.uint32 if rows.dtype == np.float32 else np.uint64), out)
+        if jit.usable(_robust_norms_numba, args):
+            _robust_norms_numba(*args)
+            return torch.from_numpy(out)
     x = x.to(torch.float64)
     top = x.abs().amax(dim=1) if x.shape[1] else torch.zeros(x.shape[0], dtype=torch.float64)
     _, exponent = torch.frexp(top)

@@ -670,6 +670,8 @@ class TorchBF16(Kernel):
 
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in (OnnxInt8(), TorchInt8(), TorchBF16())}
+#: This module's numba kernels, by name (:func:`recallkit.engine.cpu.first_compile`).
+NUMBA_KERNELS = {"quantise": _quantise, "round_bf16": _round_bf16, "scale_columns": _scale_columns}
 
 
 def kernels_for(precision: str, flags: frozenset[str] | None = None) -> tuple[Kernel, ...]:
