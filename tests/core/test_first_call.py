@@ -241,7 +241,13 @@ def test_first_compile_names_the_groups_of_kernels_a_pass_compiles():
     def names(n, precision="auto", metric="cosine", thresholds=True, lists=False):
         rows = engine.Rows(torch.ones(n, 16), torch.ones(n), torch.ones(n))
         space = engine.Space(
-            rows, metric, n, 16, torch.device("cpu"), lambda: iter(()), precision=precision
+            rows,
+            metric,
+            n,
+            16,
+            torch.device("cpu"),
+            lambda: iter(()),
+            options=Options(precision=precision),
         )
         space.query_is_reference = True
         request = protocol.Request(

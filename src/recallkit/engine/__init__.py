@@ -297,7 +297,7 @@ def _may_wait(space: Space) -> bool:
     on the CPU as the numba one does."""
     if jit.cold_start() != "auto" or forced_backend() is not None or jit.allowed():
         return False
-    return space.single is not None and space.precision in ("auto", "float32")
+    return space.single is not None and space.options.precision in ("auto", "float32")
 
 
 def _cold(

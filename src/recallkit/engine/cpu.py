@@ -100,8 +100,9 @@ def first_compile(request: Request, space: Space) -> list[tuple[Any, float]]:
         if columns:
             groups.append((kernels.top_cols, LIST_COLUMN_SECONDS))
     tiles = (space.num_query // TILE) * (space.num_reference // TILE)
-    weighed = space.precision == "auto" and tiles >= lowp.AUTO_TILES
-    if space.precision in ("bfloat16", "int8") or (weighed and len(lowp.worth_timing()) > 1):
+    precision = space.options.precision
+    weighed = precision == "auto" and tiles >= lowp.AUTO_TILES
+    if precision in ("bfloat16", "int8") or (weighed and len(lowp.worth_timing()) > 1):
         groups.append((lowp.NUMBA_KERNELS["quantise"], LOW_SECONDS))
     return groups
 
