@@ -154,11 +154,19 @@ def test_numba_wins_once_the_torch_seconds_pass_its_cost(probed, ran, monkeypatc
         assert result.to_dict() == expected.to_dict()
 
 
-def test_what_compiles_at_once(ran, monkeypatch):
+def test_what_compiles_at_once(ran, monkeypatch, tmp_path):
     """The low precisions, a streamed reference and RECALLKIT_COLD_START=compile run numba."""
     x, labels = _data(4)
     recall_at_k(x, x, labels, labels, 1, query_in_reference=True, precision="bfloat16")
     assert ran == ["numba"]
+    monkeypatch.setattr(jit, "_allowed", False)
+    ran.clear()
+    np.save(tmp_path / "x.npy", x)  # a reference read block by block: no tensor of its rows
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    streamed = recall_at_k(x[:50], mapped, labels[:50], labels, (1, 4), query_in_reference=False)
+    assert ran == ["numba"]
+    in_memory = recall_at_k(x[:50], x, labels[:50], labels, (1, 4), query_in_reference=False)
+    assert streamed.to_dict() == in_memory.to_dict()
     monkeypatch.setattr(jit, "_allowed", False)
     ran.clear()
     monkeypatch.setenv(jit.COLD_START_VARIABLE, "compile")

@@ -276,8 +276,9 @@ def _start_numba(space: Space) -> None:
     if jit.allowed():
         return
     jit.allow()
-    for raw in {rows.dtype: rows for rows in (space.query.raw, _block_rows(space))}.values():
-        if raw is not None and raw.shape[0] and raw.shape[1]:
+    sides = [rows for rows in (space.query.raw, _block_rows(space)) if rows is not None]
+    for raw in {rows.dtype: rows for rows in sides}.values():
+        if raw.shape[0] and raw.shape[1]:
             one = raw[:1]
             exact.row_sq_norms(one)
             filters.largest_norm(one)
