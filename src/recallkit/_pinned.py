@@ -127,19 +127,8 @@ class FileState:
         (default: :func:`sampled_spans` of its size)."""
         stat = os.fstat(fd)
         spans = sampled_spans(stat.st_size) if spans is None else tuple(spans)
-        digest = hashlib.blake2b(digest_size=16)
-        for offset, length in spans:
-            digest.update(read_bytes(fd, length, offset))
-        return cls(
-            os.fspath(path),
-            stat.st_dev,
-            stat.st_ino,
-            stat.st_size,
-            stat.st_mtime_ns,
-            spans,
-            digest.digest(),
-            what,
-        )
+        content = b"".join(read_bytes(fd, length, offset) for offset, length in spans)
+        return cls.known(stat, path, spans, content, what)
 
     @classmethod
     def known(

@@ -295,15 +295,22 @@ def _scroll(table: str) -> str:
     return f"<div class='scroll'>{table}</div>"
 
 
+def _head(head: Sequence[str], text: set[int], attrs: str = "") -> str:
+    """A table's opening and header row; the columns in ``text`` hold text (left-aligned)."""
+    marked = ' class="text"'
+    cells = "".join(
+        f'<th scope="col"{marked if i in text else ""}>{_e(h)}</th>' for i, h in enumerate(head)
+    )
+    return f"<table {attrs}><thead><tr>{cells}</tr></thead><tbody>"
+
+
 def _table(
     head: Sequence[str], rows: Sequence[Sequence[Any]], text: set[int], attrs: str = ""
 ) -> str:
     def cls(i: int) -> str:
         return ' class="text"' if i in text else ""
 
-    parts = [f"<table {attrs}><thead><tr>"]
-    parts += [f'<th scope="col"{cls(i)}>{_e(h)}</th>' for i, h in enumerate(head)]
-    parts.append("</tr></thead><tbody>")
+    parts = [_head(head, text, attrs)]
     for row in rows:
         parts.append("<tr>" + "".join(f"<td{cls(i)}>{_e(v)}</td>" for i, v in enumerate(row)))
         parts.append("</tr>")
@@ -351,12 +358,7 @@ def _detail_table(summary: Summary) -> str:
     conf = f"{100 * summary.settings.get('confidence', 0.95):g}%"
     head = ["run", "metric", "value", f"{conf} low", f"{conf} high", "resampled"]
     head += ["ties: worst", "ties: best", "summary"]
-    parts = ['<table id="detail-table"><thead><tr>']
-    parts += [
-        f'<th scope="col"{" class=text" if i in (0, 1, 5, 8) else ""}>{_e(h)}</th>'
-        for i, h in enumerate(head)
-    ]
-    parts.append("</tr></thead><tbody>")
+    parts = [_head(head, {0, 1, 5, 8}, 'id="detail-table"')]
     for run in summary.runs:
         bounds = run.record.get("bounds") or {}
         for m in summary.metrics:
@@ -398,12 +400,7 @@ def _differences(summary: Summary) -> str:
     head = ["metric", "a", "b", "a − b", f"{conf} interval", "p", "p adjusted", "verdict"]
     if only:
         head += ["right in a only", "right in b only"]
-    parts = ['<table id="differences-table"><thead><tr>']
-    parts += [
-        f'<th scope="col"{" class=text" if i in (0, 1, 2, 7) else ""}>{_e(h)}</th>'
-        for i, h in enumerate(head)
-    ]
-    parts.append("</tr></thead><tbody>")
+    parts = [_head(head, {0, 1, 2, 7}, 'id="differences-table"')]
     for r in c.rows:
         verdict = f"{r.better} better" if r.significant else "not significant"
         cells = [
