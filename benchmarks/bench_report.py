@@ -68,7 +68,7 @@ def class_sizes(rng: np.random.Generator) -> np.ndarray:
 def synthetic_run(tag: str, skill: float, seed: int, labels: np.ndarray) -> dict:
     """A run record of the SOP test split: ranks, values and nearest labels for ``skill``
     (recall@1 about 0.62 + 0.2 * skill)."""
-    from recallkit.definitions import definitions
+    from recallkit.runfiles.definitions import definitions
 
     rng = np.random.default_rng(seed)
     n = len(labels)

@@ -9,7 +9,8 @@ Parts:
   about 55 items per class), recall@{1,4,16,32} against the GEMM floor measured in the same run,
   with peak resident memory beyond the inputs.
 * ``streamed``: a 2,000,000-row float16 gallery written to a ``.npy`` file and evaluated through
-  :func:`recallkit.io.open_embeddings` (never loaded whole), with peak resident memory, and the
+  :func:`recallkit._inputs.io.open_embeddings` (never loaded whole), with peak resident memory, and
+  the
   same values as the in-memory evaluation.
 * ``ranks``: :func:`recallkit.evaluate_sharded` on 2 and 4 gloo processes on this machine, bytes
   through the collectives per rank, and agreement with the single-process result.
@@ -32,7 +33,7 @@ from bench_recall import gemm_floor_numpy_split, make_data, measure
 
 import recallkit
 from recallkit import engine
-from recallkit.io import open_embeddings
+from recallkit._inputs.io import open_embeddings
 
 
 def part_inat() -> None:

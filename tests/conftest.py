@@ -22,7 +22,7 @@ def pytest_configure(config):
 
 
 def _recallkit_files(folder: Path):
-    from recallkit import records
+    from recallkit.runfiles import records
 
     for path in folder.rglob("*"):
         if path.suffix not in (".json", ".jsonl") or not path.is_file():
@@ -44,7 +44,7 @@ def _check_written_records(request):
         return
     import jsonschema
 
-    from recallkit import records
+    from recallkit.runfiles import records
 
     validators = {
         kind: jsonschema.Draft202012Validator(records.schema(kind)) for kind in ("run", "history")

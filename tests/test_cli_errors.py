@@ -2,7 +2,7 @@
 
 The library's messages keep their parts (:mod:`recallkit.exceptions`): the parameter at fault
 and the settings a message suggests ("pass check_counts=False") are mentions, not text;
-:mod:`recallkit.errors` renders them with the command line's options. One test reads the source
+:mod:`recallkit.cli.errors` renders them with the command line's options. One test reads the source
 of every module the command line can reach and checks that no message spells a keyword hint
 in its literal text (it would reach the user as Python); the others pin the rendering.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import recallkit
-from recallkit import _checks
-from recallkit.errors import SETTINGS, UsageError, error_text, namer, one_line, warning_text
+from recallkit._inputs import checks as _checks
+from recallkit.cli.errors import SETTINGS, UsageError, error_text, namer, one_line, warning_text
 from recallkit.exceptions import RecallkitError, RecallkitWarning, Text
 
 PACKAGE = Path(recallkit.__file__).parent
@@ -49,7 +49,7 @@ def _module_file(name: str) -> Path | None:
 
 def _imports(path: Path) -> set[str]:
     """Every ``recallkit`` module named by an import in ``path``, at any depth of the code, or
-    loaded on first use (``recallkit._lazy.Module("recallkit....")``)."""
+    loaded on first use (``recallkit._loading.Module("recallkit....")``)."""
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Call) and _callee(node) == "Module" and node.args:
@@ -69,8 +69,9 @@ def reachable_modules() -> dict[str, Path]:
 
     The command modules are imported by name (``importlib``), so all of them are the start.
     """
-    start = ["recallkit.cli", "recallkit.__main__", "recallkit.errors"]
-    start += [f"recallkit.commands.{p.stem}" for p in (PACKAGE / "commands").glob("*.py")]
+    start = ["recallkit.cli", "recallkit.cli.app", "recallkit.__main__", "recallkit.cli.errors"]
+    commands = PACKAGE / "cli" / "commands"
+    start += [f"recallkit.cli.commands.{p.stem}" for p in commands.glob("*.py")]
     found: dict[str, Path] = {}
     todo = list(start)
     while todo:
@@ -138,10 +139,10 @@ def _hints(text: str) -> list[str]:
 def test_the_walk_reaches_the_modules_behind_every_command():
     modules = reachable_modules()
     for name in (
-        "recallkit.commands.protocols",
-        "recallkit.commands.evaluate",
-        "recallkit.io",
-        "recallkit._checks",
+        "recallkit.cli.commands.protocols",
+        "recallkit.cli.commands.evaluate",
+        "recallkit._inputs.io",
+        "recallkit._inputs.checks",
         "recallkit.protocols.image_text",
         "recallkit.datasets._files",
         "recallkit.runner.encode",

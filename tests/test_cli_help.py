@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import recallkit
-from recallkit import cli
+from recallkit.cli import app as cli
 
 ORDER = [
     "evaluate",
@@ -55,7 +55,7 @@ def test_the_listed_help_lines_are_those_the_modules_register():
     parser = argparse.ArgumentParser()
     subparsers = parser.add_subparsers()
     for module in dict.fromkeys(module for _, module, _ in cli.COMMANDS):
-        importlib.import_module(f"recallkit.commands.{module}").register(subparsers)
+        importlib.import_module(f"recallkit.cli.commands.{module}").register(subparsers)
     registered = {a.dest: a.help for a in subparsers._choices_actions}
     assert registered == {name: help_line for name, _, help_line in cli.COMMANDS}
 
@@ -73,7 +73,7 @@ def test_help_imports_no_command_module_nor_torch():
         "from recallkit.cli import main\n"
         "code = main(['--help'])\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'PIL')\n"
-        "               or m.startswith(('recallkit.commands.', 'recallkit.runner')))\n"
+        "               or m.startswith(('recallkit.cli.commands.', 'recallkit.runner')))\n"
         "print(code, heavy, file=sys.stderr)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)

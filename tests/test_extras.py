@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recallkit._extras import EXTRAS, PACKAGES, MissingExtraError, available, require
+from recallkit._loading import EXTRAS, PACKAGES, MissingExtraError, available, require
 from tests.blocking import NOT_IN_CORE, OPTIONAL, files_under, run_cli, run_python
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -106,7 +106,7 @@ def test_a_broken_package_is_named_with_its_error_and_the_repair(tmp_path):
     done = run_python(
         "import sys\n"
         f"sys.path.insert(0, {str(tmp_path)!r})\n"
-        "from recallkit._extras import MissingExtraError, require\n"
+        "from recallkit._loading import MissingExtraError, require\n"
         "for module in ('torchvision', 'halfbuilt'):\n"
         "    try:\n"
         "        require('feature', module, extra='images')\n"
@@ -190,7 +190,7 @@ def test_safetensors_embeddings_are_read_without_the_safetensors_package(tmp_pat
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     save_file({"embeddings": x, "other": x[:1]}, str(tmp_path / "e.safetensors"))
     done = run_python(
-        "from recallkit.io import read_array, load_embeddings\n"
+        "from recallkit._inputs.io import read_array, load_embeddings\n"
         "print(read_array('e.safetensors', 'embeddings').tolist())\n"
         "print(load_embeddings('e.safetensors', 'other').tolist())\n",
         missing=OPTIONAL,
@@ -347,7 +347,7 @@ def test_datasets_extra_library_readers_without_it(tmp_path):
     (tmp_path / "cars" / "cars_annos.mat").write_bytes(b"MATLAB 5.0 MAT-file")
     done = run_python(
         "import numpy as np\n"
-        "from recallkit._extras import MissingExtraError\n"
+        "from recallkit._loading import MissingExtraError\n"
         "from recallkit.datasets import load_cars196\n"
         "from recallkit.datasets.base import Split\n"
         "try:\n"

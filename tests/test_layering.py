@@ -1,9 +1,9 @@
 """The metrics library never imports the application (command line, argparse, runner).
 
-The library is every module of ``recallkit`` except ``cli``, ``__main__``, ``errors`` and the
-``commands``, ``runner`` and ``reports`` packages. ``import recallkit`` and every library module
-load no application module, and no package of an extra (Pillow, matplotlib, torchvision, ...;
-the extras of ``recallkit._extras``).
+The library is every module of ``recallkit`` except ``__main__`` and the ``cli`` (with its
+``errors`` and ``commands``), ``runner`` and ``reports`` packages. ``import recallkit`` and
+every library module load no application module, and no package of an extra (Pillow,
+matplotlib, torchvision, ...; the extras of ``recallkit._loading``).
 """
 
 from __future__ import annotations
@@ -15,14 +15,12 @@ import sys
 from pathlib import Path
 
 import recallkit
-from recallkit._extras import PACKAGES
+from recallkit._loading import PACKAGES
 
 PACKAGE = Path(recallkit.__file__).parent
 APP = (
     "recallkit.cli",
     "recallkit.__main__",
-    "recallkit.errors",
-    "recallkit.commands",
     "recallkit.runner",
     "recallkit.reports",
 )
@@ -47,7 +45,7 @@ LIBRARY = sorted(name for name in map(_module_name, PACKAGE.rglob("*.py")) if no
 
 def test_the_library_is_what_remains():
     assert "recallkit.retrieval" in LIBRARY and "recallkit.protocols.cirr" in LIBRARY
-    assert "recallkit.datasets.base" in LIBRARY and "recallkit.io" in LIBRARY
+    assert "recallkit.datasets.base" in LIBRARY and "recallkit._inputs.io" in LIBRARY
     assert not [name for name in LIBRARY if "runner" in name or "commands" in name]
     assert not [name for name in LIBRARY if "reports" in name]
 
@@ -82,10 +80,10 @@ def test_no_library_module_names_the_app_layer():
 def test_the_check_sees_an_app_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text(
-        "def f():\n    from recallkit.errors import UsageError\n"
+        "def f():\n    from recallkit.cli.errors import UsageError\n"
         "import numpy\nfrom recallkit import runner\n"
     )
-    assert sorted(_imported(bad)) == ["numpy", "recallkit.errors", "recallkit.runner"]
+    assert sorted(_imported(bad)) == ["numpy", "recallkit.cli.errors", "recallkit.runner"]
 
 
 def test_importing_the_library_loads_no_app_images_or_plots():
@@ -144,10 +142,10 @@ def test_the_root_loads_names_on_first_use():
 #: (the package itself) on top.
 LAYERS = (
     ("recallkit.exceptions",),
-    ("recallkit._pinned",),
+    ("recallkit._inputs.pinned",),
     ("recallkit.options",),
-    ("recallkit._checks", "recallkit._codes", "recallkit._atomic"),
-    ("recallkit.io",),
+    ("recallkit._inputs.checks", "recallkit._inputs.codes", "recallkit.runfiles._atomic"),
+    ("recallkit._inputs.io",),
     ("recallkit.engine.jit",),
     (
         "recallkit.engine.exact",

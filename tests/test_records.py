@@ -1,4 +1,5 @@
-"""recallkit.records: the library's run-record writer, shared by the runner and Evaluator."""
+"""recallkit.runfiles.records: the library's run-record writer, shared by the runner and
+Evaluator."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 
-from recallkit import records
+from recallkit.runfiles import records
 from recallkit.runner import RunnerError, read_history
 
 
@@ -79,7 +80,7 @@ def test_the_run_file_table_of_cli_md_is_the_schema():
     import re
     from pathlib import Path
 
-    from recallkit import records
+    from recallkit.runfiles import records
 
     schema = records.schema("run")
     text = Path(__file__).resolve().parents[1].joinpath("docs", "cli.md").read_text("utf-8")

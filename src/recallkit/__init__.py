@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-from recallkit._lazy import exports as _exports
+from recallkit._loading import exports as _exports
 
 if _TYPE_CHECKING:
     from recallkit.comparison import Comparison, Interval, compare, intervals

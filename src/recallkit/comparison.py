@@ -19,7 +19,7 @@ MedR's median), so that every metric of the registry gets the same treatment:
 
 Runs are compared only when they pair: the same queries (by id and path, in any order), the
 same labels, the same definitions (similarity, tie rule, exclusions, lone queries, averaging;
-:mod:`recallkit.definitions`) and the same lone queries. Otherwise :func:`compare` raises
+:mod:`recallkit.runfiles.definitions`) and the same lone queries. Otherwise :func:`compare` raises
 ``ValueError`` saying what differs. The statistics are :mod:`recallkit.stats`'s, equal to
 scipy's with the same seed and resamples.
 """
@@ -38,11 +38,12 @@ from typing import Any
 import numpy as np
 
 from recallkit import metrics as registry
-from recallkit import records, stats
-from recallkit._codes import dense_codes
-from recallkit.averaging import counted
-from recallkit.definitions import differences
+from recallkit import stats
+from recallkit._inputs.codes import dense_codes
+from recallkit._labels.averaging import counted
 from recallkit.exceptions import fail
+from recallkit.runfiles import records
+from recallkit.runfiles.definitions import differences
 
 __all__ = ["Comparison", "Interval", "PairedDifference", "RunData", "compare", "intervals"]
 

@@ -32,7 +32,8 @@ the row; an id given again in an epoch must carry the same embedding and label (
 :meth:`~Evaluator.compute`).
 
 With ``history=`` each :meth:`~Evaluator.compute` appends the epoch's record to a history file
-(:mod:`recallkit.records`, the format of ``recallkit evaluate --history``), so ``recallkit plot
+(:mod:`recallkit.runfiles.records`, the format of ``recallkit evaluate --history``), so ``recallkit
+plot
 runs.jsonl -o recall.png`` draws recall@K across epochs; ``run_file="runs/{tag}.json"`` also
 writes each epoch's run file with the per-query ranks, for ``recallkit compare``. Under
 ``torch.distributed`` only rank 0 writes.
@@ -49,10 +50,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit import _checks, averaging, records
 from recallkit import metrics as registry
+from recallkit._inputs import checks as _checks
+from recallkit._labels import averaging
 from recallkit.options import Options, accepts, check_flag, fill_docs
 from recallkit.result import Result
+from recallkit.runfiles import records
 from recallkit.sharded import same_row
 from recallkit.typing import Embeddings, Ids, Labels
 

@@ -25,6 +25,7 @@ __all__ = [
     "ParameterError",
     "RecallkitError",
     "RecallkitWarning",
+    "RunnerError",
     "Text",
     "fail",
     "python_name",
@@ -197,6 +198,14 @@ class ParameterError(RecallkitError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.func, self.name, self.requirement, self.got))
+
+
+class RunnerError(RecallkitError):
+    """Bad input to a runner function (a missing folder, an unreadable file, a bad encoder); the
+    message names the file or argument at fault.
+
+    The command line prints it as one line with exit status 2, as every ``ValueError``.
+    """
 
 
 def fail(func: str, name: str, requirement: str | Text, got: Any) -> ParameterError:

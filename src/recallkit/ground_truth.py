@@ -21,7 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit import _checks, engine
+from recallkit import engine
+from recallkit._inputs import checks as _checks
 from recallkit.metrics import DIVISORS, ap_divisor, rank_bounds
 from recallkit.options import Options, accepts
 from recallkit.result import Result

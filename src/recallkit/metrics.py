@@ -18,7 +18,7 @@ there is to the metric, and nothing else in the library knows it by name:
   metric refuses ``"zero"``) and its parameters beyond K (:attr:`Metric.parameters`).
 
 How the summaries are averaged (over queries, or per class first) is
-:mod:`recallkit.averaging`'s, the same for every metric.
+:mod:`recallkit._labels.averaging`'s, the same for every metric.
 
 Names (``R`` = relevant reference items of the query after every exclusion; ``C`` = the
 query's candidates after every exclusion; ``rel_i`` = whether the item at 0-indexed rank ``i``

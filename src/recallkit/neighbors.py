@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit import _checks, engine
+from recallkit import engine
+from recallkit._inputs import checks as _checks
 from recallkit.exceptions import Text
 from recallkit.ground_truth import Ranker, _exclusion_pairs
 from recallkit.options import Options, accepts, check_flag
@@ -106,7 +107,7 @@ def nearest_neighbors(
 
 def id_codes(exclude_ids: Any, n: int, m: int, func: str) -> tuple[np.ndarray, np.ndarray]:
     """``exclude_ids = (query_ids, reference_ids)`` as exclusion codes (equal ids: skipped)."""
-    from recallkit._codes import dense_codes
+    from recallkit._inputs.codes import dense_codes
 
     if not isinstance(exclude_ids, tuple | list) or len(exclude_ids) != 2:
         raise _checks.fail(

@@ -15,12 +15,14 @@ import numpy as np
 import torch
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
-from recallkit import _checks, engine, label_form
+from recallkit import engine
 from recallkit import metrics as registry
-from recallkit._codes import dense_codes
+from recallkit._inputs import checks as _checks
+from recallkit._inputs.codes import dense_codes
+from recallkit._inputs.io import pin, read_through
+from recallkit._labels import form as label_form
 from recallkit.engine.exact import row_sq_norms
 from recallkit.exceptions import Text
-from recallkit.io import pin, read_through
 from recallkit.neighbors import id_codes, nearest_neighbors
 from recallkit.options import Options, accepts, check_flag, fill_docs
 from recallkit.options import names as option_names
@@ -192,7 +194,8 @@ def _checked_embeddings(
     Shapes, dimensions, finiteness and, for cosine, zero rows are checked here, so that errors
     name the function the user called. A streamed reference is checked for its shape; its rows
     are checked block by block as they are read. A memory-mapped one comes back pinned
-    (:func:`recallkit.io.pin`: read from its file, never through the mapping), and a query that
+    (:func:`recallkit._inputs.io.pin`: read from its file, never through the mapping), and a query
+    that
     maps the same file is read through its descriptor.
     """
     same = reference is query

@@ -139,7 +139,7 @@ class Result(dict):
     query_labels : list, optional
         Label form: the queries' labels, as given (plain Python values).
     definitions : mapping, optional
-        The definitions that produced the values (:mod:`recallkit.definitions`).
+        The definitions that produced the values (:mod:`recallkit.runfiles.definitions`).
     title, convention : str, optional
         What was evaluated and under which definition (protocol results).
     parts : mapping of str to Result, optional
@@ -356,7 +356,7 @@ class Result(dict):
     def by_class(self, name: str) -> dict[Any, float]:
         """Each class's value of the label-form metric ``name``: the metric's summary of the
         class's queries that count under the result's ``lone_queries`` (as ``average="class"``
-        averages them; :func:`recallkit.averaging.by_class`), keyed by label, classes in
+        averages them; :func:`recallkit._labels.averaging.by_class`), keyed by label, classes in
         increasing order of label (tuples: in order of first appearance). A class whose
         queries are all lone has no entry under ``lone_queries="skip"``.
 
@@ -384,9 +384,9 @@ class Result(dict):
         >>> r.by_class("recall@1")
         {'a': 1.0, 'b': 0.6666666666666666}
         """
-        from recallkit import averaging
         from recallkit import metrics as registry
-        from recallkit._codes import dense_codes
+        from recallkit._inputs.codes import dense_codes
+        from recallkit._labels import averaging
 
         if self.query_labels is None or name not in self.per_query:
             raise KeyError(f"this result has no per-class values of {name!r}")

@@ -4,7 +4,7 @@ query's label.
 :func:`retrieval_metrics` returns any metrics of the registry (:mod:`recallkit.metrics`:
 recall@K, precision@K, IR-recall@K, MAP@K, MAP@R, R-precision, MRR, nDCG@K) from one pass of the
 engine; :func:`recall_at_k`, :func:`map_at_r`, :func:`r_precision` and :func:`map_at_k` ask for
-one family each. The work is :mod:`recallkit.label_form`'s: one validated problem, one pass.
+one family each. The work is :mod:`recallkit._labels.form`'s: one validated problem, one pass.
 
 Self-matches are removed only as the caller says: ``query_in_reference=True`` (PML's
 convention: ``reference[:n]`` is the query, row for row; checked by value) or
@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from recallkit import _checks, label_form
 from recallkit import metrics as registry
+from recallkit._inputs import checks as _checks
+from recallkit._labels import form as label_form
 from recallkit.options import Options, accepts, fill_docs
 from recallkit.result import Result
 from recallkit.typing import Embeddings, Ids, Labels
@@ -32,7 +33,7 @@ _INPUTS = """query : array_like of shape (n, d)
     nested sequences.
 reference : array_like of shape (m, d)
     The reference (gallery) embeddings; a numpy memory map or a
-    :class:`recallkit.io.EmbeddingFile` is read from its file block by block.
+    :class:`recallkit._inputs.io.EmbeddingFile` is read from its file block by block.
 query_labels : array_like of shape (n,)
     One label per query (:data:`recallkit.typing.Labels`): integers of any size, strings,
     bytes or tuples, compared by value (never cast to float); all of one kind.

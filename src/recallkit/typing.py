@@ -2,7 +2,8 @@
 
 Functions take arrays in whatever form a pipeline holds them: numpy arrays (memory maps are
 read from their file block by block, never loaded whole), torch tensors on any device, nested
-Python sequences, and recallkit's own :class:`recallkit.io.EmbeddingFile`. Labels and ids are
+Python sequences, and recallkit's own :class:`recallkit._inputs.io.EmbeddingFile`. Labels and ids
+are
 compared by value and never cast to float: integers of any size, strings, bytes or tuples.
 """
 
@@ -16,12 +17,12 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     import torch
 
-    from recallkit.io import EmbeddingFile
+    from recallkit._inputs.io import EmbeddingFile
 
 __all__ = ["Embeddings", "Ids", "Labels", "Ranks", "Scores"]
 
 #: Embeddings, one row per item, shape ``(n, d)``: a numpy array or memory map, a torch tensor
-#: on any device, a :class:`recallkit.io.EmbeddingFile`, or nested sequences of numbers.
+#: on any device, a :class:`recallkit._inputs.io.EmbeddingFile`, or nested sequences of numbers.
 Embeddings: TypeAlias = "npt.ArrayLike | torch.Tensor | EmbeddingFile"
 #: One label per row, shape ``(n,)``: integers of any size, strings, bytes or tuples, as a
 #: sequence, a numpy array or a torch tensor; compared by value.

@@ -19,7 +19,7 @@ from recallkit import (
     nearest_neighbors_from_scores,
     recall_at_k,
 )
-from recallkit._codes import dense_codes
+from recallkit._inputs.codes import dense_codes
 
 # ---------------------------------------------------------------------------------------------
 # Labels: distinct values stay distinct; mixed kinds and non-sequences are refused.

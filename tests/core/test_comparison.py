@@ -11,7 +11,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 import recallkit
-from recallkit import comparison, records
+from recallkit import comparison
+from recallkit.runfiles import records
 from tests import registry_cases
 
 NAMES = registry_cases.names((1, 5))

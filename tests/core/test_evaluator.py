@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import recallkit
-from recallkit import Evaluator, cli
+from recallkit import Evaluator
+from recallkit.cli import app as cli
 from recallkit.runner import load_run, read_history
 from tests import brute
 
@@ -400,7 +401,7 @@ def test_repeated_tag_warns(tmp_path):
 
 
 def test_a_record_is_json_of_the_result(tmp_path):
-    from recallkit import records
+    from recallkit.runfiles import records
 
     x, y = _data(13, n=30)
     ev = Evaluator(ks=(1, 2), metrics=["recall@1", "recall@2"])
@@ -427,7 +428,7 @@ def test_gpu_batches_stay_on_the_gpu():
 
 def test_importing_the_evaluator_loads_no_adapter_library():
     code = (
-        "import sys, recallkit, recallkit.evaluator, recallkit.records\n"
+        "import sys, recallkit, recallkit.evaluator, recallkit.runfiles.records\n"
         "import recallkit.integrations.torchmetrics, recallkit.integrations.lightning\n"
         "recallkit.Evaluator\n"
         "print(sorted(m for m in ('torchmetrics', 'lightning', 'pytorch_lightning',"

@@ -18,8 +18,8 @@ from recallkit import (
     r_precision,
     recall_at_k,
 )
+from recallkit._inputs.io import open_embeddings
 from recallkit.engine import cpu, device, exact, filters, lowp
-from recallkit.io import open_embeddings
 from tests import brute
 
 

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 import recallkit
-from recallkit import _pinned
 from recallkit import engine as recallkit_engine
-from recallkit.io import open_embeddings, pin, read_through
+from recallkit._inputs import pinned as _pinned
+from recallkit._inputs.io import open_embeddings, pin, read_through
 from recallkit.pml import ExactKNN
 
 # 300 rows of 8 float32 after a 128-byte header: 9728 bytes.

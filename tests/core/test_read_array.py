@@ -1,4 +1,5 @@
-"""recallkit.io.read_array: the one whole-file reader of .npy, .pt/.pth and .safetensors arrays."""
+"""recallkit._inputs.io.read_array: the one whole-file reader of .npy, .pt/.pth and .safetensors
+arrays."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from recallkit.io import read_array
+from recallkit._inputs.io import read_array
 
 
 def test_shapes_dtypes_and_named_tensors(tmp_path):
@@ -104,7 +105,7 @@ def test_errors_name_the_file(tmp_path):
 
 
 def test_bfloat16_safetensors_through_both_command_line_readers(tmp_path):
-    from recallkit.commands._protocol_io import load_array
+    from recallkit.cli.commands._protocol_io import load_array
     from recallkit.runner.encoders import load_embeddings
 
     values = torch.tensor([[1.5, -2.0], [0.25, 4.0]], dtype=torch.bfloat16)

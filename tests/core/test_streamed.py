@@ -10,7 +10,6 @@ import pytest
 import torch
 from safetensors.numpy import save_file
 
-from recallkit import _pinned as recallkit_pinned
 from recallkit import engine as recallkit_engine
 from recallkit import (
     ground_truth_ranks_from_embeddings,
@@ -19,9 +18,10 @@ from recallkit import (
     r_precision,
     recall_at_k,
 )
-from recallkit import io as recallkit_io
+from recallkit._inputs import io as recallkit_io
+from recallkit._inputs import pinned as recallkit_pinned
+from recallkit._inputs.io import load_embeddings, open_embeddings
 from recallkit.engine import space
-from recallkit.io import load_embeddings, open_embeddings
 from recallkit.options import Options
 
 
@@ -399,7 +399,7 @@ def test_a_memory_map_truncated_before_it_is_read_is_refused_not_a_signal(tmp_pa
 
 
 def test_a_whole_file_rewritten_while_it_is_read_is_refused(tmp_path, monkeypatch):
-    from recallkit.io import read_array
+    from recallkit._inputs.io import read_array
 
     x = np.arange(40, dtype=np.float32).reshape(10, 4)
     path = tmp_path / "e.npy"

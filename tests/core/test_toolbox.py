@@ -1,4 +1,5 @@
-"""One validation toolbox (``recallkit._checks``): the same rule for ks and chunk_size everywhere.
+"""One validation toolbox (``recallkit._inputs.checks``): the same rule for ks and chunk_size
+everywhere.
 
 Every public function that takes ``ks`` refuses a K given twice (a repeat would silently drop a
 ``recall@K`` key), and every function that takes ``chunk_size`` refuses anything but a positive

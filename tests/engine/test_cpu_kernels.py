@@ -133,7 +133,7 @@ def test_one_pass_filter_rows_are_the_torch_filter_rows(metric, dtype):
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_finite_check_names_the_first_bad_row(bad):
-    from recallkit import _checks
+    from recallkit._inputs import checks as _checks
 
     x = torch.zeros((50, 9))
     x[41, 8] = bad

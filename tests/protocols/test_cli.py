@@ -770,8 +770,8 @@ def test_genecis_needs_recall_at_1_and_dense_scores(tmp_path, capsys):
 
 
 def test_image_ids_must_be_integers(tmp_path):
-    from recallkit.commands._protocol_io import load_ids
-    from recallkit.errors import UsageError
+    from recallkit.cli.commands._protocol_io import load_ids
+    from recallkit.cli.errors import UsageError
 
     np.save(tmp_path / "f.npy", np.array([1.0, 2.5]))
     (tmp_path / "b.json").write_text("[true, 2]")
@@ -792,7 +792,7 @@ def test_image_ids_must_be_integers(tmp_path):
 
 
 def test_a_file_name_with_a_hash_is_read_whole(tmp_path):
-    from recallkit.commands._protocol_io import load_array
+    from recallkit.cli.commands._protocol_io import load_array
 
     np.save(tmp_path / "run#3.npy", np.eye(2, dtype=np.float32))
     assert load_array(str(tmp_path / "run#3.npy"), "scores").tolist() == [[1, 0], [0, 1]]

@@ -41,5 +41,5 @@ def test_imports_name_the_metric_module(path):
 
 def test_the_check_sees_a_root_import(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("from recallkit import _checks, ground_truth_ranks\nimport recallkit\n")
+    bad.write_text("from recallkit import engine, ground_truth_ranks\nimport recallkit\n")
     assert _root_names(bad) == ["ground_truth_ranks", "recallkit"]

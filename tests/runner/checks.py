@@ -26,10 +26,10 @@ def only_error_line(res, line):
 
 def valid_run(run, kind="run"):
     """``run`` (a run record, or the path of a run file) is valid against the JSON Schema that
-    recallkit ships (``recallkit.records.schema(kind)``); returns the record."""
+    recallkit ships (``recallkit.runfiles.records.schema(kind)``); returns the record."""
     import jsonschema
 
-    from recallkit.records import schema
+    from recallkit.runfiles.records import schema
 
     record = run if isinstance(run, dict) else json.loads(Path(run).read_text())
     validator = jsonschema.Draft202012Validator(schema(kind))

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recallkit import _atomic
+from recallkit.runfiles import _atomic
 from recallkit.runner import append_history, from_folder, load_image, read_history
 from tests.runner.checks import one_error_line as _one_error_line
 
@@ -529,7 +529,7 @@ def test_a_failed_rename_names_what_was_already_written(
 ):
     # The history line is appended, then the grid and the run file renamed into place, in
     # that order: the run file's target turned into a folder meanwhile, its rename fails.
-    from recallkit.commands import evaluate as evaluate_command
+    from recallkit.cli.commands import evaluate as evaluate_command
 
     history, outputs = _outputs_case(tmp_path)
     real_append = evaluate_command.append_history
@@ -689,7 +689,7 @@ def test_manifest_errors_name_the_file_and_line(cli, tmp_path, make_image, text,
 
 
 def test_cli_reports_any_system_error_in_one_line(cli, tmp_path, monkeypatch):
-    import recallkit.records as records
+    import recallkit.runfiles.records as records
 
     def fail(*args, **kwargs):
         raise PermissionError(errno.EACCES, "Permission denied", str(tmp_path / "a.json"))

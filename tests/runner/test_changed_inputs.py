@@ -18,7 +18,7 @@ import pytest
 import recallkit.protocols.image_text as image_text
 import recallkit.reports.data as report_data
 import recallkit.runner.pipeline as pipeline
-from recallkit.definitions import definitions
+from recallkit.runfiles.definitions import definitions
 
 
 def _rewrite(path, data: bytes, *, same_time: bool = True) -> None:

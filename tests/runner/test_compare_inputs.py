@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from recallkit.definitions import definitions
-from recallkit.records import RecordError, load_run
+from recallkit.runfiles.definitions import definitions
+from recallkit.runfiles.records import RecordError, load_run
 from recallkit.runner.defaults import MAX_RESAMPLES
 from tests.runner.checks import one_error_line, valid_run
 

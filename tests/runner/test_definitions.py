@@ -10,8 +10,13 @@ import numpy as np
 import pytest
 
 from recallkit.comparison import compare
-from recallkit.definitions import check_definitions, definitions, definitions_id, differences
-from recallkit.runner._errors import RunnerError
+from recallkit.exceptions import RunnerError
+from recallkit.runfiles.definitions import (
+    check_definitions,
+    definitions,
+    definitions_id,
+    differences,
+)
 from recallkit.runner.history_plot import definitions_marks, history_figure
 from tests.runner.checks import one_error_line, valid_run
 

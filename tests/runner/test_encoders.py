@@ -10,7 +10,7 @@ import pytest
 import torch
 import torchvision
 
-from recallkit.runner._errors import RunnerError
+from recallkit.exceptions import RunnerError
 from recallkit.runner.encoders import (
     Preprocessing,
     callable_encoder,

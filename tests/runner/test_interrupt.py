@@ -19,8 +19,8 @@ import time
 import numpy as np
 import pytest
 
-from recallkit import _atomic
-from recallkit.commands import evaluate as evaluate_command
+from recallkit.cli.commands import evaluate as evaluate_command
+from recallkit.runfiles import _atomic
 
 INTERRUPTED = "recallkit evaluate: interrupted\n"
 
@@ -146,7 +146,7 @@ def test_a_second_ctrl_c_while_the_interrupt_is_said_is_ignored(
     """The second Ctrl-C of a double press, landing as the command winds down (after the
     interrupted block, before its line is printed): still the one line, and Python's own
     handler back in place once the command has returned."""
-    from recallkit import cli as cli_module
+    from recallkit.cli import app as cli_module
 
     folder = tmp_path / "ctrl_c"
     folder.mkdir()
@@ -496,7 +496,7 @@ def test_the_engine_commands_load_its_native_libraries_with_ctrl_c_held(
     """torch, numba and ONNX Runtime are imported before an engine command starts, each under
     a SIGINT handler that holds the interrupt (an interrupt inside their native initialisation
     aborts the process, or breaks the module); a command without the engine imports none."""
-    from recallkit import cli as cli_module
+    from recallkit.cli import app as cli_module
 
     seen: dict[str, object] = {}
     real = cli_module.importlib.import_module

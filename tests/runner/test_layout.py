@@ -63,7 +63,7 @@ def test_no_runner_module_shares_a_name_with_another_module():
     assert {"pipeline", "history_plot", "digits_demo"} <= ours
     assert importlib.util.find_spec("recallkit.runner.bootstrap") is None  # recallkit.compare
     # The command modules keep the command names; the runner has none of them.
-    assert {"evaluate", "compare", "plot", "demo"} <= _names(PACKAGE / "commands")
+    assert {"evaluate", "compare", "plot", "demo"} <= _names(PACKAGE / "cli" / "commands")
     for old in ("evaluate", "compare", "plot", "demo"):
         assert importlib.util.find_spec(f"recallkit.runner.{old}") is None, old
 
@@ -82,7 +82,7 @@ def test_the_public_api_is_unchanged():
     for name, module in homes.items():
         assert getattr(runner, name).__module__ == f"recallkit.runner.{module}", name
     # Comparisons and run files are the library's, named here too.
-    assert runner.load_run.__module__ == "recallkit.records"
+    assert runner.load_run.__module__ == "recallkit.runfiles.records"
     assert runner.Comparison.__module__ == "recallkit.comparison"
     from recallkit.runner.digits_demo import run_demo
 

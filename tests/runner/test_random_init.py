@@ -8,7 +8,7 @@ import torch
 import torchvision
 from PIL import Image
 
-from recallkit.runner._errors import RunnerError
+from recallkit.exceptions import RunnerError
 from recallkit.runner.encoders import (
     RANDOM_INIT_SEED,
     Preprocessing,

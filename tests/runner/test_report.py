@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from recallkit.definitions import definitions
 from recallkit.reports import summarize, table, write_report
 from recallkit.reports.data import by_class, load_runs
+from recallkit.runfiles.definitions import definitions
 from tests.runner.checks import one_error_line, valid_run
 
 DEFS = definitions("cosine", "ids")

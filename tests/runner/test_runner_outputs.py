@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from recallkit import runner
-from recallkit.runner._errors import RunnerError
+from recallkit.exceptions import RunnerError
 from recallkit.runner.encode import UNIDENTIFIED, load_image
 from recallkit.runner.sources import from_manifest
 from tests.runner.checks import one_error_line

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from recallkit._pinned import read_file
+from recallkit._inputs.pinned import read_file
 from recallkit.datasets.base import (
     BENCHMARK_INFO,
     Benchmark,
@@ -84,7 +84,8 @@ def require_file(folder: Path, name: str, title: str, looked_in: Sequence[Path] 
 
 def read_lines(path: Path) -> list[str]:
     """The lines of a UTF-8 text file (a byte-order mark and CR-LF line ends are accepted),
-    read through one descriptor and checked unchanged (:func:`recallkit._pinned.read_file`)."""
+    read through one descriptor and checked unchanged
+    (:func:`recallkit._inputs.pinned.read_file`)."""
     try:
         text = read_file(path, f"The annotation file '{path}'").decode("utf-8-sig")
     except UnicodeDecodeError as error:

@@ -17,7 +17,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from recallkit._extras import require
+from recallkit._loading import require
 from recallkit.exceptions import RecallkitError
 
 __all__ = [

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-from recallkit._extras import require
-from recallkit._pinned import FileChanged, read_file
+from recallkit._inputs.pinned import FileChanged, read_file
+from recallkit._loading import require
 from recallkit.datasets import _files
 from recallkit.datasets.base import (
     Benchmark,

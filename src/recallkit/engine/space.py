@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit import _checks
+from recallkit._inputs import checks as _checks
 from recallkit.engine import exact, filters
 from recallkit.exceptions import Text
 from recallkit.options import DEFAULT_MEMORY_BUDGET, Options, parse_bytes
@@ -205,7 +205,7 @@ class Space:
 
 def is_streamed(x: Any) -> bool:
     """Whether ``x`` is a reference read block by block (a numpy memory map, an
-    :class:`recallkit.io.EmbeddingFile`)."""
+    :class:`recallkit._inputs.io.EmbeddingFile`)."""
     return isinstance(x, np.memmap) or getattr(x, "is_streamed_embeddings", False)
 
 
@@ -234,10 +234,11 @@ def prepare(
     Rows are kept as float32 (float16/bfloat16 inputs are upcast) or float64 (float64 and
     integer inputs); exact scores are float64 either way, and a float64 side (in memory or
     streamed) makes the filter GEMM float64 too. A memory-mapped numpy reference
-    (``np.load(path, mmap_mode="r")``) or a :class:`recallkit.io.EmbeddingFile` is streamed in
-    blocks, never loaded whole; a memory map is pinned first (:func:`recallkit.io.pin`), its
+    (``np.load(path, mmap_mode="r")``) or a :class:`recallkit._inputs.io.EmbeddingFile` is streamed
+    in
+    blocks, never loaded whole; a memory map is pinned first (:func:`recallkit._inputs.io.pin`), its
     blocks read from its file, never through the mapping. Queries are loaded whole (a memory
-    map through one checked descriptor: :func:`recallkit._checks.as_embeddings`; the
+    map through one checked descriptor: :func:`recallkit._inputs.checks.as_embeddings`; the
     reference's own when it maps the same file). ``query_is_reference`` (default: ``query is
     reference``) says that the queries are the reference rows themselves, prepared once.
     """
@@ -247,7 +248,7 @@ def prepare(
         query_is_reference = query is reference
     streamed = is_streamed(reference) or reference_block_rows is not None
     if isinstance(reference, np.memmap):
-        from recallkit.io import pin, read_through
+        from recallkit._inputs.io import pin, read_through
 
         # Read from the file it maps, through one checked descriptor (never the mapping); a
         # query that maps the same file (leave-one-out) is read through the same descriptor.

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from recallkit._extras import require
+from recallkit._loading import require
 
 
 def built_on_first_use(module: str, name: str, define: Callable[[], type]) -> Callable[[str], Any]:
@@ -37,7 +37,7 @@ def built_on_first_use(module: str, name: str, define: Callable[[], type]) -> Ca
 def framework_class(module: str, where: str, extra: str) -> Any:
     """The framework's class ``where`` (``"package.module:Class"``) that the adapter ``module``
     builds on; when the framework is missing or broken, the one-line error of
-    :func:`recallkit._extras.require` naming ``extra``."""
+    :func:`recallkit._loading.require` naming ``extra``."""
     package, _, name = where.partition(":")
     require(module, package.split(".")[0], extra=extra)
     return getattr(importlib.import_module(package), name)

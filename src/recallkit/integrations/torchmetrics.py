@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from recallkit import _checks
+from recallkit._inputs import checks as _checks
 from recallkit.evaluator import Evaluator
 from recallkit.integrations import built_on_first_use, framework_class
 from recallkit.result import Result

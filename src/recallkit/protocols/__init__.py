@@ -8,7 +8,7 @@ has a test server, an exporter of its submission file (written atomically).
 
 from __future__ import annotations
 
-from recallkit._lazy import exports as _exports
+from recallkit._loading import exports as _exports
 
 # Public name -> the module that defines it; loaded on first use (PEP 562).
 _HOMES = {

@@ -1,6 +1,6 @@
 """Shared pieces of the benchmark protocols: the result type, JSON in and out, per-query scores.
 
-Validation is :mod:`recallkit._checks`'s, as everywhere in the library.
+Validation is :mod:`recallkit._inputs.checks`'s, as everywhere in the library.
 
 Nothing here ranks anything: every rank comes from :func:`recallkit.ground_truth_ranks` or
 :func:`recallkit.ground_truth_ranks_from_embeddings`.
@@ -17,14 +17,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit import _checks, engine
-from recallkit._atomic import atomic_write
-from recallkit._pinned import read_file
+from recallkit import engine
+from recallkit._inputs import checks as _checks
+from recallkit._inputs.pinned import read_file
 from recallkit.engine import memory_budget
 from recallkit.exceptions import Text
 from recallkit.ground_truth import Ranker
 from recallkit.options import Options
 from recallkit.result import Result
+from recallkit.runfiles._atomic import atomic_write
 
 PathLike = str | os.PathLike[str]
 
@@ -207,7 +208,8 @@ def _normalised(x: torch.Tensor, func: str, name: str) -> torch.Tensor:
 
 
 def _vectors(x: Any, func: str, name: str, ndim: int) -> torch.Tensor:
-    """``x`` validated (:func:`recallkit._checks.as_embeddings`), finite, float32 at least."""
+    """``x`` validated (:func:`recallkit._inputs.checks.as_embeddings`), finite, float32 at
+    least."""
     tensor = _checks.as_embeddings(x, name, func, ndim=ndim)
     if tensor.dtype != torch.float64:
         tensor = tensor.to(torch.float32)

@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from recallkit import _checks
+from recallkit._inputs import checks as _checks
 from recallkit.exceptions import RecallkitError, Text
 from recallkit.ground_truth import Ranker, Ranks, average_precision_at_k, recall_from_ranks
 from recallkit.options import Options, accepts

@@ -46,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from recallkit import _checks
+from recallkit._inputs import checks as _checks
 from recallkit.ground_truth import ground_truth_ranks, recall_from_ranks
 from recallkit.options import Options, accepts
 from recallkit.protocols import _common

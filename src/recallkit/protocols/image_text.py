@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from recallkit import _checks
+from recallkit._inputs import checks as _checks
 from recallkit.exceptions import RecallkitError, Text
 from recallkit.ground_truth import Ranker, Ranks, recall_from_ranks
 from recallkit.options import Options, accepts

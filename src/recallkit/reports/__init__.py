@@ -13,7 +13,7 @@ Pillow are imported when a figure or a thumbnail is drawn.
 
 from __future__ import annotations
 
-from recallkit._lazy import exports as _exports
+from recallkit._loading import exports as _exports
 
 _HOMES = {
     "ReportError": "recallkit.reports.data",

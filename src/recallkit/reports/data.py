@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from recallkit import metrics as registry
-from recallkit import records
 from recallkit.comparison import Comparison, Interval, RunData, as_run, compare, intervals
+from recallkit.runfiles import records
 
 __all__ = [
     "ClassRow",

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recallkit._atomic import atomic_write
 from recallkit.comparison import Comparison
 from recallkit.reports.data import Summary, direction
+from recallkit.runfiles._atomic import atomic_write
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

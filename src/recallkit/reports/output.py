@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from recallkit._atomic import atomic_write
 from recallkit.reports.data import ReportError, Summary, summarize
 from recallkit.reports.tables import csv_table, json_table, latex, markdown
+from recallkit.runfiles._atomic import atomic_write
 
 __all__ = ["EXTENSIONS", "FORMATS", "format_of", "render", "write_all", "write_report"]
 

@@ -9,7 +9,7 @@ and ``load_run`` are the library's, named here too), and their tables and HTML r
 
 from __future__ import annotations
 
-from recallkit._lazy import exports as _exports
+from recallkit._loading import exports as _exports
 
 # Public name -> the module that defines it; loaded on first use (PEP 562), so that the command
 # line's help imports no part of the runner that loads numpy, torch or Pillow.
@@ -23,7 +23,7 @@ _HOMES = {
     "ImageSet": "recallkit.runner.sources",
     "Preprocessing": "recallkit.runner.encoders",
     "Run": "recallkit.runner.pipeline",
-    "RunnerError": "recallkit.runner._errors",
+    "RunnerError": "recallkit.exceptions",
     "append_history": "recallkit.runner.history",
     "cache_key": "recallkit.runner.cache",
     "callable_encoder": "recallkit.runner.encoders",
@@ -40,7 +40,7 @@ _HOMES = {
     "function_encoder": "recallkit.runner.encoders",
     "load_embeddings": "recallkit.runner.encoders",
     "load_image": "recallkit.runner.encode",
-    "load_run": "recallkit.records",
+    "load_run": "recallkit.runfiles.records",
     "plot_history": "recallkit.runner.history_plot",
     "read_history": "recallkit.runner.history",
     "run_evaluation": "recallkit.runner.pipeline",

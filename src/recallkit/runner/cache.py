@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from recallkit._atomic import Staging, remove_stale_temporaries
-from recallkit._pinned import note, read_file_state
+from recallkit._inputs.pinned import note, read_file_state
+from recallkit.runfiles._atomic import Staging, remove_stale_temporaries
 from recallkit.runner.encode import BadImage, BadImagesError, Encoding, encode_images
 from recallkit.runner.encoders import Encoder
 

@@ -10,7 +10,7 @@ path) with the runner, exactly as ``recallkit evaluate --images`` does. It print
 each epoch and writes the history (``runs.jsonl``), one run file per epoch (``epoch-N.json``),
 the recall plot (``recall.png``) and the failure grid of the last epoch (``grid.png``). It
 needs the ``demo`` extra (scikit-learn, Pillow, matplotlib): without one of them, it raises one
-:class:`recallkit._extras.MissingExtraError` before it writes anything.
+:class:`recallkit._loading.MissingExtraError` before it writes anything.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from recallkit._atomic import atomic_write
-from recallkit._extras import require
+from recallkit._loading import require
+from recallkit.runfiles._atomic import atomic_write
 from recallkit.runner.encode import load_image, pil_image
 from recallkit.runner.encoders import Encoder, state_digest
 from recallkit.runner.pipeline import (
@@ -49,7 +49,7 @@ NEEDS = ("sklearn", "PIL", "matplotlib")
 
 
 def check_demo(feature: str = "recallkit.runner.digits_demo") -> None:
-    """Raise :class:`recallkit._extras.MissingExtraError` (the ``demo`` extra) unless
+    """Raise :class:`recallkit._loading.MissingExtraError` (the ``demo`` extra) unless
     scikit-learn, Pillow and matplotlib import."""
     require(feature, *NEEDS, extra="demo")
 

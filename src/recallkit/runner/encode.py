@@ -4,7 +4,7 @@
 paths are opened with Pillow, fully decoded (a truncated file fails here, not in the encoder)
 and converted to RGB before they reach it; in-memory images are passed as they are. Pillow (the
 ``images`` extra) is imported when the first path is opened; without it, that raises one
-:class:`recallkit._extras.MissingExtraError`. tqdm draws the bar where it is installed.
+:class:`recallkit._loading.MissingExtraError`. tqdm draws the bar where it is installed.
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit._extras import available, require
-from recallkit._pinned import note_stat
-from recallkit.exceptions import Text, fail
-from recallkit.runner._errors import RunnerError
+from recallkit._inputs.pinned import note_stat
+from recallkit._loading import available, require
+from recallkit.exceptions import RunnerError, Text, fail
 
 EncoderFn = Callable[[list[Any]], Any]
 _MAX_LISTED = 5
@@ -37,7 +36,7 @@ FEATURE = "recallkit's image runner (reading image files)"
 
 
 def pil_image() -> Any:
-    """``PIL.Image``, or :class:`recallkit._extras.MissingExtraError` naming the 'images' extra."""
+    """``PIL.Image``, or :class:`recallkit._loading.MissingExtraError` naming the 'images' extra."""
     require(FEATURE, "PIL", extra="images")
     from PIL import Image
 

@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from recallkit._extras import MissingExtraError, require
-from recallkit._pinned import FileChanged, read_file
-from recallkit.runner._errors import RunnerError
+from recallkit._inputs.pinned import FileChanged, read_file
+from recallkit._loading import MissingExtraError, require
+from recallkit.exceptions import RunnerError
 from recallkit.runner.defaults import DTYPE_NAMES, IMAGENET_MEAN, IMAGENET_STD
 from recallkit.runner.encode import pil_image
 
@@ -590,7 +590,7 @@ def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -
     (or a single entry). The result is a finite 2-D numeric array in native byte order, one
     row per image, in the file's own type: integers stay integers and are scored exactly, as
     the library scores them (a big-endian ``.npy`` is converted; extended precision is
-    refused). The file is read by :func:`recallkit.io.read_array`.
+    refused). The file is read by :func:`recallkit._inputs.io.read_array`.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "e.npy"
@@ -598,7 +598,7 @@ def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -
     >>> load_embeddings(p).shape
     (3, 3)
     """
-    from recallkit.io import read_array
+    from recallkit._inputs.io import read_array
 
     path = Path(path)
     try:

@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from recallkit._atomic import atomic_write
-from recallkit._extras import require
+from recallkit._loading import require
+from recallkit.exceptions import RunnerError
 from recallkit.result import Result as RecallResult
-from recallkit.runner._errors import RunnerError
+from recallkit.runfiles._atomic import atomic_write
 from recallkit.runner.encode import load_image, pil_image
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def worst_queries(result: RecallResult, n: int) -> np.ndarray:
 
 
 def check_grid(suffix: str, feature: str = "The failure grid") -> None:
-    """Raise :class:`recallkit._extras.MissingExtraError` unless what a grid file of this
+    """Raise :class:`recallkit._loading.MissingExtraError` unless what a grid file of this
     suffix needs imports: Pillow for ``.html``/``.htm`` (the ``images`` extra), Pillow and
     matplotlib for ``.png`` (the ``plot`` extra)."""
     if suffix.lower() == ".png":

@@ -3,7 +3,8 @@
 Each line is a run record (see :func:`recallkit.runner.pipeline.run_record`) without the
 per-query and per-class detail: the tag, the recall values, the counts and the setup.
 
-The format and the locked, atomic append live in the library, :mod:`recallkit.records`, which
+The format and the locked, atomic append live in the library, :mod:`recallkit.runfiles.records`,
+which
 :class:`recallkit.Evaluator` writes with too; this module gives the runner's errors
 (:class:`~recallkit.runner.RunnerError`). A run is appended as one line while the file is
 locked (``flock``), so runs that finish at the same time on one history file each add their
@@ -22,9 +23,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from recallkit import records
-from recallkit.records import HISTORY_HINT, RUN_HINT, file_kind, history_record
-from recallkit.runner._errors import RunnerError
+from recallkit.exceptions import RunnerError
+from recallkit.runfiles import records
+from recallkit.runfiles.records import HISTORY_HINT, RUN_HINT, file_kind, history_record
 
 __all__ = [
     "HISTORY_HINT",
@@ -78,7 +79,7 @@ def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> i
     the file already holds gives a ``UserWarning`` naming the tag and the file (both runs are
     kept, and ``recallkit plot`` shows both under that tag). On a failed write (``OSError``,
     e.g. a full disk) the file is cut back to its previous length (and removed if this call
-    created it) before the error is raised (:func:`recallkit.records.append_history`).
+    created it) before the error is raised (:func:`recallkit.runfiles.records.append_history`).
 
         >>> import tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "runs.jsonl"

@@ -6,12 +6,13 @@ never joined by a line. The title and the axes name the metrics, and a lower-is-
 (MnR, MedR) is drawn on an axis of its own that says so.
 
 Each history record carries the definitions its values were computed under
-(:mod:`recallkit.definitions`). A run whose definitions differ from the reference run's (the
+(:mod:`recallkit.runfiles.definitions`). A run whose definitions differ from the reference run's
+(the
 first run that records them, normally run 1) is marked ``*`` on the x axis, and a run that
 records none (written before they were recorded) ``?``, when others do; the axis label says
 what the marks mean, and a note names the runs and the fields. matplotlib comes with the
 ``plot`` extra; without it :func:`plot_history` raises one
-:class:`recallkit._extras.MissingExtraError` before it reads or writes anything.
+:class:`recallkit._loading.MissingExtraError` before it reads or writes anything.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recallkit._atomic import atomic_write
-from recallkit._extras import require
-from recallkit.definitions import check_definitions, differences
-from recallkit.records import metrics_of
-from recallkit.runner._errors import RunnerError
+from recallkit._loading import require
+from recallkit.exceptions import RunnerError
+from recallkit.runfiles._atomic import atomic_write
+from recallkit.runfiles.definitions import check_definitions, differences
+from recallkit.runfiles.records import metrics_of
 from recallkit.runner.history import read_history
 
 if TYPE_CHECKING:
@@ -152,10 +153,10 @@ def definitions_marks(
     marked ``"*"`` when its definitions differ from the reference's (the ``recallkit``
     version aside), ``"?"`` when it records none while some run does, and ``""`` otherwise;
     a history in which no run records them is not marked. A ``definitions`` record that is
-    not one (:func:`recallkit.definitions.check_definitions`) is a :class:`RunnerError`
+    not one (:func:`recallkit.runfiles.definitions.check_definitions`) is a :class:`RunnerError`
     naming the run.
 
-    >>> from recallkit.definitions import definitions
+    >>> from recallkit.runfiles.definitions import definitions
     >>> runs = [{"tag": "e1", "definitions": definitions("cosine", "ids")},
     ...         {"tag": "e2", "definitions": definitions("dot", "ids")}, {"tag": "e3"}]
     >>> marks, notes = definitions_marks(runs)

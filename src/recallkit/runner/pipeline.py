@@ -1,6 +1,6 @@
 """Images and labels in, metrics out: encode (once, cached), then one pass of the core.
 
-The metrics are the core's (:mod:`recallkit.label_form`, the pass behind
+The metrics are the core's (:mod:`recallkit._labels.form`, the pass behind
 :func:`recallkit.retrieval_metrics`); this module only encodes, passes the identities that
 exclude self-matches, and reads the core's per-query first-hit ranks for the per-class
 breakdown. The neighbour lists the breakdown's confusions and the failure grid show come from
@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit import _checks, label_form
 from recallkit import metrics as registry
-from recallkit.exceptions import fail
+from recallkit._inputs import checks as _checks
+from recallkit._labels import form as label_form
+from recallkit.exceptions import RunnerError, fail
 from recallkit.neighbors import nearest_neighbors
 from recallkit.options import Options, accepts
-from recallkit.records import dumps_run, evaluation_record, json_label
 from recallkit.result import Result as RecallResult
-from recallkit.runner._errors import RunnerError
+from recallkit.runfiles.records import dumps_run, evaluation_record, json_label
 from recallkit.runner.cache import encode_cached
 from recallkit.runner.encode import BadImage
 from recallkit.runner.encoders import Encoder, function_encoder
@@ -76,7 +76,7 @@ class Run:
 
     @property
     def definitions(self) -> dict[str, Any]:
-        """The definitions of the result (:func:`recallkit.definitions.definitions`).
+        """The definitions of the result (:func:`recallkit.runfiles.definitions.definitions`).
 
         Self-matches are excluded by identity (``"ids"``) when both sides have identities, and
         not at all (``"none"``) otherwise; lone queries as the options say.
@@ -623,7 +623,7 @@ def run_record(
     the current folder, or by name) unless
     ``absolute_paths``. ``definitions`` holds the definitions the values rest on (similarity,
     tie rule, exactness, self-exclusion, lone queries, averaging, K clamp, versions) and their
-    ``id`` (:mod:`recallkit.definitions`): ``compare`` refuses two runs whose definitions
+    ``id`` (:mod:`recallkit.runfiles.definitions`): ``compare`` refuses two runs whose definitions
     differ, and ``plot`` marks them.
     """
     result = run.result
@@ -711,5 +711,5 @@ def _portable(value: Any, roots: Sequence[Path]) -> Any:
     return Path(value).name
 
 
-#: JSON text of a run record (:func:`recallkit.records.dumps_run`).
+#: JSON text of a run record (:func:`recallkit.runfiles.records.dumps_run`).
 dumps_record = dumps_run

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recallkit._pinned import read_file
-from recallkit.runner._errors import RunnerError
+from recallkit._inputs.pinned import read_file
+from recallkit.exceptions import RunnerError
 
 #: File name endings read as images (lower case), as torchvision's ``ImageFolder`` does.
 IMAGE_EXTENSIONS = frozenset(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from recallkit._extras import require
-from recallkit.commands._args import (
+from recallkit._loading import require
+from recallkit.cli.commands._args import (
     PARAMETERS,
     add_quiet,
     check_output_folder,

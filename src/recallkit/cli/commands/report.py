@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from recallkit._atomic import atomic_write
-from recallkit.commands._args import (
+from recallkit.cli.commands._args import (
     PARAMETERS,
     STATISTICS_PARAMETERS,
     add_quiet,
@@ -19,7 +18,8 @@ from recallkit.commands._args import (
     metric_names,
     statistics,
 )
-from recallkit.errors import UsageError
+from recallkit.cli.errors import UsageError
+from recallkit.runfiles._atomic import atomic_write
 
 #: The formats, and the file each takes in --out-dir (recallkit.reports.output.FORMATS).
 FORMATS = ("markdown", "latex", "csv", "json", "html")

@@ -6,9 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from recallkit._extras import require
-from recallkit.commands._args import PARAMETERS, add_quiet, check_output_file, parse_ks
-from recallkit.errors import UsageError
+from recallkit._loading import require
+from recallkit.cli.commands._args import PARAMETERS, add_quiet, check_output_file, parse_ks
+from recallkit.cli.errors import UsageError
 
 #: How the runs are drawn (recallkit.runner.history_plot.KINDS).
 KINDS = ("auto", "line", "points", "bars")

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from recallkit.errors import UsageError, warning_text
+from recallkit.cli.errors import UsageError, warning_text
 
 #: The largest image side ``--resize`` and ``--crop`` take, far above any model's input size.
 MAX_PIXELS = 2**16
@@ -49,7 +49,7 @@ def parse_ks(values: Sequence[str] | None, option: str = "--ks") -> tuple[int, .
 def warnings_as_lines(command: str, parameters: Any = None) -> Iterator[None]:
     """Print each Python warning raised inside as one line ``recallkit CMD: warning: ...``.
 
-    The text is said in the command line's words (:func:`recallkit.errors.warning_text`),
+    The text is said in the command line's words (:func:`recallkit.cli.errors.warning_text`),
     library parameters by ``parameters`` (their options).
     """
     with warnings.catch_warnings(record=True) as caught:
@@ -121,7 +121,7 @@ def add_quiet(parser: argparse.ArgumentParser | Any) -> None:
     )
 
 
-#: The library parameters of the runner's commands -> their options (see ``recallkit.errors``).
+#: The library parameters of the runner's commands -> their options (see ``recallkit.cli.errors``).
 PARAMETERS = {"ks": "--ks", "seed": "--seed"}
 
 
@@ -136,15 +136,15 @@ def jsonable(value: Any) -> Any:
 
 def unchanged_inputs(doing: str) -> None:
     """Refuse to go on when a file the command read has changed since it was read (its size,
-    modification time, identity or sampled contents: :class:`recallkit._pinned.FileState`):
+    modification time, identity or sampled contents: :class:`recallkit._inputs.pinned.FileState`):
     called once the command has computed, before it prints its report or writes anything.
     ``doing`` says what the files were read for ("evaluated", "compared").
 
-    >>> from recallkit._pinned import recording
+    >>> from recallkit._inputs.pinned import recording
     >>> with recording():
     ...     unchanged_inputs("evaluated")  # nothing read, nothing changed
     """
-    from recallkit._pinned import changed_input
+    from recallkit._inputs.pinned import changed_input
 
     found = changed_input()
     if found is not None:

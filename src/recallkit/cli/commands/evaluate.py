@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recallkit import options as _options
-from recallkit._atomic import Staging, interrupts_deferred, resolve_target
-from recallkit._extras import require
-from recallkit.commands._args import (
+from recallkit._loading import require
+from recallkit.cli.commands._args import (
     add_quiet,
     check_output_file,
     jsonable,
@@ -26,8 +25,9 @@ from recallkit.commands._args import (
     usable_device,
     warnings_as_lines,
 )
-from recallkit.errors import UsageError
+from recallkit.cli.errors import UsageError
 from recallkit.exceptions import LoneQueriesWarning
+from recallkit.runfiles._atomic import Staging, interrupts_deferred, resolve_target
 from recallkit.runner.defaults import DTYPE_NAMES, IMAGENET_MEAN, IMAGENET_STD, default_cache_dir
 from recallkit.runner.history import append_history, read_history
 from recallkit.runner.sources import ImageSet, from_arrays, from_benchmark, from_path, labels_file

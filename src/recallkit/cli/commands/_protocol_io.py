@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from recallkit import options as _options
-from recallkit._pinned import read_file
-from recallkit.commands._args import check_output_file, unchanged_inputs, usable_device
-from recallkit.errors import UsageError
+from recallkit._inputs.pinned import read_file
+from recallkit.cli.commands._args import check_output_file, unchanged_inputs, usable_device
+from recallkit.cli.errors import UsageError
 
 if TYPE_CHECKING:
     from recallkit.result import Result
@@ -43,7 +43,7 @@ def load_array(
         path_text, key = spec, ""
     path = Path(path_text)
     try:
-        from recallkit.io import read_array
+        from recallkit._inputs.io import read_array
 
         array = read_array(
             path,

@@ -1,6 +1,11 @@
-"""What each optional feature needs, and the one error it raises when that is not installed.
+"""What loads when: public names on first use, optional packages by the extra that installs them.
 
-The core install (``pip install /path/to/recallkit``) holds what the exact engine and the
+**Names on first use** (PEP 562): a package lists its public names and their modules
+(:func:`exports`), and importing the package loads none of them (so ``recallkit --help`` imports
+neither numpy nor torch).
+
+**Optional packages.** The core install (``pip install /path/to/recallkit``) holds what the exact
+engine and the
 recipes need: numpy, torch, numba, threadpoolctl, ONNX Runtime (the int8 filter that
 ``precision="auto"`` picks on CPUs without VNNI), pytorch-metric-learning and faiss-cpu. The
 other packages come with extras named after what a user wants (:data:`EXTRAS`, the same lists
@@ -26,9 +31,10 @@ This module imports nothing but the standard library.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
-__all__ = ["EXTRAS", "PACKAGES", "MissingExtraError", "available", "require"]
+__all__ = ["EXTRAS", "PACKAGES", "MissingExtraError", "available", "exports", "require"]
 
 #: Import name -> (the distribution that provides it, the extra that installs it).
 PACKAGES: Mapping[str, tuple[str, str]] = {
@@ -142,7 +148,7 @@ def require(feature: str, *modules: str, extra: str | None = None) -> None:
     ... # doctest: +NORMALIZE_WHITESPACE +ELLIPSIS
     Traceback (most recent call last):
     ...
-    recallkit._extras.MissingExtraError: recallkit demo needs no_such_module_xyz,
+    recallkit._loading.MissingExtraError: recallkit demo needs no_such_module_xyz,
     which is not installed (the 'demo' extra): ...
     """
     missing: list[str] = []
@@ -168,3 +174,47 @@ def available(module: str) -> bool:
     (True, False)
     """
     return _import(module) is None
+
+
+def exports(
+    package: str,
+    namespace: dict[str, Any],
+    homes: Mapping[str, str],
+    extra: tuple[str, ...] = (),
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """``(__getattr__, __dir__)`` for ``package`` whose names ``homes`` maps to their modules:
+    a name is imported from its module when first looked up, then kept in ``namespace``; any
+    other name is tried as a submodule (``recallkit.ground_truth`` after ``import recallkit``).
+    ``__dir__`` lists the names and ``extra``."""
+
+    def getattr_(name: str) -> Any:
+        home = homes.get(name)
+        if home is not None:
+            value = getattr(importlib.import_module(home), name)
+            namespace[name] = value
+            return value
+        if not name.startswith("__"):
+            try:
+                return importlib.import_module(f"{package}.{name}")
+            except ModuleNotFoundError as error:
+                if error.name != f"{package}.{name}":
+                    raise
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def dir_() -> list[str]:
+        return sorted({*homes, *extra})
+
+    return getattr_, dir_
+
+
+class Module:
+    """A module imported when one of its attributes is first read."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._module: Any = None
+
+    def __getattr__(self, attribute: str) -> Any:
+        if self._module is None:
+            self._module = importlib.import_module(self._name)
+        return getattr(self._module, attribute)

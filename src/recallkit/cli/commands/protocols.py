@@ -24,16 +24,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from recallkit._lazy import Module
-from recallkit._pinned import read_file
-from recallkit.commands import _protocol_io as io
-from recallkit.commands._args import (
+from recallkit._inputs.pinned import read_file
+from recallkit._loading import Module
+from recallkit.cli.commands import _protocol_io as io
+from recallkit.cli.commands._args import (
     check_output_file,
     check_output_folder,
     positive_int,
     unchanged_inputs,
 )
-from recallkit.errors import UsageError
+from recallkit.cli.errors import UsageError
 from recallkit.protocols import _names
 
 # The protocol modules load torch: imported when a command runs, not for its help.

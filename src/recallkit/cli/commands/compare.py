@@ -8,9 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from recallkit._atomic import atomic_write
-from recallkit._extras import require
-from recallkit.commands._args import (
+from recallkit._loading import require
+from recallkit.cli.commands._args import (
     PARAMETERS,
     STATISTICS_PARAMETERS,
     add_quiet,
@@ -20,7 +19,8 @@ from recallkit.commands._args import (
     statistics,
     unchanged_inputs,
 )
-from recallkit.errors import UsageError
+from recallkit.cli.errors import UsageError
+from recallkit.runfiles._atomic import atomic_write
 
 
 def register(subparsers: Any) -> None:

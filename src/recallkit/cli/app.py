@@ -1,18 +1,18 @@
-"""The ``recallkit`` command line: the sub-commands of the modules in :mod:`recallkit.commands`.
+"""The ``recallkit`` command line: the sub-commands of the modules in :mod:`recallkit.cli.commands`.
 
-Each module in ``recallkit/commands/`` exposes ``register(subparsers)``, which adds its
+Each module in ``recallkit/cli/commands/`` exposes ``register(subparsers)``, which adds its
 sub-commands and sets ``func`` (``args -> int`` exit status) and ``parameters`` (the library's
 parameter names -> the options that supply them) as the parser defaults.
 
 Every error is one line on stderr, ``recallkit COMMAND: error: ...``, with exit status 2, never
 a traceback:
 
-- bad input is a ``ValueError`` (the commands' :class:`recallkit.errors.UsageError`, the
+- bad input is a ``ValueError`` (the commands' :class:`recallkit.cli.errors.UsageError`, the
   runner's ``RunnerError``, the library's own) or an ``OSError`` from the system (a full disk, a
   read-only folder); a library message is said in the command line's words, naming options
-  rather than Python parameters (:func:`recallkit.errors.error_text`);
+  rather than Python parameters (:func:`recallkit.cli.errors.error_text`);
 - a feature whose optional packages are missing or broken raises
-  :class:`recallkit._extras.MissingExtraError` before it writes anything: its line names the
+  :class:`recallkit._loading.MissingExtraError` before it writes anything: its line names the
   packages, the extra and the install command;
 - argparse's own errors (an unknown option or command, an invalid choice, a bad number) are one
   line too, without the usage, with "did you mean ...?" when an option, a choice or a command
@@ -20,9 +20,9 @@ a traceback:
 
 A command records the state of every input file it reads (embeddings, labels, manifests,
 annotations, run files, cached embeddings, weights, and the images it encodes by their size and
-modification time alone: :func:`recallkit._pinned.recording`) and, once it has computed and
+modification time alone: :func:`recallkit._inputs.pinned.recording`) and, once it has computed and
 before it prints its report or writes anything, refuses with one line when one of them changed
-meanwhile (:func:`recallkit.commands._args.unchanged_inputs`): exit status 2, nothing written.
+meanwhile (:func:`recallkit.cli.commands._args.unchanged_inputs`): exit status 2, nothing written.
 
 An interrupted command (Ctrl-C) prints ``recallkit COMMAND: interrupted`` and exits with status
 130, wherever the interrupt lands (:class:`_CtrlC`); outputs are written atomically, so it
@@ -50,10 +50,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from recallkit import __version__
-from recallkit._extras import MissingExtraError
-from recallkit.errors import error_text, warning_text
+from recallkit._loading import MissingExtraError
+from recallkit.cli.errors import error_text, warning_text
 
-# (command, module of recallkit.commands that registers it, one-line help), in the order of
+# (command, module of recallkit.cli.commands that registers it, one-line help), in the order of
 # ``recallkit --help``: the image runner first, the benchmark protocols after. The help line is
 # the one the module registers (a test keeps them equal); it is written here too so that
 # ``recallkit --help`` imports no command module (and so neither torch nor the image pipeline).
@@ -211,7 +211,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     registered: set[str] = set()
     for name, module, help_line in COMMANDS:
         if module in wanted and module not in registered:
-            importlib.import_module(f"recallkit.commands.{module}").register(subparsers)
+            importlib.import_module(f"recallkit.cli.commands.{module}").register(subparsers)
             registered.add(module)
         if module not in wanted:
             subparsers.add_parser(name, help=help_line)
@@ -310,7 +310,7 @@ def _run(argv: list[str], command: str, interrupted: list[int]) -> int:
     if extras:
         return _usage_error(f"{PROG} {command}", _unrecognized(extras, _subparser(parser, command)))
     if dict((name, module) for name, module, _ in COMMANDS)[command] in ENGINE_MODULES:
-        from recallkit._atomic import interrupts_deferred
+        from recallkit.runfiles._atomic import interrupts_deferred
 
         with interrupts_deferred():
             for module, required in NATIVE_IMPORTS:
@@ -319,14 +319,14 @@ def _run(argv: list[str], command: str, interrupted: list[int]) -> int:
                 except (ImportError, OSError, RuntimeError):  # absent, or a broken binary
                     if required:
                         raise
-    from recallkit._pinned import recording
+    from recallkit._inputs.pinned import recording
 
     try:
         with (
             _reader_may_leave(),
             _warnings_on_one_line(command, _parameters(args)),
             _silenced(getattr(args, "quiet", False)),
-            recording(),  # the input files read, for recallkit.commands._args.unchanged_inputs
+            recording(),  # the input files read, for recallkit.cli.commands._args.unchanged_inputs
         ):
             return int(args.func(args) or 0)
     # UsageError, RunnerError, library errors, the system, a feature whose extra is missing
@@ -545,7 +545,7 @@ def _reader_may_leave() -> Iterator[None]:
 def _warnings_on_one_line(command: str, parameters: Mapping[str, str]) -> Iterator[None]:
     """Show each Python warning as one line, ``recallkit COMMAND: warning: ...``, when raised.
 
-    The text is said in the command line's words (:func:`recallkit.errors.warning_text`).
+    The text is said in the command line's words (:func:`recallkit.cli.errors.warning_text`).
     """
     with warnings.catch_warnings():
 

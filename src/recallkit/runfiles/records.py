@@ -3,7 +3,8 @@
 A *run record* is one evaluation as a JSON object: the values (under ``metrics``, each metric by
 its own name; files written before ``recallkit.evaluation/3`` hold them under ``recall``, and
 :func:`metrics_of` reads both), the K values,
-the counts, the definitions the values rest on (:mod:`recallkit.definitions`) and, in a *run
+the counts, the definitions the values rest on (:mod:`recallkit.runfiles.definitions`) and, in a
+*run
 file*, the per-query first-hit ranks (``queries``) that ``recallkit compare`` pairs two runs
 on. A *history file* holds one compact run record per line (the per-query detail left out):
 ``recallkit plot`` draws its recall@K across the runs, tags (``epoch-3``) on the x axis.
@@ -17,7 +18,7 @@ history given as a symbolic link stays a link (its target grows), and the file k
 and mode. When the line cannot be written whole (a full disk), the file is cut back to its
 previous length. On a file system without ``flock`` the line is still appended in one
 ``O_APPEND`` write, but concurrent runs may then report the same count. A run file is written
-atomically (:mod:`recallkit._atomic`).
+atomically (:mod:`recallkit.runfiles._atomic`).
 
 This module uses the standard library only (and reads a :class:`recallkit.Result`).
 """
@@ -34,10 +35,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recallkit import _atomic
-from recallkit._pinned import read_file
-from recallkit.definitions import _version
+from recallkit._inputs.pinned import read_file
 from recallkit.exceptions import fail
+from recallkit.runfiles import _atomic
+from recallkit.runfiles.definitions import _version
 
 if TYPE_CHECKING:
     from recallkit.result import Result
@@ -64,7 +65,7 @@ RUN_HINT = "a run file is written by recallkit evaluate --json"
 
 def schema(kind: str = "run") -> dict[str, Any]:
     """The JSON Schema (draft 2020-12) of a run file (``"run"``) or of a history file's lines
-    (``"history"``), as shipped in ``recallkit/schemas/``.
+    (``"history"``), as shipped in ``recallkit/runfiles/schemas/``.
 
     >>> schema("run")["properties"]["format"]["const"] == RUN_FORMAT
     True
@@ -73,7 +74,11 @@ def schema(kind: str = "run") -> dict[str, Any]:
 
     if kind not in ("run", "history"):
         raise fail("schema", "kind", "'run' or 'history'", repr(kind))
-    text = resources.files("recallkit").joinpath(f"schemas/{kind}.schema.json").read_text("utf-8")
+    text = (
+        resources.files("recallkit.runfiles")
+        .joinpath(f"schemas/{kind}.schema.json")
+        .read_text("utf-8")
+    )
     return json.loads(text)
 
 
@@ -520,15 +525,15 @@ def check_run(record: Any, where: str) -> dict[str, Any]:
     image), ``nearest_label`` and each list of ``values`` (numbers, or ``null`` for a lone
     query), when present, one per query too. ``ks``, when present, are positive integers, and
     ``definitions``, when present, is a definitions record
-    (:func:`recallkit.definitions.check_definitions`).
+    (:func:`recallkit.runfiles.definitions.check_definitions`).
 
     >>> check_run({"queries": {"ids": ["q"], "first_hit_rank": [1.5]}}, "The run a")
     Traceback (most recent call last):
     ...
-    recallkit.records.RecordError: The run a has a bad 'queries.first_hit_rank' value at query \
-0: 1.5; a rank is a whole number, 0 or more, or -1 for an excluded query.
+    recallkit.runfiles.records.RecordError: The run a has a bad 'queries.first_hit_rank' \
+value at query 0: 1.5; a rank is a whole number, 0 or more, or -1 for an excluded query.
     """
-    from recallkit.definitions import check_definitions
+    from recallkit.runfiles.definitions import check_definitions
 
     queries = record.get("queries") if isinstance(record, dict) else None
     if (

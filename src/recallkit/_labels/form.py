@@ -26,8 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit import _checks, averaging, engine
-from recallkit._codes import dense_codes
+from recallkit import engine
+from recallkit._inputs import checks as _checks
+from recallkit._inputs.codes import dense_codes
+from recallkit._labels import averaging
 from recallkit.exceptions import LoneQueriesWarning, RecallkitWarning, Text, fail, warn
 from recallkit.metrics import Metric, Ranked, Recall, rank_bounds
 from recallkit.options import Options, changed_values, check_flag
@@ -501,11 +503,11 @@ def evaluate(
 def definitions_of(
     options: Options, exclusion: str, metrics: Sequence[Metric] = ()
 ) -> dict[str, Any]:
-    """The definitions record of a label-form result (:mod:`recallkit.definitions`): the
+    """The definitions record of a label-form result (:mod:`recallkit.runfiles.definitions`): the
     similarity and ``lone_queries`` of ``options``, its other value-changing options that are
     not at their default (:func:`recallkit.options.changed_values`: ``average``), the
     self-exclusion rule, and the parameters of ``metrics`` that are not their defaults."""
-    from recallkit import definitions
+    from recallkit.runfiles import definitions
 
     parameters = {m.name: m.changed_parameters for m in metrics if m.changed_parameters}
     return definitions.definitions(

@@ -23,7 +23,7 @@ through its mapping, where a file truncated by another process kills the process
 ``SIGBUS``: it is read from the file it maps. As a streamed gallery it is pinned as an opened
 file is (:func:`pin`), block by block; anywhere else (a query, a gallery in memory, a score
 matrix, labels) its values are read whole through one descriptor
-(:func:`recallkit._pinned.read_mapped`). When the query and the gallery map one file
+(:func:`recallkit._inputs.pinned.read_mapped`). When the query and the gallery map one file
 (leave-one-out on one memory map), the query is read through the gallery's descriptor
 (:func:`read_through`). A file truncated before or during the call, or rewritten in place
 during it, is a one-line ``ValueError`` naming it, never a mixed result or a ``SIGBUS``. Left
@@ -33,7 +33,7 @@ seen on Linux), whose old file can no longer be truncated through the path.
 
 :func:`read_array` reads a whole file through one descriptor and refuses it when it changed
 while it was read: its size, modification time or sampled contents
-(:class:`recallkit._pinned.FileState`).
+(:class:`recallkit._inputs.pinned.FileState`).
 
 :func:`read_array` is the one whole-file reader of ``.npy``, ``.pt``/``.pth`` and
 ``.safetensors`` arrays of any shape (a file holding several named tensors included); the
@@ -57,9 +57,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit import _pinned
-from recallkit._checks import ParameterError, fail
-from recallkit._pinned import FileState
+from recallkit._inputs import pinned as _pinned
+from recallkit._inputs.checks import ParameterError, fail
+from recallkit._inputs.pinned import FileState
 
 # safetensors dtype names accepted for embeddings -> their (little-endian) numpy dtype. BF16 is
 # read as its 16-bit patterns and widened to float32 exactly.
@@ -79,7 +79,8 @@ _SAFETENSORS_DTYPES = {
 }
 # A header longer than this is a damaged file (safetensors itself stops at 100 MB).
 _MAX_HEADER = 100_000_000
-#: Positional reads (:func:`recallkit._pinned.read_at`); the readers below call it by this name.
+#: Positional reads (:func:`recallkit._inputs.pinned.read_at`); the readers below call it by this
+#: name.
 _read_at = _pinned.read_at
 
 
@@ -341,7 +342,7 @@ class EmbeddingFile:
     def read_all(self) -> np.ndarray:
         """The whole array (any shape), read through the pinned descriptor and checked
         unchanged before and after the read (size, modification time, header and sampled
-        contents: :class:`recallkit._pinned.FileState`)."""
+        contents: :class:`recallkit._inputs.pinned.FileState`)."""
         fd = self._check_unchanged()
         before = FileState.of(fd, self.path)
         if self._raw is not None:
@@ -376,7 +377,7 @@ class EmbeddingFile:
 
     def read_view(self, x: Any, name: str) -> Any:
         """``x``'s values read through this file's descriptor when ``x`` is a memory map of
-        this very file (:func:`recallkit._pinned.mapped`), checked as every block is; ``x``
+        this very file (:func:`recallkit._inputs.pinned.mapped`), checked as every block is; ``x``
         itself otherwise. ``name`` is the parameter ``x`` was given as."""
         place = _pinned.mapped(x)
         if place is None or self._fd is None or not self._maps(place):
@@ -428,7 +429,7 @@ class EmbeddingFile:
 
 
 def pin(reference: Any, func: str, name: str = "reference") -> Any:
-    """A 2-D numpy memory map (:func:`recallkit._pinned.mapped`: any view, any strides) as a
+    """A 2-D numpy memory map (:func:`recallkit._inputs.pinned.mapped`: any view, any strides) as a
     pinned :class:`EmbeddingFile` of the file it maps: its rows then read through one
     descriptor, checked on every read, never through the mapping. A file already too short for
     its values is a ``ValueError`` naming parameter ``name`` of ``func``. Anything else, a

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from recallkit._pinned import read_mapped
+from recallkit._inputs.pinned import read_mapped
 from recallkit.exceptions import ParameterError, Text, fail
 from recallkit.options import SIMILARITIES as METRICS
 from recallkit.options import check_device
@@ -26,7 +26,8 @@ def as_embeddings(x: Any, name: str, func: str, *, ndim: int = 2) -> torch.Tenso
 
     Accepts dense torch tensors and numpy arrays of real numbers, and nested sequences of
     numbers. A memory-mapped array is read whole from the file it maps, never through the
-    mapping (:func:`recallkit._pinned.read_mapped`): a file truncated or rewritten meanwhile is
+    mapping (:func:`recallkit._inputs.pinned.read_mapped`): a file truncated or rewritten meanwhile
+    is
     a ``ValueError``, not a ``SIGBUS``. Integer arrays are converted to float64
     (exact up to 2**53; larger magnitudes raise); numpy float types wider
     than float64 (``np.longdouble``) are converted to float64, the widest type the scores are

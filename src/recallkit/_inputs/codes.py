@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from recallkit._pinned import read_mapped
+from recallkit._inputs.pinned import read_mapped
 from recallkit.exceptions import fail
 
 _INT64 = np.iinfo(np.int64)

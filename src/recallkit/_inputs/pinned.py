@@ -6,7 +6,8 @@ modification time (nanoseconds) and a digest of sampled bytes (the whole file up
 16 windows of 64 KiB spread over it from the first byte to the last: a cheap content check that
 sees a rewrite which keeps the size and lands within the clock tick of the modification time).
 Two states of one file differ when it was rewritten in place, truncated, removed or replaced.
-Every pinned reader of the library compares them: :class:`recallkit.io.EmbeddingFile` on each
+Every pinned reader of the library compares them: :class:`recallkit._inputs.io.EmbeddingFile` on
+each
 block, :func:`read_file` and :func:`read_mapped` before and after a whole read. The command line
 records the state of every input file it reads (:func:`recording`, :func:`note`) and compares
 each with the file as it is before it writes anything (:func:`changed_input`).
