@@ -8,10 +8,10 @@ The recipe writes a *miniature* copy of each benchmark to a temporary folder: th
 files in their official formats (CUB-200-2011's ``images.txt`` and ``image_class_labels.txt``,
 Cars196's ``cars_annos.mat``, Stanford Online Products' ``Ebay_{train,test}.txt``, the Smooth-AP
 iNaturalist split files, In-Shop's ``list_eval_partition.txt``) and a small JPEG per listed image.
-It then loads each with :func:`recallkit.datasets.load_benchmark` (``allow_partial=True``: a
-miniature does not have the documented counts), embeds the images of the protocol's splits with
-a stand-in encoder, and prints the protocol's recall@K with MAP@R and R-precision
-(:func:`recallkit.datasets.evaluate_benchmark`).
+It then loads each with [`recallkit.datasets.load_benchmark`][recallkit.datasets.load_benchmark]
+(``allow_partial=True``: a miniature does not have the documented counts), embeds the images of the
+protocol's splits with a stand-in encoder, and prints the protocol's recall@K with MAP@R and
+R-precision ([`recallkit.datasets.evaluate_benchmark`][recallkit.datasets.evaluate_benchmark]).
 
 With the real data, only the root folder and the encoder change::
 
@@ -213,7 +213,7 @@ def _describe(benchmark: Benchmark, result: Result) -> str:
 def main() -> dict[str, tuple[Benchmark, torch.Tensor, torch.Tensor | None, Result]]:
     """Write the miniatures to a temporary folder, evaluate each, print its recall@K table.
 
-    Returns what :func:`run` returns (the folder is gone by then; the embeddings are kept).
+    Returns what [`run`][run] returns (the folder is gone by then; the embeddings are kept).
     """
     with tempfile.TemporaryDirectory() as folder:
         results = run(Path(folder))

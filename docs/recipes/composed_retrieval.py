@@ -5,10 +5,10 @@ Run from the repository root (synthetic data, no downloads)::
     uv run --frozen --no-sync python -m docs.recipes.composed_retrieval
 
 For each benchmark the recipe writes miniature annotation files in the official format to a
-temporary folder, reads them with the readers of :mod:`recallkit.protocols`, embeds queries and
-images with a stand-in encoder (a query is its target's vector plus noise) and prints the
-benchmark's table. It then writes the two test-server files: CIRR's ``recall`` (top 50) and
-``recall_subset`` (top 3) JSON, and CIRCO's top-50 JSON.
+temporary folder, reads them with the readers of [`recallkit.protocols`][recallkit.protocols],
+embeds queries and images with a stand-in encoder (a query is its target's vector plus noise) and
+prints the benchmark's table. It then writes the two test-server files: CIRR's ``recall`` (top 50)
+and ``recall_subset`` (top 3) JSON, and CIRCO's top-50 JSON.
 
 Row orders, which the real embeddings must follow:
 

@@ -5,10 +5,10 @@ Launch on CPU with two processes (gloo), from the repository root::
     uv run --frozen --no-sync torchrun --nproc-per-node 2 -m docs.recipes.distributed
 
 Each rank embeds only its ``DistributedSampler`` shard of a synthetic validation split (padding
-duplicates included), then calls :func:`recallkit.evaluate_sharded` with the dataset indices of
-its rows. For the demonstration, rank 0 then gathers every shard and runs the single-process
-functions on the whole split: the numbers are identical. Run without ``torchrun`` it uses one
-process.
+duplicates included), then calls [`recallkit.evaluate_sharded`][recallkit.evaluate_sharded] with the
+dataset indices of its rows. For the demonstration, rank 0 then gathers every shard and runs the
+single-process functions on the whole split: the numbers are identical. Run without ``torchrun`` it
+uses one process.
 """
 
 from __future__ import annotations

@@ -8,19 +8,22 @@ This file is the canonical executable source of the recipes. It is not an instal
 it needs torch, numpy and pytorch-metric-learning (PML), and faiss (``pip install faiss-cpu``)
 for the k-NN of PML's default ``AccuracyCalculator`` (``FaissKNN``), which PML does not install;
 it imports nothing from recallkit, so it can be copied into research code as it is. Without
-faiss, :func:`main` prints one line saying so (:data:`FAISS_MISSING`) and exits with status 1;
-in your own code, PML's ``AccuracyCalculator()`` then fails in its constructor (``NameError:
-name 'faiss' is not defined``), and one given another ``knn_func`` needs no faiss: PML's exact
-``CustomKNN(LpDistance(normalize_embeddings=False))`` (squared-Euclidean order, as faiss's
-``IndexFlatL2``), or ``recallkit.pml.ExactKNN()``.
+faiss, [`main`][main] prints one line saying so ([`FAISS_MISSING`][FAISS_MISSING]) and exits with
+status 1; in your own code, PML's ``AccuracyCalculator()`` then fails in its constructor
+(``NameError: name 'faiss' is not defined``), and one given another ``knn_func`` needs no faiss:
+PML's exact ``CustomKNN(LpDistance(normalize_embeddings=False))`` (squared-Euclidean order, as
+faiss's ``IndexFlatL2``), or ``recallkit.pml.ExactKNN()``.
 
 Recipes
 -------
-- :func:`extract_embeddings`: an ordinary inference loop over a DataLoader.
-- :func:`split_accuracy`: a query split against itself, against other splits, or both.
-- :func:`nearest_centroid_accuracy`: queries against one mean embedding per class.
-- :func:`two_stream_accuracy`: anchors against a paired reference stream (row i with row i).
-- :func:`parent_conditioned_accuracy`: hierarchical labels, each level ranked within its parent.
+- [`extract_embeddings`][extract_embeddings]: an ordinary inference loop over a DataLoader.
+- [`split_accuracy`][split_accuracy]: a query split against itself, against other splits, or both.
+- [`nearest_centroid_accuracy`][nearest_centroid_accuracy]: queries against one mean embedding per
+  class.
+- [`two_stream_accuracy`][two_stream_accuracy]: anchors against a paired reference stream (row i
+  with row i).
+- [`parent_conditioned_accuracy`][parent_conditioned_accuracy]: hierarchical labels, each level
+  ranked within its parent.
 
 Each evaluation recipe takes ``(embeddings, labels)`` pairs and a calculator: a PML
 ``AccuracyCalculator`` or anything with the same ``get_accuracy(query, query_labels, reference,
@@ -361,7 +364,7 @@ def parent_conditioned_accuracy(
     """Evaluate hierarchical labels, ranking each level only within its parent.
 
     Labels are shaped ``(N, L)``, columns ordered from the finest level to the coarsest. The
-    reference is composed as in :func:`split_accuracy` (same ``references`` and
+    reference is composed as in [`split_accuracy`][split_accuracy] (same ``references`` and
     ``query_in_reference``). For each level ``l < L - 1`` and each parent value ``p`` of
     column ``l + 1`` present in the query, the queries with parent ``p`` are evaluated on their
     level-``l`` labels against only the references with parent ``p`` (a cat query is ranked
@@ -369,7 +372,7 @@ def parent_conditioned_accuracy(
     level is the unweighted mean over those parent groups, under ``<metric>_level<l>``; with
     more than one evaluated level (``L >= 3``), ``AVERAGE_<metric>`` is the unweighted mean over
     levels. The coarsest column only defines groups; for global, unconditioned evaluation of one
-    level, pass that column to :func:`split_accuracy`.
+    level, pass that column to [`split_accuracy`][split_accuracy].
 
     Parent groups are the values of column ``l + 1`` alone, so give each level globally unique
     values. A parent group whose queries are all lone (no other reference row with their label

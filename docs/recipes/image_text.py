@@ -6,12 +6,12 @@ Run from the repository root (synthetic data, no downloads)::
 
 The recipe writes a miniature ``dataset_coco.json`` and ``dataset_flickr30k.json`` in the
 Karpathy format to a temporary folder, reads each test split with
-:func:`recallkit.protocols.read_karpathy_split`, embeds images and captions with a stand-in
-encoder and prints both directions' recall@1/5/10 with mean and median rank
-(:func:`recallkit.protocols.image_text_recall`). On the real files, drop ``check_counts=False``:
-the reader then checks the published counts (COCO: 5,000 images and 25,010 captions; Flickr30k:
-1,000 and 5,000). Embedding rows follow the file: test images in file order, each image's
-captions in order.
+[`recallkit.protocols.read_karpathy_split`][recallkit.protocols.read_karpathy_split], embeds images
+and captions with a stand-in encoder and prints both directions' recall@1/5/10 with mean and median
+rank ([`recallkit.protocols.image_text_recall`][recallkit.protocols.image_text_recall]). On the real
+files, drop ``check_counts=False``: the reader then checks the published counts (COCO: 5,000 images
+and 25,010 captions; Flickr30k: 1,000 and 5,000). Embedding rows follow the file: test images in
+file order, each image's captions in order.
 """
 
 from __future__ import annotations

@@ -15,10 +15,10 @@ the gradients are averaged across processes after each backward pass, as
 by hand to keep its start-up short on the CPU). After every epoch each process
 embeds its ``DistributedSampler`` share of the validation split (whose classes the training
 never sees, as in the metric-learning benchmarks) and feeds the batches to a
-:class:`recallkit.Evaluator` with their dataset indices; ``compute()`` gives every process the
-exact recall@K and MAP@R of the whole split, without any process holding every embedding, and
-appends the epoch to a history file (``recallkit plot HISTORY -o recall.png`` draws it). Rank 0
-prints the table.
+[`recallkit.Evaluator`][recallkit.Evaluator] with their dataset indices; ``compute()`` gives every
+process the exact recall@K and MAP@R of the whole split, without any process holding every
+embedding, and appends the epoch to a history file (``recallkit plot HISTORY -o recall.png`` draws
+it). Rank 0 prints the table.
 
 ``--out DIR`` keeps the history there and, for checking, each process's validation embeddings
 of each epoch (``epoch-N-rankR.pt``); ``--epochs N`` sets the number of epochs (default 4).

@@ -1,9 +1,9 @@
 """recallkit: exact, deterministic, memory-bounded recall@K and retrieval metrics.
 
 The functional layer (``recall_at_k``, ``retrieval_metrics``, ``ground_truth_ranks``,
-``map_at_r``, ...) holds every metric once, on one engine (:mod:`recallkit.engine`);
-:mod:`recallkit.pml`, the benchmark protocols and splits, the image runner
-(:mod:`recallkit.runner`) and the command line call into it.
+``map_at_r``, ...) holds every metric once, on one engine ([`recallkit.engine`][recallkit.engine]);
+[`recallkit.pml`][recallkit.pml], the benchmark protocols and splits, the image runner
+([`recallkit.runner`][recallkit.runner]) and the command line call into it.
 
 The names below load on first use (PEP 562), so ``import recallkit`` is cheap: the metric modules
 (and torch) load with the first metric used.

@@ -1,14 +1,14 @@
 """What loads when: public names on first use, optional packages by the extra that installs them.
 
 **Names on first use** (PEP 562): a package lists its public names and their modules
-(:func:`exports`), and importing the package loads none of them (so ``recallkit --help`` imports
-neither numpy nor torch).
+([`exports`][exports]), and importing the package loads none of them (so ``recallkit --help``
+imports neither numpy nor torch).
 
 **Optional packages.** The core install (``pip install /path/to/recallkit``) holds what the exact
 engine and the
 recipes need: numpy, torch, numba, threadpoolctl, ONNX Runtime (the int8 filter that
 ``precision="auto"`` picks on CPUs without VNNI), pytorch-metric-learning and faiss-cpu. The
-other packages come with extras named after what a user wants (:data:`EXTRAS`, the same lists
+other packages come with extras named after what a user wants ([`EXTRAS`][EXTRAS], the same lists
 as ``pyproject.toml``):
 
 - ``images``: encoding images (Pillow, torchvision, safetensors weights, tqdm's progress bar);
@@ -18,11 +18,11 @@ as ``pyproject.toml``):
 - ``demo``: ``recallkit demo`` (scikit-learn's digits, Pillow, matplotlib);
 - ``torchmetrics``, ``lightning``: the integrations; ``all``: every one of them.
 
-A feature calls :func:`require` with the modules it imports before it reads or writes anything;
+A feature calls [`require`][require] with the modules it imports before it reads or writes anything;
 a module that is missing, or installed but broken (an ``OSError`` from a shared library, a
 ``RuntimeError`` such as torchvision's ``operator torchvision::nms does not exist`` beside
-another torch), raises one :class:`MissingExtraError`: one line naming the feature, what is
-missing, the extra and the command that installs it. The command line prints it as its usual
+another torch), raises one [`MissingExtraError`][MissingExtraError]: one line naming the feature,
+what is missing, the extra and the command that installs it. The command line prints it as its usual
 one-line error (exit status 2).
 
 This module imports nothing but the standard library.
@@ -139,9 +139,9 @@ def _missing(module: str, error: BaseException) -> bool:
 
 def require(feature: str, *modules: str, extra: str | None = None) -> None:
     """Import ``modules`` (import names: ``"PIL"``, ``"matplotlib"``) for ``feature``, or raise
-    one :class:`MissingExtraError` naming every missing one and the extra that installs them
-    (``extra``, else the extra of the first missing module in :data:`PACKAGES`). A module that
-    is installed but fails to import is named with its error and how to repair it.
+    one [`MissingExtraError`][MissingExtraError] naming every missing one and the extra that
+    installs them (``extra``, else the extra of the first missing module in [`PACKAGES`][PACKAGES]).
+    A module that is installed but fails to import is named with its error and how to repair it.
 
     >>> require("the standard library", "json")
     >>> require("recallkit demo", "no_such_module_xyz", extra="demo")

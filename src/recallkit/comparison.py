@@ -1,27 +1,29 @@
 """Intervals for every metric of a run, and comparisons of two or more runs on the same queries.
 
-A *run* is a label-form :class:`recallkit.Result` (from :func:`recallkit.retrieval_metrics`, the
-:class:`~recallkit.Evaluator`, :func:`~recallkit.evaluate_sharded`), a run record (the dict of a
-run file) or the path of a run file (``recallkit evaluate --json``, ``Evaluator(run_file=)``).
-Everything here reads each query's value of each metric (run files of format
-``recallkit.evaluation/4`` hold them; older ones hold the first-hit ranks, from which recall@K
-is read) and the metric's own summary (:meth:`recallkit.metrics.Metric.summarize`: the mean, or
-MedR's median), so that every metric of the registry gets the same treatment:
+A *run* is a label-form [`recallkit.Result`][recallkit.result.Result] (from
+[`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics], the
+[`Evaluator`][recallkit.evaluator.Evaluator],
+[`evaluate_sharded`][recallkit.sharded.evaluate_sharded]), a run record (the dict of a run file) or
+the path of a run file (``recallkit evaluate --json``, ``Evaluator(run_file=)``). Everything here
+reads each query's value of each metric (run files of format ``recallkit.evaluation/4`` hold them;
+older ones hold the first-hit ranks, from which recall@K is read) and the metric's own summary
+([`recallkit.metrics.Metric.summarize`][recallkit.metrics.Metric.summarize]: the mean, or MedR's
+median), so that every metric of the registry gets the same treatment:
 
-* :func:`intervals`: each metric's percentile bootstrap interval over the queries that count
+* [`intervals`][intervals]: each metric's percentile bootstrap interval over the queries that count
   (``lone_queries`` as the run was computed), or over classes when its value averages classes
-  (``average="class"``), beside its tie bounds (:class:`Interval`);
-* :func:`compare`: for every pair of runs (or each run against a ``baseline``) and every
+  (``average="class"``), beside its tie bounds ([`Interval`][Interval]);
+* [`compare`][compare]: for every pair of runs (or each run against a ``baseline``) and every
   metric they share, the difference and its paired bootstrap interval (the effect size, in the
   metric's own units), a two-sided p-value (Fisher's paired randomization test by default, or
   the paired bootstrap), the p-values adjusted for the comparisons of each metric (Holm by
-  default), and which runs cannot be told apart (:class:`Comparison`).
+  default), and which runs cannot be told apart ([`Comparison`][Comparison]).
 
 Runs are compared only when they pair: the same queries (by id and path, in any order), the
 same labels, the same definitions (similarity, tie rule, exclusions, lone queries, averaging;
-:mod:`recallkit.runfiles.definitions`) and the same lone queries. Otherwise :func:`compare` raises
-``ValueError`` saying what differs. The statistics are :mod:`recallkit.stats`'s, equal to
-scipy's with the same seed and resamples.
+``recallkit.runfiles.definitions``) and the same lone queries. Otherwise [`compare`][compare] raises
+``ValueError`` saying what differs. The statistics are [`recallkit.stats`][recallkit.stats]'s, equal
+to scipy's with the same seed and resamples.
 """
 
 from __future__ import annotations
@@ -47,9 +49,9 @@ from recallkit.runfiles.definitions import differences
 
 __all__ = ["Comparison", "Interval", "PairedDifference", "RunData", "compare", "intervals"]
 
-#: The paired tests :func:`compare` takes.
+#: The paired tests [`compare`][compare] takes.
 TESTS = ("randomization", "bootstrap")
-#: The corrections for multiple comparisons :func:`compare` takes.
+#: The corrections for multiple comparisons [`compare`][compare] takes.
 CORRECTIONS = ("holm", "none")
 
 
@@ -103,8 +105,8 @@ class RunData:
 
 
 def as_run(run: Any, name: str | None = None) -> RunData:
-    """``run`` (a :class:`recallkit.Result`, a run record or the path of a run file) as
-    :class:`RunData`, named ``name`` (default: the record's tag, or ``"run"``)."""
+    """``run`` (a [`recallkit.Result`][recallkit.result.Result], a run record or the path of a run
+    file) as [`RunData`][RunData], named ``name`` (default: the record's tag, or ``"run"``)."""
     from recallkit.result import Result
 
     if isinstance(run, RunData):
@@ -278,7 +280,7 @@ def intervals(
     Parameters
     ----------
     run : Result, run record (dict) or path of a run file
-        A label-form run (:func:`as_run`).
+        A label-form run (``as_run``).
     metrics : sequence of str, optional
         The metrics (names as in the run); default every label-form metric it holds.
     n_resamples : int, default 10_000
@@ -417,7 +419,7 @@ class PairedDifference:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Several runs compared metric by metric on their paired queries (:func:`compare`).
+    """Several runs compared metric by metric on their paired queries ([`compare`][compare]).
 
     Attributes
     ----------
@@ -646,8 +648,8 @@ def compare(
     Parameters
     ----------
     runs : mapping of name to run, or sequence of runs
-        Two or more runs: :class:`recallkit.Result`\\s, run records or run file paths (a
-        sequence names each by its tag or file name).
+        Two or more runs: [`recallkit.Result`][recallkit.result.Result]\\s, run records or run file
+        paths (a sequence names each by its tag or file name).
     baseline : str, optional
         Compare every other run with this one only; default every pair.
     metrics : sequence of str, optional

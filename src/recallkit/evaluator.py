@@ -1,16 +1,16 @@
 """Exact retrieval metrics inside a training loop: feed batches, compute at the end of the epoch.
 
-:class:`Evaluator` collects the validation embeddings batch by batch (on whatever device they
-are: GPU batches stay on the GPU until :meth:`Evaluator.compute`) and computes the metrics of
-the whole split in one exact pass:
+[`Evaluator`][Evaluator] collects the validation embeddings batch by batch (on whatever device they
+are: GPU batches stay on the GPU until [`Evaluator.compute`][Evaluator.compute]) and computes the
+metrics of the whole split in one exact pass:
 
 * in one process (no ``torch.distributed`` process group, or a world size of 1) with
-  :func:`recallkit.retrieval_metrics` on the rows collected;
-* under an initialised process group with :func:`recallkit.evaluate_sharded`: each rank keeps
-  only its own rows, no rank ever holds every embedding, and every rank gets the same result,
-  equal bit for bit to the single-process one. Rows are identified by their dataset index
-  (``ids``, required there), so the rows that ``DistributedSampler`` repeats to pad the last
-  batch are counted once.
+  [`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics] on the rows collected;
+* under an initialised process group with
+  [`recallkit.evaluate_sharded`][recallkit.sharded.evaluate_sharded]: each rank keeps only its own
+  rows, no rank ever holds every embedding, and every rank gets the same result, equal bit for bit
+  to the single-process one. Rows are identified by their dataset index (``ids``, required there),
+  so the rows that ``DistributedSampler`` repeats to pad the last batch are counted once.
 
 Memory per rank is what the engine needs for the rank's own rows (the rows and the engine's
 prepared copies of them) plus the working memory of one query chunk
@@ -20,20 +20,20 @@ other ranks are never gathered, only broadcast chunk by chunk.
 The protocol is PML's and the metric-learning papers' (Musgrave et al. 2020, "A Metric Learning
 Reality Check"): the validation split is searched against itself, each query's own row left
 out (``query_in_reference=True``, the default), or queries against a separate gallery
-(``query_in_reference=False``, the gallery given with :meth:`Evaluator.update_reference`, as
-the In-Shop benchmark splits it).
+(``query_in_reference=False``, the gallery given with
+[`Evaluator.update_reference`][Evaluator.update_reference], as the In-Shop benchmark splits it).
 
-An epoch ends at :meth:`~Evaluator.compute` (``epoch_ends="compute"``, the default): the next
-batch begins the next epoch, so a forgotten :meth:`~Evaluator.reset` cannot return the last
+An epoch ends at [`compute`][Evaluator.compute] (``epoch_ends="compute"``, the default): the next
+batch begins the next epoch, so a forgotten [`reset`][Evaluator.reset] cannot return the last
 epoch's values or count its rows twice. Every batch is checked as it arrives (finite
 embeddings of one dimension, integer labels, non-negative ids), and an error names the batch and
 the row; an id given again in an epoch must carry the same embedding and label (the rows
 ``DistributedSampler`` repeats to pad do; across ranks the rows are compared by digest at
-:meth:`~Evaluator.compute`).
+[`compute`][Evaluator.compute]).
 
-With ``history=`` each :meth:`~Evaluator.compute` appends the epoch's record to a history file
-(:mod:`recallkit.runfiles.records`, the format of ``recallkit evaluate --history``), so ``recallkit
-plot
+With ``history=`` each [`compute`][Evaluator.compute] appends the epoch's record to a history file
+([`recallkit.runfiles.records`][recallkit.runfiles.records], the format of ``recallkit evaluate
+--history``), so ``recallkit plot
 runs.jsonl -o recall.png`` draws recall@K across epochs; ``run_file="runs/{tag}.json"`` also
 writes each epoch's run file with the per-query ranks, for ``recallkit compare``. Under
 ``torch.distributed`` only rank 0 writes.
@@ -60,7 +60,7 @@ from recallkit.sharded import same_row
 from recallkit.typing import Embeddings, Ids, Labels
 
 #: What ends an epoch: ``"compute"`` (the first update after a compute begins the next one) or
-#: ``"reset"`` (only :meth:`Evaluator.reset`; torchmetrics' convention).
+#: ``"reset"`` (only [`Evaluator.reset`][Evaluator.reset]; torchmetrics' convention).
 EPOCH_ENDS = ("compute", "reset")
 # The dtypes rows may have, as codes exchanged between ranks to check they agree.
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -266,34 +266,37 @@ class Evaluator:
     """Collect embeddings batch by batch; compute exact retrieval metrics of the whole split.
 
     Under an initialised process group of more than one process every rank calls
-    :meth:`update` with its own batches and their dataset indices (``ids``) and
-    :meth:`compute` at the same point; each gets the same :class:`recallkit.Result`, equal bit
-    for bit to the one-process result. Ranks are exact, and on equal scores the lower reference
-    index (the lower dataset index, under ``torch.distributed``) ranks first.
+    [`update`][update] with its own batches and their dataset indices (``ids``) and
+    [`compute`][compute] at the same point; each gets the same
+    [`recallkit.Result`][recallkit.result.Result], equal bit for bit to the one-process result.
+    Ranks are exact, and on equal scores the lower reference index (the lower dataset index, under
+    ``torch.distributed``) ranks first.
 
     Parameters
     ----------
     ks : sequence of int, default (1, 2, 4, 8)
         The K of recall@K (positive, distinct).
     metrics : sequence of str, optional
-        The metrics by name, as in :func:`recallkit.retrieval_metrics` (``"recall@K"``,
-        ``"MAP@R"``, ``"MnR"``, PML's names, ...); by default recall@K for ``ks``, then MAP@R
-        and R-precision, as :func:`recallkit.evaluate_sharded`. Given, it replaces that list.
+        The metrics by name, as in
+        [`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics] (``"recall@K"``,
+        ``"MAP@R"``, ``"MnR"``, PML's names, ...); by default recall@K for ``ks``, then MAP@R and
+        R-precision, as [`recallkit.evaluate_sharded`][recallkit.sharded.evaluate_sharded]. Given,
+        it replaces that list.
     query_in_reference : bool, default True
-        ``True``: the rows of :meth:`update` are searched against themselves, each query's own
+        ``True``: the rows of [`update`][update] are searched against themselves, each query's own
         row left out; ``False``: they are queries against the gallery given with
-        :meth:`update_reference`.
+        [`update_reference`][update_reference].
     history : str or os.PathLike, optional
-        A history file (``.jsonl``) to which each :meth:`compute` appends its record.
+        A history file (``.jsonl``) to which each [`compute`][compute] appends its record.
     run_file : str, optional
-        A path with ``{tag}`` (``"runs/{tag}.json"``): each :meth:`compute` writes its run file
+        A path with ``{tag}`` (``"runs/{tag}.json"``): each [`compute`][compute] writes its run file
         there, with each query's values, which ``recallkit compare`` and ``recallkit report``
         read.
     group : torch.distributed.ProcessGroup, optional
         The process group (default: the whole world).
     epoch_ends : {"compute", "reset"}, default "compute"
-        ``"compute"``: :meth:`compute` ends the epoch, and the next batch begins a new one;
-        ``"reset"``: the rows stay until :meth:`reset` (torchmetrics' convention).
+        ``"compute"``: [`compute`][compute] ends the epoch, and the next batch begins a new one;
+        ``"reset"``: the rows stay until [`reset`][reset] (torchmetrics' convention).
     {options}
 
     Examples
@@ -353,12 +356,12 @@ class Evaluator:
 
     @property
     def num_rows(self) -> int:
-        """Rows collected on this rank by :meth:`update` since the last :meth:`reset`."""
+        """Rows collected on this rank by [`update`][update] since the last [`reset`][reset]."""
         return self._query.count
 
     @property
     def num_reference_rows(self) -> int:
-        """Gallery rows collected on this rank by :meth:`update_reference`."""
+        """Gallery rows collected on this rank by [`update_reference`][update_reference]."""
         return self._reference.count
 
     def update(self, embeddings: Embeddings, labels: Labels, ids: Ids | None = None) -> None:
@@ -369,7 +372,7 @@ class Evaluator:
         Parameters
         ----------
         embeddings : array_like of shape (b, d)
-            The batch's embeddings (any device; kept there until :meth:`compute`).
+            The batch's embeddings (any device; kept there until [`compute`][compute]).
         labels : array_like of int, shape (b,)
             Their labels (integers of any sign and size).
         ids : array_like of int, shape (b,), optional
@@ -383,7 +386,7 @@ class Evaluator:
         self, embeddings: Embeddings, labels: Labels, ids: Ids | None = None
     ) -> None:
         """Add a batch of the separate gallery (``query_in_reference=False``), as
-        :meth:`update` adds queries.
+        [`update`][update] adds queries.
 
         Parameters
         ----------
@@ -421,20 +424,20 @@ class Evaluator:
 
     def reset(self) -> None:
         """Forget the rows collected: begin a new epoch (with ``epoch_ends="compute"``, the
-        default, the first :meth:`update` after :meth:`compute` does it too)."""
+        default, the first [`update`][update] after [`compute`][compute] does it too)."""
         self._ended = False
         self._query.clear()
         self._reference.clear()
 
     def compute(self, *, tag: str | None = None) -> Result:
-        """The metrics of every row of the epoch (every row since the last :meth:`reset`), on
+        """The metrics of every row of the epoch (every row since the last [`reset`][reset]), on
         every rank alike.
 
         With ``epoch_ends="compute"`` (the default) compute ends the epoch: it may be called
-        again for the same values, and the next :meth:`update` or :meth:`update_reference`
-        begins a new epoch, so that a forgotten :meth:`reset` can neither return the last
-        epoch's values nor count its rows twice. With ``epoch_ends="reset"`` (torchmetrics'
-        convention) the rows stay until :meth:`reset`.
+        again for the same values, and the next [`update`][update] or
+        [`update_reference`][update_reference] begins a new epoch, so that a forgotten
+        [`reset`][reset] can neither return the last epoch's values nor count its rows twice. With
+        ``epoch_ends="reset"`` (torchmetrics' convention) the rows stay until [`reset`][reset].
 
         Parameters
         ----------
@@ -446,7 +449,8 @@ class Evaluator:
         Returns
         -------
         Result
-            The metrics of the split, as :func:`recallkit.retrieval_metrics` gives them on the
+            The metrics of the split, as
+            [`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics] gives them on the
             rows collected, ordered by dataset index when ``ids`` were given.
         """
         func = "Evaluator.compute"

@@ -1,14 +1,14 @@
 """The library's errors and warnings, with their parts kept apart from their text.
 
-Every bad argument raises :class:`ParameterError` (a :class:`RecallkitError`, a
-``ValueError``), worded the way
+Every bad argument raises [`ParameterError`][ParameterError] (a [`RecallkitError`][RecallkitError],
+a ``ValueError``), worded the way
 scikit-learn's parameter validation words it: "The 'ks' parameter of recall_at_k must be
-positive integers. Got 0." Every warning the library gives is a :class:`RecallkitWarning` (a
-``UserWarning``). Both keep their parts: the function, the parameter, what it must be, what it
-got, and the other parameters a message mentions (a fix such as ``query_in_reference=True``).
-A caller that speaks other words renders the same parts with its own names: the command line
-says ``--ks`` and ``--lone-queries error`` where the library says ``ks`` and
-``lone_queries='error'`` (:meth:`Text.render`).
+positive integers. Got 0." Every warning the library gives is a
+[`RecallkitWarning`][RecallkitWarning] (a ``UserWarning``). Both keep their parts: the function, the
+parameter, what it must be, what it got, and the other parameters a message mentions (a fix such as
+``query_in_reference=True``). A caller that speaks other words renders the same parts with its own
+names: the command line says ``--ks`` and ``--lone-queries error`` where the library says ``ks`` and
+``lone_queries='error'`` ([`Text.render`][Text.render]).
 
 This module imports nothing but the standard library, so that the command line's help loads
 without numpy or torch.
@@ -17,7 +17,7 @@ without numpy or torch.
 from __future__ import annotations
 
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
@@ -27,12 +27,13 @@ __all__ = [
     "RecallkitWarning",
     "RunnerError",
     "Text",
+    "did_you_mean",
     "fail",
     "python_name",
     "warn",
 ]
 
-#: How a mention is named: ``(parameter, value)`` -> text; ``value`` is :data:`NO_VALUE` when
+#: How a mention is named: ``(parameter, value)`` -> text; ``value`` is [`NO_VALUE`][NO_VALUE] when
 #: the text names the parameter alone.
 Namer = Callable[[str, Any], str]
 NO_VALUE = object()
@@ -53,9 +54,9 @@ class Text:
 
     ``mentions`` maps each field to ``parameter`` (the parameter named alone), to
     ``(parameter, value)`` (a setting: "pass query_in_reference=True"), or to a nested
-    :class:`Text`, a clause that is left out when one of its own mentions has no name for the
-    reader (a :data:`Namer` that returns ``None``: a command line without that option).
-    :meth:`render` fills the fields with a namer; ``str()`` uses the Python names.
+    ``Text``, a clause that is left out when one of its own mentions has no name for the
+    reader (a ``Namer`` that returns ``None``: a command line without that option).
+    [`render`][render] fills the fields with a namer; ``str()`` uses the Python names.
 
     >>> t = Text("pass {fix} to remove it{or_}", fix=("query_in_reference", True),
     ...          or_=Text(", or {off}", off=("check", False)))
@@ -75,7 +76,7 @@ class Text:
 
     def parameters(self) -> list[tuple[str, Any]]:
         """``(parameter, value)`` of each mention, nested clauses included (``value``
-        :data:`NO_VALUE` when the parameter is named alone)."""
+        [`NO_VALUE`][NO_VALUE] when the parameter is named alone)."""
         out: list[tuple[str, Any]] = []
         for mention in self.mentions.values():
             if isinstance(mention, Text):
@@ -114,13 +115,13 @@ def _text(value: str | Text) -> Text:
 
 
 class RecallkitError(ValueError):
-    """A bad input the library refuses, with its :class:`Text` kept in parts (the command line
+    """A bad input the library refuses, with its ``Text`` kept in parts (the command line
     renders the parameters it mentions as its own options). A ``ValueError``.
 
     Parameters
     ----------
     text : str or Text
-        The message; a :class:`Text` keeps the parameters it mentions apart.
+        The message; a ``Text`` keeps the parameters it mentions apart.
     """
 
     def __init__(self, text: str | Text) -> None:
@@ -150,7 +151,7 @@ class ParameterError(RecallkitError):
     """A bad argument: parameter ``name`` of ``func`` must be ``requirement``; it got ``got``.
 
     The message is ``"The '{name}' parameter of {func} must be {requirement}. Got {got}."``. The
-    parts stay available as attributes (``requirement`` as a :class:`Text` when it mentions
+    parts stay available as attributes (``requirement`` as a ``Text`` when it mentions
     other parameters), so that a caller (the command line) can say the same in its own words.
 
     Parameters
@@ -214,11 +215,11 @@ def fail(func: str, name: str, requirement: str | Text, got: Any) -> ParameterEr
 
 
 class RecallkitWarning(UserWarning):
-    """A warning of ``func``, in parts: its :class:`Text` (which may mention parameters) and
+    """A warning of ``func``, in parts: its ``Text`` (which may mention parameters) and
     the parameter it concerns (``None`` for the data as a whole).
 
-    ``str()`` is ``"func: text"``; :meth:`render` gives the text alone, parameters named by a
-    :data:`Namer`.
+    ``str()`` is ``"func: text"``; [`render`][render] gives the text alone, parameters named by a
+    ``Namer``.
 
     Parameters
     ----------
@@ -276,3 +277,35 @@ def warn(warning: RecallkitWarning) -> None:
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         frame, level = frame.f_back, level + 1
     warnings.warn(warning, stacklevel=level)
+
+
+def did_you_mean(given: object, valid: Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"``: the valid spelling nearest to ``given``, or ``""`` when none
+    is near (difflib's ratio of at least 0.6, case ignored). The one place every error that lists
+    valid names, choices or keywords finds its suggestion.
+
+    Parameters
+    ----------
+    given : object
+        What the caller wrote; anything but a string gets no suggestion.
+    valid : iterable of str
+        The valid spellings.
+
+    Returns
+    -------
+    str
+        The suggestion, with a leading space, to append to a message; ``""`` when none.
+
+    >>> did_you_mean("recal@1", ["recall@1", "map@r"])
+    " (did you mean 'recall@1'?)"
+    >>> did_you_mean("xyz", ["recall@1"])
+    ''
+    """
+    import difflib
+
+    if not isinstance(given, str):
+        return ""
+    names = list(dict.fromkeys(valid))
+    lower = {name.lower(): name for name in names}
+    found = difflib.get_close_matches(given.lower(), list(lower), n=1, cutoff=0.6)
+    return f" (did you mean {lower[found[0]]!r}?)" if found else ""

@@ -6,10 +6,10 @@ it with a higher score, or an equal score and a lower index. Recall@K is the fra
 whose rank is below K.
 
 Ranks come from embeddings (the engine: exact, chunked, the full matrix never built) or from a
-similarity matrix whose entries are exact as given; :class:`Ranker` is either, so that every
-benchmark protocol (:mod:`recallkit.protocols`) is written once over it. Beside each rank the
-ranker gives its optimistic and pessimistic values (every exact tie broken in the query's favour,
-or against it).
+similarity matrix whose entries are exact as given; [`Ranker`][Ranker] is either, so that every
+benchmark protocol ([`recallkit.protocols`][recallkit.protocols]) is written once over it. Beside
+each rank the ranker gives its optimistic and pessimistic values (every exact tie broken in the
+query's favour, or against it).
 """
 
 from __future__ import annotations
@@ -168,7 +168,8 @@ def _reduce(ranks: Ranks, single: bool, reduce: str) -> Ranks:
 class Ranker:
     """Ranks and ranked lists of a query set against a reference, from embeddings (the engine)
     or from a similarity matrix (exact scores as given): one interface for both, so that a
-    protocol is written once (:meth:`from_embeddings`, :meth:`from_scores`)."""
+    protocol is written once ([`from_embeddings`][from_embeddings],
+    [`from_scores`][from_scores])."""
 
     def __init__(
         self,
@@ -221,8 +222,9 @@ class Ranker:
         reference_name: str = "reference",
         expect: tuple[int, str, int, str] | None = None,
     ) -> Ranker:
-        """A ranker over embeddings, ``options`` as in :class:`recallkit.Options`; ``expect``
-        = ``(rows, what, reference rows, what)`` checks the row counts first."""
+        """A ranker over embeddings, ``options`` as in
+        [`recallkit.Options`][recallkit.options.Options]; ``expect`` = ``(rows, what, reference
+        rows, what)`` checks the row counts first."""
         options = options if options is not None else Options().checked(func)
         if expect is not None:
             _checks.check_rows(query, expect[0], func, query_name, expect[1])
@@ -259,7 +261,8 @@ class Ranker:
         """A ranker over a ``(queries, references)`` similarity matrix (higher is better);
         ``transposed``: the matrix the caller gave is ``(references, queries)`` (its errors
         name rows and columns as the caller sees them); ``expect`` as in
-        :meth:`from_embeddings`; ``options``: the memory budget (default: the defaults)."""
+        [`from_embeddings`][from_embeddings]; ``options``: the memory budget (default: the
+        defaults)."""
         from recallkit.engine import matrix as matrices
 
         values = score_matrix(scores, func, name)
@@ -364,7 +367,8 @@ def ground_truth_ranks(
     Parameters
     ----------
     scores : array_like of shape (n, m)
-        The similarity matrix, higher is better (:data:`recallkit.typing.Scores`).
+        The similarity matrix, higher is better
+        ([`recallkit.typing.Scores`][recallkit.typing.Scores]).
     ground_truth : array_like of int, shape (n,) or (n, g), or a list of lists
         One reference index per query, or several (a list per query, or an ``(n, g)`` array
         padded with ``-1``). Indices are integers (Python, numpy or torch): floats are refused
@@ -375,13 +379,13 @@ def ground_truth_ranks(
         ``"min"``: the rank of each query's best ground truth (image-to-text retrieval with
         five captions per image); ``"none"``: the rank of each (``-1`` at padding).
     tie_bounds : bool, default False
-        Return a :class:`Ranks` with the optimistic and pessimistic ranks beside the ranks.
+        Return a [`Ranks`][Ranks] with the optimistic and pessimistic ranks beside the ranks.
 
     Returns
     -------
     ndarray or Tensor of int64, shape (n,) or (n, g), or Ranks
         The ranks; numpy in, numpy out: a torch tensor of scores gives torch tensors on its
-        device. With ``tie_bounds``, a :class:`Ranks`.
+        device. With ``tie_bounds``, a [`Ranks`][Ranks].
 
     Examples
     --------
@@ -410,32 +414,35 @@ def ground_truth_ranks_from_embeddings(
     tie_bounds: bool = False,
     options: Options,
 ) -> np.ndarray | torch.Tensor | Ranks:
-    """:func:`ground_truth_ranks` from embeddings, chunked: the full matrix is never built.
+    """[`ground_truth_ranks`][ground_truth_ranks] from embeddings, chunked: the full matrix is never
+    built.
 
-    Scores are the exact float64 scores of :func:`recallkit.recall_at_k` (``metric`` cosine,
-    dot or euclidean; ``precision`` the filter GEMM's type), with the same tie rule: on equal
-    scores the lower reference index ranks first.
+    Scores are the exact float64 scores of
+    [`recallkit.recall_at_k`][recallkit.retrieval.recall_at_k] (``metric`` cosine, dot or euclidean;
+    ``precision`` the filter GEMM's type), with the same tie rule: on equal scores the lower
+    reference index ranks first.
 
     Parameters
     ----------
     query : array_like of shape (n, d)
-        The query embeddings (:data:`recallkit.typing.Embeddings`).
+        The query embeddings ([`recallkit.typing.Embeddings`][recallkit.typing.Embeddings]).
     reference : array_like of shape (m, d)
         The reference embeddings (a memory map is read block by block).
     ground_truth : array_like of int, shape (n,) or (n, g), or a list of lists
-        As in :func:`ground_truth_ranks`.
+        As in [`ground_truth_ranks`][ground_truth_ranks].
     exclude : int or list per query, optional
-        As in :func:`ground_truth_ranks`.
+        As in [`ground_truth_ranks`][ground_truth_ranks].
     reduce : {"min", "none"}, default "min"
-        As in :func:`ground_truth_ranks`.
+        As in [`ground_truth_ranks`][ground_truth_ranks].
     tie_bounds : bool, default False
-        As in :func:`ground_truth_ranks`.
+        As in [`ground_truth_ranks`][ground_truth_ranks].
     {options}
 
     Returns
     -------
     ndarray or Tensor of int64, shape (n,) or (n, g), or Ranks
-        As :func:`ground_truth_ranks` returns them (torch tensors for a torch query).
+        As [`ground_truth_ranks`][ground_truth_ranks] returns them (torch tensors for a torch
+        query).
 
     Examples
     --------
@@ -467,11 +474,11 @@ def recall_from_ranks(
     Parameters
     ----------
     ranks : array_like of int, shape (n,)
-        0-indexed ranks, non-negative (:func:`ground_truth_ranks`).
+        0-indexed ranks, non-negative ([`ground_truth_ranks`][ground_truth_ranks]).
     ks : sequence of int
         The K values, positive and distinct.
     optimistic, pessimistic : array_like of int, shape (n,), optional
-        The ranks with every tie broken for and against each query (:class:`Ranks`), given
+        The ranks with every tie broken for and against each query ([`Ranks`][Ranks]), given
         together: the result's tie bounds.
     name : str, default "recall@{k}"
         Each key, formatted with ``k``.
@@ -553,10 +560,11 @@ def recall_at_k_from_scores(
     """Recall@K from a similarity matrix and one ground-truth index per query, as a list of
     values rounded to 4 decimals in the order of ``ks``.
 
-    Ranks follow the 0-indexed rank convention of :func:`ground_truth_ranks`: on equal scores
-    the lower reference index ranks first; each value is ``round(count(rank < K) / n, 4)``.
-    :func:`recall_from_ranks` on :func:`ground_truth_ranks` gives the same values unrounded
-    as a :class:`recallkit.Result`, with per-query hits and tie bounds.
+    Ranks follow the 0-indexed rank convention of [`ground_truth_ranks`][ground_truth_ranks]: on
+    equal scores the lower reference index ranks first; each value is ``round(count(rank < K) / n,
+    4)``. [`recall_from_ranks`][recall_from_ranks] on [`ground_truth_ranks`][ground_truth_ranks]
+    gives the same values unrounded as a [`recallkit.Result`][recallkit.result.Result], with
+    per-query hits and tie bounds.
 
     Parameters
     ----------
@@ -640,9 +648,9 @@ def average_precision_at_k(
     with ``top_k``, OML; a query with no hit scores 0). ``R`` is ``num_relevant`` (default: the
     number of ranks given). ``relevant_ranks`` holds, per query, the ranks of its relevant items
     (each counted among all candidates, other relevant items included;
-    :func:`ground_truth_ranks` with ``reduce="none"``), as a list of sequences or an ``(n, g)``
-    array padded with ``-1``. A query with ``D = 0`` scores 0. Ranks and counts are integers:
-    floats (even integral ones such as ``2.0``) and a rank repeated within a query raise
+    [`ground_truth_ranks`][ground_truth_ranks] with ``reduce="none"``), as a list of sequences or an
+    ``(n, g)`` array padded with ``-1``. A query with ``D = 0`` scores 0. Ranks and counts are
+    integers: floats (even integral ones such as ``2.0``) and a rank repeated within a query raise
     ``ValueError``. Memory grows with the ranks given, not with ``K``: the ``j``-th smallest
     relevant rank ``r_(j)`` (0-indexed ``j``) contributes ``(j + 1) / (r_(j) + 1)``. A torch
     tensor of ranks gives a float64 tensor on its device, anything else a numpy array.

@@ -1,24 +1,25 @@
 """Every label-form metric, each one object in one registry.
 
-A metric is a subclass of :class:`Metric` registered with :func:`register`. The class holds all
-there is to the metric, and nothing else in the library knows it by name:
+A metric is a subclass of [`Metric`][Metric] registered with [`register`][register]. The class holds
+all there is to the metric, and nothing else in the library knows it by name:
 
 * its name (``"recall@{K}"``), its aliases and its peers' names (PML, torchmetrics, OML, ranx);
-* what it asks of the engine (:attr:`Metric.reads`: each query's first-hit rank, or its exact
-  ranked list, and how long that list must be: :meth:`Metric.width`);
-* its per-query statistic (:meth:`Metric.values`), computed in one fixed order of operations
-  from the ranked relevance alone, so that it is bit-identical for every chunking, budget,
-  streaming, precision, back end and shard split;
+* what it asks of the engine ([`Metric.reads`][Metric.reads]: each query's first-hit rank, or its
+  exact ranked list, and how long that list must be: [`Metric.width`][Metric.width]);
+* its per-query statistic ([`Metric.values`][Metric.values]), computed in one fixed order of
+  operations from the ranked relevance alone, so that it is bit-identical for every chunking,
+  budget, streaming, precision, back end and shard split;
 * its K clamp, per query, over the candidates left after every exclusion;
 * its tie rule: the worst and best values over the orders of the exactly tied items
-  (:meth:`Metric.bounds`);
-* how the per-query values are summarised into the metric's value (:meth:`Metric.summarize`:
-  the mean, or MedR's median), which way is better (:attr:`Metric.direction`), what a lone
-  query counts as under ``lone_queries="zero"`` (:attr:`Metric.lone_value`; ``None``: the
-  metric refuses ``"zero"``) and its parameters beyond K (:attr:`Metric.parameters`).
+  ([`Metric.bounds`][Metric.bounds]);
+* how the per-query values are summarised into the metric's value
+  ([`Metric.summarize`][Metric.summarize]: the mean, or MedR's median), which way is better
+  ([`Metric.direction`][Metric.direction]), what a lone query counts as under
+  ``lone_queries="zero"`` ([`Metric.lone_value`][Metric.lone_value]; ``None``: the metric refuses
+  ``"zero"``) and its parameters beyond K ([`Metric.parameters`][Metric.parameters]).
 
 How the summaries are averaged (over queries, or per class first) is
-:mod:`recallkit._labels.averaging`'s, the same for every metric.
+[`recallkit._labels.averaging`][recallkit._labels.averaging]'s, the same for every metric.
 
 Names (``R`` = relevant reference items of the query after every exclusion; ``C`` = the
 query's candidates after every exclusion; ``rel_i`` = whether the item at 0-indexed rank ``i``
@@ -49,18 +50,18 @@ relevant item):
 =================  =============================================================================
 
 Lone queries (``R = 0``) have no value (NaN): they are left out of every summary, counted as
-the metric's :attr:`~Metric.lone_value` (0 for every metric whose best value is high), or
-refused, by ``lone_queries`` (:data:`recallkit.options.LONE_QUERIES`); a rank metric (MnR, MedR)
-has no value for a query without a relevant item and refuses ``"zero"``.
+the metric's [`lone_value`][Metric.lone_value] (0 for every metric whose best value is high), or
+refused, by ``lone_queries`` ([`recallkit.options.LONE_QUERIES`][recallkit.options.LONE_QUERIES]); a
+rank metric (MnR, MedR) has no value for a query without a relevant item and refuses ``"zero"``.
 
 Fixed order. Every sum over a ranked list is a running sum in rank order (``numpy.cumsum``,
 which adds left to right) read at the cut-off, so padding a list (a wider chunk) never changes a
 value; counts are exact integers; every quotient is one correctly rounded division.
 
 Ties. Every value is the one the tie rule gives (lower reference index first). Beside it,
-:meth:`Metric.bounds` gives each query's worst and best values over every order of the items
-whose exact scores are equal; :class:`Ranked` provides the orders a metric needs (each group of
-equal scores relevant-first or relevant-last, the items tied beyond the list included).
+[`Metric.bounds`][Metric.bounds] gives each query's worst and best values over every order of the
+items whose exact scores are equal; [`Ranked`][Ranked] provides the orders a metric needs (each
+group of equal scores relevant-first or relevant-last, the items tied beyond the list included).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ _PATTERNS: list[tuple[re.Pattern[str], str, bool]] = []
 
 
 def register(cls: type[Metric]) -> type[Metric]:
-    """Add a metric class to the registry (its :attr:`Metric.family` must be new)."""
+    """Add a metric class to the registry (its ``Metric.family`` must be new)."""
     if cls.family in REGISTRY:
         raise ValueError(f"a metric family {cls.family!r} is registered already")
     REGISTRY[cls.family] = cls
@@ -320,14 +321,15 @@ def _ideal_dcg(cut: np.ndarray) -> np.ndarray:
 class Metric:
     """One metric, at one cut-off (``k``) where it has one (module docstring).
 
-    Subclasses set the class attributes and :meth:`values`; :meth:`width`, :meth:`bounds` and
-    :meth:`clamped` have defaults that fit most metrics. Instances are values: equal when
+    Subclasses set the class attributes and [`values`][values]; [`width`][width], [`bounds`][bounds]
+    and [`clamped`][clamped] have defaults that fit most metrics. Instances are values: equal when
     family, ``k`` and ``divisor`` are.
     """
 
     #: The registry key.
     family: ClassVar[str]
-    #: Canonical name: ``{K}`` for the cut-off; :attr:`name_without_k` when K is optional.
+    #: Canonical name: ``{K}`` for the cut-off; [`name_without_k`][name_without_k] when K is
+    #: optional.
     template: ClassVar[str]
     name_without_k: ClassVar[str | None] = None
     #: Other names it is asked by (lower case is matched; ``{K}`` the cut-off).
@@ -346,7 +348,8 @@ class Metric:
     parameters: ClassVar[dict[str, tuple[str, ...]]] = {}
     #: ``"higher"`` or ``"lower"``: which values are better (MnR and MedR: lower).
     direction: ClassVar[str] = "higher"
-    #: What :meth:`summarize` does, in words (``"mean"``, ``"median"``), for tables and records.
+    #: What [`summarize`][summarize] does, in words (``"mean"``, ``"median"``), for tables and
+    #: records.
     summary: ClassVar[str] = "mean"
     #: A lone query's value under ``lone_queries="zero"`` (``None``: the metric refuses
     #: ``"zero"``, having no value that means "nothing relevant").
@@ -562,7 +565,7 @@ class _TopR(Metric):
     """A metric of each query's first R items (R its relevant items): a running sum at R,
     divided by R."""
 
-    #: The running sum read at R (:meth:`Ranked.running`).
+    #: The running sum read at R ([`Ranked.running`][Ranked.running]).
     running: ClassVar[str]
 
     def width(self, num_relevant: np.ndarray, candidates: np.ndarray) -> np.ndarray:
@@ -794,7 +797,8 @@ def ap_divisor(
     divisor: str, k: int, num_relevant: np.ndarray, hits: np.ndarray | None
 ) -> np.ndarray:
     """AP@K's divisor ``D``: ``min(K, R)`` (``"min_k_r"``), ``R`` (``"r"``) or the hits in the
-    top K (``"hits"``), the one rule of the label form and of :func:`average_precision_at_k`."""
+    top K (``"hits"``), the one rule of the label form and of
+    [`average_precision_at_k`][average_precision_at_k]."""
     if divisor == "min_k_r":
         return np.minimum(k, num_relevant)
     if divisor == "r":

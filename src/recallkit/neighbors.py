@@ -40,15 +40,15 @@ def nearest_neighbors(
 ) -> tuple[np.ndarray | torch.Tensor, np.ndarray | torch.Tensor]:
     """The exact ``k`` best reference items of each query, best first.
 
-    Scores are those of :func:`recallkit.recall_at_k`, the exact float64 scores (higher is
-    better; for ``metric="euclidean"`` the score is ``2 q·r - |r|²``, which orders like
-    ``-|q - r|``). On equal scores the lower reference index comes first, so the lists are
-    deterministic, and identical in every precision.
+    Scores are those of [`recallkit.recall_at_k`][recallkit.retrieval.recall_at_k], the exact
+    float64 scores (higher is better; for ``metric="euclidean"`` the score is ``2 q·r - |r|²``,
+    which orders like ``-|q - r|``). On equal scores the lower reference index comes first, so the
+    lists are deterministic, and identical in every precision.
 
     Parameters
     ----------
     query : array_like of shape (n, d)
-        The query embeddings (:data:`recallkit.typing.Embeddings`).
+        The query embeddings ([`recallkit.typing.Embeddings`][recallkit.typing.Embeddings]).
     reference : array_like of shape (m, d)
         The reference embeddings (a memory map is read block by block).
     k : int
@@ -124,8 +124,8 @@ def nearest_neighbors_from_scores(
 ) -> tuple[np.ndarray | torch.Tensor, np.ndarray | torch.Tensor]:
     """The exact ``k`` best columns of each row of a similarity matrix, best first.
 
-    The same order as :func:`nearest_neighbors`: higher score first and, on equal scores, the
-    lower reference index (the lower column) first.
+    The same order as [`nearest_neighbors`][nearest_neighbors]: higher score first and, on equal
+    scores, the lower reference index (the lower column) first.
 
     Parameters
     ----------

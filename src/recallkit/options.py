@@ -1,22 +1,21 @@
 """The options every ranking entry point shares: each declared once, here.
 
-An option is one field of :class:`Options`: its name, default, choices or check, help text and
+An option is one field of [`Options`][Options]: its name, default, choices or check, help text and
 command-line flag are written in that field and nowhere else. From this one declaration come
 
-* the keywords of every public entry point (:func:`accepts` adds them to a function's
-  signature and docstring, builds one checked :class:`Options` and passes it down unchanged to
+* the keywords of every public entry point ([`accepts`][accepts] adds them to a function's
+  signature and docstring, builds one checked [`Options`][Options] and passes it down unchanged to
   the engine);
 * the checks, with errors that name the function called and the option;
-* the command line's flags (:func:`add_flags`, :func:`from_flags`): ``--metric``,
+* the command line's flags ([`add_flags`][add_flags], [`from_flags`][from_flags]): ``--metric``,
   ``--chunk-size``, ``--memory-budget``, ``--device``, ``--precision``, ``--lone-queries``.
 
-An entry point passes the options to :func:`recallkit.engine.prepare`, which keeps them on the
-prepared space; the engine reads each option in one place. The engine's options never change a
-value: they choose how the engine runs. Two options of the label form choose what a value
-averages (:mod:`recallkit._labels.averaging`): ``lone_queries`` (what a query without a relevant
-item
-counts as) and ``average`` (queries or classes); both are recorded in the definitions of a
-result when they are not the default.
+An entry point passes the options to [`recallkit.engine.prepare`][recallkit.engine.prepare], which
+keeps them on the prepared space; the engine reads each option in one place. The engine's options
+never change a value: they choose how the engine runs. Two options of the label form choose what a
+value averages ([`recallkit._labels.averaging`][recallkit._labels.averaging]): ``lone_queries``
+(what a query without a relevant item counts as) and ``average`` (queries or classes); both are
+recorded in the definitions of a result when they are not the default.
 
 This module imports neither numpy nor torch (torch is imported when a device is checked), so
 the command line builds its flags without loading them.
@@ -85,7 +84,7 @@ def _positive_or_none(value: Any, func: str, name: str) -> int | None:
 
 def _byte_count(value: Any, func: str, name: str) -> int | None:
     """``None``, or a positive number of bytes: an integer (a float is floored) or a string
-    :func:`parse_bytes` reads."""
+    [`parse_bytes`][parse_bytes] reads."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -155,7 +154,7 @@ def _option(
 @dataclass(frozen=True)
 class Options:
     """How the engine ranks, and what a label-form value averages. Every option is checked
-    when the options are built (:meth:`of`); an entry point builds them once and passes them
+    when the options are built ([`of`][of]); an entry point builds them once and passes them
     down unchanged. Every entry point also takes each option as a keyword.
 
     Parameters
@@ -284,7 +283,7 @@ precision='float32', lone_queries='skip', average='query')
 
 @dataclass(frozen=True)
 class Option:
-    """One option as :class:`Options` declares it."""
+    """One option as [`Options`][Options] declares it."""
 
     name: str
     default: Any
@@ -343,8 +342,8 @@ def docs(scope: str = "label", only: Sequence[str] | None = None, start: bool = 
         Query rows per chunk (default: sized from the memory budget); ranks do not depend on
         it.
     options : Options, optional
-        The options to start from (:class:`recallkit.Options`); the keywords above override
-        its fields.
+        The options to start from ([`recallkit.Options`][recallkit.options.Options]); the
+        keywords above override its fields.
     """
     import textwrap
 
@@ -364,8 +363,8 @@ def docs(scope: str = "label", only: Sequence[str] | None = None, start: bool = 
         return "\n".join(lines)
     lines.append("options : Options, optional")
     lines += textwrap.wrap(
-        "The options to start from (:class:`recallkit.Options`); the keywords above override "
-        "its fields.",
+        "The options to start from ([`recallkit.Options`][recallkit.options.Options]); the "
+        "keywords above override its fields.",
         88,
         initial_indent="    ",
         subsequent_indent="    ",
@@ -384,8 +383,8 @@ def accepts(
 
     The decorated function takes a keyword-only ``options: Options``; its public signature takes
     each option of ``scope`` (or ``only`` those) as a keyword with its default (``defaults``
-    overrides some) and ``options=`` (an :class:`Options` to start from). The wrapper builds one
-    checked :class:`Options` (errors name ``func``, default the function's name) and passes it
+    overrides some) and ``options=`` (an [`Options`][Options] to start from). The wrapper builds one
+    checked [`Options`][Options] (errors name ``func``, default the function's name) and passes it
     down. Its docstring's ``{options}`` marker becomes the options' help.
     """
 
@@ -438,7 +437,7 @@ def accepts(
 def fill_docs(
     doc: str | None, scope: str = "label", only: Sequence[str] | None = None
 ) -> str | None:
-    """``doc`` with its ``{options}`` marker replaced by the options' help (:func:`docs`),
+    """``doc`` with its ``{options}`` marker replaced by the options' help ([`docs`][docs]),
     indented as the marker is."""
     if not doc or "{options}" not in doc:
         return doc

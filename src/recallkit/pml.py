@@ -29,8 +29,8 @@ from recallkit.options import names as option_names
 from recallkit.retrieval import retrieval_metrics
 from recallkit.typing import Embeddings, Ids, Labels
 
-#: The ranking metrics :class:`RecallCalculator` computes by default (PML's names), before the
-#: ``recall_at_K`` entries.
+#: The ranking metrics [`RecallCalculator`][RecallCalculator] computes by default (PML's names),
+#: before the ``recall_at_K`` entries.
 RANKING_METRICS = ("precision_at_1", "r_precision", "mean_average_precision_at_r")
 
 
@@ -194,8 +194,8 @@ def _checked_embeddings(
     Shapes, dimensions, finiteness and, for cosine, zero rows are checked here, so that errors
     name the function the user called. A streamed reference is checked for its shape; its rows
     are checked block by block as they are read. A memory-mapped one comes back pinned
-    (:func:`recallkit._inputs.io.pin`: read from its file, never through the mapping), and a query
-    that
+    ([`recallkit._inputs.io.pin`][recallkit._inputs.io.pin]: read from its file, never through the
+    mapping), and a query that
     maps the same file is read through its descriptor.
     """
     same = reference is query
@@ -237,17 +237,18 @@ class RecallCalculator(AccuracyCalculator):
 
     - Geometry: ``metric="euclidean"`` (default, PML's default ``FaissKNN`` is an exact
       ``IndexFlatL2``), ``"cosine"`` or ``"dot"``. The default ``knn_func`` is
-      :class:`ExactKNN` with the same ``metric`` (ties: lower reference index first), and
+      [`ExactKNN`][ExactKNN] with the same ``metric`` (ties: lower reference index first), and
       ``k`` defaults to ``"max_bin_count"`` so that MAP@R and R-precision are exact.
     - One pass: ``recall_at_K``, and with the default ``knn_func`` also ``precision_at_1``,
       ``r_precision`` and ``mean_average_precision_at_r``, come from one call of
-      :func:`recallkit.retrieval_metrics` (the one implementation of each; names in
-      :data:`recallkit.metrics.REGISTRY`), with PML's ``ref_includes_query`` and lone-query
-      semantics; ``avg_of_avgs`` is recallkit's ``average="class"`` (equal to PML's to the last
-      bit) and ``return_per_class`` reads :meth:`recallkit.Result.by_class`. PML's other
-      metrics (and all of them with another ``knn_func``) are PML's own. ``metric``,
-      ``chunk_size``, ``precision`` and every other engine option are those of
-      :class:`recallkit.Options`; the engine runs on the calculator's ``device``.
+      [`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics] (the one implementation
+      of each; names in ``recallkit.metrics.REGISTRY``), with PML's ``ref_includes_query`` and
+      lone-query semantics; ``avg_of_avgs`` is recallkit's ``average="class"`` (equal to PML's to
+      the last bit) and ``return_per_class`` reads
+      [`recallkit.Result.by_class`][recallkit.result.Result.by_class]. PML's other metrics (and all
+      of them with another ``knn_func``) are PML's own. ``metric``, ``chunk_size``, ``precision``
+      and every other engine option are those of [`recallkit.Options`][recallkit.options.Options];
+      the engine runs on the calculator's ``device``.
     - Labels are mapped to dense int64 codes before PML sees them (PML casts labels to
       float32, which merges identifiers above 2**24); labels are compared by equality (a
       custom ``label_comparison_fn`` is refused).
@@ -255,7 +256,7 @@ class RecallCalculator(AccuracyCalculator):
       computed, ``ref_includes_query`` with a reference that does not start with the query)
       raises ``ValueError`` naming ``RecallCalculator.get_accuracy`` and the argument.
 
-    Ties: on equal scores the lower reference index ranks first (:class:`ExactKNN`).
+    Ties: on equal scores the lower reference index ranks first ([`ExactKNN`][ExactKNN]).
 
     Parameters
     ----------

@@ -1,8 +1,10 @@
 """The library's one result type: a read-only mapping ``metric name -> float`` and what lies
 behind it.
 
-Every metric of recallkit returns a :class:`Result`: the label-form metrics
-(:func:`recallkit.recall_at_k`, :func:`recallkit.map_at_r`, :func:`recallkit.retrieval_metrics`,
+Every metric of recallkit returns a [`Result`][Result]: the label-form metrics
+([`recallkit.recall_at_k`][recallkit.retrieval.recall_at_k],
+[`recallkit.map_at_r`][recallkit.retrieval.map_at_r],
+[`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics],
 ...), the ground-truth form, the benchmark protocols, the benchmark splits and sharded
 evaluation. A result is a read-only ``dict`` of the values (``json.dumps(result)`` writes them;
 ``dict(result)`` is a plain copy), ``to_dict()`` is the whole result in plain JSON types (NaN, an
@@ -85,7 +87,7 @@ def _read_only(*_: Any, **__: Any) -> Any:
 
 
 class FrozenDict(dict):
-    """A read-only ``dict`` (the mappings a :class:`Result` holds): it pickles and writes as
+    """A read-only ``dict`` (the mappings a [`Result`][Result] holds): it pickles and writes as
     JSON as a dict does, and refuses every change."""
 
     __setitem__ = __delitem__ = update = pop = popitem = clear = setdefault = _read_only
@@ -139,7 +141,7 @@ class Result(dict):
     query_labels : list, optional
         Label form: the queries' labels, as given (plain Python values).
     definitions : mapping, optional
-        The definitions that produced the values (:mod:`recallkit.runfiles.definitions`).
+        The definitions that produced the values (``recallkit.runfiles.definitions``).
     title, convention : str, optional
         What was evaluated and under which definition (protocol results).
     parts : mapping of str to Result, optional
@@ -149,7 +151,7 @@ class Result(dict):
     info : mapping, optional
         Context: a benchmark's name, split and completeness; bytes communicated.
     style : {"evaluation", "protocol", "benchmark"}, default "evaluation"
-        How :meth:`report` and :meth:`to_dict` lay it out.
+        How [`report`][report] and [`to_dict`][to_dict] lay it out.
 
     Examples
     --------
@@ -356,7 +358,7 @@ class Result(dict):
     def by_class(self, name: str) -> dict[Any, float]:
         """Each class's value of the label-form metric ``name``: the metric's summary of the
         class's queries that count under the result's ``lone_queries`` (as ``average="class"``
-        averages them; :func:`recallkit._labels.averaging.by_class`), keyed by label, classes in
+        averages them; ``recallkit._labels.averaging.by_class``), keyed by label, classes in
         increasing order of label (tuples: in order of first appearance). A class whose
         queries are all lone has no entry under ``lone_queries="skip"``.
 
@@ -522,7 +524,7 @@ class Result(dict):
         return text
 
     def table(self) -> str:
-        """The same text as :meth:`report`.
+        """The same text as [`report`][report].
 
         Returns
         -------

@@ -1,10 +1,11 @@
 """The label form's public functions: a reference item is relevant to a query when it has the
 query's label.
 
-:func:`retrieval_metrics` returns any metrics of the registry (:mod:`recallkit.metrics`:
+[`retrieval_metrics`][retrieval_metrics] returns any metrics of the registry (``recallkit.metrics``:
 recall@K, precision@K, IR-recall@K, MAP@K, MAP@R, R-precision, MRR, nDCG@K) from one pass of the
-engine; :func:`recall_at_k`, :func:`map_at_r`, :func:`r_precision` and :func:`map_at_k` ask for
-one family each. The work is :mod:`recallkit._labels.form`'s: one validated problem, one pass.
+engine; [`recall_at_k`][recall_at_k], [`map_at_r`][map_at_r], [`r_precision`][r_precision] and
+[`map_at_k`][map_at_k] ask for one family each. The work is
+[`recallkit._labels.form`][recallkit._labels.form]'s: one validated problem, one pass.
 
 Self-matches are removed only as the caller says: ``query_in_reference=True`` (PML's
 convention: ``reference[:n]`` is the query, row for row; checked by value) or
@@ -29,14 +30,14 @@ from recallkit.typing import Embeddings, Ids, Labels
 
 # The parameters every label-form function takes, documented once (numpydoc entries).
 _INPUTS = """query : array_like of shape (n, d)
-    The query embeddings (:data:`recallkit.typing.Embeddings`): numpy, torch (any device),
-    nested sequences.
+    The query embeddings ([`recallkit.typing.Embeddings`][recallkit.typing.Embeddings]): numpy,
+    torch (any device), nested sequences.
 reference : array_like of shape (m, d)
     The reference (gallery) embeddings; a numpy memory map or a
-    :class:`recallkit._inputs.io.EmbeddingFile` is read from its file block by block.
+    ``recallkit._inputs.io.EmbeddingFile`` is read from its file block by block.
 query_labels : array_like of shape (n,)
-    One label per query (:data:`recallkit.typing.Labels`): integers of any size, strings,
-    bytes or tuples, compared by value (never cast to float); all of one kind.
+    One label per query ([`recallkit.typing.Labels`][recallkit.typing.Labels]): integers of any
+    size, strings, bytes or tuples, compared by value (never cast to float); all of one kind.
 reference_labels : array_like of shape (m,)
     One label per reference row, of the kind of ``query_labels``."""
 _EXCLUSIONS = """query_in_reference : bool, optional
@@ -46,8 +47,8 @@ _EXCLUSIONS = """query_in_reference : bool, optional
     vectors or labels are equal. Required (``True`` or ``False``) when the reference begins
     with the query's rows; never inferred.
 query_ids, reference_ids : array_like of shape (n,) and (m,), optional
-    Ids compared by value (:data:`recallkit.typing.Ids`): every reference item with the
-    query's id is removed (several photos of one object). Given together."""
+    Ids compared by value ([`recallkit.typing.Ids`][recallkit.typing.Ids]): every reference item
+    with the query's id is removed (several photos of one object). Given together."""
 _RANKING = """Ranking: scores are cosine similarity (the default), inner product
 (``metric="dot"``) or negative Euclidean distance (``metric="euclidean"``), decided on exact
 float64 scores: a GEMM only filters, so ranks do not depend on chunking, threads, BLAS,
@@ -56,15 +57,16 @@ precision or device. Ties: on equal scores the lower reference index ranks first
 favour, ``result.num_tied`` how many queries a tie decides. The full ``n x m`` matrix is never
 built."""
 _RESULT = """Result
-    A read-only mapping ``metric name -> value`` (:class:`recallkit.Result`) with each
-    query's value (``per_query``, NaN for a lone query), the first-hit ranks where a metric
-    reads them, the counts (``num_queries``, ``num_evaluated``, ``num_excluded``), the tie
+    A read-only mapping ``metric name -> value`` ([`recallkit.Result`][recallkit.result.Result])
+    with each query's value (``per_query``, NaN for a lone query), the first-hit ranks where a
+    metric reads them, the counts (``num_queries``, ``num_evaluated``, ``num_excluded``), the tie
     bounds (``bounds``, ``num_tied``) and the definitions record."""
 _RAISES = """ValueError
-    (:class:`recallkit.ParameterError`) When an argument is malformed: shapes, lengths, NaN or
-    infinite values, zero rows under cosine, unknown metric names, labels of mixed kinds, a
-    reference that begins with the queries without ``query_in_reference``, lone queries
-    under ``lone_queries="error"``; the message names the argument."""
+    ([`recallkit.ParameterError`][recallkit.exceptions.ParameterError]) When an argument is
+    malformed: shapes, lengths, NaN or infinite values, zero rows under cosine, unknown metric
+    names, labels of mixed kinds, a reference that begins with the queries without
+    ``query_in_reference``, lone queries under ``lone_queries="error"``; the message names the
+    argument."""
 
 
 def _run(
@@ -110,7 +112,7 @@ def retrieval_metrics(
     ----------
     {inputs}
     metrics : sequence of str, default ("recall@1", "MAP@R", "R-precision")
-        The metrics by name or alias (case-insensitive; :mod:`recallkit.metrics`):
+        The metrics by name or alias (case-insensitive; ``recallkit.metrics``):
         ``"recall@K"`` (hit@K), ``"precision@K"``, ``"IR-recall@K"``, ``"MAP@K"``, ``"MAP@R"``,
         ``"R-precision"``, ``"MRR"`` (``"MRR@K"``), ``"nDCG@K"``, ``"MnR"``, ``"MedR"``, and
         the peers' names (PML's ``"precision_at_1"``, ``"mean_average_precision_at_r"``, ...).
@@ -159,17 +161,17 @@ def recall_at_k(
     """Recall@K of label-form retrieval: a hit when one of the K nearest shares the label.
 
     For a query ``q`` with first-hit rank ``r(q)`` (0-indexed rank of its nearest reference
-    item with the same label)::
+    item with the same label):
 
         recall@K = |{q evaluated : r(q) < K}| / |{q evaluated}|
 
     This is the deep-metric-learning convention (Oh Song et al. 2016, CVPR; Musgrave et al.
     2020, "A Metric Learning Reality Check"), equal to PML's ``precision_at_1`` at K = 1. It is
-    *not* the information-retrieval recall (``"IR-recall@K"`` of :func:`retrieval_metrics`).
-    Queries left with no reference item of their label are lone: left out and counted in
-    ``num_excluded`` (``lone_queries`` chooses otherwise); when all are lone the values are
-    NaN, with a warning. K above a query's candidates is clamped to them (``effective_ks``),
-    with a warning.
+    *not* the information-retrieval recall (``"IR-recall@K"`` of
+    [`retrieval_metrics`][retrieval_metrics]). Queries left with no reference item of their label
+    are lone: left out and counted in ``num_excluded`` (``lone_queries`` chooses otherwise); when
+    all are lone the values are NaN, with a warning. K above a query's candidates is clamped to them
+    (``effective_ks``), with a warning.
 
     {ranking}
 
@@ -279,7 +281,7 @@ def map_at_k(
     reference_ids: Ids | None = None,
     options: Options,
 ) -> Result:
-    """Mean AP@K over the evaluated queries, label form (:class:`recallkit.metrics.MAPAtK`).
+    """Mean AP@K over the evaluated queries, label form (``recallkit.metrics.MAPAtK``).
 
     ``AP@K = (1/D) Σ_{i ≤ K} rel(i) P@i`` with the divisor ``D`` chosen by ``divisor``; a
     query with ``D = 0`` scores 0. Lone queries (R = 0) are left out. K above the reference

@@ -51,7 +51,7 @@ _OPS = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN, "sum": dist.ReduceOp
 
 class _Comm:
     """Collectives over a process group, counting the bytes each call moves for this process:
-    the engine's :class:`~recallkit.engine.protocol.Reducer`."""
+    the engine's [`Reducer`][recallkit.engine.protocol.Reducer]."""
 
     def __init__(self, group: Any, device: torch.device) -> None:
         self.group = group
@@ -133,8 +133,8 @@ def first_occurrences(comm: _Comm, shard: _Shard, name: str, func: str) -> torch
     """Mask of this process's rows that hold the first occurrence (in rank order, then row
     order) of their dataset index. A row held again (``DistributedSampler`` pads the last batch
     with repeats) must be the same item: the same label (and id) and the same embedding
-    (:func:`same_row`); otherwise every process raises the same ``ValueError``, naming ``name``
-    and the index."""
+    ([`same_row`][same_row]); otherwise every process raises the same ``ValueError``, naming
+    ``name`` and the index."""
     index = shard.index
     gathered = [g.cpu() for g in comm.gather_varying(index.to(comm.device))]
     everything = torch.cat(gathered).numpy()
@@ -152,8 +152,8 @@ def check_items(
     group: Any, rows: torch.Tensor, labels: Any, index: Any, name: str, func: str
 ) -> None:
     """Raise, on every process alike, when a dataset index held twice (on one process or two)
-    carries another label or embedding (:func:`first_occurrences`'s rule, named ``name`` in
-    ``func``'s message)."""
+    carries another label or embedding ([`first_occurrences`][first_occurrences]'s rule, named
+    ``name`` in ``func``'s message)."""
     device = torch.device("cpu")
     if dist.get_backend(group) == "nccl":
         device = torch.device("cuda", torch.cuda.current_device())
@@ -245,9 +245,9 @@ def evaluate_sharded(
     must carry the same label and embedding each time, and is counted once; anything else is
     a ``ValueError`` naming the index.
 
-    The result equals :func:`recallkit.retrieval_metrics` (``query_in_reference=True`` for
-    leave-one-out) on the concatenated data sorted by dataset index, bit for bit in every
-    per-query value, at every world size.
+    The result equals [`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics]
+    (``query_in_reference=True`` for leave-one-out) on the concatenated data sorted by dataset
+    index, bit for bit in every per-query value, at every world size.
 
     Parameters
     ----------
@@ -260,8 +260,8 @@ def evaluate_sharded(
     ks : sequence of int, default (1, 2, 4, 8)
         The K of recall@K when ``metrics`` is not given.
     metrics : sequence of str, optional
-        Any metrics of :func:`recallkit.retrieval_metrics`; by default recall@K for ``ks``,
-        then MAP@R and R-precision (unless ``ranking_metrics=False``).
+        Any metrics of [`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics]; by
+        default recall@K for ``ks``, then MAP@R and R-precision (unless ``ranking_metrics=False``).
     reference : array_like of shape (m_local, d), optional
         This process's shard of a separate gallery.
     reference_labels : array_like of int, shape (m_local,), optional
@@ -286,7 +286,7 @@ def evaluate_sharded(
 
     Examples
     --------
-    Inside ``torchrun``::
+    Inside ``torchrun``:
 
         sampler = DistributedSampler(val_set, shuffle=False)
         emb, lab = extract_embeddings(model, DataLoader(val_set, sampler=sampler))

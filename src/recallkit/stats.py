@@ -3,21 +3,22 @@
 Every function takes per-query values (one float per query, such as each query's recall@K hit
 or average precision; lone queries dropped beforehand):
 
-* :func:`bootstrap_interval`: a percentile bootstrap interval of a statistic (the mean, or a
-  function of the values), resampling queries, or classes for protocols that average over
+* [`bootstrap_interval`][bootstrap_interval]: a percentile bootstrap interval of a statistic (the
+  mean, or a function of the values), resampling queries, or classes for protocols that average over
   classes;
-* :func:`paired_bootstrap`: the difference of a statistic between two systems on the same
-  queries, and a paired percentile bootstrap interval of it;
-* :func:`randomization_test`: the two-sided p-value of that difference by Fisher's paired
-  randomization test;
-* :func:`holm`: Holm's adjustment of several p-values.
+* [`paired_bootstrap`][paired_bootstrap]: the difference of a statistic between two systems on the
+  same queries, and a paired percentile bootstrap interval of it;
+* [`randomization_test`][randomization_test]: the two-sided p-value of that difference by Fisher's
+  paired randomization test;
+* [`holm`][holm]: Holm's adjustment of several p-values.
 
 The resampling is seeded (``numpy.random.default_rng(seed)``) and reproducible, and its results
-equal scipy's with the same seed, resamples and batch: :func:`bootstrap_interval` and
-:func:`paired_bootstrap` give ``scipy.stats.bootstrap(..., method="percentile")``'s interval
-(to 1e-12), and :func:`randomization_test` gives ``scipy.stats.permutation_test(...,
-permutation_type="samples")``'s p-value, draw for draw. The resamples are drawn in batches, so
-memory holds one batch and one float per resample, never every resample at once.
+equal scipy's with the same seed, resamples and batch: [`bootstrap_interval`][bootstrap_interval]
+and [`paired_bootstrap`][paired_bootstrap] give ``scipy.stats.bootstrap(...,
+method="percentile")``'s interval (to 1e-12), and [`randomization_test`][randomization_test] gives
+``scipy.stats.permutation_test(..., permutation_type="samples")``'s p-value, draw for draw. The
+resamples are drawn in batches, so memory holds one batch and one float per resample, never every
+resample at once.
 
 This module needs numpy alone (no torch).
 """
@@ -48,7 +49,8 @@ Statistic = str | Callable[..., Any]
 #: a core's cache between the draw, the gather and the sum.
 BATCH_ELEMENTS = 1 << 18
 
-#: The margin of :func:`randomization_test`'s fast mean, in units of ``(n + 2) u mean(max(|a|,
+#: The margin of [`randomization_test`][randomization_test]'s fast mean, in units of ``(n + 2) u
+#: mean(max(|a|,
 #: |b|))``: a resampled difference computed within it of a threshold is computed again as scipy
 #: computes it (8 suffices by the rounding analysis in ``_MeanNull``; 32 for safety).
 MARGIN = 32
@@ -159,9 +161,9 @@ def _sizes(total: int, batch: int | None, width: int) -> Iterator[int]:
     """The sizes of the batches of ``total`` resamples of ``width`` values each.
 
     ``batch`` given: batches of ``batch`` and the rest, as scipy splits them. ``None``: batches
-    of about :data:`BATCH_ELEMENTS` values, the last never of one resample unless ``total`` is 1
-    (a batch of one resample is reduced by pairwise summation where a wider batch is summed in
-    order, and scipy, given no batch, draws every resample in one batch).
+    of about [`BATCH_ELEMENTS`][BATCH_ELEMENTS] values, the last never of one resample unless
+    ``total`` is 1 (a batch of one resample is reduced by pairwise summation where a wider batch is
+    summed in order, and scipy, given no batch, draws every resample in one batch).
     """
     if batch is None:
         batch = max(2, BATCH_ELEMENTS // max(width, 1))
@@ -329,15 +331,15 @@ def paired_bootstrap(
     - f(y, axis=axis), paired=True, method="percentile", vectorized=True,
     n_resamples=n_resamples, confidence_level=confidence, rng=numpy.random.default_rng(seed))``
     to 1e-12 (with ``groups``: the same on the arrays of class statistics, sorted by class
-    code). As for :func:`bootstrap_interval`, ``batch`` changes neither the draws nor the
-    interval.
+    code). As for [`bootstrap_interval`][bootstrap_interval], ``batch`` changes neither the draws
+    nor the interval.
 
     Parameters
     ----------
     a, b : array_like of float, shape (n,)
         One finite value per query under each system, the same queries in the same order.
     statistic : "mean" or callable, default "mean"
-        As in :func:`bootstrap_interval`: the mean or ``f(x, axis=-1)``.
+        As in [`bootstrap_interval`][bootstrap_interval]: the mean or ``f(x, axis=-1)``.
     groups : array_like of int, shape (n,), optional
         The class of each query: resample classes instead of queries.
     n_resamples : int, default 10000
@@ -347,7 +349,7 @@ def paired_bootstrap(
     seed : int, default 0
         The seed of ``numpy.random.default_rng``.
     batch : int, optional
-        Resamples drawn at once (memory, as in :func:`bootstrap_interval`).
+        Resamples drawn at once (memory, as in [`bootstrap_interval`][bootstrap_interval]).
 
     Returns
     -------
@@ -391,11 +393,11 @@ def paired_bootstrap_distribution(
     func: str = "paired_bootstrap_distribution",
 ) -> tuple[float, np.ndarray]:
     """The difference ``statistic(a) - statistic(b)`` and its ``n_resamples`` paired bootstrap
-    resamples, drawn as :func:`paired_bootstrap` draws them (its interval is their percentile
-    interval); for a bootstrap test, ``2 min(P(d* <= 0), P(d* >= 0))``.
+    resamples, drawn as [`paired_bootstrap`][paired_bootstrap] draws them (its interval is their
+    percentile interval); for a bootstrap test, ``2 min(P(d* <= 0), P(d* >= 0))``.
 
-    Parameters and draws as in :func:`paired_bootstrap` (``func`` names the function in
-    errors).
+    Parameters and draws as in [`paired_bootstrap`][paired_bootstrap] (``func`` names the function
+    in errors).
 
     Returns
     -------

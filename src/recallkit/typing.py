@@ -2,7 +2,7 @@
 
 Functions take arrays in whatever form a pipeline holds them: numpy arrays (memory maps are
 read from their file block by block, never loaded whole), torch tensors on any device, nested
-Python sequences, and recallkit's own :class:`recallkit._inputs.io.EmbeddingFile`. Labels and ids
+Python sequences, and recallkit's own ``recallkit._inputs.io.EmbeddingFile``. Labels and ids
 are
 compared by value and never cast to float: integers of any size, strings, bytes or tuples.
 """
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["Embeddings", "Ids", "Labels", "Ranks", "Scores"]
 
 #: Embeddings, one row per item, shape ``(n, d)``: a numpy array or memory map, a torch tensor
-#: on any device, a :class:`recallkit._inputs.io.EmbeddingFile`, or nested sequences of numbers.
+#: on any device, a ``recallkit._inputs.io.EmbeddingFile``, or nested sequences of numbers.
 Embeddings: TypeAlias = "npt.ArrayLike | torch.Tensor | EmbeddingFile"
 #: One label per row, shape ``(n,)``: integers of any size, strings, bytes or tuples, as a
 #: sequence, a numpy array or a torch tensor; compared by value.

@@ -3,10 +3,11 @@ pinned while they are read, and arrays read from disk.
 
 Internal: the public functions call these at their boundary; nothing here is part of the API.
 
-- :mod:`~recallkit._inputs.checks`: validation helpers that raise ``ValueError`` naming the
+- [`checks`][recallkit._inputs.checks]: validation helpers that raise ``ValueError`` naming the
   argument;
-- :mod:`~recallkit._inputs.codes`: labels and ids as dense int64 codes, compared by value;
-- :mod:`~recallkit._inputs.pinned`: files and memory maps held unchanged while a call reads them;
-- :mod:`~recallkit._inputs.io`: ``.npy``, ``.npz``, ``.pt`` and ``.safetensors`` arrays, and the
+- [`codes`][recallkit._inputs.codes]: labels and ids as dense int64 codes, compared by value;
+- [`pinned`][recallkit._inputs.pinned]: files and memory maps held unchanged while a call reads
+  them;
+- [`io`][recallkit._inputs.io]: ``.npy``, ``.npz``, ``.pt`` and ``.safetensors`` arrays, and the
   array-likes the library accepts.
 """

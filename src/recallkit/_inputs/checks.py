@@ -26,8 +26,8 @@ def as_embeddings(x: Any, name: str, func: str, *, ndim: int = 2) -> torch.Tenso
 
     Accepts dense torch tensors and numpy arrays of real numbers, and nested sequences of
     numbers. A memory-mapped array is read whole from the file it maps, never through the
-    mapping (:func:`recallkit._inputs.pinned.read_mapped`): a file truncated or rewritten meanwhile
-    is
+    mapping ([`recallkit._inputs.pinned.read_mapped`][recallkit._inputs.pinned.read_mapped]): a file
+    truncated or rewritten meanwhile is
     a ``ValueError``, not a ``SIGBUS``. Integer arrays are converted to float64
     (exact up to 2**53; larger magnitudes raise); numpy float types wider
     than float64 (``np.longdouble``) are converted to float64, the widest type the scores are
@@ -158,7 +158,7 @@ def check_choice(value: Any, choices: Sequence[str], func: str, name: str) -> st
 
 
 def check_metric(metric: Any, func: str) -> str:
-    """Return ``metric`` if it is one of :data:`METRICS`."""
+    """Return ``metric`` if it is one of [`METRICS`][METRICS]."""
     return check_choice(metric, METRICS, func, "metric")
 
 
@@ -262,7 +262,7 @@ def as_scores(scores: Any, func: str, name: str = "scores") -> np.ndarray:
 
 
 def per(what: str | Text, expected: int, unit: str) -> Text:
-    """``one {unit} per {what} ({expected} {unit}s)``, ``what`` text or a :class:`Text` that
+    """``one {unit} per {what} ({expected} {unit}s)``, ``what`` text or a ``Text`` that
     mentions another parameter (``Text("caption of {c}", c="caption_image")``)."""
     return Text(
         f"one {unit} per {{what}} ({expected} {unit}s)",

@@ -53,7 +53,8 @@ def _element_kind(kind: type) -> str | None:
 
 
 def _as_array(values: Any, name: str, func: str) -> tuple[str, np.ndarray]:
-    """``(kind, array)``: the kind of the labels (:data:`_KINDS`, or ``"empty"``) and a 1-D array.
+    """``(kind, array)``: the kind of the labels ([`_KINDS`][_KINDS], or ``"empty"``) and a 1-D
+    array.
 
     Numbers come back as int64, or as an object array of Python ints when a value lies beyond
     int64; strings and bytes as numpy string arrays or object arrays; tuples as object arrays.

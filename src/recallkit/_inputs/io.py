@@ -1,7 +1,7 @@
 """Embedding files: load whole, or open for streaming (``.npy``, ``.safetensors``).
 
-A gallery larger than memory is opened with :func:`open_embeddings` and passed to the metric
-functions as the reference: it is then read and scored block by block, with bounded resident
+A gallery larger than memory is opened with [`open_embeddings`][open_embeddings] and passed to the
+metric functions as the reference: it is then read and scored block by block, with bounded resident
 memory. The runner's gallery cache (a ``.npy`` file) opens the same way.
 
 A file must hold a 2-D array of real numbers: float16, float32, float64 or integers (and
@@ -21,21 +21,21 @@ read that returns fewer bytes than asked raises instead of returning uninitialis
 A numpy memory map (``np.load(path, mmap_mode="r")``, or any view of one) is never read
 through its mapping, where a file truncated by another process kills the process with
 ``SIGBUS``: it is read from the file it maps. As a streamed gallery it is pinned as an opened
-file is (:func:`pin`), block by block; anywhere else (a query, a gallery in memory, a score
+file is ([`pin`][pin]), block by block; anywhere else (a query, a gallery in memory, a score
 matrix, labels) its values are read whole through one descriptor
-(:func:`recallkit._inputs.pinned.read_mapped`). When the query and the gallery map one file
-(leave-one-out on one memory map), the query is read through the gallery's descriptor
-(:func:`read_through`). A file truncated before or during the call, or rewritten in place
-during it, is a one-line ``ValueError`` naming it, never a mixed result or a ``SIGBUS``. Left
-to their mapping are a copy-on-write map (``mode="c"``, whose pages may hold writes the file
-does not) and a map whose path names another file since it was mapped (replaced by a rename;
-seen on Linux), whose old file can no longer be truncated through the path.
+([`recallkit._inputs.pinned.read_mapped`][recallkit._inputs.pinned.read_mapped]). When the query and
+the gallery map one file (leave-one-out on one memory map), the query is read through the gallery's
+descriptor ([`read_through`][read_through]). A file truncated before or during the call, or
+rewritten in place during it, is a one-line ``ValueError`` naming it, never a mixed result or a
+``SIGBUS``. Left to their mapping are a copy-on-write map (``mode="c"``, whose pages may hold writes
+the file does not) and a map whose path names another file since it was mapped (replaced by a
+rename; seen on Linux), whose old file can no longer be truncated through the path.
 
-:func:`read_array` reads a whole file through one descriptor and refuses it when it changed
+[`read_array`][read_array] reads a whole file through one descriptor and refuses it when it changed
 while it was read: its size, modification time or sampled contents
-(:class:`recallkit._inputs.pinned.FileState`).
+([`recallkit._inputs.pinned.FileState`][recallkit._inputs.pinned.FileState]).
 
-:func:`read_array` is the one whole-file reader of ``.npy``, ``.pt``/``.pth`` and
+[`read_array`][read_array] is the one whole-file reader of ``.npy``, ``.pt``/``.pth`` and
 ``.safetensors`` arrays of any shape (a file holding several named tensors included); the
 command line's embedding, score and index files are read through it, each command adding its
 own rules on shape and values. A tensor saved in another layout than dense (sparse, quantized,
@@ -79,8 +79,8 @@ _SAFETENSORS_DTYPES = {
 }
 # A header longer than this is a damaged file (safetensors itself stops at 100 MB).
 _MAX_HEADER = 100_000_000
-#: Positional reads (:func:`recallkit._inputs.pinned.read_at`); the readers below call it by this
-#: name.
+#: Positional reads ([`recallkit._inputs.pinned.read_at`][recallkit._inputs.pinned.read_at]); the
+#: readers below call it by this name.
 _read_at = _pinned.read_at
 
 
@@ -104,11 +104,12 @@ def _read_bytes(fd: int, size: int, offset: int) -> bytes:
 class EmbeddingFile:
     """A 2-D embedding array on disk, read in row slices: ``file[start:stop]`` -> numpy.
 
-    Passed as ``reference`` to :func:`recallkit.recall_at_k` and the other metric functions,
-    it is streamed in blocks instead of being loaded. Rows come back in the native byte order.
-    A truncated ``.npy`` is refused when it is opened; a short read raises ``ValueError``.
+    Passed as ``reference`` to [`recallkit.recall_at_k`][recallkit.retrieval.recall_at_k] and the
+    other metric functions, it is streamed in blocks instead of being loaded. Rows come back in the
+    native byte order. A truncated ``.npy`` is refused when it is opened; a short read raises
+    ``ValueError``.
 
-    The file is pinned when it is opened: its descriptor stays open (until :meth:`close`, or
+    The file is pinned when it is opened: its descriptor stays open (until [`close`][close], or
     the end of a ``with`` block) and every block is read through it, at the offset and with the
     dtype its header gave. A file replaced by another one afterwards (a new file renamed over
     the path) therefore still reads as the file that was opened. A file rewritten in place
@@ -342,7 +343,7 @@ class EmbeddingFile:
     def read_all(self) -> np.ndarray:
         """The whole array (any shape), read through the pinned descriptor and checked
         unchanged before and after the read (size, modification time, header and sampled
-        contents: :class:`recallkit._inputs.pinned.FileState`)."""
+        contents: [`recallkit._inputs.pinned.FileState`][recallkit._inputs.pinned.FileState])."""
         fd = self._check_unchanged()
         before = FileState.of(fd, self.path)
         if self._raw is not None:
@@ -377,8 +378,9 @@ class EmbeddingFile:
 
     def read_view(self, x: Any, name: str) -> Any:
         """``x``'s values read through this file's descriptor when ``x`` is a memory map of
-        this very file (:func:`recallkit._inputs.pinned.mapped`), checked as every block is; ``x``
-        itself otherwise. ``name`` is the parameter ``x`` was given as."""
+        this very file ([`recallkit._inputs.pinned.mapped`][recallkit._inputs.pinned.mapped]),
+        checked as every block is; ``x`` itself otherwise. ``name`` is the parameter ``x`` was given
+        as."""
         place = _pinned.mapped(x)
         if place is None or self._fd is None or not self._maps(place):
             return x
@@ -429,11 +431,12 @@ class EmbeddingFile:
 
 
 def pin(reference: Any, func: str, name: str = "reference") -> Any:
-    """A 2-D numpy memory map (:func:`recallkit._inputs.pinned.mapped`: any view, any strides) as a
-    pinned :class:`EmbeddingFile` of the file it maps: its rows then read through one
-    descriptor, checked on every read, never through the mapping. A file already too short for
-    its values is a ``ValueError`` naming parameter ``name`` of ``func``. Anything else, a
-    copy-on-write map and a map whose path now names another file come back as they are."""
+    """A 2-D numpy memory map ([`recallkit._inputs.pinned.mapped`][recallkit._inputs.pinned.mapped]:
+    any view, any strides) as a pinned [`EmbeddingFile`][EmbeddingFile] of the file it maps: its
+    rows then read through one descriptor, checked on every read, never through the mapping. A file
+    already too short for its values is a ``ValueError`` naming parameter ``name`` of ``func``.
+    Anything else, a copy-on-write map and a map whose path now names another file come back as they
+    are."""
     place = _pinned.mapped(reference) if isinstance(reference, np.memmap) else None
     if place is None or len(place.shape) != 2 or 0 in place.shape:
         return reference
@@ -493,7 +496,7 @@ class _OtherDtype:
 def _safetensors_tensors(data: bytes) -> dict[str, np.ndarray | _OtherDtype]:
     """Every tensor of a whole ``.safetensors`` file, read from its bytes without the
     safetensors package: real numbers and booleans as numpy arrays (bfloat16 widened to
-    float32), any other dtype as :class:`_OtherDtype`. A damaged file raises ``ValueError``.
+    float32), any other dtype as [`_OtherDtype`][_OtherDtype]. A damaged file raises ``ValueError``.
 
     >>> header = b'{"x": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}'
     >>> body = np.array([1.5, -2], dtype="<f4").tobytes()
@@ -674,9 +677,9 @@ def read_array(
 def load_embeddings(path: str | os.PathLike[str], key: str | None = None) -> torch.Tensor:
     """Load a whole ``.npy``, ``.pt`` or ``.safetensors`` embedding file as a tensor.
 
-    ``.npy`` and ``.safetensors`` files are checked as by :func:`open_embeddings` (a truncated
-    or damaged file, or a dtype other than real numbers, raises ``ValueError`` naming the file);
-    a ``.pt`` file that cannot be read raises ``ValueError`` naming it.
+    ``.npy`` and ``.safetensors`` files are checked as by [`open_embeddings`][open_embeddings] (a
+    truncated or damaged file, or a dtype other than real numbers, raises ``ValueError`` naming the
+    file); a ``.pt`` file that cannot be read raises ``ValueError`` naming it.
     """
     path = Path(path)
     suffix = path.suffix.lower()

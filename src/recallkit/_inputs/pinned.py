@@ -1,25 +1,27 @@
 """Files read as they were: their state when read, positional reads, and memory maps read
 through the file they map.
 
-:class:`FileState` is a file as it was when read: its identity (device and inode), size,
+[`FileState`][FileState] is a file as it was when read: its identity (device and inode), size,
 modification time (nanoseconds) and a digest of sampled bytes (the whole file up to 1 MiB, else
 16 windows of 64 KiB spread over it from the first byte to the last: a cheap content check that
 sees a rewrite which keeps the size and lands within the clock tick of the modification time).
 Two states of one file differ when it was rewritten in place, truncated, removed or replaced.
-Every pinned reader of the library compares them: :class:`recallkit._inputs.io.EmbeddingFile` on
+Every pinned reader of the library compares them: ``recallkit._inputs.io.EmbeddingFile`` on
 each
-block, :func:`read_file` and :func:`read_mapped` before and after a whole read. The command line
-records the state of every input file it reads (:func:`recording`, :func:`note`) and compares
-each with the file as it is before it writes anything (:func:`changed_input`).
+block, [`read_file`][read_file] and [`read_mapped`][read_mapped] before and after a whole read. The
+command line records the state of every input file it reads ([`recording`][recording],
+[`note`][note]) and compares each with the file as it is before it writes anything
+([`changed_input`][changed_input]).
 
 A numpy memory map is never read through its mapping here: a file truncated under a mapping
-turns the next read of a lost page into ``SIGBUS``, which kills the process. :func:`mapped`
+turns the next read of a lost page into ``SIGBUS``, which kills the process. [`mapped`][mapped]
 finds the file and the layout (offset, shape, strides) of any view of a memory map, and
-:func:`read_mapped` reads its values through one descriptor (:func:`read_strided`), refusing a
-file too short for them or changed while they were read. Two kinds of map are left to their
-mapping: a copy-on-write map (``mode="c"``), whose pages may hold writes the file does not, and
-a map whose path now names another file (replaced, renamed over: on Linux, where the mapped
-file's inode is known), whose old file nobody can truncate through the path any more.
+[`read_mapped`][read_mapped] reads its values through one descriptor
+([`read_strided`][read_strided]), refusing a file too short for them or changed while they were
+read. Two kinds of map are left to their mapping: a copy-on-write map (``mode="c"``), whose pages
+may hold writes the file does not, and a map whose path now names another file (replaced, renamed
+over: on Linux, where the mapped file's inode is known), whose old file nobody can truncate through
+the path any more.
 
 This module imports only the standard library at import time (numpy when an array is read), so
 that the command line's help stays fast.
@@ -39,11 +41,11 @@ from typing import Any
 
 from recallkit.exceptions import fail
 
-#: The content check of :class:`FileState`: the whole file up to ``SAMPLES * SAMPLE_BYTES``
+#: The content check of [`FileState`][FileState]: the whole file up to ``SAMPLES * SAMPLE_BYTES``
 #: bytes, else ``SAMPLES`` windows of ``SAMPLE_BYTES``, the first at byte 0, the last at the end.
 SAMPLE_BYTES = 64 * 1024
 SAMPLES = 16
-#: The most bytes one positional read of :func:`read_strided` asks for.
+#: The most bytes one positional read of [`read_strided`][read_strided] asks for.
 READ_BYTES = 16 * 2**20
 _SEEK_LOCK = threading.Lock()
 _BINARY = getattr(os, "O_BINARY", 0)
@@ -125,7 +127,7 @@ class FileState:
         what: str = "contents",
     ) -> FileState:
         """The state of the open file ``fd`` (named ``path``): its digest over ``spans``
-        (default: :func:`sampled_spans` of its size)."""
+        (default: [`sampled_spans`][sampled_spans] of its size)."""
         stat = os.fstat(fd)
         spans = sampled_spans(stat.st_size) if spans is None else tuple(spans)
         content = b"".join(read_bytes(fd, length, offset) for offset, length in spans)
@@ -161,7 +163,7 @@ class FileState:
         return dataclasses.replace(self, spans=(), digest=empty, what=what)
 
     def now(self) -> FileState | None:
-        """The file at :attr:`path` now, its digest over the same spans; ``None`` when it
+        """The file at [`path`][path] now, its digest over the same spans; ``None`` when it
         cannot be opened (removed)."""
         try:
             # O_NONBLOCK: a FIFO put in the file's place is not waited on.
@@ -203,15 +205,15 @@ class FileChanged(ValueError):
 
 def read_file(path: str | os.PathLike[str], name: str) -> bytes:
     r"""The whole file at ``path``, read through one descriptor and checked unchanged
-    (:class:`FileState`) after the read; :class:`FileChanged` naming it as ``name`` (``"The
-    labels file 'l.txt'"``) otherwise. Its state is :func:`note`\ d."""
+    ([`FileState`][FileState]) after the read; [`FileChanged`][FileChanged] naming it as ``name``
+    (``"The labels file 'l.txt'"``) otherwise. Its state is [`note`][note]\ d."""
     data, state = read_file_state(path, name)
     note(state)
     return data
 
 
 def read_file_state(path: str | os.PathLike[str], name: str) -> tuple[bytes, FileState]:
-    """:func:`read_file`'s bytes and the state they were read in, not noted (a cache entry is
+    """[`read_file`][read_file]'s bytes and the state they were read in, not noted (a cache entry is
     noted only once it is known to be used)."""
     fd = os.open(path, os.O_RDONLY | _BINARY)
     try:
@@ -238,7 +240,8 @@ _READ: contextvars.ContextVar[dict[str, FileState] | None] = contextvars.Context
 
 @contextlib.contextmanager
 def recording() -> Iterator[None]:
-    """Record the state of every file read inside (:func:`note`), for :func:`changed_input`."""
+    """Record the state of every file read inside ([`note`][note]), for
+    [`changed_input`][changed_input]."""
     token = _READ.set({})
     try:
         yield
@@ -247,8 +250,8 @@ def recording() -> Iterator[None]:
 
 
 def note(state: FileState) -> None:
-    """Record ``state``, the file as it was read, when :func:`recording`; the first state noted
-    for a path is the one kept."""
+    """Record ``state``, the file as it was read, when [`recording`][recording]; the first state
+    noted for a path is the one kept."""
     read = _READ.get()
     if read is not None:
         read.setdefault(state.path, state)
@@ -256,13 +259,13 @@ def note(state: FileState) -> None:
 
 def note_stat(fd: int, path: str | os.PathLike[str]) -> None:
     """Record the open file ``fd`` by its identity, size and modification time alone (no content
-    read: an image the encoder decodes), when :func:`recording`."""
+    read: an image the encoder decodes), when [`recording`][recording]."""
     if _READ.get() is not None:
         note(FileState.of(fd, path, spans=()))
 
 
 def changed_input() -> tuple[str, list[str]] | None:
-    """The first file recorded since :func:`recording` began (in the order they were read)
+    """The first file recorded since [`recording`][recording] began (in the order they were read)
     that differs now from the state it was read in, and how; ``None`` when none does."""
     for state in list((_READ.get() or {}).values()):
         differences = state.differences(state.now())
@@ -361,7 +364,8 @@ def read_strided(
     """The array of ``shape``, ``strides`` and ``dtype`` whose element ``[0, ..., 0]`` lies at
     byte ``offset`` of the open file ``fd``, read into a new C-ordered array: C-ordered values
     in one positional read straight into it, any other layout in reads of at most
-    :data:`READ_BYTES` (plus one slice); :class:`ShortRead` where the file ends early."""
+    [`READ_BYTES`][READ_BYTES] (plus one slice); [`ShortRead`][ShortRead] where the file ends
+    early."""
     import numpy as np
 
     out = np.empty(tuple(shape), dtype=dtype)
@@ -436,7 +440,7 @@ def open_mapped(place: Mapped, func: str, name: str) -> tuple[int, FileState] | 
 
 
 def read_mapped(x: Any, func: str, name: str) -> Any:
-    """``x`` itself, or, when it is a memory map of a file (:func:`mapped`), its values read
+    """``x`` itself, or, when it is a memory map of a file ([`mapped`][mapped]), its values read
     whole through one descriptor into a new array (never through the mapping): a file too
     short for them, or changed while they were read, is a ``ValueError`` naming it."""
     place = mapped(x)

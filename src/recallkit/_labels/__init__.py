@@ -1,7 +1,7 @@
 """The label form's internals: one pass from validated inputs to each metric's per-query values
-(:mod:`~recallkit._labels.form`), and how per-query values become a metric's value
-(:mod:`~recallkit._labels.averaging`: lone queries, query or class average).
+([`form`][recallkit._labels.form]), and how per-query values become a metric's value
+([`averaging`][recallkit._labels.averaging]: lone queries, query or class average).
 
-Internal: :mod:`recallkit.retrieval`, :mod:`recallkit.sharded`, :mod:`recallkit.evaluator` and
-:mod:`recallkit.pml` call these.
+Internal: [`recallkit.retrieval`][recallkit.retrieval], [`recallkit.sharded`][recallkit.sharded],
+[`recallkit.evaluator`][recallkit.evaluator] and [`recallkit.pml`][recallkit.pml] call these.
 """

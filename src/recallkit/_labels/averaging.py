@@ -1,19 +1,19 @@
 """How per-query values become a metric's value: which queries count, and over what it averages.
 
-Every label-form metric has a value per query (:meth:`recallkit.metrics.Metric.values`) and a
-summary of such values (:meth:`~recallkit.metrics.Metric.summarize`: the mean, or MedR's
-median). This module applies the two options that choose what is summarised, the same way for
-every metric and every entry point:
+Every label-form metric has a value per query
+([`recallkit.metrics.Metric.values`][recallkit.metrics.Metric.values]) and a summary of such values
+([`summarize`][recallkit.metrics.Metric.summarize]: the mean, or MedR's median). This module applies
+the two options that choose what is summarised, the same way for every metric and every entry point:
 
-* ``lone_queries`` (:data:`recallkit.options.LONE_QUERIES`): ``"skip"`` counts the evaluated
-  queries only (a lone query, with no relevant reference item, is left out); ``"zero"`` counts
-  every query, a lone one at the metric's :attr:`~recallkit.metrics.Metric.lone_value` (0; a
-  rank metric, which has none, refuses ``"zero"``: :func:`check`); ``"error"`` refuses lone
-  queries before anything is computed.
-* ``average`` (:data:`recallkit.options.AVERAGES`): ``"query"`` (the default) summarises the
-  counted queries' values; ``"class"`` summarises each class's counted queries (a class is a
-  query label), then takes the unweighted mean over the classes that have a counted query:
-  every class weighs the same, however many queries it has (pytorch-metric-learning's
+* ``lone_queries`` ([`recallkit.options.LONE_QUERIES`][recallkit.options.LONE_QUERIES]): ``"skip"``
+  counts the evaluated queries only (a lone query, with no relevant reference item, is left out);
+  ``"zero"`` counts every query, a lone one at the metric's
+  [`lone_value`][recallkit.metrics.Metric.lone_value] (0; a rank metric, which has none, refuses
+  ``"zero"``: [`check`][check]); ``"error"`` refuses lone queries before anything is computed.
+* ``average`` ([`recallkit.options.AVERAGES`][recallkit.options.AVERAGES]): ``"query"`` (the
+  default) summarises the counted queries' values; ``"class"`` summarises each class's counted
+  queries (a class is a query label), then takes the unweighted mean over the classes that have a
+  counted query: every class weighs the same, however many queries it has (pytorch-metric-learning's
   ``avg_of_avgs``; the per-class accuracy of Musgrave et al. 2020's class-balanced results).
 
 Class averages follow PML's arithmetic, so that they equal PML's ``avg_of_avgs`` to the last

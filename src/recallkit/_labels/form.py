@@ -2,13 +2,13 @@
 
 A reference item is relevant to a query when it has the query's label and is not excluded (the
 query's own row with ``query_in_reference=True``; every item with the query's id with
-``query_ids``/``reference_ids``). :func:`build` validates the inputs once and makes a
-:class:`Problem` (the prepared space, the labels as codes, the exclusions, each query's ``R``
-and candidates ``C``); :func:`evaluate` asks the engine, in one pass, for what every metric
+``query_ids``/``reference_ids``). [`build`][build] validates the inputs once and makes a
+[`Problem`][Problem] (the prepared space, the labels as codes, the exclusions, each query's ``R``
+and candidates ``C``); [`evaluate`][evaluate] asks the engine, in one pass, for what every metric
 needs (first-hit ranks, ranked lists as long as the longest any metric reads) and fills a
-:class:`Values` with each metric's per-query values and tie bounds (:mod:`recallkit.metrics`);
-:meth:`Values.result` makes the :class:`~recallkit.result.Result`. Sharded evaluation
-(:mod:`recallkit.sharded`) fills the same :class:`Values` from its merged chunks.
+[`Values`][Values] with each metric's per-query values and tie bounds (``recallkit.metrics``);
+[`Values.result`][Values.result] makes the [`Result`][recallkit.result.Result]. Sharded evaluation
+([`recallkit.sharded`][recallkit.sharded]) fills the same [`Values`][Values] from its merged chunks.
 
 Self-matches are removed only as the caller says. When the caller says neither
 ``query_in_reference`` nor ids and the reference begins with the query's rows, value for value
@@ -90,7 +90,7 @@ def build(
     reference_ids: Any,
     options: Options,
 ) -> Problem:
-    """Validate the label-form arguments of ``func`` and build its :class:`Problem`."""
+    """Validate the label-form arguments of ``func`` and build its [`Problem`][Problem]."""
     same = same_memory(query, reference)
     stated = query_in_reference is not None or query_ids is not None
     if query_in_reference is not None:
@@ -284,7 +284,7 @@ def ranked(
     candidates: np.ndarray,
     lists: tuple[np.ndarray, ...] | None,
 ) -> Ranked:
-    """A chunk's :class:`~recallkit.metrics.Ranked` from the engine's answer: first-hit ranks
+    """A chunk's [`Ranked`][recallkit.metrics.Ranked] from the engine's answer: first-hit ranks
     (with their tie bounds) and, when asked, ``lists = (index, score, relevant, tail_index,
     tail_relevant)``."""
     out: dict[str, Any] = {}
@@ -322,7 +322,7 @@ def chunk_lists(
 
 class Values:
     """Per-query values of ``metrics``, and their worst and best under the other tie orders,
-    filled chunk by chunk; and the :class:`~recallkit.result.Result` they make."""
+    filled chunk by chunk; and the [`Result`][recallkit.result.Result] they make."""
 
     def __init__(
         self, metrics: Sequence[Metric], num_relevant: np.ndarray, candidates: np.ndarray
@@ -503,10 +503,11 @@ def evaluate(
 def definitions_of(
     options: Options, exclusion: str, metrics: Sequence[Metric] = ()
 ) -> dict[str, Any]:
-    """The definitions record of a label-form result (:mod:`recallkit.runfiles.definitions`): the
+    """The definitions record of a label-form result (``recallkit.runfiles.definitions``): the
     similarity and ``lone_queries`` of ``options``, its other value-changing options that are
-    not at their default (:func:`recallkit.options.changed_values`: ``average``), the
-    self-exclusion rule, and the parameters of ``metrics`` that are not their defaults."""
+    not at their default ([`recallkit.options.changed_values`][recallkit.options.changed_values]:
+    ``average``), the self-exclusion rule, and the parameters of ``metrics`` that are not their
+    defaults."""
     from recallkit.runfiles import definitions
 
     parameters = {m.name: m.changed_parameters for m in metrics if m.changed_parameters}

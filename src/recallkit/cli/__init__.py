@@ -1,6 +1,7 @@
-"""The ``recallkit`` command line: the parser and dispatch (:mod:`~recallkit.cli.app`), its
-one-line errors (:mod:`~recallkit.cli.errors`) and one module per sub-command
-(:mod:`recallkit.cli.commands`). The application layer: the library never imports it."""
+"""The ``recallkit`` command line: the parser and dispatch ([`app`][recallkit.cli.app]), its
+one-line errors ([`errors`][recallkit.cli.errors]) and one module per sub-command
+([`recallkit.cli.commands`][recallkit.cli.commands]). The application layer: the library never
+imports it."""
 
 from recallkit.cli.app import entry, main
 

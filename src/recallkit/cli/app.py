@@ -1,4 +1,5 @@
-"""The ``recallkit`` command line: the sub-commands of the modules in :mod:`recallkit.cli.commands`.
+"""The ``recallkit`` command line: the sub-commands of the modules in
+[`recallkit.cli.commands`][recallkit.cli.commands].
 
 Each module in ``recallkit/cli/commands/`` exposes ``register(subparsers)``, which adds its
 sub-commands and sets ``func`` (``args -> int`` exit status) and ``parameters`` (the library's
@@ -7,25 +8,28 @@ parameter names -> the options that supply them) as the parser defaults.
 Every error is one line on stderr, ``recallkit COMMAND: error: ...``, with exit status 2, never
 a traceback:
 
-- bad input is a ``ValueError`` (the commands' :class:`recallkit.cli.errors.UsageError`, the
-  runner's ``RunnerError``, the library's own) or an ``OSError`` from the system (a full disk, a
-  read-only folder); a library message is said in the command line's words, naming options
-  rather than Python parameters (:func:`recallkit.cli.errors.error_text`);
+- bad input is a ``ValueError`` (the commands'
+  [`recallkit.cli.errors.UsageError`][recallkit.cli.errors.UsageError], the runner's
+  ``RunnerError``, the library's own) or an ``OSError`` from the system (a full disk, a read-only
+  folder); a library message is said in the command line's words, naming options rather than Python
+  parameters ([`recallkit.cli.errors.error_text`][recallkit.cli.errors.error_text]);
 - a feature whose optional packages are missing or broken raises
-  :class:`recallkit._loading.MissingExtraError` before it writes anything: its line names the
-  packages, the extra and the install command;
+  [`recallkit._loading.MissingExtraError`][recallkit._loading.MissingExtraError] before it writes
+  anything: its line names the packages, the extra and the install command;
 - argparse's own errors (an unknown option or command, an invalid choice, a bad number) are one
   line too, without the usage, with "did you mean ...?" when an option, a choice or a command
   is close to a known one.
 
 A command records the state of every input file it reads (embeddings, labels, manifests,
 annotations, run files, cached embeddings, weights, and the images it encodes by their size and
-modification time alone: :func:`recallkit._inputs.pinned.recording`) and, once it has computed and
-before it prints its report or writes anything, refuses with one line when one of them changed
-meanwhile (:func:`recallkit.cli.commands._args.unchanged_inputs`): exit status 2, nothing written.
+modification time alone: [`recallkit._inputs.pinned.recording`][recallkit._inputs.pinned.recording])
+and, once it has computed and before it prints its report or writes anything, refuses with one line
+when one of them changed meanwhile
+([`recallkit.cli.commands._args.unchanged_inputs`][recallkit.cli.commands._args.unchanged_inputs]):
+exit status 2, nothing written.
 
 An interrupted command (Ctrl-C) prints ``recallkit COMMAND: interrupted`` and exits with status
-130, wherever the interrupt lands (:class:`_CtrlC`); outputs are written atomically, so it
+130, wherever the interrupt lands ([`_CtrlC`][_CtrlC]); outputs are written atomically, so it
 leaves no partial file. A command run with ``--quiet`` prints nothing but that error line: its
 report, progress, notes and warnings are dropped. ``recallkit`` alone prints the help;
 ``recallkit --version`` the version.
@@ -167,9 +171,9 @@ def _argparse_text(message: str) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are raised as :class:`CommandLineError` (not printed with
-    the usage), whose invalid choices say which known choice is closest, and which takes every
-    option spelt out (no abbreviations: ``--embedding`` is not ``--embeddings``)."""
+    """An ArgumentParser whose errors are raised as [`CommandLineError`][CommandLineError] (not
+    printed with the usage), whose invalid choices say which known choice is closest, and which
+    takes every option spelt out (no abbreviations: ``--embedding`` is not ``--embeddings``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)
@@ -375,7 +379,7 @@ def _main(argv: list[str], ctrl_c: _CtrlC) -> int:
 
 
 def entry() -> None:
-    """The ``recallkit`` command (and ``python -m recallkit``): :func:`main`, then exit.
+    """The ``recallkit`` command (and ``python -m recallkit``): [`main`][main], then exit.
 
     After an interrupt the process leaves at once (``os._exit``), once its one line is printed
     and its output flushed: the interpreter's shutdown would wait for (or tear down) the
@@ -405,7 +409,7 @@ class _CtrlC:
       command winds down (workers finishing their tile, temporary files removed, the interrupt
       said), are ignored, so that the interrupt is said in one line and nothing is left half
       done. Once the command is over, SIGINT gets the handler ``after``: Python's own for
-      :func:`main`, ignored for the ``recallkit`` process, which is about to exit.
+      [`main`][main], ignored for the ``recallkit`` process, which is about to exit.
     - Any error that leaves the command after the interrupt is the interrupt's doing (an
       ImportError from a native library whose initialisation it broke, say): it leaves as a
       KeyboardInterrupt.
@@ -457,7 +461,8 @@ class _CtrlC:
     @contextlib.contextmanager
     def command(self) -> Iterator[None]:
         """Around the whole command, until its frames are freed: Python's report of errors it
-        cannot raise (:func:`sys.unraisablehook`) as above, then SIGINT's handler ``after``."""
+        cannot raise ([`sys.unraisablehook`][sys.unraisablehook]) as above, then SIGINT's handler
+        ``after``."""
         previous = sys.unraisablehook
 
         def hook(info: Any) -> None:
@@ -545,7 +550,8 @@ def _reader_may_leave() -> Iterator[None]:
 def _warnings_on_one_line(command: str, parameters: Mapping[str, str]) -> Iterator[None]:
     """Show each Python warning as one line, ``recallkit COMMAND: warning: ...``, when raised.
 
-    The text is said in the command line's words (:func:`recallkit.cli.errors.warning_text`).
+    The text is said in the command line's words
+    ([`recallkit.cli.errors.warning_text`][recallkit.cli.errors.warning_text]).
     """
     with warnings.catch_warnings():
 

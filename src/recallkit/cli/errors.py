@@ -1,21 +1,22 @@
 """User errors of the command line, and the one line each is printed as.
 
-A command's bad input is a ``ValueError``: the commands' own :class:`UsageError`, the runner's
-``RunnerError`` or a library error. The library's errors and warnings keep their parts
-(:mod:`recallkit.exceptions`): the parameter at fault, and the other parameters a message
-mentions ("pass query_in_reference=True"). :func:`error_text` and :func:`warning_text` say them
-in the words of the command line, from those parts, never by reading the message's text:
+A command's bad input is a ``ValueError``: the commands' own [`UsageError`][UsageError], the
+runner's ``RunnerError`` or a library error. The library's errors and warnings keep their parts
+([`recallkit.exceptions`][recallkit.exceptions]): the parameter at fault, and the other parameters a
+message mentions ("pass query_in_reference=True"). [`error_text`][error_text] and
+[`warning_text`][warning_text] say them in the words of the command line, from those parts, never by
+reading the message's text:
 
 - the parameter at fault becomes the option that supplied it: each command maps the library's
   parameter names to its options (``parameters``, e.g. ``{"images": "--images"}``); a parameter
   that no option supplies is named in plain words ("the query labels");
 - a setting a message suggests (``allow_partial=True``, ``lone_queries='error'``) becomes the
-  option that does the same (``--allow-partial``, ``--lone-queries error``; :data:`SETTINGS`
+  option that does the same (``--allow-partial``, ``--lone-queries error``; [`SETTINGS`][SETTINGS]
   and the command's options), and a clause that suggests a setting the command line has no
   option for is left out;
 - the text is one line, without terminal escapes, ending with one full stop. Messages of other
   libraries that advise their own Python keywords (torch refusing a file) are said in words
-  (:data:`REWRITES`).
+  ([`REWRITES`][REWRITES]).
 
 This module imports nothing heavy: ``recallkit --help`` loads it without torch.
 """
@@ -92,7 +93,7 @@ def subject(name: str, parameters: Mapping[str, str], *, capital: bool = False) 
 
 def namer(parameters: Mapping[str, str] | None = None) -> Namer:
     """How the command line names the parameters a library message mentions: a parameter by
-    its option (else in plain words), a setting by :data:`SETTINGS` or as the option with its
+    its option (else in plain words), a setting by [`SETTINGS`][SETTINGS] or as the option with its
     value (``--lone-queries error``; ``--flag`` for a flag set to True); ``None`` for a setting
     the command line cannot make.
 
@@ -121,7 +122,7 @@ def namer(parameters: Mapping[str, str] | None = None) -> Namer:
 
 def one_line(text: str, *, full_stop: bool = True) -> str:
     """``text`` on one line, without terminal escapes, other libraries' keyword advice said in
-    words (:data:`REWRITES`); with ``full_stop`` (errors) ending with exactly one full stop.
+    words ([`REWRITES`][REWRITES]); with ``full_stop`` (errors) ending with exactly one full stop.
 
     >>> one_line("shapes do not match\\n  at row 3")
     'shapes do not match at row 3.'
@@ -157,8 +158,9 @@ def os_error_text(error: OSError) -> str:
 def error_text(error: BaseException, parameters: Mapping[str, str] | None = None) -> str:
     """The one line the command line prints for ``error`` (a ``ValueError`` or ``OSError``).
 
-    A library error is said anew from its parts (:mod:`recallkit.exceptions`): the parameter
-    at fault by its option (or, without one, in words), the settings it mentions as options.
+    A library error is said anew from its parts ([`recallkit.exceptions`][recallkit.exceptions]):
+    the parameter at fault by its option (or, without one, in words), the settings it mentions as
+    options.
 
     >>> error_text(UsageError("--ks takes positive integers. Got '0'."))
     "--ks takes positive integers. Got '0'."

@@ -1,10 +1,10 @@
 """The conventional metric-learning splits and protocols of five image-retrieval benchmarks.
 
 Each loader parses the official annotation files a user already has on disk (nothing is
-downloaded), checks them against the documented counts, and returns a :class:`Benchmark`: image
-paths and labels per split, and the :class:`Protocol` the papers evaluate it with.
-:func:`evaluate_benchmark` computes that protocol's recall@K, MAP@R and R-precision through the
-core.
+downloaded), checks them against the documented counts, and returns a [`Benchmark`][Benchmark]:
+image paths and labels per split, and the [`Protocol`][Protocol] the papers evaluate it with.
+[`evaluate_benchmark`][evaluate_benchmark] computes that protocol's recall@K, MAP@R and R-precision
+through the core.
 
 =============  ==========================  =============================================
 name           benchmark                   protocol

@@ -85,7 +85,7 @@ def require_file(folder: Path, name: str, title: str, looked_in: Sequence[Path] 
 def read_lines(path: Path) -> list[str]:
     """The lines of a UTF-8 text file (a byte-order mark and CR-LF line ends are accepted),
     read through one descriptor and checked unchanged
-    (:func:`recallkit._inputs.pinned.read_file`)."""
+    ([`recallkit._inputs.pinned.read_file`][recallkit._inputs.pinned.read_file])."""
     try:
         text = read_file(path, f"The annotation file '{path}'").decode("utf-8-sig")
     except UnicodeDecodeError as error:
@@ -290,7 +290,7 @@ def start(
     **more: object,
 ) -> Loading:
     """Check the arguments of ``load_<name>`` (``root`` an existing folder, every flag a bool;
-    ``more``: a loader's own flags, such as ``crop``) and return the call's :class:`Loading`."""
+    ``more``: a loader's own flags, such as ``crop``) and return the call's [`Loading`][Loading]."""
     function = f"load_{name}"
     root_path = check_root(root, function)
     check_flags(

@@ -1,9 +1,9 @@
 """Shared types of the benchmark loaders, and the table of each benchmark's protocol.
 
-The table :data:`BENCHMARK_INFO` is the single source of the split sizes, label ranges, K values,
-query/gallery composition and citations: the loaders check files against it, the evaluation reads
-its protocol, and the README's protocol table is rendered from it
-(:func:`recallkit.datasets.protocol_table`).
+The table [`BENCHMARK_INFO`][BENCHMARK_INFO] is the single source of the split sizes, label ranges,
+K values, query/gallery composition and citations: the loaders check files against it, the
+evaluation reads its protocol, and the README's protocol table is rendered from it
+([`recallkit.datasets.protocol_table`][recallkit.datasets.protocol_table]).
 """
 
 from __future__ import annotations
@@ -227,8 +227,8 @@ class Split:
         bboxes: float64 ``(n, 4)`` boxes ``(left, upper, right, lower)`` in pixels, as passed to
             ``PIL.Image.crop``, when the benchmark was loaded with ``crop=True``; else ``None``.
 
-    The arrays are read-only. ``paths`` (absolute :class:`pathlib.Path` objects) is built on first
-    use: building 460,000 of them takes longer than parsing the files.
+    The arrays are read-only. ``paths`` (absolute [`pathlib.Path`][pathlib.Path] objects) is built
+    on first use: building 460,000 of them takes longer than parsing the files.
 
     >>> split = Split("test", Path("/data"), ("a/1.jpg", "b/2.jpg"), np.array([3, 4]))
     >>> len(split), split.paths[1].as_posix(), split.labels.dtype.name
@@ -317,7 +317,7 @@ class Benchmark:
     Attributes:
         name: registry name (``"cub"``, ``"cars196"``, ``"sop"``, ``"inaturalist"``, ``"inshop"``).
         title: the benchmark's usual name.
-        protocol: K values and query/gallery composition (:class:`Protocol`).
+        protocol: K values and query/gallery composition ([`Protocol`][Protocol]).
         splits: ``{"train": Split, "test": Split}`` (In-Shop: ``train``, ``query``, ``gallery``).
         root: the folder it was loaded from.
         files: the annotation files that were read.

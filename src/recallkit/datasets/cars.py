@@ -62,7 +62,7 @@ def load_cars196(
             Off by default: the standard protocol uses the full images.
 
     Returns:
-        A :class:`Benchmark` with splits ``train`` and ``test``, labels the ``class`` field
+        A [`Benchmark`][Benchmark] with splits ``train`` and ``test``, labels the ``class`` field
         (1-indexed).
 
     Raises:

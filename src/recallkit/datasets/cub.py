@@ -50,7 +50,7 @@ def load_cub(
             metric-learning protocol uses the full images.
 
     Returns:
-        A :class:`Benchmark` with splits ``train`` and ``test``; labels are the class ids of
+        A [`Benchmark`][Benchmark] with splits ``train`` and ``test``; labels are the class ids of
         ``image_class_labels.txt`` (1-indexed), rows in ``images.txt`` order.
 
     Raises:

@@ -1,7 +1,8 @@
 """Evaluate a loaded benchmark with its protocol: recall@K, with MAP@R and R-precision beside it.
 
-Every number comes from one pass of the core (:func:`recallkit.retrieval_metrics`); this module
-only chooses the splits, the K values and the self-exclusion the benchmark's protocol prescribes.
+Every number comes from one pass of the core
+([`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics]); this module only chooses
+the splits, the K values and the self-exclusion the benchmark's protocol prescribes.
 """
 
 from __future__ import annotations
@@ -49,28 +50,29 @@ def evaluate_benchmark(
 ) -> Result:
     """Recall@K of a benchmark under its protocol, with MAP@R and R-precision beside it.
 
-    The protocol (:attr:`Benchmark.protocol`) sets everything else: the K values (CUB and Cars196
-    1, 2, 4, 8; SOP 1, 10, 100, 1000; iNaturalist 1, 4, 16, 32; In-Shop 1, 10, 20, 30, 40, 50),
-    and which split is searched. For CUB, Cars196, SOP and iNaturalist the test split is searched
-    with itself and each query's own image is excluded (``query_in_reference=True``); for In-Shop
-    the query split searches the gallery split, with nothing excluded. Ties rank the lower
-    reference index first, so results are deterministic. Every metric comes from one pass.
+    The protocol ([`Benchmark.protocol`][Benchmark.protocol]) sets everything else: the K values
+    (CUB and Cars196 1, 2, 4, 8; SOP 1, 10, 100, 1000; iNaturalist 1, 4, 16, 32; In-Shop 1, 10, 20,
+    30, 40, 50), and which split is searched. For CUB, Cars196, SOP and iNaturalist the test split
+    is searched with itself and each query's own image is excluded (``query_in_reference=True``);
+    for In-Shop the query split searches the gallery split, with nothing excluded. Ties rank the
+    lower reference index first, so results are deterministic. Every metric comes from one pass.
 
     Args:
-        benchmark: a loaded :class:`Benchmark`.
+        benchmark: a loaded [`Benchmark`][Benchmark].
         query_embeddings: ``(n, d)`` embeddings of the protocol's query split
             (``benchmark.evaluation_splits()[0]``), row for row (torch tensor or numpy array).
         gallery_embeddings: for In-Shop, the ``(m, d)`` embeddings of the gallery split; must be
             ``None`` for benchmarks whose query split is searched with itself.
-        metrics: the metrics (names as in :func:`recallkit.retrieval_metrics`); default the
+        metrics: the metrics (names as in
+        [`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics]); default the
             protocol's recall@K, then MAP@R and R-precision.
 
     {options}
 
     Returns:
-        A :class:`recallkit.Result` whose ``info`` holds the benchmark's name, title, protocol and
-        completeness (``complete``: whether the benchmark had its documented sizes; when False
-        the numbers are not comparable with published ones).
+        A [`recallkit.Result`][recallkit.result.Result] whose ``info`` holds the benchmark's name,
+        title, protocol and completeness (``complete``: whether the benchmark had its documented
+        sizes; when False the numbers are not comparable with published ones).
 
     >>> import numpy as np
     >>> from pathlib import Path

@@ -6,8 +6,9 @@ Files read (``root`` holds them and the ``train_val2018/`` image folder):
 ``train_val2018/<supercategory>/<category_id>/<file>.jpg``.
 
 The class is the category folder (the iNaturalist 2018 category id, 0–8,141, as in the path); the
-supercategory is a second level, numbered by its position in :data:`INATURALIST_SUPERCATEGORIES`.
-Train is 325,846 images of 5,690 categories, test 136,093 images of 2,452 other categories.
+supercategory is a second level, numbered by its position in
+[`INATURALIST_SUPERCATEGORIES`][INATURALIST_SUPERCATEGORIES]. Train is 325,846 images of 5,690
+categories, test 136,093 images of 2,452 other categories.
 """
 
 from __future__ import annotations
@@ -64,9 +65,9 @@ def load_inaturalist(
             seconds on a local disk, longer on a network file system).
 
     Returns:
-        A :class:`Benchmark` with splits ``train`` and ``test``: labels the category id of each
-        path, ``coarse_labels`` the index of its supercategory in
-        :data:`INATURALIST_SUPERCATEGORIES`, rows in file order.
+        A [`Benchmark`][Benchmark] with splits ``train`` and ``test``: labels the category id of
+        each path, ``coarse_labels`` the index of its supercategory in
+        [`INATURALIST_SUPERCATEGORIES`][INATURALIST_SUPERCATEGORIES], rows in file order.
 
     Raises:
         DatasetFileNotFoundError: a missing file or (unless ``skip_missing``) image.

@@ -47,8 +47,8 @@ def load_inshop(
         check_images: check that each listed image exists.
 
     Returns:
-        A :class:`Benchmark` with splits ``train``, ``query`` and ``gallery`` (file order), labels
-        the item number. The protocol searches the gallery with the query images.
+        A [`Benchmark`][Benchmark] with splits ``train``, ``query`` and ``gallery`` (file order),
+        labels the item number. The protocol searches the gallery with the query images.
 
     Raises:
         DatasetFileNotFoundError: a missing file or (unless ``skip_missing``) image.

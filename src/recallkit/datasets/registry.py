@@ -1,4 +1,5 @@
-"""The benchmark registry: one loader per name, and :func:`load_benchmark` to call it by name."""
+"""The benchmark registry: one loader per name, and [`load_benchmark`][load_benchmark] to call it by
+name."""
 
 from __future__ import annotations
 
@@ -41,9 +42,10 @@ def load_benchmark(
     """Load a benchmark's conventional metric-learning splits from its official files on disk.
 
     Nothing is downloaded: ``root`` is the folder holding the files as distributed (see each
-    loader: :func:`~recallkit.datasets.load_cub`, :func:`~recallkit.datasets.load_cars196`,
-    :func:`~recallkit.datasets.load_sop`, :func:`~recallkit.datasets.load_inaturalist`,
-    :func:`~recallkit.datasets.load_inshop`). Split sizes are checked against the documented
+    loader: [`load_cub`][recallkit.datasets.load_cub],
+    [`load_cars196`][recallkit.datasets.load_cars196], [`load_sop`][recallkit.datasets.load_sop],
+    [`load_inaturalist`][recallkit.datasets.load_inaturalist],
+    [`load_inshop`][recallkit.datasets.load_inshop]). Split sizes are checked against the documented
     counts; a difference is an error naming the file unless ``allow_partial=True``.
 
     Args:
@@ -58,7 +60,7 @@ def load_benchmark(
         check_images: check that each listed image exists (one ``os.path.exists`` per image).
 
     Returns:
-        The :class:`Benchmark`: splits, labels and protocol.
+        The [`Benchmark`][Benchmark]: splits, labels and protocol.
 
     >>> import tempfile, pathlib
     >>> folder = pathlib.Path(tempfile.mkdtemp())

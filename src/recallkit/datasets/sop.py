@@ -39,7 +39,7 @@ def load_sop(
         check_images: check that each listed image exists.
 
     Returns:
-        A :class:`Benchmark` with splits ``train`` and ``test``: labels the ``class_id`` and
+        A [`Benchmark`][Benchmark] with splits ``train`` and ``test``: labels the ``class_id`` and
         ``coarse_labels`` the ``super_class_id`` of each line, in file order.
 
     Raises:

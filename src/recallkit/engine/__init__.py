@@ -4,28 +4,30 @@ Scores are "higher is better": cosine similarity, the inner product (``metric="d
 euclidean, ``2 q·r - |r|²``, which orders candidates exactly as ``-|q - r|²``.
 
 What "exact" means. The decisive score of a pair is defined from the input rows with one fixed
-order of operations in float64 (:mod:`recallkit.engine.exact`); every back end reproduces it bit
-for bit. A rank is the number of candidates whose exact score is higher, or equal with a lower
-reference index (:mod:`recallkit.engine.ties`). So ranks are a function of the input embeddings
-alone: the same for every chunk size, block split, shard split, thread count, BLAS, precision
-and device.
+order of operations in float64 ([`recallkit.engine.exact`][recallkit.engine.exact]); every back end
+reproduces it bit for bit. A rank is the number of candidates whose exact score is higher, or equal
+with a lower reference index ([`recallkit.engine.ties`][recallkit.engine.ties]). So ranks are a
+function of the input embeddings alone: the same for every chunk size, block split, shard split,
+thread count, BLAS, precision and device.
 
 How it is fast. A GEMM in float32 (float64 for float64 inputs; optionally a lower precision)
-gives filter scores with a rigorous error bound (:mod:`recallkit.engine.filters`); only the items
-within the bound of a decision are scored exactly. Every statistic is computed in two steps per
-query: the threshold item (the best positive, or a given target) with its exact score and
-global index, then the count of candidates that rank above it; and ranked lists keep every item
-the filter cannot rule out of the top k. Both steps combine across blocks and processes by
-max/min and sum, which makes streamed and sharded evaluation exact.
+gives filter scores with a rigorous error bound
+([`recallkit.engine.filters`][recallkit.engine.filters]); only the items within the bound of a
+decision are scored exactly. Every statistic is computed in two steps per query: the threshold item
+(the best positive, or a given target) with its exact score and global index, then the count of
+candidates that rank above it; and ranked lists keep every item the filter cannot rule out of the
+top k. Both steps combine across blocks and processes by max/min and sum, which makes streamed and
+sharded evaluation exact.
 
 The layers, each importing only those below it:
 
-* shared pieces: :mod:`.space` (rows, blocks, the memory budget), :mod:`.filters` (filter rows
-  and bounds), :mod:`.pairs` (positives and exclusions as codes), :mod:`.ties` (the tie rule),
-  :mod:`.exact` (the exact score), :mod:`.protocol` (requests, results, the back-end protocol);
-* back ends, beside each other: :mod:`.cpu` (numba tiles), :mod:`.device` (torch, for CUDA and
-  any device, with the fused kernels of :mod:`.triton_kernels` where Triton runs), and
-  :mod:`.matrix` (similarity matrices given as exact scores);
+* shared pieces: [`space`][space] (rows, blocks, the memory budget), [`filters`][filters] (filter
+  rows and bounds), [`pairs`][pairs] (positives and exclusions as codes), [`ties`][ties] (the tie
+  rule), [`exact`][exact] (the exact score), [`protocol`][protocol] (requests, results, the back-end
+  protocol);
+* back ends, beside each other: [`cpu`][cpu] (numba tiles), [`device`][device] (torch, for CUDA and
+  any device, with the fused kernels of [`triton_kernels`][triton_kernels] where Triton runs), and
+  [`matrix`][matrix] (similarity matrices given as exact scores);
 * this dispatcher, which picks the back end once per call.
 
 ``RECALLKIT_BACKEND`` (``numba``, ``torch``, ``triton``) forces a back end, for tests and
@@ -33,21 +35,22 @@ debugging: ``torch`` runs the device path on CPU tensors (what CUDA runs), ``tri
 kernels (on the CPU under ``TRITON_INTERPRET=1``).
 
 The first call. numba compiles the CPU back end's kernels on their first use and caches them
-(:mod:`.jit`): seconds for a first recall@K, more for ranked lists; a process that finds them in the
-cache still pays numba's start (0.3 s, a second under load) when it loads the first. While the
-kernels a call on CPU tensors needs are not loaded in the process, :func:`run` weighs what numba
+([`jit`][jit]): seconds for a first recall@K, more for ranked lists; a process that finds them in
+the cache still pays numba's start (0.3 s, a second under load) when it loads the first. While the
+kernels a call on CPU tensors needs are not loaded in the process, [`run`][run] weighs what numba
 would cost before its first tile (the compile seconds of the kernels its cache lacks and numba's
-start, measured: :func:`recallkit.engine.cpu.first_compile`) against what the torch back end, which
-needs neither, takes for the call, measured on this machine at run time: it runs the call's first
-queries there (about :data:`PROBE_PAIRS` query-reference pairs, or the whole call when that is not
-much more) and extrapolates to the rest. While the torch seconds this process has spent so far, plus
-this call's, stay within numba's cost, the call runs on torch (the same ranks, bit for bit). Once
-they would pass it, the process goes to numba, compiling what the cache lacks (one line on stderr
-says so): this call from its first query (unless the probe was all of it), and every later call
-(rent until the rent would reach the price, then buy). A small call stays on torch; a large one, or
-a long run of small ones, goes to numba. ``RECALLKIT_COLD_START=compile`` goes to numba at once (the
-test suite sets it: each test runs the back end it names, cold cache or not); so do a reference
-streamed block by block, a sharded call and the low precisions (``int8``, ``bfloat16``).
+start, measured: [`recallkit.engine.cpu.first_compile`][recallkit.engine.cpu.first_compile]) against
+what the torch back end, which needs neither, takes for the call, measured on this machine at run
+time: it runs the call's first queries there (about [`PROBE_PAIRS`][PROBE_PAIRS] query-reference
+pairs, or the whole call when that is not much more) and extrapolates to the rest. While the torch
+seconds this process has spent so far, plus this call's, stay within numba's cost, the call runs on
+torch (the same ranks, bit for bit). Once they would pass it, the process goes to numba, compiling
+what the cache lacks (one line on stderr says so): this call from its first query (unless the probe
+was all of it), and every later call (rent until the rent would reach the price, then buy). A small
+call stays on torch; a large one, or a long run of small ones, goes to numba.
+``RECALLKIT_COLD_START=compile`` goes to numba at once (the test suite sets it: each test runs the
+back end it names, cold cache or not); so do a reference streamed block by block, a sharded call and
+the low precisions (``int8``, ``bfloat16``).
 """
 
 from __future__ import annotations
@@ -98,7 +101,7 @@ MIN_TORCH = (2, 8)
 
 def check_torch(version: str | None = None) -> None:
     """Raise ``ImportError`` if torch (``version``, default the installed one) is older than
-    :data:`MIN_TORCH`."""
+    [`MIN_TORCH`][MIN_TORCH]."""
     text = torch.__version__ if version is None else version
     parts = []
     for piece in text.split("+")[0].split(".")[:2]:
@@ -221,7 +224,7 @@ def _device_backend(name: str, where: torch.device) -> Backend:
 
 
 def run(space: Space, request: Request, chunk_size: int | None = None) -> Iterator[ChunkResult]:
-    """Every chunk of the request's answer, in query order (:mod:`.protocol`); chunks of
+    """Every chunk of the request's answer, in query order ([`protocol`][protocol]); chunks of
     ``chunk_size`` queries, default the space's ``options.chunk_size`` (else sized from the
     memory budget). On CPU tensors, while the kernels the request needs are not compiled or not
     loaded, the torch back end may answer instead (module docstring)."""
@@ -256,10 +259,10 @@ _paid = 0.0  # seconds this process spent on the torch back end while numba was 
 
 def _numba_cost(request: Request, space: Space) -> float:
     """What running the request on numba costs before its first tile, measured
-    (:func:`recallkit.engine.cpu.first_compile`): the compile seconds of the kernels it needs
-    and numba's cache lacks, and numba's start when no kernel is loaded in this process yet (0
-    when all are loaded). The compile seconds also go to :func:`jit.expect`, for the line a
-    compile prints."""
+    ([`recallkit.engine.cpu.first_compile`][recallkit.engine.cpu.first_compile]): the compile
+    seconds of the kernels it needs and numba's cache lacks, and numba's start when no kernel is
+    loaded in this process yet (0 when all are loaded). The compile seconds also go to
+    [`jit.expect`][jit.expect], for the line a compile prints."""
     from recallkit.engine import cpu
 
     groups = cpu.first_compile(request, space)
@@ -270,9 +273,9 @@ def _numba_cost(request: Request, space: Space) -> float:
 
 
 def _start_numba(space: Space) -> None:
-    """The process runs numba from this call on (:func:`jit.allow`). The first such call's rows
-    were prepared by torch operations (:func:`jit.usable`): their kernels are compiled or loaded
-    now, on a row of each side, so that this call compiles what the next ones need."""
+    """The process runs numba from this call on ([`jit.allow`][jit.allow]). The first such call's
+    rows were prepared by torch operations ([`jit.usable`][jit.usable]): their kernels are compiled
+    or loaded now, on a row of each side, so that this call compiles what the next ones need."""
     if jit.allowed():
         return
     jit.allow()
@@ -294,8 +297,8 @@ def _block_rows(space: Space) -> torch.Tensor | None:
 def _may_wait(space: Space) -> bool:
     """Whether a call may run on torch while numba is cold: ``RECALLKIT_COLD_START`` and
     ``RECALLKIT_BACKEND`` unset (or ``auto``), no call of the process on numba yet
-    (:func:`jit.allowed`), the reference in memory, and a precision that the torch back end runs
-    on the CPU as the numba one does."""
+    ([`jit.allowed`][jit.allowed]), the reference in memory, and a precision that the torch back end
+    runs on the CPU as the numba one does."""
     if jit.cold_start() != "auto" or forced_backend() is not None or jit.allowed():
         return False
     return space.single is not None and space.options.precision in ("auto", "float32")

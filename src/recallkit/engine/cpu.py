@@ -3,21 +3,21 @@
 A chunk's filter scores against a block are computed as ``TILE × TILE`` tiles, each a
 single-threaded GEMM into a worker's own buffer (4 MiB of float32, 2 MiB of a bfloat16 GEMM's
 own output: in the L2 or nearby L3 of x86 servers), skipped pairs ``-inf``; the numba kernels
-of :mod:`recallkit.engine.cpu_kernels` consume the tile at once. The score matrix is never written
-to memory, which is what a GEMM of small inner dimension (d = 128) spends most of its time on.
-One pass over the tiles feeds every consumer a request needs: the window counts of the
-thresholds and the running top-k of the ranked lists read the same tiles.
+of [`recallkit.engine.cpu_kernels`][recallkit.engine.cpu_kernels] consume the tile at once. The
+score matrix is never written to memory, which is what a GEMM of small inner dimension (d = 128)
+spends most of its time on. One pass over the tiles feeds every consumer a request needs: the window
+counts of the thresholds and the running top-k of the ranked lists read the same tiles.
 
 A tile is computed by the fastest of the ways the request allows, timed on the first full tiles
 of each pass from the GEMM to the last consumer, in rounds that give every worker's tiles to one
-way at a time (:class:`recallkit.engine.lowp.Choice`); then the pass keeps the fastest: float32
-(numpy's or torch's BLAS, whichever is faster here), or a low-precision kernel of
-:mod:`recallkit.engine.lowp` (int8 through ONNX Runtime, bfloat16) that passed its self-check.
-A low-precision tile is a cascade inside the tile kernels: an item its wider window cannot
-rule out is scored in float32 at once (the dot product of the float32 filter rows) and decided
-by float32's window, so the counts, windows and lists are float32's and tiles of different
+way at a time ([`recallkit.engine.lowp.Choice`][recallkit.engine.lowp.Choice]); then the pass keeps
+the fastest: float32 (numpy's or torch's BLAS, whichever is faster here), or a low-precision kernel
+of [`recallkit.engine.lowp`][recallkit.engine.lowp] (int8 through ONNX Runtime, bfloat16) that
+passed its self-check. A low-precision tile is a cascade inside the tile kernels: an item its wider
+window cannot rule out is scored in float32 at once (the dot product of the float32 filter rows) and
+decided by float32's window, so the counts, windows and lists are float32's and tiles of different
 kinds mix freely within a pass. Rows a low-precision side cannot hold
-(:func:`lowp.holds`) run in float32.
+([`lowp.holds`][lowp.holds]) run in float32.
 
 Symmetric problems (leave-one-out on one tensor, cosine or dot, exclusions symmetric) compute
 each off-diagonal tile once and read it twice, as rows and transposed: half the GEMM (the
@@ -27,7 +27,7 @@ positives alone where they are few (fine labels), else from the chunk's scores k
 
 Worker threads take tiles from a shared list and keep their own per-row state, merged at the
 end. BLAS, torch and ONNX Runtime run single-threaded inside the workers
-(:func:`recallkit.engine.cpu_kernels.single_threaded`).
+([`recallkit.engine.cpu_kernels.single_threaded`][recallkit.engine.cpu_kernels.single_threaded]).
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ START_SECONDS = 0.3
 
 def first_compile(request: Request, space: Space) -> list[tuple[Any, float]]:
     """``(kernel, seconds)`` of each group of kernels the request's pass on ``space`` compiles on
-    its first use (:func:`recallkit.engine.jit.cached` tells whether the group is compiled)."""
+    its first use ([`recallkit.engine.jit.cached`][recallkit.engine.jit.cached] tells whether the
+    group is compiled)."""
     groups = [
         (filters.NUMBA_KERNELS["robust_norms"], ROWS_SECONDS),
         (exact.NUMBA_KERNELS["exact"], EXACT_SECONDS),
@@ -130,8 +131,8 @@ def state_bytes(request: Request) -> int:
 
 
 def choose_product(dtype: torch.dtype, width: int) -> str:
-    """The BLAS for the next float32 (or float64) tile of this width (:func:`lowp.choose_blas`;
-    torch's only while its float32 matmuls are IEEE)."""
+    """The BLAS for the next float32 (or float64) tile of this width
+    ([`lowp.choose_blas`][lowp.choose_blas]; torch's only while its float32 matmuls are IEEE)."""
     ieee = dtype != torch.float32 or filters.float32_matmul_rounding(torch.device("cpu")) == 0.0
     return lowp.choose_blas(dtype, width, ieee)
 
@@ -140,7 +141,7 @@ def tile_scores(
     qf: filters.QueryFilter, block: Block, row0: int, col0: int, out: np.ndarray
 ) -> None:
     """Filter scores of chunk rows ``row0:`` against block rows ``col0:`` into the tile ``out``
-    (single-threaded BLAS, :func:`choose_product`; its rounding does not matter)."""
+    (single-threaded BLAS, [`choose_product`][choose_product]; its rounding does not matter)."""
     rows, cols = out.shape
     dtype, width = qf.rows.dtype, qf.rows.shape[1]
     name = choose_product(dtype, width)
@@ -402,7 +403,8 @@ class Top(_Consumer):
     codes)``: a row's floor starts at its k-th best positive and rises with each item found above
     it, not once ``k`` items are found. Each worker keeps its own lists and floors (the known
     items are the first's); a row's floor in a tile is the highest of the workers'
-    (:func:`kernels.top_rows`), and a row's first tile may raise it from its own values."""
+    ([`kernels.top_rows`][kernels.top_rows]), and a row's first tile may raise it from its own
+    values."""
 
     def __init__(self, ks: np.ndarray, tp: lowp.TilePass, workers: int, known=None) -> None:
         c = len(ks)
@@ -543,7 +545,7 @@ class _Context:
 
 class CpuBackend(protocol.Pipeline):
     """Requests on CPU tensors: numba tiles (module docstring), in the shared chunk pipeline
-    (:class:`recallkit.engine.protocol.Pipeline`)."""
+    ([`recallkit.engine.protocol.Pipeline`][recallkit.engine.protocol.Pipeline])."""
 
     name = "numba"
     score_bytes = 0  # tiles: a chunk holds its scores and nothing per score beside them
@@ -630,8 +632,8 @@ class CpuBackend(protocol.Pipeline):
         return rows, local, torch.ones_like(rows, dtype=torch.bool), torch.zeros((), dtype=bool)
 
     def _known(self, positives: Any, tp: lowp.TilePass, start: int, stop: int, ctx) -> Any:
-        """:class:`Top`'s ``known`` (:func:`kernels.label_scores`): labels on the pass's one
-        block, few enough to score one by one (else ``None``)."""
+        """[`Top`][Top]'s ``known`` ([`kernels.label_scores`][kernels.label_scores]): labels on the
+        pass's one block, few enough to score one by one (else ``None``)."""
         block, qf, excluded = tp.block, tp.qf, ctx.excluded
         labels = isinstance(positives, LabelPositives) and block is tp.space.single
         if not labels or not self.exact_is_cheaper(positives, block, start, stop):
@@ -652,8 +654,8 @@ class CpuBackend(protocol.Pipeline):
         return scored, (positives.query_codes[start:stop], positives.block_codes(block))
 
     def scan(self, space, chunk, block, i, start, stop, ctx, best, where, ks) -> protocol.Scan:
-        """The block's tile pass (:func:`run_tiles`): one :class:`Window` and one :class:`Top`
-        fed by the same tiles."""
+        """The block's tile pass ([`run_tiles`][run_tiles]): one [`Window`][Window] and one
+        [`Top`][Top] fed by the same tiles."""
         request, excluded, cached = ctx.request, ctx.excluded, i in ctx.cached
         qf = self._filter(space, chunk, block, start, stop)
         symmetric = (  # a window of one slot reads a tile's columns too

@@ -1,21 +1,21 @@
 """numba kernels of the CPU back end: over tiles of filter scores, over label groups, over
 window items.
 
-On the CPU the filter scores are produced tile by tile (:mod:`recallkit.engine.cpu`), a GEMM into
-a buffer that stays in cache, and each tile is consumed at once by the tile kernels below: the
-score matrix is never written to memory. Each worker thread keeps its own per-row state. A
-``*_rows`` kernel reads tile row ``i`` as problem row ``row0 + i`` over columns ``col0 + j``; a
-``*_cols`` kernel reads the transposed tile (a symmetric problem: the tile's column ``j`` is
-problem row ``col0 + j``, its items the columns ``row0 + i``). Branch-free counts come first, so
-that the compiler vectorises them (float32 sums of ones, exact, which fill as many SIMD lanes as
-the scores do: an int64 count fills half as many, and numba widens smaller integers to int64);
-the rare items near a threshold are then handled one by one.
+On the CPU the filter scores are produced tile by tile
+([`recallkit.engine.cpu`][recallkit.engine.cpu]), a GEMM into a buffer that stays in cache, and each
+tile is consumed at once by the tile kernels below: the score matrix is never written to memory.
+Each worker thread keeps its own per-row state. A ``*_rows`` kernel reads tile row ``i`` as problem
+row ``row0 + i`` over columns ``col0 + j``; a ``*_cols`` kernel reads the transposed tile (a
+symmetric problem: the tile's column ``j`` is problem row ``col0 + j``, its items the columns ``row0
++ i``). Branch-free counts come first, so that the compiler vectorises them (float32 sums of ones,
+exact, which fill as many SIMD lanes as the scores do: an int64 count fills half as many, and numba
+widens smaller integers to int64); the rare items near a threshold are then handled one by one.
 
 The filter scores carry rounding that depends on the BLAS, its blocking and the thread count; they
 only filter, and the kernels' own arithmetic on them (any summation order, ``fastmath``) stays
 within the filter's error bound. A tile holds float32 (or float64) scores, or the bits of bfloat16
 scores as uint16 (a bfloat16 GEMM's own output, read without a widening copy: half the bytes); the
-kernels read a tile through :func:`tile_value`, which widens such bits to float32 exactly.
+kernels read a tile through [`tile_value`][tile_value], which widens such bits to float32 exactly.
 Exclusions come as CSR (explicit pairs) and as code ranges (ids: the members of the query's id
 group, ascending); a label or id code of ``-1`` matches nothing.
 """
@@ -142,7 +142,7 @@ def _excluded(j, p, end, ex_cols):  # pragma: no cover - compiled
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _skipped(i, j, p, end, ex_cols, qx, rx):  # pragma: no cover - compiled
-    """Whether row ``i`` skips column ``j``: an explicit pair (:func:`_excluded`) or an equal
+    """Whether row ``i`` skips column ``j``: an explicit pair ([`_excluded`][_excluded]) or an equal
     exclusion code (``qx``/``rx``, empty when there are none); returns (skipped, new p)."""
     gone, p = _excluded(j, p, end, ex_cols)
     if not gone and qx.shape[0] > 0:
@@ -251,8 +251,8 @@ def label_scores(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each row's positives and their filter scores, as ``(ptr, cols, scores)``: row ``i``'s
     are ``cols[ptr[i]:ptr[i+1]]`` (ascending), scored ``-inf`` where skipped; positives and
-    exclusions as in :func:`label_best_candidates`, a score the float32 dot product of the
-    filter rows in any order (:func:`_dot32`, within the filter's bound)."""
+    exclusions as in [`label_best_candidates`][label_best_candidates], a score the float32 dot
+    product of the filter rows in any order ([`_dot32`][_dot32], within the filter's bound)."""
     ptr = np.zeros(len(lo) + 1, dtype=np.int64)
     np.cumsum(hi - lo, out=ptr[1:])
     cols = np.empty(int(ptr[-1]), dtype=np.int64)
@@ -510,8 +510,8 @@ _BLOCK = 64  # items checked at once (branch-free) when looking for the few near
 # over the row (a branch an item costs more); with fewer, block by block.
 _MANY_HITS = 16
 # A top-k row whose tile holds more than ``RAISE_HITS k + RAISE_MIN`` items above its floor
-# raises the floor from them first (:func:`top_rows`): a count costs a fraction of a nanosecond
-# an item, where admitting an item costs a float32 dot product or a reservoir entry. The
+# raises the floor from them first ([`top_rows`][top_rows]): a count costs a fraction of a
+# nanosecond an item, where admitting an item costs a float32 dot product or a reservoir entry. The
 # bisection stops within ``RAISE_CLOSE`` items of ``k`` or after ``RAISE_STEPS`` counts.
 RAISE_HITS = 2
 RAISE_MIN = 32
@@ -594,7 +594,7 @@ def _classify(f, low, high):  # pragma: no cover - compiled
 def window_rows(
     tile, rs, row0, col0, lo, hi, cap, above, count, index, cascade, a32, b32, lo32, hi32
 ):  # pragma: no cover
-    """:func:`window` over one tile, accumulated into ``above``/``count``/``index`` (``(n, g)``,
+    """[`window`][window] over one tile, accumulated into ``above``/``count``/``index`` (``(n, g)``,
     ``(n, g)``, ``(n, g, cap)``). Row ``i`` of the tile is worth ``rs[i]`` times its values (the
     thresholds are divided by it in float64 and rounded outwards to float32). With ``cascade``,
     the tile is a low-precision filter: each item inside ``[lo, hi]`` is scored in float32 at
@@ -640,9 +640,9 @@ def window_rows(
 def window_cols(
     tile, rs, row0, col0, lo, hi, cap, above, count, index, cascade, a32, b32, lo32, hi32
 ):  # pragma: no cover
-    """:func:`window_rows` of the transposed tile, one slot (``lo``/``hi``/``above``/``count``
-    of shape ``(n,)``, ``index`` ``(n, cap)``): tile row ``i`` times ``rs[i]`` is the score of
-    item ``row0 + i`` for the rows ``col0 + j``."""
+    """[`window_rows`][window_rows] of the transposed tile, one slot
+    (``lo``/``hi``/``above``/``count`` of shape ``(n,)``, ``index`` ``(n, cap)``): tile row ``i``
+    times ``rs[i]`` is the score of item ``row0 + i`` for the rows ``col0 + j``."""
     rows, width = tile.shape
     low = lo[col0 : col0 + width]
     high = hi[col0 : col0 + width]
@@ -762,8 +762,8 @@ def _compact(r, k, slack, floor, buf_col, buf_score, fill, over):  # pragma: no 
 def _keep(
     r, s, col, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
 ):  # pragma: no cover
-    """Offer ``(col, s)`` to row ``r``: its heap (:func:`_offer`, ``heap`` not empty) or its
-    reservoir (every item at or above the floor; a full one compacted, :func:`_compact`).
+    """Offer ``(col, s)`` to row ``r``: its heap ([`_offer`][_offer], ``heap`` not empty) or its
+    reservoir (every item at or above the floor; a full one compacted, [`_compact`][_compact]).
     The tile kernels offer to a heap (inlined) and append to a reservoir with room themselves:
     a call that passes arrays costs more than the append (about 80 ns), and most items kept are
     such offers and appends."""
@@ -784,9 +784,9 @@ def seed_top(
     ptr, cols, scores, ks, slack, heap, size, floor, buf_col, buf_score, fill, over
 ):  # pragma: no cover
     """Offer each row ``r`` the items it knows before a pass, ``cols[ptr[r]:ptr[r+1]]`` with
-    their filter scores (``-inf``: none), as a tile would (:func:`_keep`); a reservoir holding
+    their filter scores (``-inf``: none), as a tile would ([`_keep`][_keep]); a reservoir holding
     ``ks[r]`` of them is compacted, which raises its floor to their ``ks[r]``-th best minus the
-    slack. The pass then skips these items (``known_q``/``known_c`` of :func:`top_rows`)."""
+    slack. The pass then skips these items (``known_q``/``known_c`` of [`top_rows`][top_rows])."""
     heap_mode = heap.shape[1] > 0
     cap = buf_col.shape[1]
     for r in numba.prange(ks.shape[0]):
@@ -876,7 +876,7 @@ def _threshold(start, j):  # pragma: no cover - compiled
 @numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"reassoc"})
 def _at_least(row, scale, start, begin, end):  # pragma: no cover - compiled
     """How many items ``begin..end-1`` of ``row`` times ``scale`` are at or above ``start`` (one
-    threshold, or one per item: :func:`threshold`). The count is a float32 sum of ones in any
+    threshold, or one per item: [`threshold`][threshold]). The count is a float32 sum of ones in any
     order (``reassoc``, so that it is vectorised in float32 lanes, where an integer count takes
     int64 lanes), exact below 2**24 items."""
     one, zero = np.float32(1.0), np.float32(0.0)
@@ -889,7 +889,7 @@ def _at_least(row, scale, start, begin, end):  # pragma: no cover - compiled
 @numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"reassoc"})
 def _counts(row, low, high):  # pragma: no cover - compiled
     """The items of ``row`` at or above ``low`` and those above ``high``: float32 sums of ones
-    in one pass, as in :func:`_at_least` (a tile row has far fewer than 2**24 items)."""
+    in one pass, as in [`_at_least`][_at_least] (a tile row has far fewer than 2**24 items)."""
     one, zero = np.float32(1.0), np.float32(0.0)
     at_least, over = zero, zero
     for j in range(row.shape[0]):
@@ -903,7 +903,7 @@ def _counts(row, low, high):  # pragma: no cover - compiled
 def _counts_cols(row, scale, low, high, tops):  # pragma: no cover - compiled
     """Item ``j`` of ``row`` times ``scale`` against its own ``[low[j], high[j]]``: adds 1 to
     ``tops[j]`` (int32) when above ``high[j]``; returns how many lie inside (a float32 sum of
-    ones, as in :func:`_counts`)."""
+    ones, as in [`_counts`][_counts])."""
     one, zero = np.float32(1.0), np.float32(0.0)
     inside = zero
     for j in range(row.shape[0]):
@@ -918,7 +918,7 @@ def _counts_cols(row, scale, low, high, tops):  # pragma: no cover - compiled
 def _block_counts(row, scale, start, per):  # pragma: no cover - compiled
     """The items of ``row`` (times ``scale``) at or above ``start`` (one threshold, or one per
     item), counted in each block of ``_BLOCK`` into ``per`` (the listing passes skip the empty
-    blocks) as in :func:`_at_least`; returns their total."""
+    blocks) as in [`_at_least`][_at_least]; returns their total."""
     width = row.shape[0]
     full = width // _BLOCK
     one, zero = np.float32(1.0), np.float32(0.0)
@@ -960,17 +960,17 @@ def top_rows(
     known_c,
 ):  # pragma: no cover
     """Running top-k candidates of the tile's rows (row ``i`` worth ``rs[i]`` times its values):
-    a heap per row (``heap`` not empty, :func:`_offer`) or a reservoir (as faiss's: every item at
-    or above the row's ``floor``, compacted at its k-th best minus ``slack`` when full). The floor
-    only rises and stays below the k-th best score of all items seen, so nothing dropped could be
-    needed later; it may start higher, at a known lower bound of the k-th score. With
+    a heap per row (``heap`` not empty, [`_offer`][_offer]) or a reservoir (as faiss's: every item
+    at or above the row's ``floor``, compacted at its k-th best minus ``slack`` when full). The
+    floor only rises and stays below the k-th best score of all items seen, so nothing dropped could
+    be needed later; it may start higher, at a known lower bound of the k-th score. With
     ``cascade`` the tile is a low-precision filter: items within ``margin`` of the floor are
     scored in float32 at once, and the float32 scores are what the heap and buffer hold.
 
     A row with many more items above its floor than ``k`` (its first tiles, while its floor is
-    still low) first raises the floor from its values (:func:`_raise_floor`). Items offered
-    before the pass (:func:`seed_top`) are skipped: those whose code ``known_c[col]`` equals the
-    row's ``known_q[r]`` (both empty: none)."""
+    still low) first raises the floor from its values ([`_raise_floor`][_raise_floor]). Items
+    offered before the pass ([`seed_top`][seed_top]) are skipped: those whose code ``known_c[col]``
+    equals the row's ``known_q[r]`` (both empty: none)."""
     rows, width = tile.shape
     heap_mode = heap.shape[1] > 0
     cap = buf_col.shape[1]
@@ -1072,8 +1072,8 @@ def top_cols(
     known_q,
     known_c,
 ):  # pragma: no cover
-    """:func:`top_rows` of the transposed tile (tile row ``i`` worth ``rs[i]`` times its values,
-    the scores of item ``row0 + i`` for the rows ``col0 + j``)."""
+    """[`top_rows`][top_rows] of the transposed tile (tile row ``i`` worth ``rs[i]`` times its
+    values, the scores of item ``row0 + i`` for the rows ``col0 + j``)."""
     rows, width = tile.shape
     heap_mode = heap.shape[1] > 0
     cap = buf_col.shape[1]
@@ -1100,7 +1100,7 @@ def top_cols(
                 continue
             end = min(b + span, width)
             found = 0
-            for j in range(b, end):  # branch-free, as in :func:`top_rows`
+            for j in range(b, end):  # branch-free, as in [`top_rows`][top_rows]
                 at[found] = j
                 found += tile_value(row, j) * scale >= start[j]
             hits -= found
@@ -1109,7 +1109,7 @@ def top_cols(
                 s = tile_value(row, j) * scale
                 r = col0 + j
                 if s >= start[j] and s > -np.inf and not over[r]:
-                    if known and known_c[row0 + i] == known_q[r]:  # as in :func:`top_rows`
+                    if known and known_c[row0 + i] == known_q[r]:  # as in [`top_rows`][top_rows]
                         continue
                     if cascade:
                         s = _dot32(a32[r], b32[row0 + i])
@@ -1300,10 +1300,11 @@ def single_threaded() -> Iterator[int]:
     calling thread's torch thread count (the number of workers to use).
 
     The BLAS limit is process-wide (OpenBLAS's thread pool is the process's): the first call in
-    takes it, the last one out gives it back (:class:`_BlasLimit`). torch's and OpenMP's thread
-    counts are per thread: the workers set their own (:func:`_one_thread_worker`) and no
-    calling thread's is touched, nor torch's default for new threads. Calls from several
-    Python threads, in any order of entry and exit, leave every setting as they found it."""
+    takes it, the last one out gives it back ([`_BlasLimit`][_BlasLimit]). torch's and OpenMP's
+    thread counts are per thread: the workers set their own
+    ([`_one_thread_worker`][_one_thread_worker]) and no calling thread's is touched, nor torch's
+    default for new threads. Calls from several Python threads, in any order of entry and exit,
+    leave every setting as they found it."""
     with _LIMIT_LOCK:
         if LIMIT_STATE["users"] == 0:
             LIMIT_STATE["keeper"] = _BlasLimit()

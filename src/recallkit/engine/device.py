@@ -1,9 +1,9 @@
 """The torch back end: every per-chunk step on the device the chunk runs on (CUDA; any device).
 
 A chunk's filter scores against a block are one GEMM on the device (``torch.mm``, or the fused
-Triton kernels of :mod:`recallkit.engine.triton_kernels` where they run); thresholds, window
-counts, exact re-scoring and top-k lists follow as torch operations whose shapes the host knows
-in advance, so that a chunk needs no host synchronisation:
+Triton kernels of [`recallkit.engine.triton_kernels`][recallkit.engine.triton_kernels] where they
+run); thresholds, window counts, exact re-scoring and top-k lists follow as torch operations whose
+shapes the host knows in advance, so that a chunk needs no host synchronisation:
 
 * a window is collected into a fixed capacity (``torch.nonzero_static``, or the ``width`` best
   of a ``topk``), padded with ``-1``, and a flag on the device records whether the capacity may
@@ -138,7 +138,7 @@ class _Context:
 
 class DeviceBackend(protocol.Pipeline):
     """Requests as torch operations on the space's device (module docstring), in the shared
-    chunk pipeline (:class:`recallkit.engine.protocol.Pipeline`)."""
+    chunk pipeline ([`recallkit.engine.protocol.Pipeline`][recallkit.engine.protocol.Pipeline])."""
 
     fixed_shapes = True
 
@@ -280,8 +280,8 @@ class DeviceBackend(protocol.Pipeline):
 
     def candidates(self, space, chunk, block, i, start, stop, ctx):
         """Step 1's pairs: every listed or label positive (few per query: scored exactly), or
-        those within the bound of the row's best filter score (:meth:`_positive_candidates`;
-        the pass is kept for step 2)."""
+        those within the bound of the row's best filter score
+        ([`_positive_candidates`][_positive_candidates]; the pass is kept for step 2)."""
         inputs = ctx.inputs
         skipped = inputs.skipped(block, start, stop)
         if inputs.listed is not None or self.exact_is_cheaper(
@@ -346,7 +346,7 @@ class DeviceBackend(protocol.Pipeline):
         best: torch.Tensor,
         caps: Capacities,
     ) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-        """:meth:`_counts` with the fused threshold pass: the filter GEMM, the counts above
+        """[`_counts`][_counts] with the fused threshold pass: the filter GEMM, the counts above
         and the windows of every slot in one launch, the chunk's score matrix never written."""
         c, g = best.shape
         dev = space.device
@@ -394,7 +394,7 @@ class DeviceBackend(protocol.Pipeline):
     def _ranked_block(
         self, block: Block, p: _Pass, ks: torch.Tensor, ks_host: np.ndarray, caps: Capacities
     ) -> tuple[tuple, torch.Tensor]:
-        """Candidates of the chunk's top-``ks[i]`` in one block (:class:`protocol.Scan`'s
+        """Candidates of the chunk's top-``ks[i]`` in one block ([`protocol.Scan`][protocol.Scan]'s
         ``top``: every item the filter cannot rule out of the top-k, with every item tied with
         the k-th) and the overflow flag."""
         s = p.scores

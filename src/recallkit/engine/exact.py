@@ -7,20 +7,21 @@ when a side is float64 or integer) with one fixed order of operations in float64
   in index order (no fused multiply-add; products of float32 values are exact);
 * ``sq(x) = dot(x, x)``, the same way;
 * cosine: ``dot(q, r) / (norm(q) · norm(r))`` with ``norm(x) = sqrt(sq(x))`` correctly rounded
-  (IEEE 754; :func:`row_norms`); dot: ``dot(q, r)``; euclidean: ``2·dot(q, r) - sq(r)``, which
-  orders candidates as ``-|q - r|²`` (``|q|²`` is constant along a query's row).
+  (IEEE 754; [`row_norms`][row_norms]); dot: ``dot(q, r)``; euclidean: ``2·dot(q, r) - sq(r)``,
+  which orders candidates as ``-|q - r|²`` (``|q|²`` is constant along a query's row).
 
 Under cosine a float64 row whose largest magnitude lies outside ``[2**-500, 2**500]`` is first
-multiplied by a power of two that brings it to ``[0.5, 1)`` (:func:`cosine_rows`): exact, and
-cosine does not depend on a row's scale, so the definition covers every finite row that is not
+multiplied by a power of two that brings it to ``[0.5, 1)`` ([`cosine_rows`][cosine_rows]): exact,
+and cosine does not depend on a row's scale, so the definition covers every finite row that is not
 zero (an unscaled ``2**-600`` row would have a squared norm that underflows float64). Every other
 row is used as given, so float32 inputs and float64 inputs of ordinary magnitude are scored
 bit for bit as written above.
 
 This module holds the numba kernels (CPU arrays: eight pairs of a query at a time, both cores)
 and the torch operations (any device: products first, then one float64 addition per dimension in
-index order); the Triton kernel of :mod:`recallkit.engine.triton_kernels` computes the same bits on
-CUDA in one launch.
+index order); the Triton kernel of
+[`recallkit.engine.triton_kernels`][recallkit.engine.triton_kernels] computes the same bits on CUDA
+in one launch.
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ def _sq_numba(x, out):  # pragma: no cover - compiled
 
 def row_sq_norms(x: torch.Tensor) -> torch.Tensor:
     """``sq(x_i)`` of every row in float64, summed in index order, on ``x``'s device: a numba
-    pass on CPU rows once its kernel is compiled (:func:`recallkit.engine.jit.usable`), else
-    torch operations (the same bits)."""
+    pass on CPU rows once its kernel is compiled
+    ([`recallkit.engine.jit.usable`][recallkit.engine.jit.usable]), else torch operations (the same
+    bits)."""
     if x.device.type == "cpu":
         out = np.empty(x.shape[0], dtype=np.float64)
         args = (x.detach().contiguous().numpy(), out)
@@ -154,14 +156,15 @@ def _exact_numba(
             out[t] = _finish(dot, qa, r_aux[j], mode)
 
 
-#: This module's numba kernels, by name (:func:`recallkit.engine.cpu.first_compile`).
+#: This module's numba kernels, by name
+#: ([`recallkit.engine.cpu.first_compile`][recallkit.engine.cpu.first_compile]).
 NUMBA_KERNELS = {"sq": _sq_numba, "exact": _exact_numba}
 
 RUN = 256  # pairs of one row scored by one thread at most: a few long rows still use every core
 
 
 def _runs(rows: np.ndarray, cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The runs of pairs with one row, cut into pieces of at most :data:`RUN` pairs (their
+    """The runs of pairs with one row, cut into pieces of at most [`RUN`][RUN] pairs (their
     starts, then the end), and the order to score them in: by their first column, so that rows
     whose candidates overlap (the items of a class in each other's lists) are scored close in
     time, their reference rows still in cache."""
@@ -225,7 +228,7 @@ def exact_torch(
     cols: torch.Tensor,
     metric: str,
 ) -> torch.Tensor:
-    """:func:`exact_numba` with torch operations on ``query``'s device (the same bits)."""
+    """[`exact_numba`][exact_numba] with torch operations on ``query``'s device (the same bits)."""
     mode = MODES[metric]
     rows = rows.to(query.device)
     cols = cols.to(reference.device)

@@ -1,7 +1,7 @@
 """The GEMM filter: its rows, its scales and its rigorous error bound.
 
 A GEMM over *filter rows* gives every pair a filter score with a bound ``eps`` on its distance
-from the scaled exact score (:mod:`recallkit.engine.exact`):
+from the scaled exact score ([`recallkit.engine.exact`][recallkit.engine.exact]):
 
     |filter(i, j) - scale_i · scale_ref · exact(i, j)| <= eps_i      for every column j.
 
@@ -24,8 +24,8 @@ The bound (standard GEMM error analysis over ``t = d + 1`` terms, ``|fl(a·b) - 
 for safety over: the accumulation's unit roundoff ``u``, the rounding of the GEMM's inputs to its
 type (low precision, TF32), the rounding of its output, the float64 error of the normalisation
 and of the exact score itself (``2 d 2**-53``); ``absolute_i`` covers underflow in the GEMM and
-in the exact score (scaled by ``scale_i · s``). :class:`Product` says which of these a back end's
-GEMM has.
+in the exact score (scaled by ``scale_i · s``). [`Product`][Product] says which of these a back
+end's GEMM has.
 """
 
 from __future__ import annotations
@@ -83,8 +83,8 @@ class Product:
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _robust_norm(row, bits):  # pragma: no cover - compiled
-    """:func:`robust_norms` of one CPU row in float64 (``bits``: its bit patterns): the row times
-    ``2**half`` then ``2**rest``, its squares summed in index order."""
+    """[`robust_norms`][robust_norms] of one CPU row in float64 (``bits``: its bit patterns): the
+    row times ``2**half`` then ``2**rest``, its squares summed in index order."""
     top = lowp.largest_magnitude(bits)
     if top == 0.0:
         return 0.0
@@ -107,8 +107,8 @@ def _robust_norms_numba(x, bits, out):  # pragma: no cover - compiled
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _filter_rows_numba(x, factor, divide, held, held_bits, out, norms):  # pragma: no cover
     """Per row, ``v = float64(x_i) / factor_i`` (``divide``) or ``· factor_i``, written to ``out``
-    in its type, and (``norms`` not empty) :func:`robust_norms` of ``v`` in float64 (``held``: a
-    row of ``v`` per thread, ``held_bits`` its bit patterns)."""
+    in its type, and (``norms`` not empty) [`robust_norms`][robust_norms] of ``v`` in float64
+    (``held``: a row of ``v`` per thread, ``held_bits`` its bit patterns)."""
     for i in numba.prange(x.shape[0]):
         t = numba.get_thread_id()
         v = held[t]
@@ -120,7 +120,8 @@ def _filter_rows_numba(x, factor, divide, held, held_bits, out, norms):  # pragm
             norms[i] = _robust_norm(v, held_bits[t])
 
 
-#: This module's numba kernels, by name (:func:`recallkit.engine.cpu.first_compile`).
+#: This module's numba kernels, by name
+#: ([`recallkit.engine.cpu.first_compile`][recallkit.engine.cpu.first_compile]).
 NUMBA_KERNELS = {"robust_norms": _robust_norms_numba, "filter_rows": _filter_rows_numba}
 
 
@@ -129,9 +130,9 @@ def filter_rows(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """CPU rows ``raw`` divided (``divide``) or multiplied by a float64 factor per row in float64,
     rounded to ``dtype``, in one pass without a float64 copy of the rows; with ``norms``, also
-    the float64 rows' :func:`robust_norms` (any order of the squares' sum is within the
+    the float64 rows' [`robust_norms`][robust_norms] (any order of the squares' sum is within the
     bound's float64 term). The same roundings as the torch operations, which run instead while
-    the kernel is not loaded (:func:`recallkit.engine.jit.usable`)."""
+    the kernel is not loaded ([`recallkit.engine.jit.usable`][recallkit.engine.jit.usable])."""
     n, d = raw.shape
     out = torch.empty((n, d), dtype=dtype)
     found = np.empty(n if norms else 0, dtype=np.float64)
@@ -155,9 +156,10 @@ def filter_rows(
 
 
 def largest_norm(x: torch.Tensor) -> torch.Tensor:
-    """The largest of :func:`robust_norms` (0 for no rows), a float64 scalar on ``x``'s device:
-    CPU rows in one numba pass (no float64 copy; :func:`recallkit.engine.jit.usable`), other
-    rows in torch operations, 8192 rows at a time."""
+    """The largest of [`robust_norms`][robust_norms] (0 for no rows), a float64 scalar on ``x``'s
+    device: CPU rows in one numba pass (no float64 copy;
+    [`recallkit.engine.jit.usable`][recallkit.engine.jit.usable]), other rows in torch operations,
+    8192 rows at a time."""
     if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
         if not x.shape[0]:
             return torch.zeros((), dtype=torch.float64)
@@ -177,9 +179,9 @@ def robust_norms(x: torch.Tensor, fused: bool = False) -> torch.Tensor:
     """Euclidean norms of the rows of ``x`` in float64, without underflow or overflow (each row
     is divided by a power of two near its largest magnitude first, as two exact factors: one
     would overflow for subnormal rows). CPU rows in one numba pass each (``fused``, once the
-    kernel is usable: :func:`recallkit.engine.jit.usable`), otherwise torch operations (what a
-    device runs: no host read); any order of the squares' sum is within the bound's float64
-    term."""
+    kernel is usable: [`recallkit.engine.jit.usable`][recallkit.engine.jit.usable]), otherwise torch
+    operations (what a device runs: no host read); any order of the squares' sum is within the
+    bound's float64 term."""
     if fused and x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
         out = np.empty(x.shape[0], dtype=np.float64)
         if not x.shape[0]:
@@ -266,8 +268,8 @@ def query_filter(
     fused: bool = False,
 ) -> QueryFilter:
     """The chunk's filter rows such that ``filter = scale_i · block_scale · exact score``
-    (module docstring); ``fused``: on CPU rows, one pass (:func:`filter_rows`, :func:`robust_norms`)
-    without a float64 copy of the chunk (cosine and dot)."""
+    (module docstring); ``fused``: on CPU rows, one pass ([`filter_rows`][filter_rows],
+    [`robust_norms`][robust_norms]) without a float64 copy of the chunk (cosine and dot)."""
     if fused and raw.device.type == "cpu" and metric != "euclidean":
         if metric == "cosine":
             scale = torch.ones(raw.shape[0], dtype=torch.float64)
@@ -300,7 +302,7 @@ def own_filter(
 ) -> QueryFilter:
     """The filter of queries that are the block's own rows (leave-one-out on one tensor, cosine
     or dot): the block's filter rows themselves, at the block's scale (``fused`` as in
-    :func:`query_filter`)."""
+    [`query_filter`][query_filter])."""
     c = gemm.shape[0]
     scale = torch.full((c,), block_scale, dtype=torch.float64, device=gemm.device)
     if metric == "cosine":
@@ -432,7 +434,7 @@ def float32_matmul_rounding(device: torch.device) -> float:
 
 # ----------------------------------------------------------------------------------------------
 # The torch back end's products: the same results by torch operations (any device), or by the
-# fused Triton kernels (:mod:`recallkit.engine.triton_backend`).
+# fused Triton kernels ([`recallkit.engine.triton_backend`][recallkit.engine.triton_backend]).
 
 
 def _fp16_accumulation() -> bool:
@@ -499,7 +501,7 @@ class TorchKernels:
 
     def product(self, qf: QueryFilter, block: Any, low: torch.dtype | None):
         """The chunk's filter scores against ``block`` (float32, or float64) and the GEMM's
-        :class:`Product`."""
+        [`Product`][Product]."""
         a = qf.rows
         if low is not None:
             b_low = low_rows(block, low)

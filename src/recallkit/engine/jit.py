@@ -11,14 +11,14 @@ Compiling the kernels of a first call takes seconds (about 6 s for recall@K, 12 
 ranked lists of MAP@R or a k-NN, on 2 cores of a Xeon; ``benchmarks/bench_first_call.py``). So:
 
 * the first compile of a recallkit kernel in a process prints one line to stderr, once:
-  ``compiling recallkit's kernels, once: about N s; cached in DIR`` (:func:`announce`, from
+  ``compiling recallkit's kernels, once: about N s; cached in DIR`` ([`announce`][announce], from
   numba's compile event, so it is printed only when a compile actually happens);
 * while the kernels a call needs are not compiled, or not loaded in this process (numba's start
   in a process takes 0.3 s there, a second under load), the engine may run the call on the torch
-  back end instead (:mod:`recallkit.engine`, ``RECALLKIT_COLD_START``): the same ranks, bit for
-  bit, with nothing to compile or load. The shared preparation of the rows (:mod:`.exact`,
-  :mod:`.filters`) uses the torch operations where its kernel is not loaded (:func:`usable`),
-  until a call of the process has run the numba back end (:func:`allow`).
+  back end instead ([`recallkit.engine`][recallkit.engine], ``RECALLKIT_COLD_START``): the same
+  ranks, bit for bit, with nothing to compile or load. The shared preparation of the rows
+  ([`exact`][exact], [`filters`][filters]) uses the torch operations where its kernel is not loaded
+  ([`usable`][usable]), until a call of the process has run the numba back end ([`allow`][allow]).
 
 This module imports numba and the standard library only; it sits above every other module of
 the engine.
@@ -71,10 +71,10 @@ def cold_start() -> str:
 
 
 def allowed() -> bool:
-    """Whether a call of this process has run the numba back end (:func:`allow`): from then on
+    """Whether a call of this process has run the numba back end ([`allow`][allow]): from then on
     the preparation of the rows uses numba's kernels too, loading or compiling them. Before, it
     uses the torch operations where a kernel is not loaded: the first compile of a process comes
-    from the engine's pass, after it said (:func:`expect`) what the call will compile."""
+    from the engine's pass, after it said ([`expect`][expect]) what the call will compile."""
     return _allowed
 
 
@@ -119,8 +119,8 @@ def cached(kernel: Any) -> bool:
 
 def usable(kernel: Any, args: tuple) -> bool:
     """Whether the preparation of the rows calls ``kernel`` on ``args``: compiled in this process
-    for their types (:func:`loaded`), or a call of the process has run the numba back end
-    (:func:`allowed`); else it uses the torch operations (the same values), so that a call that
+    for their types ([`loaded`][loaded]), or a call of the process has run the numba back end
+    ([`allowed`][allowed]); else it uses the torch operations (the same values), so that a call that
     runs on torch starts no numba."""
     return _allowed or loaded(kernel, args)
 
@@ -135,8 +135,8 @@ def cache_folder(kernel: Any) -> str:
 
 
 def expect(seconds: float) -> None:
-    """The compile time the line of :func:`announce` will state, if a compile happens next: the
-    measured compile time of the kernels the coming call needs and lacks."""
+    """The compile time the line of [`announce`][announce] will state, if a compile happens next:
+    the measured compile time of the kernels the coming call needs and lacks."""
     global _expected
     _expected = float(seconds)
 

@@ -7,20 +7,20 @@ precision first: the items its wider window cannot rule out are scored in float3
 float32 dot product of the same filter rows), and float32's window in float64 (a cascade). This
 module provides the first stage:
 
-* :func:`prepare` turns a side's float32 filter rows ``x`` (``n × w``) into an
-  :class:`Int8Side` (``x̂_i = s_i q_i``, integer codes and a float32 scale per row) or a
-  :class:`BF16Side`, with per-row upper bounds on ``‖x‖``, ``‖x̂‖`` and ``‖x - x̂‖``; each row is
+* [`prepare`][prepare] turns a side's float32 filter rows ``x`` (``n × w``) into an
+  [`Int8Side`][Int8Side] (``x̂_i = s_i q_i``, integer codes and a float32 scale per row) or a
+  [`BF16Side`][BF16Side], with per-row upper bounds on ``‖x‖``, ``‖x̂‖`` and ``‖x - x̂‖``; each row is
   prepared from its own values alone. ``"int8"`` codes lie in ``[-127, 127]``; ``"int7"`` codes in
   ``[-63, 63]``, stored as ``uint8`` with a zero point of 64.
-* a :class:`Kernel` multiplies two sides: ONNX Runtime's ``MatMulIntegerToFloat`` (``int7``
+* a [`Kernel`][Kernel] multiplies two sides: ONNX Runtime's ``MatMulIntegerToFloat`` (``int7``
   rows against ``int8`` rows, exact int32 sums, the ``int8`` side's scale applied in its output
   stage), ``torch._int_mm`` (``int8`` against ``int8``) or torch's ``bfloat16`` matmul.
-  :func:`tile_product` writes ``x̂_i · ŷ_j`` into a float32 buffer (with ``scaled=False``,
+  [`tile_product`][tile_product] writes ``x̂_i · ŷ_j`` into a float32 buffer (with ``scaled=False``,
   ``x̂_i · ŷ_j / s_i``: the engine's tile kernels apply the row scale themselves).
-* :func:`row_bounds` gives ``eps_i >= max_j |tile[i, j] - x_i · y_j|``, where ``x_i · y_j`` is
-  the exact real dot product of the float32 filter rows.
-* :func:`usable` checks a kernel on this machine before it is trusted (below), and
-  :func:`worth_timing` says which precisions the CPU has instructions for.
+* [`row_bounds`][row_bounds] gives ``eps_i >= max_j |tile[i, j] - x_i · y_j|``, where ``x_i · y_j``
+  is the exact real dot product of the float32 filter rows.
+* [`usable`][usable] checks a kernel on this machine before it is trusted (below), and
+  [`worth_timing`][worth_timing] says which precisions the CPU has instructions for.
 
 Saturation. Every fast int8 kernel for x86 without VNNI (ONNX Runtime's and oneDNN's U8S8
 kernels, fbgemm) multiplies with ``vpmaddubsw``, which adds each pair of adjacent ``u8 × s8``
@@ -28,7 +28,7 @@ products into a *saturating* int16: with codes of 8 bits on the unsigned side (o
 shifted by 128 to make them unsigned) a pair reaches ``2 · 255 · 127 > 32767`` and the int32 sum
 silently comes out wrong. The ``int7`` side's stored codes are at most 127, so no pair can
 exceed ``2 · 127 · 128 = 32512`` and the sum is exact on every path (with VNNI, ``vpdpbusd``
-widens to int32 and is exact at any code). :func:`usable` multiplies code patterns that saturate
+widens to int32 and is exact at any code). [`usable`][usable] multiplies code patterns that saturate
 a kernel which shifts or widens the codes in any other way, and compares with the exact integer
 product; a kernel that differs in one entry is never used for that width.
 
@@ -41,8 +41,8 @@ side's range, ``N̂ = max_j ν̂_j`` and ``P = max_j ρ_j``; ``u = 2^-24``.
    ``|x·y - x̂·ŷ| <= ρ_x ν̂_y + ν_x ρ_y <= ρ_x N̂ + ν_x P``. The two sides may be quantised
    differently (int7 against int8): each enters with its own residual.
 2. int8 product. ``v = q_x·q_y`` is an exact int32 (``|v| <= w 127²``, partial sums below
-   ``w · 255 · 128``, which :data:`INT8_MAX_WIDTH` keeps under ``2^31``). The tile value is
-   ``v s_y s_x`` with at most three roundings to float32 (``u`` relative each): converting
+   ``w · 255 · 128``, which [`INT8_MAX_WIDTH`][INT8_MAX_WIDTH] keeps under ``2^31``). The tile value
+   is ``v s_y s_x`` with at most three roundings to float32 (``u`` relative each): converting
    ``v`` (exact when ``|v| <= 2^24``), multiplying by the right side's scale (the kernel's output
    stage), and applying the row's scale, either by a float32 multiplication or by dividing a
    threshold by it in float64 and rounding the quotient outwards (a relative ``2^-53``, below
@@ -50,7 +50,7 @@ side's range, ``N̂ = max_j ν̂_j`` and ``P = max_j ρ_j``; ``u = 2^-24``.
    widens the window). Only the row scale's multiplication may underflow (absolute error
    ``< 2^-126``): ``fl(v)`` is 0 or at least 1 and ``s_y >= 2^-100``. With
    ``|v| s_x s_y = |x̂·ŷ| <= ν̂_x N̂``: ``|tile - x̂·ŷ| <= 4u ν̂_x N̂ + 2^-125``
-   (:data:`INT8_PRODUCT_UNITS`, :data:`INT8_PRODUCT_TINY`).
+   ([`INT8_PRODUCT_UNITS`][INT8_PRODUCT_UNITS], [`INT8_PRODUCT_TINY`][INT8_PRODUCT_TINY]).
 3. bfloat16 product. Products of bfloat16 values are exact in float32 (8-bit significands), and
    torch's CPU kernels accumulate in float32 (``aten/src/ATen/native/CPUBlas.cpp``: oneDNN with
    float32 accumulation, OpenBLAS ``sbgemm`` or the reference loop in ``opmath_t``) and round the
@@ -63,19 +63,19 @@ side's range, ``N̂ = max_j ν̂_j`` and ``P = max_j ρ_j``; ``u = 2^-24``.
    bfloat16 subnormals flushed to zero at preparation (the residual covers them).
 4. ``eps_i = ρ_i N̂ + ν_i P + c ν̂_i N̂ + a``, with ``(c, a) = (4u, 2^-125)`` for int8 and
    ``(γ_w + 2^-8 (1 + γ_w), (w + 1) 2^-123)`` for bfloat16, evaluated in float64 and rounded up
-   (:func:`row_bounds`). Only the other side's range enters through maxima, so a row's bound does
-   not depend on the rows that share its chunk. With ``value_relative=True`` the output rounding
-   is charged to the tile value instead: ``|tile - x·y| <= e_i + r |tile|``.
+   ([`row_bounds`][row_bounds]). Only the other side's range enters through maxima, so a row's bound
+   does not depend on the rows that share its chunk. With ``value_relative=True`` the output
+   rounding is charged to the tile value instead: ``|tile - x·y| <= e_i + r |tile|``.
 
-Scales. A row's scale is ``max|x_i| / levels`` rounded up to float32 (:func:`int8_scales`), so
-every row uses its whole code range: on unit rows the residual, and with it the window, is
+Scales. A row's scale is ``max|x_i| / levels`` rounded up to float32 ([`int8_scales`][int8_scales]),
+so every row uses its whole code range: on unit rows the residual, and with it the window, is
 about 1.4 times smaller than with the power of two just above that value, which would make every
 scaling exact but leave up to half the range unused. The price is the roundings of item 2, about
 ``3 · 2^-24`` of the score against a window of ``10^-2``. ``x̂ = s q`` stays exact in float64
-(:func:`prepare_int8`).
+([`prepare_int8`][prepare_int8]).
 
 Norms. A row's norm is computed as ``sqrt(Σ_k v_k²)`` in float64. Every value is zero or
-between ``2^-149`` and ``2^33`` in magnitude (float32 rows below :data:`MAX_ABS`; ``s q`` and
+between ``2^-149`` and ``2^33`` in magnitude (float32 rows below [`MAX_ABS`][MAX_ABS]; ``s q`` and
 ``x - s q`` are multiples of ``2^-149``, and so is the bfloat16 residual), so every square is
 zero or a normal float64 and no sum over- or underflows; over any summation order the computed
 root is below the true norm by a relative ``(w + 4) 2^-53`` at most, so it is multiplied by
@@ -140,8 +140,9 @@ _ORT_FLAGS = ("avx2", "asimddp", "i8mm")
 
 def cpu_flags() -> frozenset[str]:
     """The CPU's feature flags from ``/proc/cpuinfo`` (Linux; empty elsewhere or if unreadable),
-    plus ``"torch:<capability>"`` from :func:`torch.backends.cpu.get_cpu_capability` (the vector
-    ISA torch's own kernels use, e.g. ``"torch:avx2"``)."""
+    plus ``"torch:<capability>"`` from
+    [`torch.backends.cpu.get_cpu_capability`][torch.backends.cpu.get_cpu_capability] (the vector ISA
+    torch's own kernels use, e.g. ``"torch:avx2"``)."""
     flags: set[str] = set()
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
@@ -161,7 +162,8 @@ def cpu_flags() -> frozenset[str]:
 def worth_timing(flags: frozenset[str] | None = None) -> tuple[str, ...]:
     """The precisions worth timing on this CPU: always ``"float32"``; ``"bfloat16"`` with
     AVX512-BF16 or AMX-BF16; ``"int8"`` where an int8 kernel has the instructions it needs
-    (:func:`kernels_for`: ONNX Runtime with AVX2 or Arm's dot products, torch with VNNI or AMX).
+    ([`kernels_for`][kernels_for]: ONNX Runtime with AVX2 or Arm's dot products, torch with VNNI or
+    AMX).
 
     Without them the low-precision products run far below the float32 rate. The flags only rule
     precisions out: the engine chooses by timing real tiles, since a flag says nothing about the
@@ -203,7 +205,7 @@ class Int8Side(_Side):
     (``"int7"``)."""
     scale: np.ndarray
     """``(n,)`` float64 holding float32 values: ``max|x_i| / levels`` rounded up to float32, at
-    least ``2^-100`` (:func:`int8_scales`)."""
+    least ``2^-100`` ([`int8_scales`][int8_scales])."""
     scale32: np.ndarray
     """``scale`` as float32 (exact)."""
     form: str = "int8"
@@ -274,7 +276,7 @@ def _as_rows(x: np.ndarray | torch.Tensor) -> np.ndarray:
 
 
 def holds(x: np.ndarray | torch.Tensor) -> bool:
-    """Whether every value of ``x`` is finite and below :data:`MAX_ABS` in magnitude: rows a
+    """Whether every value of ``x`` is finite and below [`MAX_ABS`][MAX_ABS] in magnitude: rows a
     low-precision side can hold (the engine runs other filter rows in float32)."""
     if isinstance(x, torch.Tensor):
         if x.numel() == 0:
@@ -286,7 +288,8 @@ def holds(x: np.ndarray | torch.Tensor) -> bool:
 
 def _check_range(largest: np.ndarray) -> None:
     """Raise unless every row's largest magnitude (``largest``, from the preparing kernel; a
-    non-finite value's is above :data:`MAX_ABS`) is below :data:`MAX_ABS`: :func:`holds`."""
+    non-finite value's is above [`MAX_ABS`][MAX_ABS]) is below [`MAX_ABS`][MAX_ABS]:
+    [`holds`][holds]."""
     if largest.size and not largest.max() < MAX_ABS:
         raise ValueError(
             "low-precision rows must be finite and below 2^32 in magnitude (lowp.holds); "
@@ -306,7 +309,7 @@ def _norm_up(acc, w):  # pragma: no cover - compiled
 @numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"reassoc"})
 def _square_sums(x, h):  # pragma: no cover - compiled
     """The sums of the squares of ``x``, ``h`` and ``x - h`` in float64, in any order (SIMD):
-    :func:`_norm_up`'s margin bounds the rounding of any order of the sum. (Its own operations
+    [`_norm_up`][_norm_up]'s margin bounds the rounding of any order of the sum. (Its own operations
     stay outside this function's ``fastmath``.)"""
     ax = 0.0
     aq = 0.0
@@ -371,8 +374,8 @@ def _quantise(
     x, xu, levels, offset, held, codes, scale, norm, residual, source, largest
 ):  # pragma: no cover - compiled
     """Per row: the largest magnitude (``xu``: ``x``'s bit patterns), the scale
-    (:func:`_scale_of`), the codes ``rint(x / s) + offset`` and the rounded-up norms of ``x``,
-    ``s q`` and ``x - s q`` (all exact in float64; ``held``: a row of ``s q`` per thread)."""
+    ([`_scale_of`][_scale_of]), the codes ``rint(x / s) + offset`` and the rounded-up norms of
+    ``x``, ``s q`` and ``x - s q`` (all exact in float64; ``held``: a row of ``s q`` per thread)."""
     n, w = x.shape
     for i in numba.prange(n):
         t = numba.get_thread_id()
@@ -388,10 +391,10 @@ def _quantise(
 
 
 def int8_scales(x: np.ndarray, levels: int = 127) -> np.ndarray:
-    """Per row, the scale :func:`prepare_int8` uses (float64 holding float32 values):
+    """Per row, the scale [`prepare_int8`][prepare_int8] uses (float64 holding float32 values):
     ``max|x_i| / levels`` rounded up to float32, at least ``2^-100``."""
     m = np.abs(np.asarray(x, np.float32)).max(axis=1).astype(np.float64)
-    t = (m / levels).astype(np.float32)  # :func:`_scale_of`, over all rows at once
+    t = (m / levels).astype(np.float32)  # [`_scale_of`][_scale_of], over all rows at once
     t = np.where(t.astype(np.float64) * levels < m, np.nextafter(t, np.float32(np.inf)), t)
     return np.maximum(t.astype(np.float64), 2.0**INT8_MIN_EXPONENT)
 
@@ -399,8 +402,8 @@ def int8_scales(x: np.ndarray, levels: int = 127) -> np.ndarray:
 def prepare_int8(x: np.ndarray | torch.Tensor, form: str = "int8") -> Int8Side:
     """Quantise float32 filter rows ``(n, w)`` with a scale per row.
 
-    ``q_i = rint(x_i / s_i)`` (nearest even) with the scale of :func:`int8_scales` (a float32
-    value), so ``|q_i| <= levels`` and ``s_i q_i`` is exact in float64 (a 24-bit by 7-bit
+    ``q_i = rint(x_i / s_i)`` (nearest even) with the scale of [`int8_scales`][int8_scales] (a
+    float32 value), so ``|q_i| <= levels`` and ``s_i q_i`` is exact in float64 (a 24-bit by 7-bit
     product). The residual ``x_ik - s_i q_ik`` is exact in float64: it is ``x_ik`` where
     ``q_ik = 0``; elsewhere ``|x_ik| >= s_i / 2``, so both terms are multiples of
     ``2^-24 2^e`` (``2^e <= s_i``) and the residual, at most ``s_i / 2``, has 24 bits. ``form``
@@ -451,7 +454,7 @@ def _round_bf16(x, u, held, values, bits, norm, residual, source, largest):  # p
 
 
 def prepare_bf16(x: np.ndarray | torch.Tensor) -> BF16Side:
-    """Round float32 filter rows ``(n, w)`` to bfloat16 (:func:`_round_bf16`).
+    """Round float32 filter rows ``(n, w)`` to bfloat16 ([`_round_bf16`][_round_bf16]).
 
     The residual ``x - x̂`` is exact in float32: ``x̂`` is within a factor 2 of ``x`` (Sterbenz)
     or zero.
@@ -670,7 +673,8 @@ class TorchBF16(Kernel):
 
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in (OnnxInt8(), TorchInt8(), TorchBF16())}
-#: This module's numba kernels, by name (:func:`recallkit.engine.cpu.first_compile`).
+#: This module's numba kernels, by name
+#: ([`recallkit.engine.cpu.first_compile`][recallkit.engine.cpu.first_compile]).
 NUMBA_KERNELS = {"quantise": _quantise, "round_bf16": _round_bf16, "scale_columns": _scale_columns}
 
 
@@ -734,7 +738,7 @@ def tile_product(
     with ``scaled=False``, ``x̂_i · ŷ_j / s_i`` (the engine's tile kernels apply the row scale
     ``a.scale32`` themselves). ``out`` is a float32 array of shape ``(rows, cols)`` (any strides),
     or for bfloat16 sides a uint16 array that receives the bfloat16 results' bits; it is
-    returned. The kernel (:func:`kernel_of`) runs in the calling thread."""
+    returned. The kernel ([`kernel_of`][kernel_of]) runs in the calling thread."""
     kernel = kernel_of(a, b, kernel)
     a0, a1 = _range(a_rows, a.n)
     b0, b1 = _range(b_rows, b.n)
@@ -795,7 +799,7 @@ def row_bounds(
     value_relative: bool = False,
 ) -> np.ndarray | tuple[np.ndarray, float]:
     """Per row ``i`` of ``a_rows``, ``eps_i >= max_j |tile[i, j] - x_i · y_j|`` over the rows
-    ``j`` of ``b_rows``, for the tile of :func:`tile_product` (float64, ``(rows,)``).
+    ``j`` of ``b_rows``, for the tile of [`tile_product`][tile_product] (float64, ``(rows,)``).
 
     ``eps_i = ρ_i N̂ + ν_i P + c ν̂_i N̂ + a`` (module docstring). With ``value_relative``,
     returns ``(e, r)`` with ``|tile[i, j] - x_i · y_j| <= e_i + r |tile[i, j]|``, where the output
@@ -891,8 +895,8 @@ def _side_of_codes(codes: np.ndarray, form: str, scale: np.ndarray) -> Int8Side:
 
 
 def check_int8(kernel: Kernel, w: int) -> str | None:
-    """``None`` if ``kernel`` computes every entry of :func:`code_patterns` exactly at width
-    ``w`` (the exact integer product converted to float32, times the right side's power-of-two
+    """``None`` if ``kernel`` computes every entry of [`code_patterns`][code_patterns] exactly at
+    width ``w`` (the exact integer product converted to float32, times the right side's power-of-two
     scale), else what it got wrong."""
     for name, a, b in code_patterns(w, kernel.a_form, kernel.b_form):
         scale = np.ldexp(1.0, -np.arange(len(b)) % 9 - 3)
@@ -952,9 +956,9 @@ def _within_bound(x: np.ndarray, y: np.ndarray, kernel: Kernel) -> bool:
 
 
 def verify(kernel: Kernel | str, widths: tuple[int, ...] = (1, 63, 257, 1025)) -> bool:
-    """Whether ``kernel`` (or the first kernel of a precision) stays within :func:`row_bounds`
-    on :func:`adversarial_pairs` and on Gaussian unit rows, in ``64 × 64`` tiles compared with
-    float64 dot products less their own rounding bound."""
+    """Whether ``kernel`` (or the first kernel of a precision) stays within
+    [`row_bounds`][row_bounds] on [`adversarial_pairs`][adversarial_pairs] and on Gaussian unit
+    rows, in ``64 × 64`` tiles compared with float64 dot products less their own rounding bound."""
     if isinstance(kernel, str):
         kernel = next(k for k in KERNELS.values() if k.precision == kernel)
     rng = np.random.default_rng(0)
@@ -976,8 +980,9 @@ _CHECK_LOCK = threading.Lock()
 def usable(kernel: Kernel, w: int) -> str | None:
     """``None`` if ``kernel`` may compute tiles of width ``w`` on this machine, else why not:
     it cannot run here, the rows are too wide for exact int32 sums, or its self-check failed
-    (int8: :func:`check_int8`, exact on saturating code patterns; bfloat16: :func:`verify`, within
-    the bound). Checked once per process and width, before the kernel's first tile."""
+    (int8: [`check_int8`][check_int8], exact on saturating code patterns; bfloat16:
+    [`verify`][verify], within the bound). Checked once per process and width, before the kernel's
+    first tile."""
     key = (kernel.name, w)
     with _CHECK_LOCK:
         if key in _CHECKED:
@@ -999,11 +1004,11 @@ def usable(kernel: Kernel, w: int) -> str | None:
 # The CPU engine's tiles: which way computes them, timed as they run
 
 SAMPLES = 3
-"""Full tiles timed with each way of computing them in each round of a :class:`Choice`."""
+"""Full tiles timed with each way of computing them in each round of a [`Choice`][Choice]."""
 AUTO_TILES = 400
 """``precision="auto"`` weighs a low precision only for calls of at least this many full tiles
 (queries × reference, about 20,000² rows): timing costs two rounds of ``workers + SAMPLES``
-tiles per kind (:class:`Choice`), some of them in the slowest kind, and the tiles after the
+tiles per kind ([`Choice`][Choice]), some of them in the slowest kind, and the tiles after the
 timing must pay for that and for the sides' preparation."""
 
 
@@ -1038,7 +1043,7 @@ class Choice:
 
     def pick(self, names: Sequence[str], timed: bool = True, lead: int = 1) -> str:
         """The name for the next tile of the calling thread (whose time it may then
-        :meth:`record`)."""
+        [`record`][record])."""
         if len(names) == 1:
             return names[0]
         with self.lock:
@@ -1089,7 +1094,7 @@ def choice(*key: Any) -> Choice:
 
 def tile_dtype(precision: str, scores: Any = np.float32) -> np.dtype:
     """What a tile of ``precision`` holds: the scores' type, or a bfloat16 product's own bits
-    (uint16, read by the tile kernels without a widening copy: :func:`tile_product`)."""
+    (uint16, read by the tile kernels without a widening copy: [`tile_product`][tile_product])."""
     return np.dtype(np.uint16) if precision == "bfloat16" else np.dtype(scores)
 
 
@@ -1205,7 +1210,7 @@ BLAS = {"numpy": _numpy_product, "torch": _torch_product}
 def choose_blas(dtype: torch.dtype, width: int, ieee: bool) -> str:
     """The BLAS for the next float32 (or float64) tile of this inner dimension: numpy's and
     torch's differ by machine (OpenBLAS is the faster on some AMD servers, MKL on Intel), timed on
-    the first tiles (:class:`Choice`). torch's is a candidate only while its float32 matmuls are
+    the first tiles ([`Choice`][Choice]). torch's is a candidate only while its float32 matmuls are
     IEEE (``ieee``; ``torch.set_float32_matmul_precision("highest")``): otherwise oneDNN may
     multiply in bfloat16, beyond the float32 bound."""
     if not ieee:

@@ -1,11 +1,11 @@
 """Requests on a similarity matrix given by the caller, whose entries are the exact scores.
 
-The same :class:`~recallkit.engine.protocol.Request` and
-:class:`~recallkit.engine.protocol.ChunkResult` as on embeddings, so that every metric and every
-protocol is written once over either kind of input: the scores are exact as given, so there is no
-filter, and ranks, ties and lists are counted directly on row chunks of the matrix (copies, with
-skipped entries at ``-inf``), with the tie rule of :mod:`recallkit.engine.ties`. Chunks are sized
-from the memory budget. Works on any device the matrix lives on.
+The same [`Request`][recallkit.engine.protocol.Request] and
+[`ChunkResult`][recallkit.engine.protocol.ChunkResult] as on embeddings, so that every metric and
+every protocol is written once over either kind of input: the scores are exact as given, so there is
+no filter, and ranks, ties and lists are counted directly on row chunks of the matrix (copies, with
+skipped entries at ``-inf``), with the tie rule of [`recallkit.engine.ties`][recallkit.engine.ties].
+Chunks are sized from the memory budget. Works on any device the matrix lives on.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ class _MatrixBlock:
 
 def chunk_rows(matrix: torch.Tensor, slots: int = 1, options: Any = None) -> int:
     """Rows per chunk: a chunk's copy and its comparison masks within the memory budget
-    (:func:`recallkit.engine.space.memory_budget` of ``options``, default the defaults)."""
+    ([`recallkit.engine.space.memory_budget`][recallkit.engine.space.memory_budget] of ``options``,
+    default the defaults)."""
     m = max(matrix.shape[1], 1)
     per_row = m * (matrix.element_size() + 2 * max(slots, 1)) + 64
     return int(max(1, memory_budget(options, matrix.device) // per_row))
@@ -42,8 +43,8 @@ def chunk_rows(matrix: torch.Tensor, slots: int = 1, options: Any = None) -> int
 
 def run(matrix: torch.Tensor, request: Request, options: Any = None) -> Iterator[ChunkResult]:
     """Every chunk's answer to ``request`` over the rows of ``matrix`` ``(n, m)``, chunks sized
-    from the memory budget of ``options`` (a :class:`recallkit.Options`, default the
-    defaults)."""
+    from the memory budget of ``options`` (a [`recallkit.Options`][recallkit.options.Options],
+    default the defaults)."""
     n, m = matrix.shape
     size = chunk_rows(matrix, request.slots(), options)
     block = _MatrixBlock(m)

@@ -1,11 +1,11 @@
 """Which reference items are relevant to a query, and which it skips: as codes, never as pairs.
 
-* :class:`Pairs`: explicit per-query sets of global reference indices (CSR): ground-truth items,
+* [`Pairs`][Pairs]: explicit per-query sets of global reference indices (CSR): ground-truth items,
   or candidates to skip (a query's own row, a per-query exclusion list).
-* :class:`LabelPositives`: relevance by label code (reference ``j`` is relevant to query ``i``
-  when their codes are equal), compared per chunk and block; positive pairs are never listed for
-  the whole problem, so memory does not grow with the class sizes.
-* :class:`Exclusions`: what each query skips: explicit pairs (its own row, lists) and every
+* [`LabelPositives`][LabelPositives]: relevance by label code (reference ``j`` is relevant to query
+  ``i`` when their codes are equal), compared per chunk and block; positive pairs are never listed
+  for the whole problem, so memory does not grow with the class sizes.
+* [`Exclusions`][Exclusions]: what each query skips: explicit pairs (its own row, lists) and every
   reference item whose id code equals the query's (several photos of one object). Ids are coded
   like labels, so ten thousand items sharing an id cost one group, not ten thousand pairs.
 
@@ -341,7 +341,7 @@ class LabelPositives:
         self, exclusions: Exclusions | None, block: Any = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(relevant, candidates)`` per query: the positives it does not skip
-        (:meth:`num_relevant`) and every reference item it does not skip, from one reading
+        ([`num_relevant`][num_relevant]) and every reference item it does not skip, from one reading
         of the exclusions."""
         whole = block is None
         codes = self.reference_codes

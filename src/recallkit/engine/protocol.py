@@ -1,11 +1,11 @@
 """The contract between the engine's dispatcher and its back ends.
 
-A :class:`Request` says what one pass over the queries computes; a back end answers with one
-:class:`ChunkResult` per chunk of queries. A back end is a module-level object with the
-:class:`Backend` methods; it may compute a chunk however it likes (tiles on the CPU, whole
+A [`Request`][Request] says what one pass over the queries computes; a back end answers with one
+[`ChunkResult`][ChunkResult] per chunk of queries. A back end is a module-level object with the
+[`Backend`][Backend] methods; it may compute a chunk however it likes (tiles on the CPU, whole
 chunks on a GPU, fused kernels) as long as every number it returns is the one the definitions
-give: ranks counted with the tie rule (:mod:`recallkit.engine.ties`) over exact scores
-(:mod:`recallkit.engine.exact`).
+give: ranks counted with the tie rule ([`recallkit.engine.ties`][recallkit.engine.ties]) over exact
+scores ([`recallkit.engine.exact`][recallkit.engine.exact]).
 
 What a request can ask for, in one pass:
 
@@ -109,7 +109,7 @@ class Backend(Protocol):
     """One way of computing requests: numba tiles on the CPU, torch (any device), Triton.
 
     ``score_bytes`` is what a chunk holds per filter score besides the score itself (masks and
-    temporaries), for :func:`recallkit.engine.space.chunk_rows`."""
+    temporaries), for [`recallkit.engine.space.chunk_rows`][recallkit.engine.space.chunk_rows]."""
 
     name: str
     score_bytes: int
@@ -139,7 +139,8 @@ def merge_best_counted(
     w: torch.Tensor,
     n: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`ties.merge_best` that also adds up how many items score exactly the best."""
+    """[`ties.merge_best`][ties.merge_best] that also adds up how many items score exactly the
+    best."""
     new_best, new_where = ties.merge_best(best, where, b, w)
     count = torch.where(best == new_best, equal, torch.zeros_like(equal))
     count = count + torch.where(b == new_best, n, torch.zeros_like(n))
@@ -195,7 +196,7 @@ def threshold_fields(
     counts: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
     reducer: Reducer | None,
 ) -> dict[str, torch.Tensor]:
-    """A chunk's threshold fields of :class:`ChunkResult` from ``(total, tied, before)``,
+    """A chunk's threshold fields of [`ChunkResult`][ChunkResult] from ``(total, tied, before)``,
     summed across processes by ``reducer``."""
     if reducer is not None:
         counts = tuple(reducer.reduce("sum", t) for t in counts)
@@ -224,9 +225,9 @@ def merge_held(
 
 @dataclass
 class Scan:
-    """One block's filter pass for a chunk (:meth:`Pipeline.scan`): ``window``, per threshold
-    slot, ``(above (c, g), rows, local cols, slots)``: the counts certainly above and the pairs
-    to score exactly (``rows`` ``-1`` at padding); ``top``, the ranked lists' candidates
+    """One block's filter pass for a chunk ([`Pipeline.scan`][Pipeline.scan]): ``window``, per
+    threshold slot, ``(above (c, g), rows, local cols, slots)``: the counts certainly above and the
+    pairs to score exactly (``rows`` ``-1`` at padding); ``top``, the ranked lists' candidates
     ``(rows, local cols, at, width)``: each candidate's position ``at`` in its row's list of at
     most ``width``; ``flag``, a device bool set where a fixed capacity may have been too small."""
 
@@ -239,12 +240,12 @@ class Pipeline:
     """The chunk pipeline of every back end, written once over a back end's primitives.
 
     Step 1: each slot's threshold item (its exact score and global index): the targets scored
-    exactly, or the best of the positives that :meth:`candidates` cannot rule out; reduced
-    across processes. Step 2, per block: :meth:`scan` filters the block (the window of each
-    threshold, the candidates of each ranked list), :meth:`exact` scores what it kept, and the
-    counts (:func:`settle_counts`) and lists (:meth:`rank`, :func:`merge_held`) follow. The
-    fields of :class:`ChunkResult` come out as tensors on the work's device with the flag of
-    :class:`Scan` (``fixed_shapes``: the lists' tails get a width known in advance)."""
+    exactly, or the best of the positives that [`candidates`][candidates] cannot rule out; reduced
+    across processes. Step 2, per block: [`scan`][scan] filters the block (the window of each
+    threshold, the candidates of each ranked list), [`exact`][exact] scores what it kept, and the
+    counts ([`settle_counts`][settle_counts]) and lists ([`rank`][rank], [`merge_held`][merge_held])
+    follow. The fields of [`ChunkResult`][ChunkResult] come out as tensors on the work's device with
+    the flag of [`Scan`][Scan] (``fixed_shapes``: the lists' tails get a width known in advance)."""
 
     fixed_shapes = False
 
@@ -362,7 +363,7 @@ class Pipeline:
 
 
 class Capacities:
-    """Fixed window sizes for a call's chunks: ``None`` (exact sizes) until :meth:`learned`,
+    """Fixed window sizes for a call's chunks: ``None`` (exact sizes) until [`learned`][learned],
     then twice the per-row window each site needed in the learning chunk, at least ``minimum``
     pairs (a ranked list: ``extra`` beyond k)."""
 

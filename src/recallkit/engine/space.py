@@ -76,7 +76,8 @@ def prepare_rows(
     x: torch.Tensor, name: str, func: str, metric: str, device: torch.device, offset: int = 0
 ) -> Rows:
     """Validate embedding rows: upcast, reject non-finite, huge (dot, euclidean) and (cosine)
-    zero rows; under cosine, rows of extreme magnitude are rescaled (:func:`exact.cosine_rows`)."""
+    zero rows; under cosine, rows of extreme magnitude are rescaled
+    ([`exact.cosine_rows`][exact.cosine_rows])."""
     raw = x.to(device=device, dtype=work_dtype(x.dtype)).contiguous()
     _checks.check_finite_rows(raw, offset, name, func)
     if metric == "cosine":
@@ -106,9 +107,9 @@ class Block:
     """Prepared reference rows ``offset..offset+rows``, or the rows at ``global_index``.
 
     ``data``, ``sq`` and ``norm`` are the rows and what their exact scores need; ``gemm`` is what
-    the filter GEMM multiplies (:func:`filters.reference_filter`), ``scale`` its power-of-two
-    scale and ``max_norm`` the largest norm of its rows (the error bound). ``cache`` holds what a
-    back end derives from the block (a low-precision copy, device tensors).
+    the filter GEMM multiplies ([`filters.reference_filter`][filters.reference_filter]), ``scale``
+    its power-of-two scale and ``max_norm`` the largest norm of its rows (the error bound).
+    ``cache`` holds what a back end derives from the block (a low-precision copy, device tensors).
     """
 
     offset: int
@@ -205,7 +206,7 @@ class Space:
 
 def is_streamed(x: Any) -> bool:
     """Whether ``x`` is a reference read block by block (a numpy memory map, an
-    :class:`recallkit._inputs.io.EmbeddingFile`)."""
+    ``recallkit._inputs.io.EmbeddingFile``)."""
     return isinstance(x, np.memmap) or getattr(x, "is_streamed_embeddings", False)
 
 
@@ -228,17 +229,19 @@ def prepare(
     reference_block_rows: int | None = None,
     query_is_reference: bool | None = None,
 ) -> Space:
-    """Validate and prepare embeddings under ``options`` (a :class:`recallkit.Options`: the
-    engine reads ``metric`` and ``device`` here, the others from the space when it runs).
+    """Validate and prepare embeddings under ``options`` (a
+    [`recallkit.Options`][recallkit.options.Options]: the engine reads ``metric`` and ``device``
+    here, the others from the space when it runs).
 
     Rows are kept as float32 (float16/bfloat16 inputs are upcast) or float64 (float64 and
     integer inputs); exact scores are float64 either way, and a float64 side (in memory or
     streamed) makes the filter GEMM float64 too. A memory-mapped numpy reference
-    (``np.load(path, mmap_mode="r")``) or a :class:`recallkit._inputs.io.EmbeddingFile` is streamed
+    (``np.load(path, mmap_mode="r")``) or a ``recallkit._inputs.io.EmbeddingFile`` is streamed
     in
-    blocks, never loaded whole; a memory map is pinned first (:func:`recallkit._inputs.io.pin`), its
-    blocks read from its file, never through the mapping. Queries are loaded whole (a memory
-    map through one checked descriptor: :func:`recallkit._inputs.checks.as_embeddings`; the
+    blocks, never loaded whole; a memory map is pinned first
+    ([`recallkit._inputs.io.pin`][recallkit._inputs.io.pin]), its blocks read from its file, never
+    through the mapping. Queries are loaded whole (a memory map through one checked descriptor:
+    [`recallkit._inputs.checks.as_embeddings`][recallkit._inputs.checks.as_embeddings]; the
     reference's own when it maps the same file). ``query_is_reference`` (default: ``query is
     reference``) says that the queries are the reference rows themselves, prepared once.
     """
@@ -313,8 +316,9 @@ def shard(
 ) -> Space:
     """This process's part of a sharded problem: its reference rows (``global_index`` their
     dataset indices, ascending) as one block, and no queries of its own (each chunk of queries
-    is broadcast by its owner and run with :func:`recallkit.engine.run_chunk`). ``queries``
-    gives the query rows' dtype."""
+    is broadcast by its owner and run with
+    [`recallkit.engine.run_chunk`][recallkit.engine.run_chunk]). ``queries`` gives the query rows'
+    dtype."""
     fdtype = filter_dtype(work_dtype(queries.dtype), work_dtype(reference.dtype))
     block = make_block(
         reference, 0, func, options.metric, device, fdtype, global_index=global_index.to(device)
@@ -369,7 +373,8 @@ def memory_budget(options: Options | None, device: torch.device) -> int:
 def chunk_rows(
     space: Space, chunk_size: int | None, per_row_bytes: int = 0, score_bytes: int = 0
 ) -> int:
-    """Rows per query chunk: ``chunk_size`` if given, else sized from :func:`memory_budget`.
+    """Rows per query chunk: ``chunk_size`` if given, else sized from
+    [`memory_budget`][memory_budget].
 
     A chunk of ``c`` rows against ``m`` reference columns (or a block of them) holds about
     ``c · (m · (e + x) + per_row_bytes + 16 d)`` bytes: filter scores of ``e`` bytes (4, or 8

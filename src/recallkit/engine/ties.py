@@ -3,13 +3,13 @@
 Every decision of the engine that orders two candidates goes through these functions: the rank
 of a threshold item (how many candidates *beat* it), the best of several candidates, the merge of
 ranked lists from several blocks or processes, and the order of a ranked list. Scores here are
-the exact scores (:mod:`recallkit.engine.exact`), so an exact tie is a tie of the inputs, never
-an artefact of rounding.
+the exact scores ([`recallkit.engine.exact`][recallkit.engine.exact]), so an exact tie is a tie of
+the inputs, never an artefact of rounding.
 
 The tie rule also decides which tied items a rank counts. Beside each rank the engine counts the
 items *tied* with the threshold item (equal exact score), so that every metric can report the
 value the tie rule gives together with its optimistic and pessimistic values (ties broken in the
-query's favour or against it; :mod:`recallkit.metrics`).
+query's favour or against it; ``recallkit.metrics``).
 
 All functions are deterministic on every device: no scatter reductions with ``amin``/``amax``
 (which ``torch.use_deterministic_algorithms`` refuses on CUDA), only stable sorts, gathers and

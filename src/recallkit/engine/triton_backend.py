@@ -1,11 +1,13 @@
 """The device back end's Triton kernels: one launch per step of a chunk, whatever the dimension.
 
-:class:`TritonKernels` gives :class:`recallkit.engine.device.DeviceBackend` the kernels of
-:mod:`recallkit.engine.triton_kernels`: the exact float64 scores (one lane per pair, the
-definition's fixed order, no fused multiply-add), the float32 re-scores of the cascade, and the
-fused filter pass of the thresholds (the filter GEMM and the window of every slot in one launch,
-the score matrix never written). Its products are ``tl.dot`` with float32 accumulation, so
-torch's TF32, reduced-precision-reduction and float16-accumulation settings do not reach them.
+[`TritonKernels`][TritonKernels] gives
+[`recallkit.engine.device.DeviceBackend`][recallkit.engine.device.DeviceBackend] the kernels of
+[`recallkit.engine.triton_kernels`][recallkit.engine.triton_kernels]: the exact float64 scores (one
+lane per pair, the definition's fixed order, no fused multiply-add), the float32 re-scores of the
+cascade, and the fused filter pass of the thresholds (the filter GEMM and the window of every slot
+in one launch, the score matrix never written). Its products are ``tl.dot`` with float32
+accumulation, so torch's TF32, reduced-precision-reduction and float16-accumulation settings do not
+reach them.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def _own(*tensors: torch.Tensor | None) -> list[torch.Tensor | None]:
 
 
 class TritonKernels(TorchKernels):
-    """:class:`TorchKernels` with the exact scores, the re-scores and the threshold pass as
+    """[`TorchKernels`][TorchKernels] with the exact scores, the re-scores and the threshold pass as
     Triton kernels."""
 
     name = "triton"
@@ -65,7 +67,8 @@ class TritonKernels(TorchKernels):
         exclude_codes: tuple[torch.Tensor, torch.Tensor] | None,
         exclude_lists: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(above, window, count)`` of :func:`triton_kernels.filter_window`."""
+        """``(above, window, count)`` of
+        [`triton_kernels.filter_window`][triton_kernels.filter_window]."""
         a = qf.rows if low is None else qf.rows.to(low)
         b = block.gemm if low is None else low_rows(block, low)
         a, b, lo, hi, exclude_lists = _own(a, b, lo, hi, exclude_lists)
@@ -76,7 +79,7 @@ class TritonKernels(TorchKernels):
         )
 
     def window_product(self, qf: filters.QueryFilter, low: torch.dtype | None) -> filters.Product:
-        """How :meth:`window`'s ``tl.dot`` computes: IEEE float32 multiplies with float32
+        """How [`window`][window]'s ``tl.dot`` computes: IEEE float32 multiplies with float32
         accumulation, or tensor-core products of bfloat16/float16 inputs accumulated in
         float32 (a unit of ``2**-23`` covers truncating accumulators)."""
         if low is None:

@@ -1,12 +1,12 @@
 """Triton kernels for the device path: exact scores, fused exact counting, the fused filter pass.
 
 Every function here issues a fixed number of kernel launches per call (one; two for
-:func:`exact_best`), whatever the dimension and the number of pairs, and never synchronises with
-the host: outputs are device tensors of sizes known from the inputs' shapes.
+[`exact_best`][exact_best]), whatever the dimension and the number of pairs, and never synchronises
+with the host: outputs are device tensors of sizes known from the inputs' shapes.
 
 **Exact scores.** For a pair (query row ``i``, reference row ``j``), rows float32 or float64
 (the two may differ), optional float64 row multipliers ``qs``, ``rs`` (powers of two; ``None``
-is 1.0) and float64 row auxiliaries ``q_aux``, ``r_aux``::
+is 1.0) and float64 row auxiliaries ``q_aux``, ``r_aux``:
 
     dot = 0.0                                   # float64
     for k in 0 .. d-1:                          # ascending, one rounding per * and per +
@@ -25,17 +25,17 @@ left in the machine code are those of ``div.rn.f64``'s correctly rounded sequenc
 kernels are launched with ``enable_fp_fusion=True``, explicitly: their rounding does not matter,
 Triton 3.9 warns when the option is left unset, and its default changes in 3.10.
 
-**Filter pass.** :func:`filter_window` computes the filter scores of one query chunk against one
-reference block with ``tl.dot`` (float32 accumulation; float32 inputs with IEEE float32
+**Filter pass.** [`filter_window`][filter_window] computes the filter scores of one query chunk
+against one reference block with ``tl.dot`` (float32 accumulation; float32 inputs with IEEE float32
 multiplies, ``input_precision="ieee"``, not TF32) and applies the thresholds inside the kernel,
 so the score matrix is never written: per row and slot the count above the slot, the window
 ``[lo, hi]`` appended to a fixed-capacity buffer through one atomic counter per tile, and
 optionally each row's largest considered score.
 
 **Block sizes.** On CUDA: 128 pairs per program (one per thread, 4 warps) for the exact kernels;
-64 pairs x 64 dimensions for :func:`pair_dots`; for :func:`filter_window` 64 x 64 x 32 tiles
-(4 warps) for float32, whose IEEE dot runs on the CUDA cores, and 128 x 128 x 64 tiles (8 warps,
-3 stages) for bfloat16/float16, which use the tensor cores. These are conventional starting
+64 pairs x 64 dimensions for [`pair_dots`][pair_dots]; for [`filter_window`][filter_window] 64 x 64
+x 32 tiles (4 warps) for float32, whose IEEE dot runs on the CUDA cores, and 128 x 128 x 64 tiles (8
+warps, 3 stages) for bfloat16/float16, which use the tensor cores. These are conventional starting
 points, not tuned figures. Under the interpreter every block is 16 (32 pairs for the exact
 kernels): the interpreter runs one program at a time with numpy, so small blocks keep small
 tests fast while still spanning several programs.
@@ -51,7 +51,7 @@ use once per setting, and calls no decorated library function: ``tl.full`` inste
 functions instead of ``tl.sum``/``tl.max``/``tl.cumsum``. So the interpreter runs these kernels
 whenever the variable is set before their first call, even after ``triton`` was imported.
 Compiling for a GPU needs the variable unset when ``triton`` is imported (its library is then
-compiled, not interpreted); :func:`available` checks both.
+compiled, not interpreted); [`available`][available] checks both.
 
 The interpreter differs from a GPU in three ways that matter here: numpy never contracts a
 multiply-add (so only a GPU, or the PTX, shows that fusion is off); its ``tl.dot`` multiplies

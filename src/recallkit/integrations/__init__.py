@@ -1,9 +1,9 @@
-"""Thin adapters of :class:`recallkit.Evaluator` to training frameworks, each loaded only when
-imported (``import recallkit`` loads none of them):
+"""Thin adapters of [`recallkit.Evaluator`][recallkit.evaluator.Evaluator] to training frameworks,
+each loaded only when imported (``import recallkit`` loads none of them):
 
-* :mod:`recallkit.integrations.torchmetrics`: a torchmetrics ``Metric``
-  (the ``torchmetrics`` extra);
-* :mod:`recallkit.integrations.lightning`: a Lightning ``Callback``
+* [`recallkit.integrations.torchmetrics`][recallkit.integrations.torchmetrics]: a torchmetrics
+  ``Metric`` (the ``torchmetrics`` extra);
+* [`recallkit.integrations.lightning`][recallkit.integrations.lightning]: a Lightning ``Callback``
   (the ``lightning`` extra).
 """
 
@@ -37,7 +37,7 @@ def built_on_first_use(module: str, name: str, define: Callable[[], type]) -> Ca
 def framework_class(module: str, where: str, extra: str) -> Any:
     """The framework's class ``where`` (``"package.module:Class"``) that the adapter ``module``
     builds on; when the framework is missing or broken, the one-line error of
-    :func:`recallkit._loading.require` naming ``extra``."""
+    [`recallkit._loading.require`][recallkit._loading.require] naming ``extra``."""
     package, _, name = where.partition(":")
     require(module, package.split(".")[0], extra=extra)
     return getattr(importlib.import_module(package), name)

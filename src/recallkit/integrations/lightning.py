@@ -1,14 +1,14 @@
 """A Lightning callback that logs exact retrieval metrics of each validation epoch:
-:class:`RetrievalCallback`.
+[`RetrievalCallback`][RetrievalCallback].
 
 Requires Lightning: ``pip install lightning`` beside recallkit (``pip install
 '/path/to/recallkit[lightning]'`` installs both from a clone; ``uv sync`` in the clone installs it
 with the development tools).
 
 The callback collects the validation embeddings batch by batch in a
-:class:`recallkit.Evaluator` (from the ``validation_step`` outputs, or a ``collect`` hook),
-computes the metrics of the whole validation split at ``on_validation_epoch_end`` (under DDP
-with the sharded exact evaluation: each rank keeps its own rows, every rank gets the same
+[`recallkit.Evaluator`][recallkit.evaluator.Evaluator] (from the ``validation_step`` outputs, or a
+``collect`` hook), computes the metrics of the whole validation split at ``on_validation_epoch_end``
+(under DDP with the sharded exact evaluation: each rank keeps its own rows, every rank gets the same
 values) and logs them with ``pl_module.log`` (``val/recall@1``, ...). Under DDP the rows need
 their dataset indices (``ids``), by which the rows Lightning's ``DistributedSampler`` repeats
 are counted once: let the validation dataset yield each item's index.
@@ -61,21 +61,24 @@ def _define() -> type:
         """Log exact recall@K (and MAP@R, R-precision, ...) of the validation split every epoch.
 
         Args:
-            ks, metrics, query_in_reference: as in :class:`recallkit.Evaluator`.
-            collect: ``collect(pl_module, outputs, batch, batch_idx, dataloader_idx)`` returns a
+            ks, metrics, query_in_reference: as in
+            [`recallkit.Evaluator`][recallkit.evaluator.Evaluator]. collect: ``collect(pl_module,
+            outputs, batch, batch_idx, dataloader_idx)`` returns a
                 batch's ``(embeddings, labels, ids)`` (``ids`` may be ``None`` in one process), or
                 ``None`` to skip the batch. Default: the ``validation_step`` output's
                 ``"embeddings"``, ``"labels"`` and ``"ids"``.
             gallery_dataloader: with ``query_in_reference=False``, the index of the validation
                 dataloader whose batches are the gallery (default 1; the others give the queries).
             prefix: what the logged names start with (``"val/"``: ``val/recall@1``).
-            history, run_file: as in :class:`recallkit.Evaluator`; each epoch is tagged
+            history, run_file: as in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator]; each
+            epoch is tagged
                 ``epoch-N``, ``N`` the trainer's ``current_epoch``.
             **options: ``metric``, ``chunk_size``, ``device``, ``precision``, ``lone_queries``.
 
         The sanity-check validation Lightning runs before training is not evaluated.
-        :attr:`result` holds the last epoch's whole :class:`recallkit.Result` (logged values are
-        converted to tensors by Lightning; the result keeps them as Python floats).
+        [`result`][result] holds the last epoch's whole
+        [`recallkit.Result`][recallkit.result.Result] (logged values are converted to tensors by
+        Lightning; the result keeps them as Python floats).
         """
 
         def __init__(

@@ -1,4 +1,4 @@
-"""A torchmetrics ``Metric`` of exact retrieval metrics: :class:`RetrievalMetrics`.
+"""A torchmetrics ``Metric`` of exact retrieval metrics: [`RetrievalMetrics`][RetrievalMetrics].
 
 Requires torchmetrics: ``pip install torchmetrics`` beside recallkit (``pip install
 '/path/to/recallkit[torchmetrics]'`` installs both from a clone; ``uv sync`` in the clone
@@ -7,10 +7,11 @@ installs it with the development tools).
 torchmetrics synchronises a metric by all-gathering its states onto every process
 (``sync_on_compute``, ``dist_sync_on_step``): for a retrieval metric the states are the
 embeddings, so every rank would hold every embedding. This metric keeps its rows in a
-:class:`recallkit.Evaluator` instead, outside torchmetrics' states, with both kinds of sync
-off, and :meth:`RetrievalMetrics.compute` runs the sharded exact evaluation across the process
-group itself (:func:`recallkit.evaluate_sharded`): each rank keeps its own rows, and every rank
-gets the same values, equal to the single-process ones.
+[`recallkit.Evaluator`][recallkit.evaluator.Evaluator] instead, outside torchmetrics' states, with
+both kinds of sync off, and [`RetrievalMetrics.compute`][RetrievalMetrics.compute] runs the sharded
+exact evaluation across the process group itself
+([`recallkit.evaluate_sharded`][recallkit.sharded.evaluate_sharded]): each rank keeps its own rows,
+and every rank gets the same values, equal to the single-process ones.
 
 ``import recallkit.integrations.torchmetrics`` alone does not load torchmetrics (which loads
 Pillow and matplotlib): the class is built from torchmetrics' ``Metric`` when it is first
@@ -48,29 +49,32 @@ def _define() -> type:
 
     class RetrievalMetrics(Metric):
         """Exact recall@K (and MAP@R, R-precision, any metric of the registry) of the rows
-        given to :meth:`update`.
+        given to [`update`][update].
 
         Args:
             ks: the K of recall@K (default 1, 2, 4, 8).
-            metrics: metric names (:func:`recallkit.retrieval_metrics`); default recall@K for
+            metrics: metric names
+            ([`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics]); default
+            recall@K for
                 ``ks``, MAP@R and R-precision.
             query_in_reference: ``True`` (default): the rows are searched against themselves,
                 each query's own row left out; ``False``: against the gallery of
-                :meth:`update_reference`.
+                [`update_reference`][update_reference].
             process_group: the ``torch.distributed`` group (default: the whole world).
             compute_on_cpu, compute_with_cache: torchmetrics' own; torchmetrics' sync options
                 are refused (they would gather every embedding onto every rank).
             metric, chunk_size, device, precision, lone_queries: the options of
-                :class:`recallkit.Options`.
+                [`recallkit.Options`][recallkit.options.Options].
 
-        :meth:`update` takes ``(embeddings, labels, ids=None)``: an ``(n, d)`` batch, ``n``
+        [`update`][update] takes ``(embeddings, labels, ids=None)``: an ``(n, d)`` batch, ``n``
         integer labels and ``n`` dataset indices (required under ``torch.distributed``);
-        :meth:`update_reference` a separate gallery's batches. :meth:`compute` returns
-        ``{name: 0-dim float64 tensor}`` and keeps the whole :class:`recallkit.Result` in
-        :attr:`result`. As every torchmetrics metric, the rows stay until :meth:`reset` (which
-        Lightning calls at the end of each epoch where the metric is logged); a dataset index
-        given again with other values is an error that says so. ``forward`` only accumulates
-        (a retrieval metric of one batch is not the split's) and returns ``None``.
+        [`update_reference`][update_reference] a separate gallery's batches. [`compute`][compute]
+        returns ``{name: 0-dim float64 tensor}`` and keeps the whole
+        [`recallkit.Result`][recallkit.result.Result] in [`result`][result]. As every torchmetrics
+        metric, the rows stay until [`reset`][reset] (which Lightning calls at the end of each epoch
+        where the metric is logged); a dataset index given again with other values is an error that
+        says so. ``forward`` only accumulates (a retrieval metric of one batch is not the split's)
+        and returns ``None``.
         """
 
         is_differentiable = False
@@ -117,7 +121,8 @@ def _define() -> type:
             self.result: Result | None = None
 
         def update(self, embeddings: Any, labels: Any, ids: Any = None) -> None:
-            """Add a batch (see :meth:`recallkit.Evaluator.update`)."""
+            """Add a batch (see
+            [`recallkit.Evaluator.update`][recallkit.evaluator.Evaluator.update])."""
             self.evaluator.update(embeddings, labels, ids)
 
         def update_reference(self, embeddings: Any, labels: Any, ids: Any = None) -> None:
@@ -126,12 +131,12 @@ def _define() -> type:
             self._computed = None
 
         def compute(self) -> dict[str, torch.Tensor]:
-            """The metrics of every row since the last :meth:`reset`, on every rank alike."""
+            """The metrics of every row since the last [`reset`][reset], on every rank alike."""
             self.result = self.evaluator.compute()
             return {k: torch.tensor(v, dtype=torch.float64) for k, v in self.result.items()}
 
         def forward(self, *args: Any, **kwargs: Any) -> None:
-            """Accumulate the batch (as :meth:`update`); returns ``None``."""
+            """Accumulate the batch (as [`update`][update]); returns ``None``."""
             self.update(*args, **kwargs)
 
         def reset(self) -> None:

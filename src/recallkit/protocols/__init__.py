@@ -2,8 +2,8 @@
 (CIRR, CIRCO, FashionIQ, GeneCIS), each on the core's exact ranks.
 
 Each protocol has a reader (official files -> typed records, with errors naming the query),
-scorers (embeddings or a similarity matrix -> :class:`recallkit.Result`) and, where a benchmark
-has a test server, an exporter of its submission file (written atomically).
+scorers (embeddings or a similarity matrix -> [`recallkit.Result`][recallkit.result.Result]) and,
+where a benchmark has a test server, an exporter of its submission file (written atomically).
 """
 
 from __future__ import annotations

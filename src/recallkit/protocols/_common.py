@@ -1,9 +1,11 @@
 """Shared pieces of the benchmark protocols: the result type, JSON in and out, per-query scores.
 
-Validation is :mod:`recallkit._inputs.checks`'s, as everywhere in the library.
+Validation is [`recallkit._inputs.checks`][recallkit._inputs.checks]'s, as everywhere in the
+library.
 
-Nothing here ranks anything: every rank comes from :func:`recallkit.ground_truth_ranks` or
-:func:`recallkit.ground_truth_ranks_from_embeddings`.
+Nothing here ranks anything: every rank comes from
+[`recallkit.ground_truth_ranks`][recallkit.ground_truth.ground_truth_ranks] or
+[`recallkit.ground_truth_ranks_from_embeddings`][recallkit.ground_truth.ground_truth_ranks_from_embeddings].
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ def protocol_result(
     bounds: Mapping[str, tuple[float, float]] | None = None,
     tied: np.ndarray | None = None,
 ) -> Result:
-    """A benchmark protocol's :class:`recallkit.Result` (fractions in [0, 1], printed in percent).
+    """A benchmark protocol's [`recallkit.Result`][recallkit.result.Result] (fractions in [0, 1],
+    printed in percent).
 
     ``per_query`` holds the arrays behind the means (0-indexed ranks, per-query AP...),
     ``parts`` the per-category or per-task results of a benchmark that averages several, and
@@ -181,7 +184,8 @@ def embeddings_ranker(
 
 
 def scores_ranker(scores: Any, func: str) -> Callable[[Expect], Ranker]:
-    """The ranker of a ``(queries, images)`` similarity matrix, as :func:`embeddings_ranker`."""
+    """The ranker of a ``(queries, images)`` similarity matrix, as
+    [`embeddings_ranker`][embeddings_ranker]."""
     return lambda expect: Ranker.from_scores(scores, func, expect=expect)
 
 
@@ -208,8 +212,9 @@ def _normalised(x: torch.Tensor, func: str, name: str) -> torch.Tensor:
 
 
 def _vectors(x: Any, func: str, name: str, ndim: int) -> torch.Tensor:
-    """``x`` validated (:func:`recallkit._inputs.checks.as_embeddings`), finite, float32 at
-    least."""
+    """``x`` validated
+    ([`recallkit._inputs.checks.as_embeddings`][recallkit._inputs.checks.as_embeddings]), finite,
+    float32 at least."""
     tensor = _checks.as_embeddings(x, name, func, ndim=ndim)
     if tensor.dtype != torch.float64:
         tensor = tensor.to(torch.float32)

@@ -4,7 +4,7 @@ Official evaluation (``miccunifi/CIRCO`` ``src/evaluation.py``, also the test se
 
 * candidates: the COCO 2017 unlabeled images (123,403); the reference image is **not** removed
   (``exclude_reference=True`` removes it, as CIRR does).
-* ``mAP@K`` (K = 5, 10, 25, 50)::
+* ``mAP@K`` (K = 5, 10, 25, 50):
 
       AP@K = (1 / min(K, R)) * sum_{i <= K, item i relevant} precision@i
 
@@ -23,10 +23,11 @@ Official evaluation (``miccunifi/CIRCO`` ``src/evaluation.py``, also the test se
   found in the data in sorted order; an aspect without queries is left out (the official
   script prints NaN for it).
 
-Ranks come from the core's :class:`recallkit.ground_truth.Ranker` over embeddings or a given
-similarity matrix (every ground truth's rank, one code path for both), AP from
-:func:`recallkit.average_precision_at_k`; on equal scores the lower image index ranks first,
-and the recall@K bounds give the values under the other tie orders.
+Ranks come from the core's [`recallkit.ground_truth.Ranker`][recallkit.ground_truth.Ranker] over
+embeddings or a given similarity matrix (every ground truth's rank, one code path for both), AP from
+[`recallkit.average_precision_at_k`][recallkit.ground_truth.average_precision_at_k]; on equal scores
+the lower image index ranks first, and the recall@K bounds give the values under the other tie
+orders.
 """
 
 from __future__ import annotations
@@ -366,7 +367,8 @@ def circo_metrics(
     each semantic aspect the queries have (module docstring; none when the annotations have no
     ``semantic_aspects``); ``per_query`` holds every ground truth's 0-indexed rank, the primary
     target's rank and the per-query AP@K (and AP@10 when there are aspects). ``options``:
-    ``metric``, ``chunk_size``, ``device``, ``precision`` (:class:`recallkit.Options`).
+    ``metric``, ``chunk_size``, ``device``, ``precision``
+    ([`recallkit.Options`][recallkit.options.Options]).
 
     >>> import numpy as np
     >>> data = CIRCOSplit("val", (CIRCOQuery(0, 10, "x", "y", 30, (30, 40)),))
@@ -392,7 +394,7 @@ def circo_metrics_from_scores(
     divisor: str = "min_k_r",
     exclude_reference: bool = False,
 ) -> Result:
-    """:func:`circo_metrics` from a ``(queries, images)`` similarity matrix."""
+    """[`circo_metrics`][circo_metrics] from a ``(queries, images)`` similarity matrix."""
     func = "circo_metrics_from_scores"
     make = _common.scores_ranker(scores, func)
     return _metrics(func, make, image_ids, data, ks, divisor, exclude_reference)
@@ -519,7 +521,7 @@ def circo_rankings_from_scores(
     k: int = SUBMISSION_SIZE,
     exclude_reference: bool = False,
 ) -> dict[int, list[int]]:
-    """:func:`circo_rankings` from a ``(queries, images)`` similarity matrix."""
+    """[`circo_rankings`][circo_rankings] from a ``(queries, images)`` similarity matrix."""
     func = "circo_rankings_from_scores"
     make = _common.scores_ranker(scores, func)
     return _rankings(func, make, image_ids, data, k, exclude_reference)

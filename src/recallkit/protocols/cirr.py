@@ -14,10 +14,10 @@ the benchmark's server from the same definitions):
 ``max(0, max{target_soft[t] : t in the top K})`` (soft values are 1 for the true target, 0.5 for
 "also acceptable", -1 for "no"), averaged over queries, for both recall and recall_subset.
 
-Ranks come from the core's :class:`recallkit.ground_truth.Ranker` over embeddings or a given
-similarity matrix (one code path for both), the reference skipped; on equal scores the lower
-image index (split-file order) ranks first, and the hard-target recall bounds give the values
-under the other tie orders.
+Ranks come from the core's [`recallkit.ground_truth.Ranker`][recallkit.ground_truth.Ranker] over
+embeddings or a given similarity matrix (one code path for both), the reference skipped; on equal
+scores the lower image index (split-file order) ranks first, and the hard-target recall bounds give
+the values under the other tie orders.
 """
 
 from __future__ import annotations
@@ -353,7 +353,7 @@ def cirr_recall(
     docstring for both ``target`` conventions; ``per_query`` holds the 0-indexed ranks. One
     chunked pass of the core ranks the set members and targets among all images; the subset
     ranks are read from those ranks. ``options``: ``metric``, ``chunk_size``, ``device``,
-    ``precision`` (:class:`recallkit.Options`).
+    ``precision`` ([`recallkit.Options`][recallkit.options.Options]).
 
     >>> import numpy as np
     >>> data = CIRRSplit("val", "rc2", ("a", "b", "c", "d"), ("",) * 4, (
@@ -377,7 +377,8 @@ def cirr_recall_from_scores(
     subset_ks: Sequence[int] = (1, 2, 3),
     target: str = "hard",
 ) -> Result:
-    """:func:`cirr_recall` from a ``(queries, images)`` similarity matrix (higher is better).
+    """[`cirr_recall`][cirr_recall] from a ``(queries, images)`` similarity matrix (higher is
+    better).
 
     >>> import numpy as np
     >>> data = CIRRSplit("val", "rc2", ("a", "b", "c"), ("",) * 3, (
@@ -435,8 +436,8 @@ def cirr_rankings(
     """Top-``k`` image names per pairid (reference removed) and the top 3 of each image set.
 
     These are the two lists the CIRR server scores (``metric`` "recall" and "recall_subset");
-    pass each to :func:`write_cirr_submission`. Works on any split, ``test1`` included. The
-    lists come from the core's exact ranked lists and ranks of the members.
+    pass each to [`write_cirr_submission`][write_cirr_submission]. Works on any split, ``test1``
+    included. The lists come from the core's exact ranked lists and ranks of the members.
 
     >>> import numpy as np
     >>> data = CIRRSplit("test1", "rc2", ("a", "b", "c", "d"), ("",) * 4, (
@@ -452,7 +453,7 @@ def cirr_rankings(
 def cirr_rankings_from_scores(
     scores: Any, data: CIRRSplit, *, k: int = 50
 ) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
-    """:func:`cirr_rankings` from a ``(queries, images)`` similarity matrix."""
+    """[`cirr_rankings`][cirr_rankings] from a ``(queries, images)`` similarity matrix."""
     func = "cirr_rankings_from_scores"
     return _ranked(func, _common.scores_ranker(scores, func), data, k)
 

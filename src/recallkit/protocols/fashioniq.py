@@ -14,8 +14,8 @@ public, so papers report the validation split):
   never a mean over different cut-offs). The means are reported only when all three categories
   are given.
 
-Ranks come from :func:`recallkit.ground_truth_ranks` / ``..._from_embeddings``; on equal scores
-the lower image index (split-file order) ranks first.
+Ranks come from [`recallkit.ground_truth_ranks`][recallkit.ground_truth.ground_truth_ranks] /
+``..._from_embeddings``; on equal scores the lower image index (split-file order) ranks first.
 """
 
 from __future__ import annotations
@@ -259,7 +259,8 @@ def fashioniq_recall(
     ``data[c].image_names``. The result's ``parts`` hold each category's recall@K and ranks;
     with all three categories the result has ``mean_recall@K`` for each K and, when ``ks``
     include 10 and 50, ``average = (mean_recall@10 + mean_recall@50) / 2``. ``options``:
-    ``metric``, ``chunk_size``, ``device``, ``precision`` (:class:`recallkit.Options`).
+    ``metric``, ``chunk_size``, ``device``, ``precision``
+    ([`recallkit.Options`][recallkit.options.Options]).
 
     >>> import numpy as np
     >>> part = FashionIQCategory("dress", ("B1", "B2", "B3"), (FashionIQQuery("B1", "B3", ("c",)),))
@@ -287,7 +288,8 @@ def fashioniq_recall_from_scores(
     ks: Sequence[int] = (10, 50),
     exclude_reference: bool = False,
 ) -> Result:
-    """:func:`fashioniq_recall` from one ``(queries, images)`` similarity matrix per category."""
+    """[`fashioniq_recall`][fashioniq_recall] from one ``(queries, images)`` similarity matrix per
+    category."""
     func = "fashioniq_recall_from_scores"
 
     def make(category: str, shapes: Expect) -> Ranker:

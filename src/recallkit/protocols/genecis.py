@@ -12,16 +12,18 @@ Protocol (``facebookresearch/genecis``, ``eval/eval_functions.py::validate``):
 * gallery sizes: the official loaders (``datasets/coco_dataset.py``, ``datasets/vaw_dataset.py``)
   keep every sample of the file, with no filter; their batches stack the galleries, which
   works because the released files have one gallery size per task. recallkit scores every
-  sample with its own size, read from the data (:attr:`GeneCISTask.gallery_sizes`), so files
-  with mixed sizes are scored too.
+  sample with its own size, read from the data
+  ([`GeneCISTask.gallery_sizes`][GeneCISTask.gallery_sizes]), so files with mixed sizes are scored
+  too.
 
 Ties (``ties=``), when a distractor scores exactly as the target does:
 
 * ``"pessimistic"`` (default): the target ranks below every distractor with an equal score
   (``rank = #{distractors with score >= target's score}``); an exact duplicate of the target
-  among the distractors costs a rank. The rank comes from :func:`recallkit.ground_truth_ranks`
-  on the candidates reordered as ``[*distractors, target]`` (its lower-index-first rule then
-  places the target after every tied distractor).
+  among the distractors costs a rank. The rank comes from
+  [`recallkit.ground_truth_ranks`][recallkit.ground_truth.ground_truth_ranks] on the candidates
+  reordered as ``[*distractors, target]`` (its lower-index-first rule then places the target after
+  every tied distractor).
 * ``"official"``: the official script's order. ``validate`` sorts each row with
   ``similarities.sort(dim=-1, descending=True)`` and looks for column 0; a stable descending
   sort keeps equal scores in column order, so the target (column 0) comes first among them:
@@ -303,11 +305,13 @@ def genecis_recall_from_embeddings(
     task: str = "genecis",
     options: Options,
 ) -> Result:
-    """:func:`genecis_recall` from ``query`` ``(n, d)`` and ``candidates`` ``(n, c, d)``.
+    """[`genecis_recall`][genecis_recall] from ``query`` ``(n, d)`` and ``candidates`` ``(n, c,
+    d)``.
 
     ``candidates[i]`` are sample ``i``'s images in the official order ``[target, *gallery]``.
-    ``options``: ``metric``, ``chunk_size``, ``device`` (:class:`recallkit.Options`; each
-    sample has its own candidates, scored in float32 or float64 as given).
+    ``options``: ``metric``, ``chunk_size``, ``device``
+    ([`recallkit.Options`][recallkit.options.Options]; each sample has its own candidates, scored in
+    float32 or float64 as given).
 
     >>> import numpy as np
     >>> q = np.array([[1.0, 0.0]])

@@ -1,11 +1,12 @@
 """Reports of runs: tables a paper can use, one self-contained HTML page, and figures.
 
-``summarize(runs)`` reads runs (:class:`recallkit.Result`\\ s, run records or run files) and
-computes, once, what a report shows: each metric's bootstrap interval
-(:func:`recallkit.intervals`) and, for two or more runs, their comparison
-(:func:`recallkit.compare`). ``table(runs, format=...)`` gives the runs × metrics table as
-Markdown, LaTeX, CSV or JSON; ``write_report(runs, path)`` writes any of them, or the HTML
-page, by the file's extension. ``recallkit report`` and ``recallkit compare`` call these.
+``summarize(runs)`` reads runs ([`recallkit.Result`][recallkit.result.Result]\\ s, run records or
+run files) and computes, once, what a report shows: each metric's bootstrap interval
+([`recallkit.intervals`][recallkit.comparison.intervals]) and, for two or more runs, their
+comparison ([`recallkit.compare`][recallkit.comparison.compare]). ``table(runs, format=...)`` gives
+the runs × metrics table as Markdown, LaTeX, CSV or JSON; ``write_report(runs, path)`` writes any of
+them, or the HTML page, by the file's extension. ``recallkit report`` and ``recallkit compare`` call
+these.
 
 This is the application layer: the library (``recallkit``) never imports it. matplotlib and
 Pillow are imported when a figure or a thumbnail is drawn.

@@ -1,17 +1,20 @@
 """What a report shows, computed once: the runs and their names, each metric's interval, the
 comparison of the runs, each run's per-class breakdown and its failures.
 
-A *run* is a :class:`recallkit.Result` (label form), a run record (the dict of a run file) or
-the path of a run file (``recallkit evaluate --json``). :func:`summarize` reads them all into
-one :class:`Summary`, from which every table (:mod:`recallkit.reports.tables`), figure
-(:mod:`recallkit.reports.figures`) and the HTML page (:mod:`recallkit.reports.html`) is drawn,
-so that writing several formats computes the intervals and tests once.
+A *run* is a [`recallkit.Result`][recallkit.result.Result] (label form), a run record (the dict of a
+run file) or the path of a run file (``recallkit evaluate --json``). [`summarize`][summarize] reads
+them all into one [`Summary`][Summary], from which every table
+([`recallkit.reports.tables`][recallkit.reports.tables]), figure
+([`recallkit.reports.figures`][recallkit.reports.figures]) and the HTML page
+([`recallkit.reports.html`][recallkit.reports.html]) is drawn, so that writing several formats
+computes the intervals and tests once.
 
-The statistics are the library's: :func:`recallkit.intervals` (percentile bootstrap over the
-queries, or the classes of a class average) and :func:`recallkit.compare` (paired bootstrap
-interval of each difference, Fisher's randomization or the bootstrap test, Holm per metric).
-This module only reads the runs, names them, and computes the per-class breakdown (each class's
-value of every metric, the class its missed queries' nearest gallery items most often carry).
+The statistics are the library's: [`recallkit.intervals`][recallkit.comparison.intervals]
+(percentile bootstrap over the queries, or the classes of a class average) and
+[`recallkit.compare`][recallkit.comparison.compare] (paired bootstrap interval of each difference,
+Fisher's randomization or the bootstrap test, Holm per metric). This module only reads the runs,
+names them, and computes the per-class breakdown (each class's value of every metric, the class its
+missed queries' nearest gallery items most often carry).
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ def _default_name(run: Any, record: Mapping[str, Any], position: int) -> str:
 
 
 def load_runs(runs: Any, names: Sequence[str] | None = None) -> list[ReportRun]:
-    """``runs`` (a sequence of runs, or a mapping of name to run) as :class:`ReportRun`\\ s.
+    """``runs`` (a sequence of runs, or a mapping of name to run) as [`ReportRun`][ReportRun]\\ s.
 
     A run is named ``names[i]`` when given, else by the mapping's key, else by its record's
     ``tag``, else by its file's stem (``run-N`` for a record without either). Runs that would
@@ -181,7 +184,7 @@ def direction(name: str) -> str:
 
 @dataclass(frozen=True)
 class Summary:
-    """Everything a report shows, computed once (:func:`summarize`)."""
+    """Everything a report shows, computed once ([`summarize`][summarize])."""
 
     runs: tuple[ReportRun, ...]
     #: The columns: every metric of the runs, in order of first appearance.
@@ -267,20 +270,22 @@ def summarize(
     Parameters
     ----------
     runs : run, sequence of runs, or mapping of name to run
-        :class:`recallkit.Result`\\ s, run records or run file paths (:func:`load_runs`).
+        [`recallkit.Result`][recallkit.result.Result]\\ s, run records or run file paths
+        ([`load_runs`][load_runs]).
     names : sequence of str, optional
         One name per run (default: tag, else file stem).
     metrics : sequence of str, optional
         The columns (default: every metric any run holds, in order of first appearance).
     with_intervals : bool, default True
-        Compute each metric's bootstrap interval (:func:`recallkit.intervals`).
+        Compute each metric's bootstrap interval
+        ([`recallkit.intervals`][recallkit.comparison.intervals]).
     tests : bool or None, default None
-        Compare the runs (:func:`recallkit.compare`): ``None`` when there are two or more and
-        they pair (a note says why not otherwise), ``True`` always (runs that do not pair are an
-        error), ``False`` never.
+        Compare the runs ([`recallkit.compare`][recallkit.comparison.compare]): ``None`` when there
+        are two or more and they pair (a note says why not otherwise), ``True`` always (runs that do
+        not pair are an error), ``False`` never.
     baseline, test, correction, alpha, n_resamples, confidence, seed
-        As :func:`recallkit.compare` takes them (``n_resamples``, ``confidence`` and ``seed``
-        are the intervals' too).
+        As [`recallkit.compare`][recallkit.comparison.compare] takes them (``n_resamples``,
+        ``confidence`` and ``seed`` are the intervals' too).
     """
     loaded = load_runs(runs, names)
     held = list(dict.fromkeys(m for r in loaded for m in r.metrics))
@@ -513,7 +518,8 @@ def failures(run: ReportRun, n: int = 24) -> tuple[list[Failure], int]:
 
 
 def _positions(a: ReportRun, b: ReportRun) -> np.ndarray:
-    """For each query of ``a``, its row in ``b`` (the runs pair: :func:`recallkit.compare`)."""
+    """For each query of ``a``, its row in ``b`` (the runs pair:
+    [`recallkit.compare`][recallkit.comparison.compare])."""
     keys_a, keys_b = a.data.keys, b.data.keys
     if any(k[1] is None for k in keys_a + keys_b):
         keys_a = [(k[0], None) for k in keys_a]

@@ -57,7 +57,7 @@ def render(
     image_root: Sequence[str | os.PathLike[str]] = (),
     log: Callable[[str], None] | None = None,
 ) -> str:
-    """``summary`` as text in ``format`` (:data:`FORMATS`)."""
+    """``summary`` as text in ``format`` ([`FORMATS`][FORMATS])."""
     if format == "markdown":
         return markdown(summary, intervals=intervals, digits=digits)
     if format == "latex":
@@ -85,8 +85,8 @@ def write_report(
 ) -> Path:
     """Write the report of ``runs`` to ``path`` (atomically) and return it.
 
-    ``runs`` is a :class:`~recallkit.reports.data.Summary`, or runs as
-    :func:`~recallkit.reports.data.summarize` takes them (with its keyword arguments:
+    ``runs`` is a [`Summary`][recallkit.reports.data.Summary], or runs as
+    [`summarize`][recallkit.reports.data.summarize] takes them (with its keyword arguments:
     ``names``, ``metrics``, ``baseline``, ``test``, ``n_resamples``, ...). The format is
     ``format``, else the file's extension: ``.html`` the self-contained page, ``.md``, ``.tex``
     and ``.csv`` the runs × metrics table, ``.json`` the flat ``{run: {metric: value}}``.
@@ -106,7 +106,7 @@ def write_all(
     formats: Sequence[str] = tuple(FORMATS),
     **options: Any,
 ) -> list[Path]:
-    """Write ``summary`` in each of ``formats`` into ``folder`` (:data:`FORMATS` names the
+    """Write ``summary`` in each of ``formats`` into ``folder`` ([`FORMATS`][FORMATS] names the
     files); return their paths."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -3,10 +3,11 @@
 Each row is a run, each column a metric. In Markdown and LaTeX the best value of each column
 is bold (by the metric's direction: lower is better for MnR and MedR, marked ↓), and a value
 carries superscript letters naming the runs it is significantly better than (each run's letter
-is in the first column; ranx's convention), from :func:`recallkit.compare`. ``intervals="ci"``
-adds each value's bootstrap interval, ``"pm"`` its half-width (±). CSV holds the values at full
-precision (with ``low``/``high`` and ``better than`` columns when asked), and JSON the flat
-``{run: {metric: value}}`` that scripts read.
+is in the first column; ranx's convention), from
+[`recallkit.compare`][recallkit.comparison.compare]. ``intervals="ci"`` adds each value's bootstrap
+interval, ``"pm"`` its half-width (±). CSV holds the values at full precision (with ``low``/``high``
+and ``better than`` columns when asked), and JSON the flat ``{run: {metric: value}}`` that scripts
+read.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from recallkit.reports.data import Summary, direction, summarize
 
 __all__ = ["FORMATS", "INTERVALS", "csv_table", "json_table", "latex", "markdown", "table", "text"]
 
-#: The table formats :func:`table` writes.
+#: The table formats [`table`][table] writes.
 FORMATS = ("markdown", "latex", "csv", "json")
 #: How a table shows intervals: not at all, as ``[low, high]``, or as ``± half-width``.
 INTERVALS = ("none", "ci", "pm")
@@ -42,8 +43,8 @@ def _check(value: str, choices: Sequence[str], what: str) -> str:
 def table(runs: Any, format: str = "markdown", **options: Any) -> str:
     """The runs × metrics table of ``runs`` as text in ``format``.
 
-    ``runs`` is a :class:`~recallkit.reports.data.Summary`, or runs as
-    :func:`~recallkit.reports.data.summarize` takes them (its keyword arguments too:
+    ``runs`` is a [`Summary`][recallkit.reports.data.Summary], or runs as
+    [`summarize`][recallkit.reports.data.summarize] takes them (its keyword arguments too:
     ``names``, ``metrics``, ``baseline``, ``test``, ...). ``intervals`` (``"none"``, ``"ci"``,
     ``"pm"``) and ``digits`` (4) choose how Markdown and LaTeX show the values.
 

@@ -1,8 +1,8 @@
 """Run files: what ``recallkit evaluate`` writes and ``report``, ``compare`` and ``plot`` read.
 
-- :mod:`~recallkit.runfiles.records`: writing, reading and checking run and history files
+- [`records`][recallkit.runfiles.records]: writing, reading and checking run and history files
   against the JSON Schemas shipped in ``schemas/``;
-- :mod:`~recallkit.runfiles.definitions`: the definitions record, how each value was computed;
-- :mod:`~recallkit.runfiles._atomic`: files written whole or not at all, and appends that lose
+- ``definitions``: the definitions record, how each value was computed;
+- [`_atomic`][recallkit.runfiles._atomic]: files written whole or not at all, and appends that lose
   no record when two runs share a file.
 """

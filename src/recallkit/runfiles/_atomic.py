@@ -2,13 +2,13 @@
 
 A write goes to a temporary file beside its target (``.<name>.<random>.tmp``), is flushed and
 fsynced, then renamed over the target; several files can be written first and renamed together
-(:class:`Staging`). Ctrl-C at any moment leaves no temporary file: the steps that create one
+([`Staging`][Staging]). Ctrl-C at any moment leaves no temporary file: the steps that create one
 and put it on the list of files to remove, and the renames, hold the interrupt until they are
 done. When the target is a symbolic link, the link's final target is replaced and the link is
 kept; an existing target keeps its permission bits (a ``0600`` file stays ``0600``), a new one
 gets the mode a plain ``open()`` would give it.
 Temporary files left by a killed process (``kill -9``) are never read; those older than
-:data:`STALE_SECONDS` are removed by the next write beside them.
+[`STALE_SECONDS`][STALE_SECONDS] are removed by the next write beside them.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def sync(fd: int) -> None:
 
 
 def remove_stale_temporaries(directory: str | os.PathLike[str], prefix: str = ".") -> int:
-    """Remove ``<prefix>*.tmp`` files in ``directory`` not modified for :data:`STALE_SECONDS`.
+    """Remove ``<prefix>*.tmp`` files in ``directory`` not modified for
+    [`STALE_SECONDS`][STALE_SECONDS].
 
     These are what a writer killed between creating and renaming its temporary file leaves.
     A younger one may belong to a write in progress and is left alone. Returns the number
@@ -144,10 +145,10 @@ def interrupts_deferred() -> Iterator[None]:
 class Staging:
     """Files written in full to temporary files, then put in place together, or not at all.
 
-    Each file is written to a temporary file beside its target (:meth:`open`, :meth:`add`),
-    flushed and synced; :meth:`commit` renames them all over their targets, in the order they
+    Each file is written to a temporary file beside its target ([`open`][open], [`add`][add]),
+    flushed and synced; [`commit`][commit] renames them all over their targets, in the order they
     were added, with Ctrl-C held until the last rename. Leaving the ``with`` block before
-    :meth:`commit` (an exception, a full disk, Ctrl-C at any moment) removes every temporary
+    [`commit`][commit] (an exception, a full disk, Ctrl-C at any moment) removes every temporary
     file and changes no target: a temporary file goes on the list of files to remove in the
     same step, with Ctrl-C held, that creates it.
 
@@ -198,7 +199,7 @@ class Staging:
     def add(
         self, path: str | os.PathLike[str], write: Callable[[IO[Any]], Any], mode: str = "w"
     ) -> None:
-        """Write the temporary file for ``path`` with ``write(handle)`` (see :meth:`open`)."""
+        """Write the temporary file for ``path`` with ``write(handle)`` (see [`open`][open])."""
         with self.open(path, mode) as handle:
             write(handle)
 
@@ -206,7 +207,7 @@ class Staging:
         """Rename every temporary file over its target; return the targets.
 
         A failed rename (``OSError``) leaves the targets renamed before it in place and the
-        other temporary files to :meth:`discard`.
+        other temporary files to [`discard`][discard].
         """
         done = []
         with interrupts_deferred():
@@ -239,7 +240,7 @@ def atomic_write(path: str | os.PathLike[str], mode: str = "w") -> Iterator[IO[A
 
     On an exception (Ctrl-C included) the temporary file is removed and ``path`` is left
     untouched. A symlink ``path`` keeps pointing at its target, which is replaced; the
-    target's mode is kept. Several files that must appear together: :class:`Staging`.
+    target's mode is kept. Several files that must appear together: [`Staging`][Staging].
 
     >>> import tempfile, pathlib
     >>> target = pathlib.Path(tempfile.mkdtemp()) / "out.txt"

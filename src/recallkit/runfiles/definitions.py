@@ -7,7 +7,7 @@ Check", show how far results move when they differ), so recallkit writes them in
 file and history record (``recallkit evaluate --json``/``--history``): as fields, and as an
 ``id`` that is equal exactly when every field but the recallkit version is.
 
-The fields (:func:`definitions`):
+The fields ([`definitions`][definitions]):
 
 * ``similarity``: how two embeddings are scored: ``"cosine"`` (the inner product of the
   L2-normalised embeddings), ``"dot"`` (the raw inner product) or ``"euclidean"`` (the
@@ -32,7 +32,7 @@ The fields (:func:`definitions`):
 * ``metric_parameters`` (only when a metric's parameter is not its default): per metric name,
   its parameters (``{"MAP@10": {"divisor": "r"}}``);
 * ``definitions_version``: an integer, raised whenever one of the definitions above changes
-  meaning (:data:`DEFINITIONS_VERSION`);
+  meaning ([`DEFINITIONS_VERSION`][DEFINITIONS_VERSION]);
 * ``recallkit``: the version of recallkit that wrote the record (provenance only: it is not
   part of the ``id``, and a different version alone is no difference of definitions).
 
@@ -160,12 +160,13 @@ def definitions(
 
 
 def check_definitions(value: Any, where: str = "The definitions record") -> dict[str, Any]:
-    """``value`` if it is a definitions record as written by :func:`definitions`, else raise.
+    """``value`` if it is a definitions record as written by [`definitions`][definitions], else
+    raise.
 
-    A record is a JSON object with a string for every field of :data:`FIELDS` but
+    A record is a JSON object with a string for every field of [`FIELDS`][FIELDS] but
     ``definitions_version`` (a positive integer), and an ``id`` equal to
-    :func:`definitions_id` of its fields (so a record edited by hand is caught). Fields that a
-    later recallkit adds are accepted, and covered by the ``id``. The ``ValueError`` starts
+    [`definitions_id`][definitions_id] of its fields (so a record edited by hand is caught). Fields
+    that a later recallkit adds are accepted, and covered by the ``id``. The ``ValueError`` starts
     with ``where`` and names the field at fault.
 
     >>> check_definitions({**definitions("dot", "none"), "ties": "random"})
@@ -208,7 +209,7 @@ edited?).
 def differences(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     """The fields of two definitions records that differ, the ``recallkit`` version aside.
 
-    In the order of :data:`FIELDS`, then any other field by name.
+    In the order of [`FIELDS`][FIELDS], then any other field by name.
 
     >>> differences(definitions("cosine", "ids"), definitions("dot", "none"))
     ['similarity', 'self_exclusion']

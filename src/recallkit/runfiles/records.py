@@ -2,14 +2,14 @@
 
 A *run record* is one evaluation as a JSON object: the values (under ``metrics``, each metric by
 its own name; files written before ``recallkit.evaluation/3`` hold them under ``recall``, and
-:func:`metrics_of` reads both), the K values,
-the counts, the definitions the values rest on (:mod:`recallkit.runfiles.definitions`) and, in a
+[`metrics_of`][metrics_of] reads both), the K values,
+the counts, the definitions the values rest on (``recallkit.runfiles.definitions``) and, in a
 *run
 file*, the per-query first-hit ranks (``queries``) that ``recallkit compare`` pairs two runs
 on. A *history file* holds one compact run record per line (the per-query detail left out):
 ``recallkit plot`` draws its recall@K across the runs, tags (``epoch-3``) on the x axis.
-``recallkit evaluate --json/--history`` and :class:`recallkit.Evaluator` (``history=``,
-``run_file=``) write the same format.
+``recallkit evaluate --json/--history`` and [`recallkit.Evaluator`][recallkit.evaluator.Evaluator]
+(``history=``, ``run_file=``) write the same format.
 
 A run is appended to a history file as one line while the file is locked (``flock``), so runs
 that finish at the same time on one history file each add their line and each learns its own
@@ -18,9 +18,10 @@ history given as a symbolic link stays a link (its target grows), and the file k
 and mode. When the line cannot be written whole (a full disk), the file is cut back to its
 previous length. On a file system without ``flock`` the line is still appended in one
 ``O_APPEND`` write, but concurrent runs may then report the same count. A run file is written
-atomically (:mod:`recallkit.runfiles._atomic`).
+atomically ([`recallkit.runfiles._atomic`][recallkit.runfiles._atomic]).
 
-This module uses the standard library only (and reads a :class:`recallkit.Result`).
+This module uses the standard library only (and reads a
+[`recallkit.Result`][recallkit.result.Result]).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ separator, not '.' or '..'). Got '../escaped'.
 
 def run_path(template: str | os.PathLike[str], tag: str, func: str) -> Path:
     """The run file of ``tag``: ``template`` with ``{tag}`` replaced by the tag, a plain name
-    (:func:`check_tag`), so that the file stays where the template puts it."""
+    ([`check_tag`][check_tag]), so that the file stays where the template puts it."""
     return Path(os.fspath(template).format(tag=check_tag(tag, func)))
 
 
@@ -149,7 +150,8 @@ def evaluation_record(
     extra: Mapping[str, Any] | None = None,
     queries: bool = True,
 ) -> dict[str, Any]:
-    """A label-form :class:`recallkit.Result` as a run record (the ``--json`` run file).
+    """A label-form [`recallkit.Result`][recallkit.result.Result] as a run record (the ``--json``
+    run file).
 
     ``metric`` is the similarity (default: the result's definitions'), ``query_ids`` the
     queries' ids (default: ``result.query_ids``, else their positions ``0, 1, ...``),
@@ -157,7 +159,7 @@ def evaluation_record(
     further fields. With ``queries`` (the default) the record holds, per query, its id, its
     label, its first-hit rank and its value of every metric (``null`` for a lone query): what
     ``recallkit compare`` pairs runs on and what intervals resample; the history file keeps the
-    record without them (:func:`history_record`).
+    record without them ([`history_record`][history_record]).
 
     >>> import numpy as np
     >>> from recallkit.result import Result
@@ -242,7 +244,7 @@ def dumps_run(record: Mapping[str, Any]) -> str:
 
 
 def write_run(path: str | os.PathLike[str], record: Mapping[str, Any]) -> Path:
-    """Write ``record`` as a run file (:func:`dumps_run`), atomically; return its path.
+    """Write ``record`` as a run file ([`dumps_run`][dumps_run]), atomically; return its path.
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "epoch-1.json"
@@ -441,8 +443,8 @@ def append_history(
     distinct counts. A record without a tag is named ``run-N`` after its position; a tag that
     the file already holds gives a ``UserWarning`` naming the tag and the file (both runs are
     kept, and ``recallkit plot`` shows both under that tag; ``stacklevel`` as in
-    :func:`warnings.warn`). On a failed write (``OSError``, e.g. a full disk) the file is cut
-    back to its previous length (and removed if this call created it) before the error is
+    [`warnings.warn`][warnings.warn]). On a failed write (``OSError``, e.g. a full disk) the file is
+    cut back to its previous length (and removed if this call created it) before the error is
     raised.
 
     >>> import tempfile, pathlib
@@ -516,8 +518,8 @@ def _is_int(value: Any) -> bool:
 
 def check_run(record: Any, where: str) -> dict[str, Any]:
     """Check the parts of a run record that intervals and comparisons read; return it, or raise
-    :class:`RecordError` (a ``ValueError``) starting with ``where`` (``"The run file 'a.json'"``)
-    and naming the field and the query.
+    [`RecordError`][RecordError] (a ``ValueError``) starting with ``where`` (``"The run file
+    'a.json'"``) and naming the field and the query.
 
     ``queries`` must hold ``ids`` (strings or integers) and ``first_hit_rank`` (whole numbers,
     0 or more, or -1 for an excluded query, below ``num_gallery`` when the record gives it),
@@ -525,7 +527,7 @@ def check_run(record: Any, where: str) -> dict[str, Any]:
     image), ``nearest_label`` and each list of ``values`` (numbers, or ``null`` for a lone
     query), when present, one per query too. ``ks``, when present, are positive integers, and
     ``definitions``, when present, is a definitions record
-    (:func:`recallkit.runfiles.definitions.check_definitions`).
+    ([`recallkit.runfiles.definitions.check_definitions`][recallkit.runfiles.definitions.check_definitions]).
 
     >>> check_run({"queries": {"ids": ["q"], "first_hit_rank": [1.5]}}, "The run a")
     Traceback (most recent call last):
@@ -628,7 +630,8 @@ value at query 0: 1.5; a rank is a whole number, 0 or more, or -1 for an exclude
 
 def load_run(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a run file written by ``recallkit evaluate --json`` (or ``Evaluator(run_file=)``)
-    and check it (:func:`check_run`); earlier formats (:data:`RUN_FORMATS`) are read too."""
+    and check it ([`check_run`][check_run]); earlier formats ([`RUN_FORMATS`][RUN_FORMATS]) are read
+    too."""
     path = Path(path)
     if not path.is_file():
         raise RecordError(f"The run file '{path}' does not exist.")

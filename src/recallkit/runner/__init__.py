@@ -2,9 +2,10 @@
 
 ``evaluate`` and ``encode_all`` are the Python API; ``recallkit evaluate``, ``plot`` and
 ``demo`` are the command line over the same functions. The metric itself is
-:func:`recallkit.recall_at_k`; comparisons of runs are :func:`recallkit.compare`'s (``Comparison``
-and ``load_run`` are the library's, named here too), and their tables and HTML report
-:mod:`recallkit.reports`'.
+[`recallkit.recall_at_k`][recallkit.retrieval.recall_at_k]; comparisons of runs are
+[`recallkit.compare`][recallkit.comparison.compare]'s (``Comparison`` and ``load_run`` are the
+library's, named here too), and their tables and HTML report
+[`recallkit.reports`][recallkit.reports]'.
 """
 
 from __future__ import annotations

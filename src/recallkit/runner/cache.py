@@ -176,8 +176,8 @@ def encode_cached(
     ``"not stored"`` (encoded; the cache could not be written, with a warning) or ``"off"`` (no
     cache directory, or the items are not all files). A hit is reported through ``log``, with
     a note when the encoder is keyed by its name and source code alone (see the module
-    docstring). A cached entry with unreadable images raises :class:`BadImagesError` again
-    unless ``skip_bad`` is true.
+    docstring). A cached entry with unreadable images raises [`BadImagesError`][BadImagesError]
+    again unless ``skip_bad`` is true.
     """
     say = log or (lambda _message: None)
     label = f"{what} embeddings" if what else "embeddings"

@@ -10,7 +10,8 @@ path) with the runner, exactly as ``recallkit evaluate --images`` does. It print
 each epoch and writes the history (``runs.jsonl``), one run file per epoch (``epoch-N.json``),
 the recall plot (``recall.png``) and the failure grid of the last epoch (``grid.png``). It
 needs the ``demo`` extra (scikit-learn, Pillow, matplotlib): without one of them, it raises one
-:class:`recallkit._loading.MissingExtraError` before it writes anything.
+[`recallkit._loading.MissingExtraError`][recallkit._loading.MissingExtraError] before it writes
+anything.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ NEEDS = ("sklearn", "PIL", "matplotlib")
 
 
 def check_demo(feature: str = "recallkit.runner.digits_demo") -> None:
-    """Raise :class:`recallkit._loading.MissingExtraError` (the ``demo`` extra) unless
-    scikit-learn, Pillow and matplotlib import."""
+    """Raise [`recallkit._loading.MissingExtraError`][recallkit._loading.MissingExtraError] (the
+    ``demo`` extra) unless scikit-learn, Pillow and matplotlib import."""
     require(feature, *NEEDS, extra="demo")
 
 

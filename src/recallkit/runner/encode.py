@@ -4,7 +4,8 @@
 paths are opened with Pillow, fully decoded (a truncated file fails here, not in the encoder)
 and converted to RGB before they reach it; in-memory images are passed as they are. Pillow (the
 ``images`` extra) is imported when the first path is opened; without it, that raises one
-:class:`recallkit._loading.MissingExtraError`. tqdm draws the bar where it is installed.
+[`recallkit._loading.MissingExtraError`][recallkit._loading.MissingExtraError]. tqdm draws the bar
+where it is installed.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ FEATURE = "recallkit's image runner (reading image files)"
 
 
 def pil_image() -> Any:
-    """``PIL.Image``, or :class:`recallkit._loading.MissingExtraError` naming the 'images' extra."""
+    """``PIL.Image``, or
+    [`recallkit._loading.MissingExtraError`][recallkit._loading.MissingExtraError] naming the
+    'images' extra."""
     require(FEATURE, "PIL", extra="images")
     from PIL import Image
 
@@ -136,7 +139,7 @@ def _reason(error: BaseException) -> str:
 
 @dataclass(frozen=True)
 class Encoding:
-    """The result of :func:`encode_images`.
+    """The result of [`encode_images`][encode_images].
 
     ``embeddings`` has one row per input image, float32; rows of unreadable images (only with
     ``skip_bad=True``) are NaN and ``kept`` is False there; ``bad`` lists them.
@@ -225,11 +228,12 @@ def encode_images(
     desc: str = "encoding",
     what: str = "",
 ) -> Encoding:
-    """Encode ``images`` in batches of ``batch_size``, reading paths with :func:`load_image`.
+    """Encode ``images`` in batches of ``batch_size``, reading paths with
+    [`load_image`][load_image].
 
     An unreadable image stops the encoding; the remaining images are still opened so that the
-    error (:class:`BadImagesError`) lists every bad one. With ``skip_bad=True`` bad images are
-    left out of the batches instead, their rows are NaN and ``kept`` marks them.
+    error ([`BadImagesError`][BadImagesError]) lists every bad one. With ``skip_bad=True`` bad
+    images are left out of the batches instead, their rows are NaN and ``kept`` marks them.
 
     >>> enc = encode_images([np.ones(2), np.zeros(2)], lambda b: np.stack(b), progress=False)
     >>> enc.embeddings.tolist(), enc.kept.tolist()
@@ -293,8 +297,8 @@ def encode_all(
     """Encode every image once, in batches, and return the ``(n, dim)`` float32 embeddings.
 
     ``encoder_fn(images[i:i + batch_size])`` is called for each batch and the outputs are
-    concatenated. Paths are read with :func:`load_image` first (RGB, fully decoded);
-    an unreadable image raises :class:`BadImagesError` listing all of them.
+    concatenated. Paths are read with [`load_image`][load_image] first (RGB, fully decoded);
+    an unreadable image raises [`BadImagesError`][BadImagesError] listing all of them.
 
     >>> encode_all([np.array([3.0, 4.0])] * 3, lambda b: np.stack(b), batch_size=2,
     ...            progress=False).shape

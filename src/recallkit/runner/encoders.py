@@ -1,7 +1,7 @@
 """Encoders: a torchvision model by name with local weights, any ``package.module:callable``,
 any Python function, or precomputed embeddings read from ``.npy``, ``.pt`` or ``.safetensors``.
 
-An :class:`Encoder` is an ``encoder_fn`` (a batch of RGB images to a ``(batch, dim)`` array)
+An [`Encoder`][Encoder] is an ``encoder_fn`` (a batch of RGB images to a ``(batch, dim)`` array)
 together with what identifies its output for the embedding cache: a name, a digest of its
 weights, its preprocessing, its compute dtype and device.
 """
@@ -190,7 +190,7 @@ def _source_digest(fn: Any) -> str | None:
 
 
 def _function_key(fn: Any) -> tuple[str | None, str]:
-    """``(digest, keyed_by)`` of an encoder function (see :class:`Encoder`)."""
+    """``(digest, keyed_by)`` of an encoder function (see [`Encoder`][Encoder])."""
     parts = [state_digest(m) for m in _modules_behind(fn)]
     keyed_by = "weights" if parts else "source"
     source = _source_digest(fn)
@@ -253,7 +253,7 @@ def module_encoder(
     dtype: str = "float32",
     info: dict[str, Any] | None = None,
 ) -> Encoder:
-    """An :class:`Encoder` running ``model`` in eval mode on ``transform``-ed images.
+    """An [`Encoder`][Encoder] running ``model`` in eval mode on ``transform``-ed images.
 
     Its cache key sees the weights through ``digest`` (``keyed_by="weights"``).
     """
@@ -336,7 +336,7 @@ def torchvision_encoder(
 
     ``weights`` is the state dict's file; with ``random_init=True`` (and no ``weights``) the
     model keeps the random initialisation torchvision gives it, drawn from torch's generator
-    seeded with :data:`RANDOM_INIT_SEED` (the caller's generator is left as it was): a
+    seeded with [`RANDOM_INIT_SEED`][RANDOM_INIT_SEED] (the caller's generator is left as it was): a
     baseline without a weights file, the same weights and embeddings on every run.
     ``head="drop"`` replaces the last linear classification layer (``fc``, ``classifier``,
     ``heads``, ``head``) by the identity, so the embedding is the penultimate feature; the
@@ -590,7 +590,8 @@ def load_embeddings(path: str | os.PathLike[str], *, what: str = "embeddings") -
     (or a single entry). The result is a finite 2-D numeric array in native byte order, one
     row per image, in the file's own type: integers stay integers and are scored exactly, as
     the library scores them (a big-endian ``.npy`` is converted; extended precision is
-    refused). The file is read by :func:`recallkit._inputs.io.read_array`.
+    refused). The file is read by
+    [`recallkit._inputs.io.read_array`][recallkit._inputs.io.read_array].
 
     >>> import tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "e.npy"

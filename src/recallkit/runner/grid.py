@@ -7,7 +7,7 @@ self-contained HTML page (thumbnails embedded), chosen by the file's extension. 
 cannot be shown (unreadable, not a regular file, or larger than Pillow's decompression-bomb
 limit, ``PIL.Image.MAX_IMAGE_PIXELS``) is drawn as a grey placeholder. The HTML page needs
 Pillow (the ``images`` extra), the PNG matplotlib too (the ``plot`` extra, which brings Pillow):
-:func:`check_grid` says so in one line before anything is drawn or written.
+[`check_grid`][check_grid] says so in one line before anything is drawn or written.
 
 Both formats carry the same legend and number the neighbours by 0-indexed rank, the base of
 ``first_hit_rank`` in the run file: the nearest gallery image has rank 0, and recall@K counts
@@ -90,9 +90,9 @@ def worst_queries(result: RecallResult, n: int) -> np.ndarray:
 
 
 def check_grid(suffix: str, feature: str = "The failure grid") -> None:
-    """Raise :class:`recallkit._loading.MissingExtraError` unless what a grid file of this
-    suffix needs imports: Pillow for ``.html``/``.htm`` (the ``images`` extra), Pillow and
-    matplotlib for ``.png`` (the ``plot`` extra)."""
+    """Raise [`recallkit._loading.MissingExtraError`][recallkit._loading.MissingExtraError] unless
+    what a grid file of this suffix needs imports: Pillow for ``.html``/``.htm`` (the ``images``
+    extra), Pillow and matplotlib for ``.png`` (the ``plot`` extra)."""
     if suffix.lower() == ".png":
         require(f"{feature} as .png", "PIL", "matplotlib", extra="plot")
     else:
@@ -204,7 +204,7 @@ def _data_uri(item: Any) -> str:
 
 
 def _html_legend() -> str:
-    """:data:`LEGEND` with its colour words in their colours."""
+    """[`LEGEND`][LEGEND] with its colour words in their colours."""
     text = html.escape(LEGEND)
     for word, colour in (("blue", QUERY), ("green", CORRECT), ("red", WRONG)):
         text = re.sub(rf"\b{word}\b", f"<b style='color:{colour}'>{word}</b>", text, count=1)

@@ -1,14 +1,15 @@
 """Run history: one JSON line per evaluation (``--history runs.jsonl --tag epoch-3``).
 
-Each line is a run record (see :func:`recallkit.runner.pipeline.run_record`) without the
+Each line is a run record (see
+[`recallkit.runner.pipeline.run_record`][recallkit.runner.pipeline.run_record]) without the
 per-query and per-class detail: the tag, the recall values, the counts and the setup.
 
-The format and the locked, atomic append live in the library, :mod:`recallkit.runfiles.records`,
-which
-:class:`recallkit.Evaluator` writes with too; this module gives the runner's errors
-(:class:`~recallkit.runner.RunnerError`). A run is appended as one line while the file is
-locked (``flock``), so runs that finish at the same time on one history file each add their
-line and each learns its own position ("(N runs)"); nothing is lost or counted twice. The file
+The format and the locked, atomic append live in the library,
+[`recallkit.runfiles.records`][recallkit.runfiles.records], which
+[`recallkit.Evaluator`][recallkit.evaluator.Evaluator] writes with too; this module gives the
+runner's errors ([`RunnerError`][recallkit.runner.RunnerError]). A run is appended as one line while
+the file is locked (``flock``), so runs that finish at the same time on one history file each add
+their line and each learns its own position ("(N runs)"); nothing is lost or counted twice. The file
 is appended to in place: a history given as a symbolic link stays a link (its target grows),
 and the file keeps its owner and mode. When the line cannot be written whole (a full disk), the
 file is cut back to its previous length. On a file system without ``flock`` the line is still
@@ -79,7 +80,8 @@ def append_history(path: str | os.PathLike[str], record: Mapping[str, Any]) -> i
     the file already holds gives a ``UserWarning`` naming the tag and the file (both runs are
     kept, and ``recallkit plot`` shows both under that tag). On a failed write (``OSError``,
     e.g. a full disk) the file is cut back to its previous length (and removed if this call
-    created it) before the error is raised (:func:`recallkit.runfiles.records.append_history`).
+    created it) before the error is raised
+    ([`recallkit.runfiles.records.append_history`][recallkit.runfiles.records.append_history]).
 
         >>> import tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "runs.jsonl"

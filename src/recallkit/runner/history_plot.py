@@ -6,13 +6,14 @@ never joined by a line. The title and the axes name the metrics, and a lower-is-
 (MnR, MedR) is drawn on an axis of its own that says so.
 
 Each history record carries the definitions its values were computed under
-(:mod:`recallkit.runfiles.definitions`). A run whose definitions differ from the reference run's
+(``recallkit.runfiles.definitions``). A run whose definitions differ from the reference run's
 (the
 first run that records them, normally run 1) is marked ``*`` on the x axis, and a run that
 records none (written before they were recorded) ``?``, when others do; the axis label says
 what the marks mean, and a note names the runs and the fields. matplotlib comes with the
-``plot`` extra; without it :func:`plot_history` raises one
-:class:`recallkit._loading.MissingExtraError` before it reads or writes anything.
+``plot`` extra; without it [`plot_history`][plot_history] raises one
+[`recallkit._loading.MissingExtraError`][recallkit._loading.MissingExtraError] before it reads or
+writes anything.
 """
 
 from __future__ import annotations
@@ -153,8 +154,8 @@ def definitions_marks(
     marked ``"*"`` when its definitions differ from the reference's (the ``recallkit``
     version aside), ``"?"`` when it records none while some run does, and ``""`` otherwise;
     a history in which no run records them is not marked. A ``definitions`` record that is
-    not one (:func:`recallkit.runfiles.definitions.check_definitions`) is a :class:`RunnerError`
-    naming the run.
+    not one ([`check_definitions`][recallkit.runfiles.definitions.check_definitions]) is a
+    [`RunnerError`][recallkit.exceptions.RunnerError] naming the run.
 
     >>> from recallkit.runfiles.definitions import definitions
     >>> runs = [{"tag": "e1", "definitions": definitions("cosine", "ids")},
@@ -264,10 +265,10 @@ def history_figure(
 
     ``kind`` is ``"line"`` (runs that are steps of one training, placed at their numbers),
     ``"points"`` or ``"bars"`` (runs that are different models: no line joins them), or
-    ``"auto"``: a line when the tags read as steps (:func:`steps`), else bars. Metrics where
+    ``"auto"``: a line when the tags read as steps ([`steps`][steps]), else bars. Metrics where
     higher is better share one panel (within [0, 1]); lower-is-better ones (MnR, MedR) get a
-    panel of their own, its axis saying so. ``marks`` (from :func:`definitions_marks`) follow
-    the tags, and the x label explains them.
+    panel of their own, its axis saying so. ``marks`` (from
+    [`definitions_marks`][definitions_marks]) follow the tags, and the x label explains them.
     """
     from matplotlib.figure import Figure
 
@@ -367,11 +368,11 @@ def plot_history(
 
     ``history`` is a history file (``--history runs.jsonl``) or its records. ``metrics`` (names
     or aliases) and ``ks`` (recall@K) choose what is drawn, by default every metric; ``kind``
-    how (:func:`history_figure`: a line only for runs that are steps of one training). The title
-    names the metrics (:func:`plot_title`). ``out`` ends in ``.png``, ``.svg`` or ``.pdf``; it
-    is written atomically. Runs whose definitions differ from the first run's are marked
-    (:func:`definitions_marks`), and the notes that name them go to ``log`` when given.
-    Returns ``out``.
+    how ([`history_figure`][history_figure]: a line only for runs that are steps of one training).
+    The title names the metrics ([`plot_title`][plot_title]). ``out`` ends in ``.png``, ``.svg`` or
+    ``.pdf``; it is written atomically. Runs whose definitions differ from the first run's are
+    marked ([`definitions_marks`][definitions_marks]), and the notes that name them go to ``log``
+    when given. Returns ``out``.
 
     >>> import tempfile, pathlib
     >>> out = pathlib.Path(tempfile.mkdtemp()) / "recall.png"

@@ -1,10 +1,10 @@
 """Images and labels in, metrics out: encode (once, cached), then one pass of the core.
 
-The metrics are the core's (:mod:`recallkit._labels.form`, the pass behind
-:func:`recallkit.retrieval_metrics`); this module only encodes, passes the identities that
-exclude self-matches, and reads the core's per-query first-hit ranks for the per-class
-breakdown. The neighbour lists the breakdown's confusions and the failure grid show come from
-the same pass (``neighbors``), under the same options (device, precision).
+The metrics are the core's ([`recallkit._labels.form`][recallkit._labels.form], the pass behind
+[`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics]); this module only encodes,
+passes the identities that exclude self-matches, and reads the core's per-query first-hit ranks for
+the per-class breakdown. The neighbour lists the breakdown's confusions and the failure grid show
+come from the same pass (``neighbors``), under the same options (device, precision).
 """
 
 from __future__ import annotations
@@ -76,7 +76,8 @@ class Run:
 
     @property
     def definitions(self) -> dict[str, Any]:
-        """The definitions of the result (:func:`recallkit.runfiles.definitions.definitions`).
+        """The definitions of the result
+        ([`recallkit.runfiles.definitions.definitions`][recallkit.runfiles.definitions.definitions]).
 
         Self-matches are excluded by identity (``"ids"``) when both sides have identities, and
         not at all (``"none"``) otherwise; lone queries as the options say.
@@ -130,8 +131,9 @@ def run_evaluation(
     options: Options,
 ) -> Run:
     """Encode both sets (the gallery first, each once, through the cache) and compute recall@K
-    for ``ks`` and the ``metrics`` named (:func:`recallkit.retrieval_metrics`'s names), in one
-    pass of the core, which also keeps each query's ``neighbors`` nearest gallery items.
+    for ``ks`` and the ``metrics`` named
+    ([`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics]'s names), in one pass of
+    the core, which also keeps each query's ``neighbors`` nearest gallery items.
 
     When query and gallery are the same files (leave-one-out), they are encoded once. Self-
     matches are excluded through the sets' identities (``ImageSet.ids``), or, with
@@ -325,9 +327,10 @@ def evaluate(
 
     Each image set is encoded once with ``encoder_fn`` (a batch, a list of RGB PIL images for
     paths, to a ``(batch, dim)`` array or tensor), or taken from ``query_embeddings`` /
-    ``gallery_embeddings`` (row-aligned). Recall is :func:`recallkit.recall_at_k` (cosine by
-    default: L2-normalised; ties go to the lower gallery index): a query is a hit at K when one
-    of its K nearest gallery images shares its label.
+    ``gallery_embeddings`` (row-aligned). Recall is
+    [`recallkit.recall_at_k`][recallkit.retrieval.recall_at_k] (cosine by default: L2-normalised;
+    ties go to the lower gallery index): a query is a hit at K when one of its K nearest gallery
+    images shares its label.
 
     Self-matches are excluded by identity: a query never retrieves a gallery image with its own
     id, which is its resolved path when the images are paths (so overlapping query and gallery
@@ -341,10 +344,11 @@ def evaluate(
     when its output depends on anything else (weights it loads itself, environment variables,
     other files), give an ``encoder_id`` that changes with it; a cache hit without one says
     so. A cache folder that cannot be written gives a warning and the run goes on. Unreadable
-    images raise :class:`~recallkit.runner.encode.BadImagesError` listing them, or are left out
-    with ``skip_bad=True``.
+    images raise [`BadImagesError`][recallkit.runner.encode.BadImagesError] listing them, or are
+    left out with ``skip_bad=True``.
 
-    ``metrics`` adds other metrics of :func:`recallkit.retrieval_metrics` to recall@K.
+    ``metrics`` adds other metrics of
+    [`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics] to recall@K.
 
     {options}
 
@@ -537,11 +541,11 @@ def failure_grid(
     """Draw the ``queries`` worst queries of ``run`` with their top-``k`` gallery images.
 
     The worst queries are those whose first correct neighbour ranks lowest
-    (:func:`~recallkit.runner.grid.worst_queries`); neighbours come from :func:`top_k`. The
-    file is a PNG or a self-contained HTML page, by its extension. When no query misses (every
+    ([`worst_queries`][recallkit.runner.grid.worst_queries]); neighbours come from [`top_k`][top_k].
+    The file is a PNG or a self-contained HTML page, by its extension. When no query misses (every
     evaluated query's nearest gallery image shares its label) there is no failure to show:
     the grid then shows the first queries under a title that says so
-    (:func:`grid_title`), and a ``UserWarning`` says it too.
+    ([`grid_title`][grid_title]), and a ``UserWarning`` says it too.
     """
     from recallkit.runner.grid import check_grid, draw_grid
 
@@ -591,7 +595,8 @@ def _grid_rows(run: Run, k: int, queries: int) -> list[Any]:
 def render_failure_grid(
     run: Run, suffix: str, *, k: int = 8, queries: int = 8, title: str | None = None
 ) -> bytes:
-    """The bytes of the :func:`failure_grid` file with extension ``suffix``, not written."""
+    """The bytes of the [`failure_grid`][failure_grid] file with extension ``suffix``, not
+    written."""
     from recallkit.runner.grid import check_grid, render_grid
 
     check_grid(suffix)
@@ -613,17 +618,17 @@ def run_record(
     name, label, path, first-hit rank, value of every metric and nearest gallery item's label.
 
     ``queries`` holds, row for row, each query's name (its path relative to the folder,
-    manifest or benchmark it came from, or its manifest id: :class:`ImageSet`), label, image
+    manifest or benchmark it came from, or its manifest id: [`ImageSet`][ImageSet]), label, image
     path (relative likewise; ``null`` for an in-memory image), first-hit rank (0-indexed, ``-1``
     for an excluded query), values, and the label of its nearest gallery item
-    (``nearest_label``, :func:`nearest_labels`: what the report's per-class confusions count).
-    ``recallkit compare`` pairs two runs on name and path together (a manifest's ids may
+    (``nearest_label``, [`nearest_labels`][nearest_labels]: what the report's per-class confusions
+    count). ``recallkit compare`` pairs two runs on name and path together (a manifest's ids may
     repeat), so that the same images evaluated from two folders or machines pair. No absolute
     path of this machine is written (paths given on the command line are recorded relative to
     the current folder, or by name) unless
     ``absolute_paths``. ``definitions`` holds the definitions the values rest on (similarity,
     tie rule, exactness, self-exclusion, lone queries, averaging, K clamp, versions) and their
-    ``id`` (:mod:`recallkit.runfiles.definitions`): ``compare`` refuses two runs whose definitions
+    ``id`` (``recallkit.runfiles.definitions``): ``compare`` refuses two runs whose definitions
     differ, and ``plot`` marks them.
     """
     result = run.result
@@ -680,7 +685,7 @@ def run_record(
 
 def nearest_labels(run: Run) -> list[Any]:
     """Each query's nearest gallery item's label (``None`` for a query with no candidate), from
-    the run's own pass when it kept a neighbour (:func:`top_k`).
+    the run's own pass when it kept a neighbour ([`top_k`][top_k]).
 
     A query whose nearest label differs from its own missed at rank 0; over a class's missed
     queries, the most frequent nearest label is the class it is most confused with (the
@@ -711,5 +716,6 @@ def _portable(value: Any, roots: Sequence[Path]) -> Any:
     return Path(value).name
 
 
-#: JSON text of a run record (:func:`recallkit.runfiles.records.dumps_run`).
+#: JSON text of a run record
+#: ([`recallkit.runfiles.records.dumps_run`][recallkit.runfiles.records.dumps_run]).
 dumps_record = dumps_run

@@ -1,6 +1,6 @@
 """Where the images and labels come from: image folders, CSV/TSV manifests, benchmarks.
 
-Every source yields an :class:`ImageSet`: image paths, one label each, and one identity each.
+Every source yields an [`ImageSet`][ImageSet]: image paths, one label each, and one identity each.
 The identity (the resolved path, or a manifest's ``id`` column) is what self-match exclusion
 compares: a query never retrieves a gallery item with its own identity. Each item also has a
 *name* that travels: its path relative to the folder, manifest or benchmark it came from (or
@@ -82,13 +82,13 @@ class ImageSet:
         )
 
     def name_of(self, path: str | os.PathLike[str]) -> str:
-        """A path as run files record it: relative to :attr:`root` (POSIX separators), or its
+        """A path as run files record it: relative to [`root`][root] (POSIX separators), or its
         file name when there is no root."""
         return relative_name(path, self.root)
 
     @property
     def portable_source(self) -> str:
-        """:attr:`source` with the folder or file named without the machine's path (an
+        """[`source`][source] with the folder or file named without the machine's path (an
         absolute path in it cut to its name)."""
         if "portable_source" in self.meta:
             return self.meta["portable_source"]
@@ -161,8 +161,8 @@ def from_folder(root: str | os.PathLike[str], *, what: str = "image folder") -> 
     """Read a class-per-subfolder image folder: ``root/<label>/**/<image>``.
 
     Labels are the subfolder names; images are the files with an image extension
-    (:data:`IMAGE_EXTENSIONS`), found recursively, sorted by class then path; hidden files and
-    files directly in ``root`` are ignored. Identities are the resolved paths.
+    ([`IMAGE_EXTENSIONS`][IMAGE_EXTENSIONS]), found recursively, sorted by class then path; hidden
+    files and files directly in ``root`` are ignored. Identities are the resolved paths.
 
     Symbolic links are followed, and each real file is counted once: a link loop (``ln -s .
     cat/self``) or a second link to the same file adds nothing. A file reached both directly
@@ -512,8 +512,9 @@ def from_benchmark(
     allow_partial: bool = False,
     skip_missing: bool = False,
 ) -> BenchmarkSets:
-    """Load a benchmark's query and gallery splits with :func:`recallkit.datasets.load_benchmark`
-    (``allow_partial`` and ``skip_missing`` are its options).
+    """Load a benchmark's query and gallery splits with
+    [`recallkit.datasets.load_benchmark`][recallkit.datasets.load_benchmark] (``allow_partial`` and
+    ``skip_missing`` are its options).
 
     Identities are the resolved paths, so when the gallery is the query split itself (SOP,
     CUB, Cars: leave-one-out) each query's own image is excluded.

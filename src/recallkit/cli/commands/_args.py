@@ -49,8 +49,9 @@ def parse_ks(values: Sequence[str] | None, option: str = "--ks") -> tuple[int, .
 def warnings_as_lines(command: str, parameters: Any = None) -> Iterator[None]:
     """Print each Python warning raised inside as one line ``recallkit CMD: warning: ...``.
 
-    The text is said in the command line's words (:func:`recallkit.cli.errors.warning_text`),
-    library parameters by ``parameters`` (their options).
+    The text is said in the command line's words
+    ([`recallkit.cli.errors.warning_text`][recallkit.cli.errors.warning_text]), library parameters
+    by ``parameters`` (their options).
     """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -103,17 +104,18 @@ def positive_int(option: str) -> Callable[[str], int]:
 
 
 def size_in_pixels(option: str) -> Callable[[str], int]:
-    """An argparse ``type`` for an image side in pixels, 0 (off) to :data:`MAX_PIXELS`."""
+    """An argparse ``type`` for an image side in pixels, 0 (off) to [`MAX_PIXELS`][MAX_PIXELS]."""
     return bounded_int(option, 0, MAX_PIXELS, f"a size in pixels from 0 (off) to {MAX_PIXELS}")
 
 
 def seed(option: str = "--seed") -> Callable[[str], int]:
-    """An argparse ``type`` for a random seed, 0 to :data:`MAX_SEED`."""
+    """An argparse ``type`` for a random seed, 0 to [`MAX_SEED`][MAX_SEED]."""
     return bounded_int(option, 0, MAX_SEED, "a seed, an integer from 0 to 2**63 - 1")
 
 
 def add_quiet(parser: argparse.ArgumentParser | Any) -> None:
-    """Add ``--quiet``: the command prints nothing but errors (see :func:`recallkit.cli.main`)."""
+    """Add ``--quiet``: the command prints nothing but errors (see
+    [`recallkit.cli.main`][recallkit.cli.main])."""
     parser.add_argument(
         "--quiet",
         action="store_true",
@@ -136,9 +138,10 @@ def jsonable(value: Any) -> Any:
 
 def unchanged_inputs(doing: str) -> None:
     """Refuse to go on when a file the command read has changed since it was read (its size,
-    modification time, identity or sampled contents: :class:`recallkit._inputs.pinned.FileState`):
-    called once the command has computed, before it prints its report or writes anything.
-    ``doing`` says what the files were read for ("evaluated", "compared").
+    modification time, identity or sampled contents:
+    [`recallkit._inputs.pinned.FileState`][recallkit._inputs.pinned.FileState]): called once the
+    command has computed, before it prints its report or writes anything. ``doing`` says what the
+    files were read for ("evaluated", "compared").
 
     >>> from recallkit._inputs.pinned import recording
     >>> with recording():
@@ -281,8 +284,9 @@ STATISTICS_PARAMETERS = {
 
 
 def statistics(args: argparse.Namespace) -> dict[str, Any]:
-    """The checked options of :func:`add_statistics` as keyword arguments of
-    :func:`recallkit.reports.summarize` (and :func:`recallkit.compare`)."""
+    """The checked options of [`add_statistics`][add_statistics] as keyword arguments of
+    [`recallkit.reports.summarize`][recallkit.reports.summarize] (and
+    [`recallkit.compare`][recallkit.comparison.compare])."""
     from recallkit.runner.defaults import MAX_RESAMPLES
 
     if not 0 < args.confidence < 1:

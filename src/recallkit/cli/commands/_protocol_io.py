@@ -126,7 +126,7 @@ def _id_of_line(line: str) -> int:
 
 def report(result: Result, json_path: str | None) -> int:
     """Print the result's table; write its JSON report atomically when asked. Refused first when
-    an input file changed since it was read (:func:`unchanged_inputs`)."""
+    an input file changed since it was read ([`unchanged_inputs`][unchanged_inputs])."""
     unchanged_inputs("evaluated")
     print(result.table())
     if json_path:
@@ -140,7 +140,7 @@ def write_file(
     option: str, write: Callable[..., Any], path: str | Path, *args: Any, **keywords: Any
 ):
     """``write(path, *args, **keywords)`` (an atomic writer), then ``wrote PATH``; an OSError is
-    the one-line error naming ``option`` (:func:`cannot_write`)."""
+    the one-line error naming ``option`` ([`cannot_write`][cannot_write])."""
     try:
         write(path, *args, **keywords)
     except OSError as error:
@@ -155,8 +155,8 @@ def cannot_write(option: str, path: str | Path, error: OSError) -> UsageError:
 
 
 def check_common(args: argparse.Namespace) -> None:
-    """Check the options of :func:`add_common` before anything is read: the device can be used
-    here, and ``--json`` names a file that can be written."""
+    """Check the options of [`add_common`][add_common] before anything is read: the device can be
+    used here, and ``--json`` names a file that can be written."""
     if getattr(args, "device", None) is not None:
         usable_device(args.device)
     check_output_file(args.json, "--json")
@@ -213,7 +213,7 @@ def load_json(spec: str, what: str) -> Any:
 
 
 #: The parameters every protocol command supplies with the same option (see ``add_common``):
-#: the engine's options (:mod:`recallkit.options`) and the cut-offs.
+#: the engine's options ([`recallkit.options`][recallkit.options]) and the cut-offs.
 PARAMETERS = {
     **_options.flag_names("engine"),
     "ks": "--ks",
@@ -230,7 +230,8 @@ def add_common(
     parser: argparse.ArgumentParser, ks: tuple[int, ...], *, metric: bool = True
 ) -> None:
     """``--ks``, the engine's options (``--metric``, ``--chunk-size``, ``--memory-budget``,
-    ``--device``, ``--precision``: :func:`recallkit.options.add_flags`) and ``--json``."""
+    ``--device``, ``--precision``: [`recallkit.options.add_flags`][recallkit.options.add_flags]) and
+    ``--json``."""
     parser.add_argument(
         "--ks",
         type=int,

@@ -315,7 +315,7 @@ def _labels_option(args: argparse.Namespace, side: str) -> str:
 
 
 def _named(args: argparse.Namespace) -> dict[str, str]:
-    """:data:`PARAMETERS` resolved for these arguments (for warnings)."""
+    """[`PARAMETERS`][PARAMETERS] resolved for these arguments (for warnings)."""
     return {k: v(args) if callable(v) else v for k, v in PARAMETERS.items()}
 
 

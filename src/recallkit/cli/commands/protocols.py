@@ -1,16 +1,16 @@
 """The benchmark protocols: ``cirr``, ``circo``, ``fashioniq``, ``genecis`` and ``image-text``.
 
 Each scores saved embeddings (``.npy``/``.pt``/``.safetensors``) or a similarity matrix with the
-benchmark's protocol (:mod:`recallkit.protocols`), prints the table, writes ``--json`` and, for
-the benchmarks with a test server (CIRR, CIRCO), the submission files. All files are written
-atomically.
+benchmark's protocol ([`recallkit.protocols`][recallkit.protocols]), prints the table, writes
+``--json`` and, for the benchmarks with a test server (CIRR, CIRCO), the submission files. All files
+are written atomically.
 
-The commands are one table, :data:`COMMANDS` (at the end): per command its help, description
-and epilog, its options (the embeddings-or-matrix options of :class:`EmbeddingsOrScores`
-declared once for the three commands that take them), its default cut-offs, the map of the
-protocol functions' parameters to its options (so that a library error names the option at
-fault) and its run function. :func:`register` builds every parser from it, adding to each
-``--ks``, the engine's options and ``--json`` (``_protocol_io.add_common``).
+The commands are one table, [`COMMANDS`][COMMANDS] (at the end): per command its help, description
+and epilog, its options (the embeddings-or-matrix options of
+[`EmbeddingsOrScores`][EmbeddingsOrScores] declared once for the three commands that take them), its
+default cut-offs, the map of the protocol functions' parameters to its options (so that a library
+error names the option at fault) and its run function. [`register`][register] builds every parser
+from it, adding to each ``--ks``, the engine's options and ``--json`` (``_protocol_io.add_common``).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class OneOf:
 
 @dataclass(frozen=True)
 class Command:
-    """One protocol command: what :func:`register` needs to build its parser."""
+    """One protocol command: what [`register`][register] needs to build its parser."""
 
     name: str
     help: str
