@@ -310,15 +310,48 @@ def evaluate_sharded(
             q, reference, reference_labels, reference_indices, ids, reference_ids, func
         )
     )
-    dev = options.device if options.device is not None else q.rows.device
-    comm = _Comm(group, dev if dist.get_backend(group) == "nccl" else torch.device("cpu"))
-    leave_one_out = reference is None
-    label_values = _code(comm, q, r, "labels")
-    if q.ids is not None:
-        _code(comm, q, r, "ids")
-    local = _Local.of(comm, q, r, leave_one_out, options, dev, func)
-    score_bytes = engine.backend_for(local.space).score_bytes
-    size = options.chunk_size or engine.chunk_rows(local.space, None, score_bytes=score_bytes)
+    run = _Run.of(q, r, reference is None, group, options, func)
+    score_bytes = engine.backend_for(run.local.space).score_bytes
+    size = options.chunk_size or engine.chunk_rows(run.local.space, None, score_bytes=score_bytes)
+    return _result(run, _scan(run, size, chosen), func, options, metrics is not None)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One sharded call's state on this process: the communicator, the device, the label of
+    each shared label code, this process's prepared part, and the split's shape."""
+
+    comm: _Comm
+    device: torch.device
+    label_values: np.ndarray
+    local: _Local
+    leave_one_out: bool
+    dim: int
+
+    @classmethod
+    def of(
+        cls, q: _Shard, r: _Shard, leave_one_out: bool, group: Any, options: Options, func: str
+    ) -> _Run:
+        """Connects to ``group`` and prepares this process's part (labels and ids coded alike
+        on every process)."""
+        dev = options.device if options.device is not None else q.rows.device
+        comm = _Comm(group, dev if dist.get_backend(group) == "nccl" else torch.device("cpu"))
+        label_values = _code(comm, q, r, "labels")
+        if q.ids is not None:
+            _code(comm, q, r, "ids")
+        local = _Local.of(comm, q, r, leave_one_out, options, dev, func)
+        return cls(comm, dev, label_values, local, leave_one_out, q.rows.shape[1])
+
+
+#: What a scan leaves: each chunk's values, dataset indices and class codes, in scan order.
+_Scanned = tuple[list[label_form.Values], list[np.ndarray], list[np.ndarray]]
+
+
+def _scan(run: _Run, size: int, chosen: Sequence[registry.Metric]) -> _Scanned:
+    """Every process's queries, chunk by chunk in rank order, against the whole reference: each
+    owner broadcasts its chunk (rows and their ``(class, index, id)`` codes) and every process
+    fills its part of the chunk's values."""
+    comm, local = run.comm, run.local
     sizes = [int(s) for s in comm.gather(torch.tensor([len(local.meta[0])], device=comm.device))]
     parts: list[label_form.Values] = []
     index: list[np.ndarray] = []
@@ -329,9 +362,9 @@ def evaluate_sharded(
             raw = comm.broadcast(
                 local.queries[start:stop]
                 if mine
-                else torch.empty((stop - start, q.rows.shape[1]), dtype=local.queries.dtype),
+                else torch.empty((stop - start, run.dim), dtype=local.queries.dtype),
                 owner,
-            ).to(dev)
+            ).to(run.device)
             meta = (
                 comm.broadcast(
                     local.meta[:, start:stop]
@@ -351,30 +384,36 @@ def evaluate_sharded(
                     local.total_reference,
                     engine.Rows.of(raw),
                     meta,
-                    leave_one_out,
+                    run.leave_one_out,
                     chosen,
                     lambda part, top_k, c_labels: _global_lists(comm, part, top_k, local, c_labels),
                 )
             )
             index.append(meta[1].copy())
             classes.append(meta[0].copy())
+    return parts, index, classes
+
+
+def _result(run: _Run, scanned: _Scanned, func: str, options: Options, by_metrics: bool) -> Result:
+    """The chunks' values joined in dataset-index order, as one result."""
+    parts, index, classes = scanned
     order = np.argsort(np.concatenate(index), kind="stable")
     values = label_form.joined(parts, order)
-    exclusion = "query_in_reference" if leave_one_out else "none"
-    if local.ids is not None:
-        exclusion = "query_in_reference+ids" if leave_one_out else "ids"
+    exclusion = "query_in_reference" if run.leave_one_out else "none"
+    if run.local.ids is not None:
+        exclusion = "query_in_reference+ids" if run.leave_one_out else "ids"
     codes = np.concatenate(classes)[order]
     return values.result(
         func,
         options,
         exclusion=exclusion,
         classes=codes,
-        num_reference=local.total_reference,
-        embedding_dim=q.rows.shape[1],
-        parameter="metrics" if metrics is not None else "ks",
+        num_reference=run.local.total_reference,
+        embedding_dim=run.dim,
+        parameter="metrics" if by_metrics else "ks",
         query_ids=np.concatenate(index)[order].tolist(),
-        query_labels=label_values[codes].tolist(),
-        info={"bytes_communicated": comm.bytes},
+        query_labels=run.label_values[codes].tolist(),
+        info={"bytes_communicated": run.comm.bytes},
     )
 
 

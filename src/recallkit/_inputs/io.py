@@ -592,6 +592,20 @@ def read_array(
     """
     path = Path(path)
     name = f"The {what} file '{path}'"
+    data = _picked(_loaded(path, name), key, default_key, several_hint, name)
+    array = _real_numbers(data, name)
+    wanted = (ndim,) if isinstance(ndim, int) else ndim
+    if wanted is not None and array.ndim not in wanted:
+        dims = " or ".join(f"{d}-D" for d in wanted)
+        raise ValueError(f"{name} must hold a {dims} array. Got shape {array.shape}.")
+    if not array.dtype.isnative:  # a big-endian file: the same values in native byte order
+        array = array.astype(array.dtype.newbyteorder("="))
+    return array
+
+
+def _loaded(path: Path, name: str) -> Any:
+    """The contents of an array file (an array, a tensor or a dict of them), read through one
+    descriptor checked unchanged; every problem a ``ValueError`` naming the file."""
     if path.is_dir():
         raise ValueError(f"{name} is a folder, not a file.")
     if path.exists() and not path.is_file():
@@ -622,6 +636,13 @@ def read_array(
         raise ValueError(str(error)) from None
     except Exception as error:  # numpy and torch raise many types
         raise ValueError(f"{name} cannot be read: {_reason(error)}") from None
+    return data
+
+
+def _picked(
+    data: Any, key: str | None, default_key: str | None, several_hint: str, name: str
+) -> Any:
+    """The tensor named ``key`` (or ``default_key``, or the only one) of a file of several."""
     if isinstance(data, dict):
         if key is not None:
             if key not in data:
@@ -635,6 +656,11 @@ def read_array(
             raise ValueError(f"{name} holds {len(data)} tensors ({_names(data)}); {several_hint}.")
     elif key is not None:
         raise ValueError(f"{name} holds one array, not several named ones; drop '#{key}'.")
+    return data
+
+
+def _real_numbers(data: Any, name: str) -> np.ndarray:
+    """``data`` as a dense numpy array of real numbers (bfloat16 as float32)."""
     if isinstance(data, _OtherDtype):
         raise ValueError(
             f"{name} must hold real numbers (floats or integers of at most 64 bits). "
@@ -665,12 +691,6 @@ def read_array(
             f"{name} must hold real numbers (floats or integers of at most 64 bits). "
             f"Got dtype {array.dtype}."
         )
-    wanted = (ndim,) if isinstance(ndim, int) else ndim
-    if wanted is not None and array.ndim not in wanted:
-        dims = " or ".join(f"{d}-D" for d in wanted)
-        raise ValueError(f"{name} must hold a {dims} array. Got shape {array.shape}.")
-    if not array.dtype.isnative:  # a big-endian file: the same values in native byte order
-        array = array.astype(array.dtype.newbyteorder("="))
     return array
 
 

@@ -94,7 +94,7 @@ def _define() -> type:
             run_file: str | None = None,
             **options: Any,
         ) -> None:
-            func = "RetrievalCallback"
+            func = _FUNC
             self.evaluator = Evaluator(
                 ks,
                 metrics,
@@ -107,29 +107,8 @@ def _define() -> type:
                 raise _checks.fail(func, "collect", "a callable or None", repr(collect))
             if not isinstance(prefix, str):
                 raise _checks.fail(func, "prefix", "a string", repr(prefix))
-            if query_in_reference and gallery_dataloader is not None:
-                raise _checks.fail(
-                    func,
-                    "gallery_dataloader",
-                    "None with query_in_reference=True",
-                    repr(gallery_dataloader),
-                )
-            if not query_in_reference:
-                if gallery_dataloader is None:
-                    gallery_dataloader = 1
-                if (
-                    isinstance(gallery_dataloader, bool)
-                    or not isinstance(gallery_dataloader, int)
-                    or gallery_dataloader < 0
-                ):
-                    raise _checks.fail(
-                        func,
-                        "gallery_dataloader",
-                        "a dataloader index (0, 1, ...)",
-                        repr(gallery_dataloader),
-                    )
             self.collect = collect or _from_outputs
-            self.gallery_dataloader = gallery_dataloader
+            self.gallery_dataloader = _gallery_dataloader(gallery_dataloader, query_in_reference)
             self.prefix = prefix
             self.result: Result | None = None
 
@@ -168,6 +147,27 @@ def _define() -> type:
             self.evaluator.reset()
 
     return RetrievalCallback
+
+
+_FUNC = "RetrievalCallback"
+
+
+def _gallery_dataloader(index: Any, query_in_reference: bool) -> int | None:
+    """The index of the validation dataloader that holds the gallery: ``None`` when the rows are
+    searched against themselves, else ``index`` (1 by default), checked."""
+    if query_in_reference:
+        if index is not None:
+            raise _checks.fail(
+                _FUNC, "gallery_dataloader", "None with query_in_reference=True", repr(index)
+            )
+        return None
+    if index is None:
+        return 1
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise _checks.fail(
+            _FUNC, "gallery_dataloader", "a dataloader index (0, 1, ...)", repr(index)
+        )
+    return index
 
 
 __getattr__ = built_on_first_use(__name__, "RetrievalCallback", _define)

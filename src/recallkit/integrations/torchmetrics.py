@@ -90,20 +90,7 @@ def _define() -> type:
             process_group: Any = None,
             **options: Any,
         ) -> None:
-            for name in _SYNC:
-                if name in options and options[name] not in (None, False):
-                    raise _checks.fail(
-                        "RetrievalMetrics",
-                        name,
-                        "left unset: torchmetrics' sync would gather "
-                        "every embedding onto every rank; compute() evaluates across the ranks "
-                        "itself",
-                        repr(options[name]),
-                    )
-                options.pop(name, None)
-            metric_keywords = {
-                k: options.pop(k) for k in ("compute_on_cpu", "compute_with_cache") if k in options
-            }
+            metric_keywords = _torchmetrics_keywords(options)
             super().__init__(
                 dist_sync_on_step=False,
                 sync_on_compute=False,
@@ -146,6 +133,23 @@ def _define() -> type:
             self.result = None
 
     return RetrievalMetrics
+
+
+def _torchmetrics_keywords(options: dict[str, Any]) -> dict[str, Any]:
+    """Takes torchmetrics' own keywords out of ``options`` (the rest are recallkit's): returns
+    ``compute_on_cpu`` and ``compute_with_cache`` when given; torchmetrics' sync options are
+    refused unless unset (they would gather every embedding onto every rank)."""
+    for name in _SYNC:
+        if name in options and options[name] not in (None, False):
+            raise _checks.fail(
+                "RetrievalMetrics",
+                name,
+                "left unset: torchmetrics' sync would gather every embedding onto every rank; "
+                "compute() evaluates across the ranks itself",
+                repr(options[name]),
+            )
+        options.pop(name, None)
+    return {k: options.pop(k) for k in ("compute_on_cpu", "compute_with_cache") if k in options}
 
 
 __getattr__ = built_on_first_use(__name__, "RetrievalMetrics", _define)

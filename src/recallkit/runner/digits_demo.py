@@ -213,20 +213,8 @@ def run_demo(
         for epoch in range(epochs + 1):
             loss_value = float("nan")
             if epoch > 0:
-                model.train()
-                order = torch.randperm(len(x_train), generator=generator)
-                total, count = 0.0, 0
-                for start in range(0, len(order), batch_size):
-                    idx = order[start : start + batch_size]
-                    embeddings = model(x_train[idx])
-                    pairs = miner(embeddings, y_train[idx])
-                    loss = loss_fn(embeddings, y_train[idx], pairs)
-                    optimizer.zero_grad()
-                    loss.backward()
-                    optimizer.step()
-                    total += loss.item() * len(idx)
-                    count += len(idx)
-                loss_value = total / count
+                step = (model, loss_fn, miner, optimizer)
+                loss_value = _train_epoch(step, x_train, y_train, generator, batch_size)
             tag = f"epoch-{epoch}"
             run = run_evaluation(
                 test,
@@ -238,16 +226,9 @@ def run_demo(
                 neighbors=8,
             )
             runs.append(run)
-            worst = worst_classes(run, 3)
             # The kept images' folder, relative to the run file's: the report's thumbnails.
-            sources = {"images": os.path.relpath(root / "test", out)} if keep_images else None
-            record = run_record(run, tag=tag, worst=worst, sources=sources)
-            record["train_loss"] = None if np.isnan(loss_value) else round(loss_value, 6)
-            with atomic_write(out / f"{tag}.json", "w") as handle:
-                handle.write(dumps_record(record))
-            if keep_images:
-                np.save(out / f"{tag}.npy", run.gallery_embeddings)
-            append_history(history, record)
+            images = os.path.relpath(root / "test", out) if keep_images else None
+            append_history(history, _save_epoch(run, out, tag, loss_value, images))
             title = "untrained" if epoch == 0 else f"train loss {loss_value:.4f}"
             echo(f"\n== {tag} ({title}) ==")
             echo(run.result.report())
@@ -266,6 +247,45 @@ def run_demo(
         written += [*(f"{tag}.npy" for tag in tags), "digits/"]
     echo(f"\nwrote in {out}: {', '.join(written)} ({seconds:.1f} s)")
     return DemoResult(out, runs, history, plot, grid, seconds)
+
+
+def _train_epoch(
+    step: tuple[Any, Any, Any, Any],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    generator: torch.Generator,
+    batch_size: int,
+) -> float:
+    """One epoch of ``(model, loss, miner, optimizer)`` over ``x`` in a random order drawn from
+    ``generator``; returns the mean training loss over the images."""
+    model, loss_fn, miner, optimizer = step
+    model.train()
+    order = torch.randperm(len(x), generator=generator)
+    total, count = 0.0, 0
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        embeddings = model(x[idx])
+        pairs = miner(embeddings, y[idx])
+        loss = loss_fn(embeddings, y[idx], pairs)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * len(idx)
+        count += len(idx)
+    return total / count
+
+
+def _save_epoch(run: Run, out: Path, tag: str, loss: float, images: str | None) -> dict[str, Any]:
+    """Writes the epoch's run file (and, with the images kept, its gallery embeddings beside
+    it); returns its record for the history."""
+    sources = {"images": images} if images is not None else None
+    record = run_record(run, tag=tag, worst=worst_classes(run, 3), sources=sources)
+    record["train_loss"] = None if np.isnan(loss) else round(loss, 6)
+    with atomic_write(out / f"{tag}.json", "w") as handle:
+        handle.write(dumps_record(record))
+    if images is not None:
+        np.save(out / f"{tag}.npy", run.gallery_embeddings)
+    return record
 
 
 def main() -> int:  # pragma: no cover - convenience for ``python -m recallkit.runner.digits_demo``

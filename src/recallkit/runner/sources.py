@@ -283,6 +283,54 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
     (['a.png', 'b.png'], ('cat', 'dog'))
     """
     path = Path(path)
+    numbered, rows, unreadable = _manifest_lines(path, what)
+    columns: dict[str, int] = {"path": 0, "label": 1, "id": 2}
+    width: int | None = None
+    first = [cell.strip().lower() for cell in rows[0] or []]
+    if "path" in first and "label" in first:
+        columns = {name: first.index(name) for name in ("path", "label", "id") if name in first}
+        numbered, rows = numbered[1:], rows[1:]
+        if not rows:
+            raise RunnerError(f"The {what} '{path}' has a header but no rows.")
+    else:
+        width = 3
+    base = path.parent
+    found = _Listed()
+    for (line_no, _), row in zip(numbered, rows, strict=True):
+        if row is not None:
+            found.add(line_no, [cell.strip() for cell in row], columns, width, base)
+    problems = []
+    if unreadable:
+        problems.append(
+            f"has {len(unreadable)} unreadable line(s) (an unterminated quote? a quoted field "
+            f"cannot span lines): {_listing(unreadable)}"
+        )
+    if found.malformed:
+        problems.append(f"has {len(found.malformed)} bad row(s): {_listing(found.malformed)}")
+    if found.missing:
+        problems.append(
+            f"lists {len(found.missing)} file(s) that do not exist (relative paths are read from "
+            f"{base}): {_listing(found.missing)}"
+        )
+    if problems:
+        raise RunnerError(f"The {what} '{path}' " + ". It also ".join(problems) + ".")
+    meta = {"kind": "manifest", "portable_source": f"{what} {path.name}"}
+    return ImageSet(
+        tuple(found.items),
+        tuple(found.labels),
+        tuple(found.ids),
+        f"{what} {path}",
+        meta,
+        tuple(found.names),
+        base,
+    )
+
+
+def _manifest_lines(
+    path: Path, what: str
+) -> tuple[list[tuple[int, str]], list[list[str] | None], list[str]]:
+    """The manifest's rows: ``(line number, text)`` of each line that is not blank or a
+    comment, its cells (``None`` where the line cannot be read), and what could not be read."""
     if not path.is_file():
         raise RunnerError(f"The {what} '{path}' does not exist or is not a file.")
     kind = array_file_kind(path)
@@ -295,10 +343,9 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
         text = _text(read_file(path, f"The {what} '{path}'"))
     except (OSError, UnicodeDecodeError) as error:
         raise RunnerError(f"The {what} '{path}' cannot be read: {error}.") from None
-    lines = text.splitlines()
     numbered = [
         (i + 1, line)
-        for i, line in enumerate(lines)
+        for i, line in enumerate(text.splitlines())
         if line.strip() and not line.lstrip().startswith("#")
     ]
     if not numbered:
@@ -320,72 +367,52 @@ def from_manifest(path: str | os.PathLike[str], *, what: str = "manifest") -> Im
     hint = _other_separator(path, [line for _, line in numbered], rows, delimiter)
     if hint:
         raise RunnerError(f"The {what} '{path}': {hint}.")
-    columns = {"path": 0, "label": 1, "id": 2}
-    width: int | None = None
-    first = [cell.strip().lower() for cell in rows[0] or []]
-    if "path" in first and "label" in first:
-        columns = {name: first.index(name) for name in ("path", "label", "id") if name in first}
-        numbered, rows = numbered[1:], rows[1:]
-        if not rows:
-            raise RunnerError(f"The {what} '{path}' has a header but no rows.")
-    else:
-        width = 3
-    base = path.parent
-    items: list[Path] = []
-    labels: list[str] = []
-    ids: list[str] = []
-    names: list[str] = []
-    malformed: list[str] = []
-    missing: list[str] = []
-    for (line_no, _), row in zip(numbered, rows, strict=True):
-        if row is None:
-            continue
-        cells = [cell.strip() for cell in row]
-        if width is not None and len(cells) > width:
-            malformed.append(f"line {line_no} has {len(cells)} fields, expected path,label[,id]")
-            continue
+    return numbered, rows, unreadable
 
-        def cell(name: str, cells: list[str] = cells) -> str:
+
+@dataclass
+class _Listed:
+    """The images a manifest lists, row by row, and the rows it refuses."""
+
+    items: list[Path] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
+    malformed: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    def add(
+        self, line_no: int, cells: list[str], columns: dict[str, int], width: int | None, base: Path
+    ) -> None:
+        """Adds the row of ``line_no`` (its stripped ``cells``), or notes why it is refused."""
+        if width is not None and len(cells) > width:
+            self.malformed.append(
+                f"line {line_no} has {len(cells)} fields, expected path,label[,id]"
+            )
+            return
+
+        def cell(name: str) -> str:
             index = columns.get(name)
             return cells[index] if index is not None and index < len(cells) else ""
 
         file, label, ident = cell("path"), cell("label"), cell("id")
         if not file:
-            malformed.append(f"line {line_no} has no path")
-            continue
+            self.malformed.append(f"line {line_no} has no path")
+            return
         if not label:
-            malformed.append(f"line {line_no} ({file}) has no label")
-            continue
+            self.malformed.append(f"line {line_no} ({file}) has no label")
+            return
         full = Path(file) if Path(file).is_absolute() else base / file
         if not full.is_file():
             if full.exists():
-                malformed.append(f"line {line_no} ({file}) is not a regular file")
+                self.malformed.append(f"line {line_no} ({file}) is not a regular file")
             else:
-                missing.append(f"line {line_no}: {file}")
-            continue
-        items.append(full)
-        labels.append(label)
-        ids.append(ident or path_identity(full))
-        names.append(ident or relative_name(full, base))
-    problems = []
-    if unreadable:
-        problems.append(
-            f"has {len(unreadable)} unreadable line(s) (an unterminated quote? a quoted field "
-            f"cannot span lines): {_listing(unreadable)}"
-        )
-    if malformed:
-        problems.append(f"has {len(malformed)} bad row(s): {_listing(malformed)}")
-    if missing:
-        problems.append(
-            f"lists {len(missing)} file(s) that do not exist (relative paths are read from "
-            f"{base}): {_listing(missing)}"
-        )
-    if problems:
-        raise RunnerError(f"The {what} '{path}' " + ". It also ".join(problems) + ".")
-    meta = {"kind": "manifest", "portable_source": f"{what} {path.name}"}
-    return ImageSet(
-        tuple(items), tuple(labels), tuple(ids), f"{what} {path}", meta, tuple(names), base
-    )
+                self.missing.append(f"line {line_no}: {file}")
+            return
+        self.items.append(full)
+        self.labels.append(label)
+        self.ids.append(ident or path_identity(full))
+        self.names.append(ident or relative_name(full, base))
 
 
 _MAGIC = (
