@@ -450,3 +450,85 @@ def test_window_kernels_count_items_on_the_bounds_as_inside(bfloat16):
         assert above[r] == int((s > high[r]).sum())
         assert count[r] == inside.size
         np.testing.assert_array_equal(index[r, : min(cap, inside.size)], row0 + inside[:cap])
+
+
+def _best_by_hand(rows, score, index, count):
+    """Per row: the highest score, lowest index among equals (a full stable sort of the row's
+    items), and how many finite items score exactly that."""
+    best = [-np.inf] * count
+    where = [np.iinfo(np.int64).max] * count
+    equal = [0] * count
+    for r in range(count):
+        items = [(float(score[p]), int(index[p])) for p in range(len(rows)) if rows[p] == r]
+        if not items:
+            continue
+        ranked = sorted(items, key=lambda item: (-item[0], item[1]))
+        best[r], where[r] = ranked[0]
+        equal[r] = sum(1 for s, _ in items if s == best[r] and np.isfinite(s))
+    return best, where, equal
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_pass_segment_best_is_the_tie_rule_and_the_torch_reduction(seed):
+    """The CPU back end's per-row best (``cpu_kernels.segment_best``) against a full sort of
+    each row's items by hand, and bit for bit against ``ties.segment_best`` (padding rows,
+    ``-inf`` items, rows without items, many ties, zeros of both signs)."""
+    from recallkit.engine import cpu_kernels, ties
+
+    rng = np.random.default_rng(seed)
+    count = 23
+    n = int(rng.integers(0, 400))
+    rows = rng.integers(-1, count, n)
+    score = rng.integers(-3, 3, n).astype(np.float64) / 2
+    score[rng.random(n) < 0.1] = -np.inf
+    score[rng.random(n) < 0.1] = -0.0
+    index = rng.permutation(10 * n + 1)[:n].astype(np.int64)
+    t = [torch.from_numpy(a) for a in (rows, score, index)]
+    got = cpu_kernels.segment_best(*t, count)
+    want = ties.segment_best(*t, count)
+    best, where, equal = _best_by_hand(rows, score, index, count)
+    assert got[0].tolist() == best and got[1].tolist() == where and got[2].tolist() == equal
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+        assert torch.equal(torch.signbit(a.double()), torch.signbit(b.double()))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_pass_split_tail_is_the_torch_split(seed):
+    """The CPU back end's cut of ranked lists at k (``cpu_kernels.split_tail``): the top-k by
+    hand (the first k columns, padding beyond) and the tail (items after the k-th that score
+    exactly the k-th), and bit for bit ``ties.split_tail``, with and without ``kmin``."""
+    from recallkit.engine import cpu_kernels, ties
+
+    rng = np.random.default_rng(seed)
+    c, width = 17, int(rng.integers(0, 12))
+    score = -np.sort(rng.integers(0, 4, (c, width)).astype(np.float64), axis=1)
+    index = np.tile(np.arange(width, dtype=np.int64), (c, 1))
+    pad = rng.integers(0, width + 1, c)  # a row's lists end here: -1 / -inf after
+    for r in range(c):
+        index[r, pad[r] :] = -1
+        score[r, pad[r] :] = -np.inf
+    ks = rng.integers(0, width + 3, c).astype(np.int64)
+    kmax = int(ks.max())
+    for kmin in (0, int(ks.min())):
+        args = (torch.from_numpy(index), torch.from_numpy(score), torch.from_numpy(ks))
+        got = cpu_kernels.split_tail(*args, kmax=kmax, kmin=kmin)
+        want = ties.split_tail(*args, kmax=kmax, kmin=kmin)
+        for a, b in zip(got, want, strict=True):
+            assert a.dtype == b.dtype and torch.equal(a, b)
+        top_i, top_s, tail_i, tail_s = (x.numpy() for x in got)
+        for r in range(c):
+            k = int(ks[r])
+            kept = [int(i) for i in index[r, :k] if i >= 0]
+            assert top_i[r].tolist() == kept + [-1] * (kmax - len(kept))
+            shown = score[r, : len(kept)].tolist()
+            assert top_s[r].tolist() == shown + [-np.inf] * (kmax - len(kept))
+            tail = []
+            if 0 < k <= width and index[r, k - 1] >= 0:
+                tail = [
+                    j
+                    for j in range(k, width)
+                    if index[r, j] >= 0 and score[r, j] == score[r, k - 1]
+                ]
+            assert [int(i) for i in tail_i[r] if i >= 0] == tail
+            assert all(tail_s[r, : len(tail)] == (score[r, k - 1] if tail else 0))

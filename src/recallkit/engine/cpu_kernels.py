@@ -39,6 +39,7 @@ from numba import types
 from numba.extending import intrinsic, overload
 
 WINDOW_CAP = 32
+SENTINEL = int(np.iinfo(np.int64).max)  # ties.SENTINEL: no item
 NO_CODES = np.zeros(0, dtype=np.int64)
 BF16_NEG_INF = np.uint16(0xFF80)  # bfloat16 -inf, as a tile of bfloat16 bits holds it
 
@@ -468,6 +469,109 @@ def segment_top(
         torch.from_numpy(tail_index),
         torch.from_numpy(tail_value.astype(np.float64)),
     )
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _segment_best_numba(rows, score, index, best, where, equal):  # pragma: no cover - compiled
+    for p in range(rows.shape[0]):
+        r = rows[p]
+        if r < 0:
+            continue
+        s = score[p]
+        if s > best[r] or (s == best[r] and index[p] < where[r]):
+            best[r] = s
+            where[r] = index[p]
+    for p in range(rows.shape[0]):
+        r = rows[p]
+        if r >= 0 and score[p] == best[r] and np.isfinite(score[p]):
+            equal[r] += 1
+
+
+def segment_best(
+    rows: torch.Tensor, score: torch.Tensor, index: torch.Tensor, count: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[`ties.segment_best`][recallkit.engine.ties.segment_best] on CPU tensors in one pass over
+    the items (the same ``(best, where, equal)``, bit for bit: the tie rule applied item by
+    item; a row's items all at ``-inf`` keep their lowest index)."""
+    sc = np.ascontiguousarray(score.numpy())
+    best = np.full(count, -np.inf, dtype=sc.dtype)
+    where = np.full(count, SENTINEL, dtype=np.int64)
+    equal = np.zeros(count, dtype=np.int64)
+    if rows.numel():
+        _segment_best_numba(
+            np.ascontiguousarray(rows.numpy(), dtype=np.int64),
+            sc,
+            np.ascontiguousarray(index.numpy(), dtype=np.int64),
+            best,
+            where,
+            equal,
+        )
+    return torch.from_numpy(best), torch.from_numpy(where), torch.from_numpy(equal)
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _split_tail_numba(index, score, ks, kmax, kmin, top_i, top_s, tails):  # pragma: no cover
+    c, width = index.shape
+    for r in range(c):
+        k = ks[r]
+        for j in range(min(kmax, width)):
+            if j < k:
+                top_i[r, j] = index[r, j]
+                top_s[r, j] = score[r, j]
+        if k <= 0 or k > width or index[r, k - 1] < 0:
+            continue
+        kth = score[r, k - 1]
+        n = 0
+        for j in range(max(kmin, k), width):
+            if index[r, j] >= 0 and score[r, j] == kth:
+                n += 1
+        tails[r] = n
+
+
+@numba.njit(cache=True, boundscheck=False)
+def _fill_tail_numba(index, score, ks, kmin, tails, tail_i, tail_s):  # pragma: no cover
+    c, width = index.shape
+    for r in range(c):
+        if tails[r] == 0:
+            continue
+        k = ks[r]
+        kth = score[r, k - 1]
+        n = 0
+        for j in range(max(kmin, k), width):
+            if n < tail_i.shape[1] and index[r, j] >= 0 and score[r, j] == kth:
+                tail_i[r, n] = index[r, j]
+                tail_s[r, n] = score[r, j]
+                n += 1
+
+
+def split_tail(
+    index: torch.Tensor,
+    score: torch.Tensor,
+    ks: torch.Tensor,
+    tail_width: int | None = None,
+    kmax: int | None = None,
+    kmin: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """[`ties.split_tail`][recallkit.engine.ties.split_tail] on CPU tensors in two passes over
+    the lists (the same four tensors, bit for bit)."""
+    c, width = index.shape
+    k = np.ascontiguousarray(ks.numpy(), dtype=np.int64)
+    if kmax is None:
+        kmax = int(k.max()) if c else 0
+    kmin = min(max(kmin, 0), width)
+    idx = np.ascontiguousarray(index.numpy(), dtype=np.int64)
+    sc = np.ascontiguousarray(score.numpy())
+    top_i = np.full((c, kmax), -1, dtype=np.int64)
+    top_s = np.full((c, kmax), -np.inf, dtype=sc.dtype)
+    tails = np.zeros(c, dtype=np.int64)
+    _split_tail_numba(idx, sc, k, kmax, kmin, top_i, top_s, tails)
+    if tail_width is None:
+        tail_width = int(tails.max()) if c and width else 0
+    tail_i = np.full((c, tail_width), -1, dtype=np.int64)
+    tail_s = np.full((c, tail_width), -np.inf, dtype=sc.dtype)
+    if tail_width:  # a row's tail beyond a given width is cut, as ties.split_tail cuts it
+        _fill_tail_numba(idx, sc, k, kmin, tails, tail_i, tail_s)
+    return tuple(torch.from_numpy(x) for x in (top_i, top_s, tail_i, tail_s))
 
 
 def window(

@@ -34,11 +34,14 @@ class Pairs:
         self.indptr = indptr
         self.indices = indices
         self.num_query = num_query
+        self.is_diagonal = False  # query i paired with reference i only (symmetric)
 
     @classmethod
     def diagonal(cls, n: int) -> Pairs:
         """Query ``i`` paired with reference ``i``."""
-        return cls(torch.arange(n + 1, dtype=torch.int64), torch.arange(n), n)
+        pairs = cls(torch.arange(n + 1, dtype=torch.int64), torch.arange(n), n)
+        pairs.is_diagonal = True
+        return pairs
 
     @classmethod
     def from_lists(cls, lists: Any, num_query: int) -> Pairs:
@@ -195,6 +198,8 @@ class Exclusions:
                 return False
         if self.pairs is None:
             return True
+        if self.pairs.is_diagonal and block.global_index is None and block.offset == 0:
+            return True  # (i, i) within the block's own rows: its own mirror image
         r, c = self.pairs.expand(0, rows, torch.device("cpu"))
         local, inside = locals_of(block, c)
         r, local = r[inside].numpy(), local[inside].numpy()
@@ -211,6 +216,7 @@ class ChunkExclusions:
         self.exclusions = exclusions
         self.start, self.stop = start, stop
         self.rows_in_chunk = stop - start
+        self._csr: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         empty = torch.empty(0, dtype=torch.int64, device=device)
         self.rows, self.cols = empty, empty
         self.query_codes = None
@@ -235,7 +241,13 @@ class ChunkExclusions:
 
     def csr(self, block: Any) -> tuple[np.ndarray, np.ndarray]:
         """The explicit pairs in ``block`` as CSR over the chunk's rows, local columns
-        ascending."""
+        ascending (built once per block: read only)."""
+        key = _block_key(block)
+        if key not in self._csr:
+            self._csr[key] = self._build_csr(block)
+        return self._csr[key]
+
+    def _build_csr(self, block: Any) -> tuple[np.ndarray, np.ndarray]:
         rows = self.rows_in_chunk
         r, local, _ = self.in_block(block)
         r, local = r.cpu().numpy(), local.cpu().numpy()

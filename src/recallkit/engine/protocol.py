@@ -248,6 +248,9 @@ class Pipeline:
     the flag of [`Scan`][Scan] (``fixed_shapes``: the lists' tails get a width known in advance)."""
 
     fixed_shapes = False
+    # The tie rule's per-row reductions (a back end may give its own, equal bit for bit).
+    segment_best = staticmethod(ties.segment_best)
+    split_tail = staticmethod(ties.split_tail)
 
     def candidates(self, space, chunk, block, i, start, stop, ctx):
         """Step 1's pairs in ``block``: ``(rows, local cols, valid, flag)``."""
@@ -289,7 +292,7 @@ class Pipeline:
             rows = torch.where(valid, rows, -1)
             scores = self.exact(space, chunk, block, rows, local)
             glob = globals_of(block, local.clamp(0, max(block.rows - 1, 0)))
-            b, w, n = ties.segment_best(rows, scores, glob, c)
+            b, w, n = self.segment_best(rows, scores, glob, c)
             best, where, equal = merge_best_counted(best, where, equal, b, w, n)
             flag = flag | found
         return best[:, None], where[:, None], equal, flag
@@ -350,7 +353,7 @@ class Pipeline:
             kmin = int(request.top_k[start:stop].min(initial=0)) if c else 0
             if self.fixed_shapes:
                 width = max(held[0].shape[1] - kmin, 0)
-            parts = ties.split_tail(held[0], held[1], ks, tail_width=width, kmax=kmax, kmin=kmin)
+            parts = self.split_tail(held[0], held[1], ks, tail_width=width, kmax=kmax, kmin=kmin)
             del held
             out.update(
                 zip(("top_index", "top_score", "tail_index", "tail_score"), parts, strict=True)

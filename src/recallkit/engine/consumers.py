@@ -1,0 +1,293 @@
+"""What the CPU back end's tile pass feeds: per worker, the thresholds' windows and the ranked
+lists' running top-k, updated by the tile kernels of
+[`recallkit.engine.cpu_kernels`][recallkit.engine.cpu_kernels] as each tile of filter scores is
+computed ([`recallkit.engine.cpu.run_tiles`][recallkit.engine.cpu.run_tiles]), and merged into
+the pairs to score exactly when the pass ends; and the bytes per query row their states take.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+
+from recallkit.engine import cpu_kernels as kernels
+from recallkit.engine import filters, lowp
+from recallkit.engine.protocol import Request
+
+EXTRA = 64  # a top-k buffer holds 2 k + EXTRA items
+HEAP_K = 32  # up to this k a heap per row keeps a top-k; beyond, a reservoir (fewer operations)
+
+
+def top_state_bytes(kmax: int) -> int:
+    """Bytes per query row of one worker's top-k state."""
+    return 4 * kmax + 12 * (2 * kmax + EXTRA) + 32
+
+
+def window_state_bytes(slots: int) -> int:
+    """Bytes per query row of one worker's window state."""
+    return 8 * slots * (2 + kernels.WINDOW_CAP)
+
+
+def state_bytes(request: Request) -> int:
+    """Bytes per query row of the tile pass's state, all workers together, and of the lists
+    a chunk holds."""
+    per_worker = window_state_bytes(request.slots()) if request.thresholds else 0
+    listed = 0
+    if request.lists:
+        kmax = int(request.top_k.max(initial=0))
+        per_worker += top_state_bytes(kmax)
+        listed = kmax * 40
+    return per_worker * max(1, torch.get_num_threads()) + listed
+
+
+class Consumer:
+    """What a tile pass feeds: each worker's state, and the tile kernels that update it."""
+
+    def state(self) -> Any:
+        raise NotImplementedError
+
+    def rows(self, state: Any, tile: np.ndarray, row0: int, col0: int, kind: lowp.TileKind) -> None:
+        raise NotImplementedError
+
+    def cols(self, state: Any, tile: np.ndarray, row0: int, col0: int, kind: lowp.TileKind) -> None:
+        raise NotImplementedError
+
+
+class Window(Consumer):
+    """Counts above the window and the items inside it, per row and slot: float32's window
+    ``centre ± eps32`` (``lo32``/``hi32``), entered through each kind's own (a cascade's wider
+    window, its items scored in float32 in the tile kernels)."""
+
+    def __init__(self, centre: torch.Tensor, tp: lowp.TilePass) -> None:
+        self.centre, self.tp = centre, tp
+        lo, hi = filters.bounds(centre, tp.eps32[:, None], tp.qf.rows.dtype)
+        self.lo_t, self.hi_t = lo, hi
+        self.lo32, self.hi32 = (np.ascontiguousarray(t.numpy()) for t in (lo, hi))
+        self.cap = kernels.WINDOW_CAP
+        self.by_kind: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.lock = threading.Lock()
+
+    def thresholds(self, kind: lowp.TileKind) -> tuple[np.ndarray, np.ndarray]:
+        if not kind.cascade:
+            return self.lo32, self.hi32
+        with self.lock:
+            if kind.name not in self.by_kind:
+                lo, hi = filters.bounds(self.centre, kind.eps[:, None], torch.float32)
+                self.by_kind[kind.name] = (
+                    np.ascontiguousarray(lo.numpy()),
+                    np.ascontiguousarray(hi.numpy()),
+                )
+            return self.by_kind[kind.name]
+
+    def state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        c, g = self.lo32.shape
+        return (
+            np.zeros((c, g), dtype=np.int64),
+            np.zeros((c, g), dtype=np.int64),
+            np.empty((c, g, self.cap), dtype=np.int64),
+        )
+
+    def rows(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
+        lo, hi = self.thresholds(kind)
+        kernels.window_rows(
+            tile,
+            kind.rs(r0, tile.shape[0], self.tp.a32.dtype),
+            r0,
+            c0,
+            lo,
+            hi,
+            self.cap,
+            *st,
+            kind.cascade,
+            self.tp.a32,
+            self.tp.b32,
+            self.lo32,
+            self.hi32,
+        )
+
+    def cols(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
+        above, count, index = st
+        lo, hi = self.thresholds(kind)
+        rs = kind.rs(r0, tile.shape[0], self.tp.a32.dtype)
+        kernels.window_cols(
+            tile,
+            rs,
+            r0,
+            c0,
+            lo[:, 0],
+            hi[:, 0],
+            self.cap,
+            above[:, 0],
+            count[:, 0],
+            index[:, 0],
+            kind.cascade,
+            self.tp.a32,
+            self.tp.b32,
+            self.lo32[:, 0],
+            self.hi32[:, 0],
+        )
+
+    def finish(
+        self, states: list[Any], rescore: Any
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``above (c, g)`` and float32's window as flat ``(rows, slots, columns)``; overflowing
+        windows are recounted from their row's float32 scores (``rescore(rows)``)."""
+        cap = self.cap
+        c, g = self.lo32.shape
+        above = sum(st[0] for st in states)
+        over = np.zeros((c, g), dtype=bool)
+        for _, count, _ in states:
+            over |= count > cap
+        rows, slots, columns = [], [], []
+        for _, count, index in states:
+            r, t, n = np.nonzero(np.arange(cap)[None, None, :] < np.minimum(count, cap)[:, :, None])
+            keep = ~over[r, t]
+            rows.append(r[keep])
+            slots.append(t[keep])
+            columns.append(index[r, t, n][keep])
+        redo = np.argwhere(over)
+        if len(redo):  # many near-equal scores: recount those windows from the row's scores
+            unique = np.unique(redo[:, 0])
+            scores = rescore(unique)
+            for (i, t), row in zip(redo, np.searchsorted(unique, redo[:, 0]), strict=True):
+                values = scores[row]
+                above[i, t] = int((values > self.hi_t[i, t]).sum())
+                inside = (values >= self.lo_t[i, t]) & (values <= self.hi_t[i, t])
+                found = torch.nonzero(inside)[:, 0].numpy()
+                rows.append(np.full(len(found), i))
+                slots.append(np.full(len(found), t))
+                columns.append(found)
+        flat = [np.concatenate(x).astype(np.int64) for x in (rows, slots, columns)]
+        return above, flat[0], flat[1], flat[2]
+
+
+class Top(Consumer):
+    """Candidates for each row's exact top-``ks[i]``: every item whose float32 filter score is
+    at least the row's k-th largest float32 score minus ``2 eps32`` (and possibly a few more).
+    A cascade's tile enters items within its margin (its bound and float32's) of the floor.
+
+    ``known`` (optional): each row's positives, offered before the pass at their filter scores
+    ``(ptr, cols, scores)``, and the codes by which the pass skips them ``(row codes, column
+    codes)``: a row's floor starts at its k-th best positive and rises with each item found above
+    it, not once ``k`` items are found. Each worker keeps its own lists and floors (the known
+    items are the first's); a row's floor in a tile is the highest of the workers'
+    ([`kernels.top_rows`][kernels.top_rows]), and a row's first tile may raise it from its own
+    values."""
+
+    def __init__(self, ks: np.ndarray, tp: lowp.TilePass, workers: int, known=None) -> None:
+        c = len(ks)
+        self.ks, self.tp = ks, tp
+        self.eps = tp.eps32
+        self.kmax = kmax = int(ks.max(initial=0))
+        self.dtype = dtype = tp.a32.dtype
+        cap = 2 * kmax + EXTRA
+        self.slack = 3.0 * self.eps.numpy().astype(np.float64)  # looser than the final 2 eps
+        start = np.where(ks > 0, -np.inf, np.inf).astype(dtype)
+        self.heap = kmax <= HEAP_K
+        # Each worker's state is one slice of arrays shared by all (merged without copies).
+        slots = max(1, workers)
+        self.heaps = np.empty((slots, c, max(kmax, 1) if self.heap else 0), dtype=dtype)
+        self.sizes = np.zeros((slots, c), dtype=np.int64)
+        self.floors = np.repeat(start[None], slots, axis=0)
+        self.columns = np.empty((slots, c, cap), dtype=np.int64)
+        self.scores = np.empty((slots, c, cap), dtype=dtype)
+        self.fills = np.zeros((slots, c), dtype=np.int64)
+        self.overs = np.zeros((slots, c), dtype=np.bool_)
+        self.worker = itertools.count()
+        self.known = (kernels.NO_CODES, kernels.NO_CODES)
+        if known is not None:
+            (ptr, cols, scores), self.known = known
+            kernels.seed_top(ptr, cols, scores.astype(dtype), ks, self.slack, *self.slot(0))
+        self.no_margin = np.zeros(c)
+        self.margins: dict[str, np.ndarray] = {}  # a cascade kind's (its bound and float32's)
+
+    def margin(self, kind: lowp.TileKind) -> np.ndarray:
+        if kind.cascade and kind.name not in self.margins:  # once a pass (a race: twice, alike)
+            self.margins[kind.name] = (kind.eps + self.eps).numpy() * (1.0 + 2.0**-20)
+        return self.margins[kind.name] if kind.cascade else self.no_margin
+
+    def slot(self, w: int) -> tuple[np.ndarray, ...]:
+        return (
+            self.heaps[w],
+            self.sizes[w],
+            self.floors[w],
+            self.columns[w],
+            self.scores[w],
+            self.fills[w],
+            self.overs[w],
+        )
+
+    def state(self) -> tuple[np.ndarray, ...]:
+        return self.slot(next(self.worker))
+
+    def rows(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
+        kernels.top_rows(
+            tile,
+            kind.rs(r0, tile.shape[0], self.tp.a32.dtype),
+            r0,
+            c0,
+            self.ks,
+            self.slack,
+            self.margin(kind),
+            *st,
+            kind.cascade,
+            self.tp.a32,
+            self.tp.b32,
+            self.floors,
+            *self.known,
+        )
+
+    def cols(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
+        kernels.top_cols(
+            tile,
+            kind.rs(r0, tile.shape[0], self.tp.a32.dtype),
+            r0,
+            c0,
+            self.ks,
+            self.slack,
+            self.margin(kind),
+            *st,
+            kind.cascade,
+            self.tp.a32,
+            self.tp.b32,
+            self.floors,
+            *self.known,
+        )
+
+    def finish(self, rescore: Any, block_rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """The candidates as flat ``(rows, local columns)``, by row then column; rows whose
+        buffers overflowed are recomputed from their row's scores (``rescore(rows)``)."""
+        k = self.ks
+        # The k-th best filter score of each row: the k-th largest of the workers' top-k lists,
+        # or of their buffers (reservoirs hold every item at or above a floor below the k-th).
+        lists, counts = (self.heaps, self.sizes) if self.heap else (self.scores, self.fills)
+        kth = np.empty(len(k), dtype=np.float64)
+        kernels.union_kth(lists, counts, k, kth)
+        torch_dtype = torch.float64 if self.dtype == np.float64 else torch.float32
+        lo = filters.top_floor(torch.from_numpy(kth), self.eps, torch_dtype, torch.from_numpy(k))
+        lo_np = np.ascontiguousarray(lo.numpy().astype(self.dtype))
+        over = self.overs.any(axis=0)
+        found_rows, found_cols = kernels.collect_top(
+            self.scores, self.columns, self.fills, lo_np, over
+        )
+        redo = np.flatnonzero(over)
+        if not len(redo):
+            return found_rows, found_cols
+        # Many near-equal scores: those rows in two passes over their scores.
+        scores = rescore(redo).numpy()
+        kb = k[redo]
+        row_kth = kernels.kth_largest(scores, kb).astype(np.float64)
+        row_lo = filters.top_floor(
+            torch.from_numpy(row_kth), self.eps[redo], torch_dtype, torch.from_numpy(kb)
+        ).numpy()[:, None]
+        _, wr, _, wj = kernels.window(
+            scores, row_lo, np.full_like(row_lo, np.inf), cap=int(kb.max()) + kernels.WINDOW_CAP
+        )
+        rows_all = np.concatenate([found_rows, redo[wr]])
+        cols_all = np.concatenate([found_cols, wj])
+        order = np.lexsort((cols_all, rows_all))
+        return rows_all[order], cols_all[order]
