@@ -329,31 +329,37 @@ def summarize(
                 notes.append(f"not held by every run, so not compared: {', '.join(left)}")
     spread: dict[str, dict[str, Interval]] = {r.name: {} for r in loaded}
     if with_intervals:
-        for run in loaded:
-            done = comparison.intervals.get(run.name, {}) if comparison is not None else {}
-            spread[run.name].update({m: i for m, i in done.items() if m in chosen})
-            rest = [
-                m
-                for m in chosen
-                if m not in spread[run.name]
-                and m in data[run.name].values
-                and m in run.metrics
-                and registry.parse_one(m) is not None
-            ]
-            if rest:
-                spread[run.name].update(
-                    intervals(
-                        data[run.name],
-                        metrics=rest,
-                        n_resamples=n_resamples,
-                        confidence=confidence,
-                        seed=seed,
-                    )
-                )
+        statistics = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
+        spread = _intervals(loaded, chosen, comparison, statistics)
     settings = {"confidence": confidence, "n_resamples": n_resamples, "seed": seed}
     if comparison is not None:
         settings.update(test=test, correction=correction, alpha=alpha, baseline=baseline)
     return Summary(tuple(loaded), tuple(chosen), spread, comparison, tuple(notes), settings)
+
+
+def _intervals(
+    loaded: Sequence[ReportRun],
+    chosen: Sequence[str],
+    comparison: Comparison | None,
+    statistics: dict[str, Any],
+) -> dict[str, dict[str, Interval]]:
+    """Each run's interval of every metric ``chosen`` it holds per query: the comparison's where
+    it made them, else [`recallkit.intervals`][recallkit.comparison.intervals]'s."""
+    spread: dict[str, dict[str, Interval]] = {r.name: {} for r in loaded}
+    for run in loaded:
+        done = comparison.intervals.get(run.name, {}) if comparison is not None else {}
+        spread[run.name].update({m: i for m, i in done.items() if m in chosen})
+        rest = [
+            m
+            for m in chosen
+            if m not in spread[run.name]
+            and m in run.data.values
+            and m in run.metrics
+            and registry.parse_one(m) is not None
+        ]
+        if rest:
+            spread[run.name].update(intervals(run.data, metrics=rest, **statistics))
+    return spread
 
 
 # ----------------------------------------------------------------------------------------------
@@ -487,7 +493,7 @@ class Failure:
     nearest_label: Any = None
 
 
-def _query(run: ReportRun, i: int) -> Failure:
+def query_at(run: ReportRun, i: int) -> Failure:
     q = run.record["queries"]
     paths = q.get("paths")
     labels = q.get("labels")
@@ -514,7 +520,7 @@ def failures(run: ReportRun, n: int = 24) -> tuple[list[Failure], int]:
     ranks = np.asarray(run.record["queries"]["first_hit_rank"], dtype=np.int64)
     missed = np.flatnonzero(ranks > 0)
     order = missed[np.lexsort((missed, -ranks[missed]))][: max(n, 0)]
-    return [_query(run, int(i)) for i in order], len(missed)
+    return [query_at(run, int(i)) for i in order], len(missed)
 
 
 def _positions(a: ReportRun, b: ReportRun) -> np.ndarray:
@@ -541,9 +547,41 @@ class OnlyOne:
     count_b: int
 
 
+def most_telling(
+    rows: np.ndarray, other_ranks: np.ndarray, labels: Sequence[Any] | None, n: int
+) -> np.ndarray:
+    """Of the queries ``rows`` (right at rank 0 in one run, at ``other_ranks[rows]`` in the
+    other), the ``n`` that say the most: each class's queries by the other run's rank, largest
+    first (the largest rank change), taken in turn from each class (the classes in order of their
+    largest change, then of their first query), so that the choice spreads over the classes;
+    returned by the other run's rank, largest first, then query order.
+
+    >>> ranks = np.array([0, 9, 1, 5, 7, 2])
+    >>> most_telling(np.arange(1, 6), ranks, ["a", "a", "a", "a", "b", "c"], 3).tolist()
+    [1, 4, 5]
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    if n <= 0 or rows.size == 0:
+        return rows[:0]
+    order = rows[np.lexsort((rows, -other_ranks[rows]))]  # largest change first, then row
+    groups: dict[str, list[int]] = {}
+    for i in order.tolist():
+        groups.setdefault("" if labels is None else _key(labels[i]), []).append(i)
+    chosen: list[int] = []
+    queues = list(groups.values())  # in order of each class's largest change
+    depth = 0
+    while len(chosen) < n and any(depth < len(q) for q in queues):
+        chosen += [q[depth] for q in queues if depth < len(q)][: n - len(chosen)]
+        depth += 1
+    picked = np.asarray(chosen, dtype=np.int64)
+    return picked[np.lexsort((picked, -other_ranks[picked]))]
+
+
 def only_one_right(summary: Summary, n: int = 24) -> list[OnlyOne]:
     """For each pair the comparison made, the queries that only one run gets right at rank 0
-    (recall@1), the first ``n`` of each side in query order, with their counts."""
+    (recall@1), with their counts: of each side the ``n`` that say the most
+    ([`most_telling`][recallkit.reports.data.most_telling]: the largest rank change in the
+    other run, spread over the classes)."""
     if summary.comparison is None:
         return []
     pairs = list(dict.fromkeys((r.a, r.b) for r in summary.comparison.rows))
@@ -558,12 +596,15 @@ def only_one_right(summary: Summary, n: int = 24) -> list[OnlyOne]:
         evaluated = ranks_a >= 0
         only_a = np.flatnonzero(evaluated & right_a & ~right_b)
         only_b = np.flatnonzero(evaluated & right_b & ~right_a)
+        labels = a.record["queries"].get("labels")
+        shown_a = most_telling(only_a, ranks_b, labels, n)
+        shown_b = most_telling(only_b, ranks_a, labels, n)
         out.append(
             OnlyOne(
                 name_a,
                 name_b,
-                [(_query(a, int(i)), int(ranks_b[i])) for i in only_a[:n]],
-                [(_query(b, int(at[i])), int(ranks_a[i])) for i in only_b[:n]],
+                [(query_at(a, int(i)), int(ranks_b[i])) for i in shown_a],
+                [(query_at(b, int(at[i])), int(ranks_a[i])) for i in shown_b],
                 len(only_a),
                 len(only_b),
             )

@@ -6,13 +6,14 @@ better.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from recallkit.comparison import Comparison
 from recallkit.reports.data import Summary, direction
@@ -40,6 +41,24 @@ COLOURS = (
 )
 SIGNIFICANT = "#c0392b"
 NOT_SIGNIFICANT = "#7f7f7f"
+#: matplotlib's settings while a figure is built and drawn: text as it is written, so that a run
+#: name, tag or metric with ``$`` is never read as mathtext (nor as LaTeX).
+PLAIN_TEXT = {"text.parse_math": False, "text.usetex": False}
+
+_Draw = TypeVar("_Draw", bound=Callable[..., Any])
+
+
+def plain_text(draw: _Draw) -> _Draw:
+    """``draw`` run under [`PLAIN_TEXT`][recallkit.reports.figures.PLAIN_TEXT]."""
+
+    @functools.wraps(draw)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        import matplotlib
+
+        with matplotlib.rc_context(PLAIN_TEXT):
+            return draw(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _recall_k(name: str) -> int | None:
@@ -49,6 +68,7 @@ def _recall_k(name: str) -> int | None:
     return metric.k if isinstance(metric, Recall) else None
 
 
+@plain_text
 def recall_curves(summary: Summary) -> Figure | None:
     """recall@K against K, one line per run with its bootstrap intervals, on one figure;
     ``None`` when no run holds a recall@K."""
@@ -64,6 +84,7 @@ def recall_curves(summary: Summary) -> Figure | None:
     fig = Figure(figsize=(6.4, 3.8), dpi=100, layout="constrained")
     ax = fig.add_subplot()
     ks = sorted({k for _, points in curves for k, _ in points})
+    handles = []
     for i, (name, points) in enumerate(curves):
         x = [k for k, _ in points]
         y = [summary.value(name, m) for _, m in points]
@@ -76,15 +97,17 @@ def recall_curves(summary: Summary) -> Figure | None:
             for y_, (_, m) in zip(y, points, strict=True)
         ]
         err = None if not spread else [[max(v, 0.0) for v in low], [max(v, 0.0) for v in high]]
-        ax.errorbar(
-            x,
-            y,
-            yerr=err,
-            marker="o",
-            capsize=3,
-            label=name,
-            color=COLOURS[i % len(COLOURS)],
-            clip_on=False,
+        handles.append(
+            ax.errorbar(
+                x,
+                y,
+                yerr=err,
+                marker="o",
+                capsize=3,
+                label=name,
+                color=COLOURS[i % len(COLOURS)],
+                clip_on=False,
+            )
         )
     if len(ks) > 1 and ks[-1] / ks[0] >= 10:
         ax.set_xscale("log")
@@ -97,10 +120,19 @@ def recall_curves(summary: Summary) -> Figure | None:
     bars = f", bars: {conf} bootstrap intervals" if any(summary.intervals.values()) else ""
     who = curves[0][0] if len(curves) == 1 else f"{len(curves)} runs"
     ax.set_title(f"recall@K of {who}{bars}", fontsize="medium")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", borderaxespad=0)
+    # Handles and names given: a name that begins with "_" is still in the legend.
+    ax.legend(
+        handles,
+        [name for name, _ in curves],
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize="small",
+        borderaxespad=0,
+    )
     return fig
 
 
+@plain_text
 def difference_figure(comparison: Comparison, metrics: Sequence[str] | None = None) -> Figure:
     """Per metric, each pair's difference ``a - b`` with its paired bootstrap interval: filled
     red when significant, hollow grey when not; the zero line marks no difference, and the
@@ -155,6 +187,7 @@ def difference_figure(comparison: Comparison, metrics: Sequence[str] | None = No
 _XML_HEAD = re.compile(r"^.*?(?=<svg)", re.S)
 
 
+@plain_text
 def svg(fig: Figure, title: str) -> str:
     """The figure as inline SVG text (no XML prologue; text kept as text, so that it is
     searchable and small), labelled ``title`` for screen readers."""
@@ -169,6 +202,7 @@ def svg(fig: Figure, title: str) -> str:
     return text.replace("<svg ", f'<svg role="img" aria-label="{escape(title)}" ', 1)
 
 
+@plain_text
 def save(fig: Figure, out: str | os.PathLike[str]) -> Path:
     """Write ``fig`` to ``out`` (``.png``, ``.svg`` or ``.pdf``, by its extension), atomically."""
     out = Path(out)

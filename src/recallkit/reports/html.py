@@ -22,7 +22,11 @@ import io
 import json
 import math
 import os
+import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from dataclasses import field as default
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,12 +34,14 @@ from typing import Any
 from recallkit import metrics as registry
 from recallkit.reports.data import (
     Failure,
+    OnlyOne,
     ReportRun,
     Summary,
     by_class,
     direction,
     failures,
     only_one_right,
+    query_at,
 )
 from recallkit.reports.tables import legend
 
@@ -83,61 +89,178 @@ def _full(value: float | None) -> str:
 
 
 # ----------------------------------------------------------------------------------------------
-# Thumbnails.
+# Thumbnails: read only from inside the run file's folder or a folder the caller names.
 
 
-def image_roots(run: ReportRun, given: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
-    """The folders a run's query paths may be relative to: those ``given``, the image folder or
-    manifest the run file records (``sources``), relative to the current folder or to the run
-    file's, and the run file's folder."""
-    roots = [Path(p) for p in given]
-    sources = run.record.get("sources") or {}
-    options = sources.get("options") if isinstance(sources.get("options"), dict) else {}
-    named = [sources.get("images"), options.get("images"), options.get("query")]
-    named.append(options.get("root"))
-    bases = [Path.cwd()] + ([run.path.parent] if run.path is not None else [])
-    for value in named:
-        if not isinstance(value, str) or not value:
-            continue
-        for base in bases:
-            candidate = base / value
-            roots.append(candidate.parent if candidate.is_file() else candidate)
-    if run.path is not None:
-        roots.append(run.path.parent)
-    return list(dict.fromkeys(r for r in roots if r.is_dir()))
-
-
-class Thumbnails:
-    """``data:`` URIs of query images, when the files exist and Pillow is installed."""
-
-    def __init__(self) -> None:
-        self._cache: dict[Path, str | None] = {}
-        try:
-            from PIL import Image  # noqa: F401
-        except ImportError:
-            self.available = False
-        else:
-            self.available = True
-
-    def uri(self, path: str | None, roots: Sequence[Path]) -> str | None:
-        if not self.available or not path:
-            return None
-        for root in roots:
-            candidate = root / path
-            if candidate.is_file():
-                if candidate not in self._cache:
-                    self._cache[candidate] = _thumbnail(candidate)
-                return self._cache[candidate]
+def _resolved(path: str | os.PathLike[str]) -> Path | None:
+    """``path`` with its links resolved, or ``None`` when it cannot be (a name too long, a
+    null byte, a loop of links)."""
+    try:
+        return Path(path).resolve()
+    except (OSError, ValueError, RuntimeError):
         return None
 
 
+def _test(check: Callable[[], bool]) -> bool:
+    """``check()``, false where the file system refuses the question (a name too long)."""
+    try:
+        return check()
+    except (OSError, ValueError):
+        return False
+
+
+@dataclass(frozen=True)
+class ImageRoots:
+    """Where a run's query images are looked for, and the only folders they are read from."""
+
+    #: The folders the queries' paths are tried against, in order (links resolved).
+    search: tuple[Path, ...]
+    #: The folders a thumbnail may be read from: the run file's and those given (links resolved).
+    allowed: tuple[Path, ...]
+    #: The image folders the run file records that lie outside ``allowed`` (not searched).
+    refused: tuple[str, ...] = ()
+
+
+def image_roots(run: ReportRun, given: Sequence[str | os.PathLike[str]] = ()) -> ImageRoots:
+    """The folders ``run``'s query paths may be relative to, and those images may be read from.
+
+    Images are read only from inside the folders ``given`` (``--images``) and the run file's own
+    folder, after links are resolved; the image folder or manifest the run file records
+    (``sources``, relative to the run file) is searched when it lies inside them.
+
+    Parameters
+    ----------
+    run : ReportRun
+        The run (its record's ``sources`` and its file).
+    given : sequence of path-like
+        Folders the caller names.
+
+    Returns
+    -------
+    ImageRoots
+        The folders searched, those allowed, and the recorded folders refused.
+    """
+    given_dirs = [r for r in map(_resolved, given) if r is not None and _test(r.is_dir)]
+    own = None if run.path is None else _resolved(run.path.parent)
+    own = own if own is not None and _test(own.is_dir) else None
+    allowed = list(dict.fromkeys(given_dirs + ([own] if own is not None else [])))
+    search, refused = list(given_dirs), []
+    sources = run.record.get("sources") if isinstance(run.record.get("sources"), dict) else {}
+    options = sources.get("options") if isinstance(sources.get("options"), dict) else {}
+    named = [sources.get("images"), options.get("images"), options.get("query")]
+    named.append(options.get("root"))
+    for value in named:
+        if not isinstance(value, str) or not value or run.path is None:
+            continue
+        candidate = _resolved(run.path.parent / value)
+        if candidate is None:
+            continue
+        if not any(candidate.is_relative_to(a) for a in allowed):
+            refused.append(value)
+            continue
+        if _test(candidate.is_file):
+            candidate = candidate.parent
+        if _test(candidate.is_dir):
+            search.append(candidate)
+    if own is not None:
+        search.append(own)
+    return ImageRoots(tuple(dict.fromkeys(search)), tuple(allowed), tuple(dict.fromkeys(refused)))
+
+
+#: Why a query shown has no thumbnail, as the page's note says it.
+_WHY = {
+    "no path": "have no image path (saved arrays or in-memory images)",
+    "not found": "are not found in the run file's folder or the image folder it records "
+    "(name the folder with --images)",
+    "outside": "lie outside the run file's folder and the folders named with --images, so they "
+    "are not read (name their folder with --images to show them)",
+    "not an image": "do not name an image file (by their extension), so they are not read",
+    "unreadable": "cannot be read as images",
+}
+
+
+class Thumbnails:
+    """``data:`` URIs of query images, when Pillow is installed and the files are images inside
+    the folders a run allows ([`image_roots`][recallkit.reports.html.image_roots]); what was not
+    shown is counted for the page's note."""
+
+    def __init__(self, roots: dict[str, ImageRoots]) -> None:
+        self.roots = roots
+        self._cache: dict[Path, str | None] = {}
+        self._found: dict[tuple[str, str | None], tuple[str | None, str]] = {}
+        #: Per run and query path: ``"shown"`` or why not (``_WHY``).
+        self.outcomes: dict[tuple[str, str | None], str] = {}
+        try:
+            from PIL import Image
+        except ImportError:
+            self.available = False
+            self.extensions: set[str] = set()
+        else:
+            self.available = True
+            self.extensions = set(Image.registered_extensions())
+
+    def uri(self, run: str, path: str | None, *, counted: bool = True) -> str | None:
+        """The thumbnail of the query image ``path`` of ``run`` (``None`` when not shown)."""
+        if not self.available:
+            return None
+        key = (run, path)
+        if key not in self._found:
+            self._found[key] = self._find(self.roots[run], path)
+        uri, outcome = self._found[key]
+        if counted:
+            self.outcomes[(run, path)] = outcome
+        return uri
+
+    def _find(self, roots: ImageRoots, path: str | None) -> tuple[str | None, str]:
+        if not path:
+            return None, "no path"
+        outside = False
+        for root in roots.search:
+            real = _resolved(root / path)
+            if real is None:
+                continue
+            if not any(real.is_relative_to(a) for a in roots.allowed):
+                outside = True  # not even asked whether it exists
+                continue
+            if real.suffix.lower() not in self.extensions:
+                return None, "not an image"
+            if _test(real.is_file):
+                if real not in self._cache:
+                    self._cache[real] = _thumbnail(real)
+                uri = self._cache[real]
+                return uri, "shown" if uri else "unreadable"
+        return None, "outside" if outside else "not found"
+
+    def note(self) -> str | None:
+        """What the page says of the queries shown without a thumbnail (``None``: none)."""
+        counts = Counter(self.outcomes.values())
+        missing = len(self.outcomes) - counts["shown"]
+        refused = sorted({v for r in self.roots.values() for v in r.refused})
+        if not missing and not refused:
+            return None
+        parts = [f"{counts[k]} {why}" for k, why in _WHY.items() if counts[k]]
+        text = f"{missing} of the {len(self.outcomes)} queries shown have no thumbnail"
+        text += (": " + "; ".join(parts)) if parts else ""
+        if refused:
+            text += (
+                f". The image folder{'s' if len(refused) > 1 else ''} "
+                f"{', '.join(repr(v) for v in refused)} that a run file records lie"
+                f"{'' if len(refused) > 1 else 's'} outside its folder: not searched"
+            )
+        return text + "."
+
+
 def _thumbnail(path: Path) -> str | None:
+    """The thumbnail of the image file ``path`` as a ``data:`` URI, ``None`` when it cannot be
+    read as an image (a decoder's error of any kind, or a decompression bomb)."""
     from PIL import Image
 
     try:
-        with Image.open(path) as opened:
-            image = opened.convert("RGB")
-    except (OSError, ValueError, Image.DecompressionBombError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as opened:
+                image = opened.convert("RGB")
+    except Exception:  # a decoder reading any bytes may raise anything
         return None
     small = max(image.size) < THUMB // 2
     if small:  # digits of 8×8: scaled up without blurring, kept as PNG
@@ -488,24 +611,104 @@ def _class_blob(summary: Summary, classes: dict[str, list[Any]]) -> dict[str, An
     }
 
 
-def _card(query: Failure, image: str | None, lines: Sequence[str], wrong: str | None = None) -> str:
-    picture = (
-        f'<img alt="{_e(query.id)}" src="{image}">'
-        if image
-        else f'<div class="noimg" title="{_e(query.id)}">{_e(query.id)}</div>'
-    )
+# ----------------------------------------------------------------------------------------------
+# Queries: the failures and the queries one run only gets right.
+
+
+@dataclass
+class _Page:
+    """What the sections of one page read: computed once, each optional part decided once."""
+
+    summary: Summary
+    classes: dict[str, list[Any]]
+    thumbs: Thumbnails
+    #: Per run: its worst queries and the number missed at rank 0.
+    failures: dict[str, tuple[list[Failure], int]]
+    #: The queries one run of a pair only gets right.
+    only: list[OnlyOne]
+    shown: int
+    #: matplotlib is installed.
+    plots: bool
+    blob: dict[str, Any] | None = None
+    examples: dict[str, dict[str, list[Failure]]] = default(default_factory=dict)
+
+
+def _examples(run: ReportRun) -> dict[str, list[Failure]]:
+    """Per label (its JSON text), the first few queries of ``run`` that carry it: where the card
+    of a missed query finds a picture of the class it was taken for."""
+    labels = run.record["queries"].get("labels")
+    out: dict[str, list[Failure]] = {}
+    for i, label in enumerate(labels or ()):
+        found = out.setdefault(json.dumps(label, sort_keys=True), [])
+        if len(found) < 4:
+            found.append(query_at(run, i))
+    return out
+
+
+def _example_image(page: _Page, run: str, label: Any) -> str | None:
+    """A thumbnail of a query of ``run`` labelled ``label`` (``None`` when none can be shown)."""
+    if label is None or not page.thumbs.available:
+        return None
+    if run not in page.examples:
+        page.examples[run] = _examples(page.summary.run(run))
+    for q in page.examples[run].get(json.dumps(label, sort_keys=True), ()):
+        image = page.thumbs.uri(run, q.path, counted=False)
+        if image:
+            return image
+    return None
+
+
+def _image(alt: str, image: str | None, title: str = "") -> str:
+    if image:
+        return f'<img alt="{_e(alt)}" title="{_e(title or alt)}" src="{image}">'
+    return f'<div class="noimg" title="{_e(title or alt)}">no image</div>'
+
+
+def _card(q: Failure, image: str | None, lines: Sequence[str], beside: str = "") -> str:
+    """One query's card: its thumbnail (and ``beside`` it, what it was taken for), its lines."""
     body = "".join(f"<div>{line}</div>" for line in lines)
-    if wrong:
-        body += f'<div class="wrong">{wrong}</div>'
-    return f'<figure class="card" data-query="{_e(query.id)}">{picture}{body}</figure>'
+    pictures = f"<div class='pictures'>{_image(q.id, image)}{beside}</div>"
+    cls = "card pair" if beside else "card"
+    return f'<figure class="{cls}" data-query="{_e(q.id)}">{pictures}{body}</figure>'
 
 
-def _failure_gallery(
-    summary: Summary, thumbs: Thumbnails, roots: dict[str, list[Path]], count: int
-) -> str:
-    parts = []
-    for run in summary.runs:
-        shown, missed = failures(run, count)
+def _compact(head: Sequence[str], rows: Sequence[Sequence[Any]], attrs: str) -> str:
+    """Queries without images as a compact table, not a wall of placeholders."""
+    return _scroll(_table(head, rows, {0, 1, 3}, attrs=f'class="compact" {attrs}'))
+
+
+def _failure_cards(page: _Page, run: str, shown: Sequence[Failure]) -> str:
+    images = [page.thumbs.uri(run, q.path) for q in shown]
+    if not any(images):
+        rows = [[q.id, _label(q.label), q.first_hit_rank, _label(q.nearest_label)] for q in shown]
+        head = ["query", "label", "first hit: rank", "nearest item's label"]
+        return _compact(head, rows, f'data-run="{_e(run)}"')
+    cards = []
+    for q, image in zip(shown, images, strict=True):
+        lines = [f'<span class="lab">{_e(_label(q.label))}</span>', _e(q.id)]
+        lines.append(f"first hit: rank {q.first_hit_rank}")
+        beside = ""
+        if q.nearest_label is not None:
+            lines.append(f'<span class="wrong">nearest: {_e(_label(q.nearest_label))}</span>')
+            example = _example_image(page, run, q.nearest_label)
+            if example is not None and q.nearest_label != q.label:
+                what = f"a query of {_label(q.nearest_label)}, the class of the nearest item"
+                beside = _image(what, example)
+        cards.append(_card(q, image, lines, beside))
+    return '<div class="gallery">' + "".join(cards) + "</div>"
+
+
+def _failures_section(page: _Page) -> str:
+    parts = [
+        "<p class='note'>The evaluated queries whose first relevant gallery item ranks lowest "
+        "(0-indexed: rank 0 is the nearest), each with its label and the label of its nearest "
+        "gallery item; beside the query, a query of that class (the run file records the "
+        "nearest item's class, not the item)"
+        + ("" if page.thumbs.available else " (thumbnails need Pillow)")
+        + ".</p>"
+    ]
+    for run in page.summary.runs:
+        shown, missed = page.failures[run.name]
         total = int(run.record.get("num_evaluated") or 0) or len(run.record["queries"]["ids"])
         parts.append(
             f"<h3>{_e(run.name)}: {missed} of {total} queries missed at rank 0; the "
@@ -514,36 +717,54 @@ def _failure_gallery(
         if not shown:
             parts.append("<p>No query misses: every nearest gallery item is relevant.</p>")
             continue
-        cards = []
-        for q in shown:
-            lines = [f'<span class="lab">{_e(_label(q.label))}</span>', _e(q.id)]
-            lines.append(f"first hit: rank {q.first_hit_rank}")
-            wrong = None
-            if q.nearest_label is not None:
-                wrong = f"nearest: {_e(_label(q.nearest_label))}"
-            cards.append(_card(q, thumbs.uri(q.path, roots[run.name]), lines, wrong))
-        parts.append('<div class="gallery">' + "".join(cards) + "</div>")
+        parts.append(_failure_cards(page, run.name, shown))
     return "".join(parts)
 
 
-def _only_one(summary: Summary, thumbs: Thumbnails, roots: dict[str, list[Path]], n: int) -> str:
-    parts = []
-    for pair in only_one_right(summary, n):
+def _only_one_side(page: _Page, winner: str, loser: str, listed: Sequence[Any]) -> str:
+    images = [page.thumbs.uri(winner, q.path) for q, _ in listed]
+    if not any(images):
+        rows = [[q.id, _label(q.label), other] for q, other in listed]
+        return _compact(["query", "label", f"{loser}: rank"], rows, f'data-run="{_e(winner)}"')
+    cards = []
+    for (q, other), image in zip(listed, images, strict=True):
+        lines = [f'<span class="lab">{_e(_label(q.label))}</span>', _e(q.id)]
+        lines.append(f"{_e(loser)}: rank {other}")
+        cards.append(_card(q, image, lines))
+    return '<div class="gallery">' + "".join(cards) + "</div>"
+
+
+def _only_one_section(page: _Page) -> str | None:
+    if page.summary.comparison is None:
+        return None
+    parts = [
+        (
+            "<p class='note'>Queries whose nearest gallery item is relevant in one run and "
+            "not in the other (recall@1), with the other run's rank of the first relevant item. "
+            f"Where there are more than {page.shown}, those shown say the most: the queries the "
+            "other run ranks worst (the largest rank change), taken in turn from each class "
+            "(classes in the order of their largest change) so that they spread over the "
+            "classes, then shown by that rank, largest first.</p>"
+        )
+    ]
+    for pair in page.only:
         for winner, loser, listed, total in (
             (pair.a, pair.b, pair.only_a, pair.count_a),
             (pair.b, pair.a, pair.only_b, pair.count_b),
         ):
-            more = f"; the first {len(listed)}" if total > len(listed) else ""
+            classes = len({json.dumps(q.label, sort_keys=True) for q, _ in listed})
+            more = (
+                f"; the {len(listed)} that say the most, from {classes} "
+                f"class{'' if classes == 1 else 'es'}"
+                if total > len(listed)
+                else ""
+            )
             parts.append(
                 f"<h3>right at rank 0 in {_e(winner)}, not in {_e(loser)}: {total} "
                 f"quer{'y' if total == 1 else 'ies'}{more}</h3>"
             )
-            cards = []
-            for q, other in listed:
-                lines = [f'<span class="lab">{_e(_label(q.label))}</span>', _e(q.id)]
-                lines.append(f"{_e(loser)}: rank {other}")
-                cards.append(_card(q, thumbs.uri(q.path, roots[winner]), lines))
-            parts.append('<div class="gallery">' + "".join(cards) + "</div>")
+            if listed:
+                parts.append(_only_one_side(page, winner, loser, listed))
     return "".join(parts)
 
 
@@ -582,13 +803,166 @@ def _definitions(summary: Summary) -> str:
     return "".join(parts)
 
 
+# ----------------------------------------------------------------------------------------------
+# The page: a table of sections, each decided once.
+
+
+def _findings_section(page: _Page) -> str:
+    return _findings(page.summary, page.classes)
+
+
+def _runs_section(page: _Page) -> str:
+    return _runs_table(page.summary)
+
+
+def _notes(summary: Summary) -> str:
+    return "".join(f"<p class='note'>Note: {_e(n)}</p>" for n in summary.notes)
+
+
+def _metrics_section(page: _Page) -> str:
+    summary = page.summary
+    return "".join(
+        [
+            "<p class='note'>" + _e(" ".join(legend(summary, "ci"))) + "</p>",
+            _metrics_table(summary),
+            "<h3>Intervals and tie bounds</h3>",
+            (
+                "<p class='note'>Each value with its bootstrap interval (over the queries, or the "
+                "classes of a class average) and its tie bounds: the value with every exact tie "
+                "broken against the queries (worst) and in their favour (best); equal to the value "
+                "when no tie matters.</p>"
+            ),
+            _detail_table(summary),
+            _notes(summary) if summary.comparison is None else "",
+        ]
+    )
+
+
+def _differences_section(page: _Page) -> str | None:
+    c = page.summary.comparison
+    if c is None:
+        return None
+    if page.plots:
+        from recallkit.reports.figures import difference_figure, svg
+
+        chart = f"<div class='figure'>{svg(difference_figure(c), 'paired differences')}</div>"
+    else:
+        chart = "<p class='note'>(The chart of the differences needs matplotlib.)</p>"
+    return "".join(
+        [
+            (
+                f"<p class='note'>Each pair's difference a − b with its {100 * c.confidence:g}% "
+                "paired bootstrap interval; p from the paired test, adjusted for the pairs of "
+                "each metric; significant rows are shaded. ‘Right in a only’ counts the queries "
+                "that run a finds a relevant item for within K and run b does not (recall@K).</p>"
+            ),
+            chart,
+            _differences(page.summary),
+            _notes(page.summary),
+        ]
+    )
+
+
+def _curves_section(page: _Page) -> str | None:
+    if not page.plots:
+        return None
+    from recallkit.reports.figures import recall_curves, svg
+
+    curves = recall_curves(page.summary)
+    if curves is None:
+        return None
+    return f"<div class='figure'>{svg(curves, 'recall@K of every run')}</div>"
+
+
+def _classes_section(page: _Page) -> str | None:
+    blob = page.blob
+    if blob is None:
+        return None
+    first = page.summary.metrics[0] if page.summary.metrics else ""
+    chooser = ""
+    if len(blob["runs"]) > 1:
+        options = "".join(f"<option>{_e(n)}</option>" for n in blob["runs"])
+        chooser = f"<label>run <select id='class-run'>{options}</select></label>"
+    return "".join(
+        [
+            (
+                f"<p class='note'>Every query class with each metric over its queries, sorted by "
+                f"{_e(first)}, worst first: the worst classes are on top. Click a column header to "
+                "sort by it (again to reverse). ‘Most confused with’ is the class that the nearest "
+                "gallery item of the class's missed queries most often has.</p>"
+            ),
+            f"<div class='controls'>{chooser}{PAGER_FILTER}<span id='class-count'></span>",
+            f"{PAGER}</div>",
+            _scroll("<table id='class-table'><thead></thead><tbody></tbody></table>"),
+        ]
+    )
+
+
+def _definitions_section(page: _Page) -> str:
+    return _definitions(page.summary)
+
+
+#: The page's sections in order: anchor, title, and what draws it (``None``: not on this page).
+SECTIONS: tuple[tuple[str, str, Callable[[_Page], str | None]], ...] = (
+    ("findings", "At a glance", _findings_section),
+    ("runs", "Runs", _runs_section),
+    ("metrics", "Metrics", _metrics_section),
+    ("differences", "Differences", _differences_section),
+    ("curves", "recall@K", _curves_section),
+    ("classes", "Classes", _classes_section),
+    ("failures", "Failures", _failures_section),
+    ("only-one", "Right in one run only", _only_one_section),
+    ("definitions", "Definitions", _definitions_section),
+)
+
+
 def _blob(data: dict[str, Any]) -> str:
+    """``data`` as JSON text that is safe inside a ``<script>`` element: ``<``, ``>`` and ``&``
+    written as ``\\u003c``-style escapes (valid JSON that no ``</script>`` or ``<!--`` ends)."""
     text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+    for c in "<>&\u2028\u2029":
+        text = text.replace(c, f"\\u{ord(c):04x}")
+    return text
 
 
 def _asset(name: str) -> str:
     return resources.files("recallkit.reports").joinpath(f"assets/{name}").read_text("utf-8")
+
+
+def _has_matplotlib(log: Callable[[str], None] | None) -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        if log is not None:
+            log("matplotlib is not installed: the report has no figures (pip install matplotlib)")
+        return False
+    return True
+
+
+def _page(
+    summary: Summary, image_root: Sequence[str | os.PathLike[str]], shown: int, plots: bool
+) -> _Page:
+    """Everything the sections read, with the thumbnails of every query shown looked up once."""
+    classes = {run.name: by_class(run, summary.metrics) for run in summary.runs}
+    roots = {run.name: image_roots(run, image_root) for run in summary.runs}
+    page = _Page(
+        summary,
+        classes,
+        Thumbnails(roots),
+        {run.name: failures(run, shown) for run in summary.runs},
+        only_one_right(summary, shown),
+        shown,
+        plots,
+        _class_blob(summary, classes),
+    )
+    for name, (listed, _) in page.failures.items():
+        for q in listed:
+            page.thumbs.uri(name, q.path)
+    for pair in page.only:
+        for winner, listed in ((pair.a, pair.only_a), (pair.b, pair.only_b)):
+            for q, _ in listed:
+                page.thumbs.uri(winner, q.path)
+    return page
 
 
 def render_html(
@@ -600,133 +974,45 @@ def render_html(
 ) -> str:
     """The report of ``summary`` as one self-contained HTML page (module docstring).
 
-    ``image_root`` adds folders the queries' paths are relative to (by default those the run
-    files record, relative to the current folder or the run file's); ``failures_shown`` is the
-    number of worst queries per run, and of queries per side of each pair that only one run
-    gets right.
-    """
-    from recallkit.reports.figures import difference_figure, recall_curves, svg
+    Parameters
+    ----------
+    summary : Summary
+        The runs and their statistics ([`summarize`][recallkit.reports.data.summarize]).
+    image_root : sequence of path-like, default ()
+        Folders the queries' paths are relative to, beside the image folder a run file records;
+        thumbnails are read only from these folders and each run file's own
+        ([`image_roots`][recallkit.reports.html.image_roots]).
+    failures_shown : int, default 24
+        The worst queries shown per run, and the queries per side of each pair that only one
+        run gets right.
+    log : callable, optional
+        Called with each note for the reader (a missing package, thumbnails not shown).
 
-    title = _title(summary)
-    classes = {run.name: by_class(run, summary.metrics) for run in summary.runs}
-    thumbs = Thumbnails()
-    roots = {run.name: image_roots(run, image_root) for run in summary.runs}
-    c = summary.comparison
-    nav = [("findings", "At a glance"), ("runs", "Runs"), ("metrics", "Metrics")]
-    if c is not None:
-        nav.append(("differences", "Differences"))
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        plots = False
+    Returns
+    -------
+    str
+        The page.
+    """
+    page = _page(summary, image_root, failures_shown, _has_matplotlib(log))
+    drawn = [(key, title, draw(page)) for key, title, draw in SECTIONS]
+    drawn = [(key, title, body) for key, title, body in drawn if body is not None]
+    missing = page.thumbs.note()
+    if missing is not None:
         if log is not None:
-            log("matplotlib is not installed: the report has no figures (pip install matplotlib)")
-    else:
-        plots = True
-    curves = recall_curves(summary) if plots else None
-    if curves is not None:
-        nav.append(("curves", "recall@K"))
-    blob = _class_blob(summary, classes)
-    if blob is not None:
-        nav.append(("classes", "Classes"))
-    nav.append(("failures", "Failures"))
-    if c is not None:
-        nav.append(("only-one", "Right in one run only"))
-    nav.append(("definitions", "Definitions"))
-    body = [
-        f"<nav>{''.join(f'<a href=#{k}>{_e(v)}</a>' for k, v in nav)}</nav><main>",
-        f"<h1>{_e(title)}</h1>",
-        f"<p class='muted'>{_e(_subtitle(summary))}</p>",
-        "<h2 id='findings'>At a glance</h2>",
-        _findings(summary, classes),
-        "<h2 id='runs'>Runs</h2>",
-        _runs_table(summary),
-        "<h2 id='metrics'>Metrics</h2>",
-        "<p class='note'>" + _e(" ".join(legend(summary, "ci"))) + "</p>",
-        _metrics_table(summary),
-        "<h3>Intervals and tie bounds</h3>",
-        (
-            "<p class='note'>Each value with its bootstrap interval (over the queries, or the "
-            "classes of a class average) and its tie bounds: the value with every exact tie "
-            "broken against the queries (worst) and in their favour (best); equal to the value "
-            "when no tie matters.</p>"
-        ),
-        _detail_table(summary),
-    ]
-    if c is not None:
-        chart = (
-            f"<div class='figure'>{svg(difference_figure(c), 'paired differences')}</div>"
-            if plots
-            else "<p class='note'>(The chart of the differences needs matplotlib.)</p>"
-        )
-        body += [
-            "<h2 id='differences'>Differences</h2>",
-            (
-                f"<p class='note'>Each pair's difference a − b with its {100 * c.confidence:g}% "
-                "paired bootstrap interval; p from the paired test, adjusted for the pairs of "
-                "each metric; significant rows are shaded. ‘Right in a only’ counts the queries "
-                "that run a finds a relevant item for within K and run b does not (recall@K).</p>"
-            ),
-            chart,
-            _differences(summary),
-        ]
-        for note in summary.notes:
-            body.append(f"<p class='note'>Note: {_e(note)}</p>")
-    elif summary.notes:
-        body += [f"<p class='note'>Note: {_e(n)}</p>" for n in summary.notes]
-    if curves is not None:
-        body += [
-            "<h2 id='curves'>recall@K</h2>",
-            f"<div class='figure'>{svg(curves, 'recall@K of every run')}</div>",
-        ]
-    if blob is not None:
-        first = summary.metrics[0] if summary.metrics else ""
-        chooser = ""
-        if len(blob["runs"]) > 1:
-            options = "".join(f"<option>{_e(n)}</option>" for n in blob["runs"])
-            chooser = f"<label>run <select id='class-run'>{options}</select></label>"
-        body += [
-            "<h2 id='classes'>Classes</h2>",
-            (
-                f"<p class='note'>Every query class with each metric over its queries, sorted by "
-                f"{_e(first)}, worst first: the worst classes are on top. Click a column header "
-                "to sort by it (again to reverse). ‘Most confused with’ is the class that the "
-                "nearest gallery item of the class's missed queries most often has.</p>"
-            ),
-            "<div class='controls'>",
-            chooser,
-            PAGER_FILTER,
-            "<span id='class-count'></span>",
-            PAGER,
-            "</div>",
-            _scroll("<table id='class-table'><thead></thead><tbody></tbody></table>"),
-        ]
-    body += [
-        "<h2 id='failures'>Failures</h2>",
-        (
-            "<p class='note'>The evaluated queries whose first relevant gallery item ranks "
-            "lowest (0-indexed: rank 0 is the nearest), each with its label and the label of its "
-            "nearest gallery item" + ("" if thumbs.available else " (thumbnails need Pillow)")
-        )
-        + ".</p>",
-        _failure_gallery(summary, thumbs, roots, failures_shown),
-    ]
-    if c is not None:
-        body += [
-            "<h2 id='only-one'>Right in one run only</h2>",
-            (
-                "<p class='note'>Queries whose nearest gallery item is relevant in one run and "
-                "not in the other (recall@1), with the other run's rank of the first relevant "
-                "item.</p>"
-            ),
-            _only_one(summary, thumbs, roots, failures_shown),
-        ]
-    body += ["<h2 id='definitions'>Definitions</h2>", _definitions(summary)]
-    body.append(f"<footer class='note'><p>Written by recallkit {_e(_version())}.</p></footer>")
-    body.append("</main>")
-    data = {"title": title, "runs": summary.names, "classes": blob}
-    if log is not None and not thumbs.available:
+            log(f"thumbnails: {missing}")
+        at = next(i for i, (key, _, _) in enumerate(drawn) if key == "failures")
+        key, title, body = drawn[at]
+        drawn[at] = (key, title, f"<p class='note'>Thumbnails: {_e(missing)}</p>{body}")
+    if log is not None and not page.thumbs.available:
         log("Pillow is not installed: the failure gallery shows the queries' ids, no thumbnails")
+    title = _title(summary)
+    body = [
+        f"<nav>{''.join(f'<a href=#{k}>{_e(t)}</a>' for k, t, _ in drawn)}</nav><main>",
+        f"<h1>{_e(title)}</h1><p class='muted'>{_e(_subtitle(summary))}</p>",
+        *(f"<h2 id='{key}'>{_e(t)}</h2>{section}" for key, t, section in drawn),
+        f"<footer class='note'><p>Written by recallkit {_e(_version())}.</p></footer></main>",
+    ]
+    data = {"title": title, "runs": summary.names, "classes": page.blob}
     return "".join(
         [
             "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>",

@@ -16,7 +16,8 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from recallkit.reports.data import Summary, direction, summarize
@@ -111,9 +112,15 @@ def _cells(summary: Summary, intervals: str, digits: int, style: dict[str, Any])
 
 
 def legend(
-    summary: Summary, intervals: str = "none", *, arrow: str = "↓", pm: str = "±"
+    summary: Summary,
+    intervals: str = "none",
+    *,
+    arrow: str = "↓",
+    pm: str = "±",
+    name: Callable[[str], str] = str,
 ) -> list[str]:
-    """The sentences that explain a table's marks: bold, the arrow, letters, intervals."""
+    """The sentences that explain a table's marks: bold, the arrow, letters, intervals (a run's
+    name written by ``name``, the format's escape)."""
     lower = any(direction(m) == "lower" for m in summary.metrics)
     if len(summary.runs) > 1:
         out = [
@@ -124,7 +131,7 @@ def legend(
         out = [f"{arrow}: lower is better."] if lower else []
     c = summary.comparison
     if c is not None:
-        against = f" (each run against {c.baseline} only)" if c.baseline else ""
+        against = f" (each run against {name(c.baseline)} only)" if c.baseline else ""
         correction = (
             "adjusted by Holm's method over the pairs of each metric"
             if c.correction == "holm"
@@ -148,8 +155,31 @@ def legend(
     return out
 
 
-def _markdown_escape(text: str) -> str:
-    return text.replace("|", "\\|")
+#: What a name becomes in Markdown: HTML's specials as entities (no raw HTML, no autolink), the
+#: marks of emphasis, code, links and table cells escaped by a backslash, line breaks as spaces.
+_MARKDOWN = {
+    "&": "&amp;",
+    "<": "&lt;",
+    ">": "&gt;",
+    "\\": "\\\\",
+    "`": "\\`",
+    "*": "\\*",
+    "_": "\\_",
+    "[": "\\[",
+    "]": "\\]",
+    "|": "\\|",
+    "\n": " ",
+    "\r": " ",
+}
+
+
+def markdown_escape(text: str) -> str:
+    r"""``text`` as Markdown shows it as text, never as markup (HTML, emphasis, links, cells).
+
+    >>> print(markdown_escape("<b>a_b</b> | [x](y)"))
+    &lt;b&gt;a\_b&lt;/b&gt; \| \[x\](y)
+    """
+    return "".join(_MARKDOWN.get(c, c) for c in str(text))
 
 
 def markdown(summary: Summary, *, intervals: str = "none", digits: int = 4) -> str:
@@ -168,14 +198,14 @@ def markdown(summary: Summary, *, intervals: str = "none", digits: int = 4) -> s
     Bold: the best value of each column (↓: lower is better).
     """
     style = {
-        "name": _markdown_escape,
+        "name": markdown_escape,
         "missing": "-",
         "bold": lambda t: f"**{t}**",
         "sup": lambda t: f"<sup>{t}</sup>",
         "small": lambda t: t,
         "pm": "±",
     }
-    head = ["#", "run", *(_markdown_escape(_header(m, "↓")) for m in summary.metrics)]
+    head = ["#", "run", *(markdown_escape(_header(m, "↓")) for m in summary.metrics)]
     lines = [
         "| " + " | ".join(head) + " |",
         "| --- | --- |" + " ---: |" * len(summary.metrics),
@@ -183,7 +213,7 @@ def markdown(summary: Summary, *, intervals: str = "none", digits: int = 4) -> s
     for row in _cells(summary, intervals, digits, style):
         lines.append("| " + " | ".join(row) + " |")
     lines.append("")
-    lines.append(" ".join(legend(summary, intervals)))
+    lines.append(" ".join(legend(summary, intervals, name=markdown_escape)))
     return "\n".join(lines) + "\n"
 
 
@@ -198,6 +228,8 @@ _LATEX = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
+    "\n": " ",  # a line break would end the legend's comment line
+    "\r": " ",
 }
 
 
@@ -244,7 +276,7 @@ def latex(summary: Summary, *, intervals: str = "none", digits: int = 4) -> str:
         for i, h in enumerate(head)
     ]
     lines = ["% recallkit report (needs \\usepackage{booktabs})"]
-    marks = legend(summary, intervals, arrow=r"$\downarrow$", pm=r"$\pm$")
+    marks = legend(summary, intervals, arrow=r"$\downarrow$", pm=r"$\pm$", name=latex_escape)
     lines += [f"% {sentence}" for sentence in marks]
     lines += [
         r"\begin{tabular}{ll" + "r" * len(summary.metrics) + "}",
@@ -262,6 +294,27 @@ def _full(value: float | None) -> str:
     return "" if value is None or math.isnan(value) else repr(float(value))
 
 
+#: A number as a spreadsheet reads one (a negative number stays a number in CSV).
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?inf")
+#: The first characters that make spreadsheet software read a cell as a formula.
+_FORMULA = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def csv_cell(value: str) -> str:
+    """``value`` as a CSV cell that spreadsheet software shows as text, never runs as a
+    formula: a cell that begins with ``=``, ``+``, ``-``, ``@``, a tab or a carriage return,
+    and is not a number, gets a leading apostrophe (OWASP's advice). A carriage return becomes a
+    line break (which the writer quotes; Python's writer leaves a lone ``\\r`` unquoted).
+
+    >>> csv_cell("=cmd|' /C calc'!A0"), csv_cell("-0.25"), csv_cell("-1+1"), csv_cell("a-b")
+    ("'=cmd|' /C calc'!A0", '-0.25', "'-1+1", 'a-b')
+    """
+    value = str(value).replace("\r\n", "\n").replace("\r", "\n")
+    if value.startswith(_FORMULA) and not _NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
 def csv_table(summary: Summary, *, with_intervals: bool = False) -> str:
     """The table as CSV: values at full precision (empty where a run has none); with
     ``with_intervals`` each metric's ``low`` and ``high`` columns, and with a comparison its
@@ -276,7 +329,7 @@ def csv_table(summary: Summary, *, with_intervals: bool = False) -> str:
             head += [f"{m} low", f"{m} high"]
         if compared and m in summary.comparison.metrics:
             head.append(f"{m} better than")
-    writer.writerow(head)
+    writer.writerow([csv_cell(h) for h in head])
     for run in summary.runs:
         row = [run.name]
         for m in summary.metrics:
@@ -286,7 +339,7 @@ def csv_table(summary: Summary, *, with_intervals: bool = False) -> str:
                 row += [_full(spread.low), _full(spread.high)] if spread else ["", ""]
             if compared and m in summary.comparison.metrics:
                 row.append(";".join(summary.beats(run.name, m)))
-        writer.writerow(row)
+        writer.writerow([csv_cell(cell) for cell in row])
     return buffer.getvalue()
 
 

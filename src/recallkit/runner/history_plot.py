@@ -18,6 +18,7 @@ writes anything.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -254,6 +255,21 @@ def _limits(values: Sequence[float]) -> tuple[float, float]:
     return max(0.0, low - margin), high + margin
 
 
+def _plain_text(draw: Callable[..., Any]) -> Callable[..., Any]:
+    """``draw`` run with matplotlib's text drawn as written: a tag, title or metric name with
+    ``$`` is never read as mathtext (nor as LaTeX)."""
+
+    @functools.wraps(draw)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        import matplotlib
+
+        with matplotlib.rc_context({"text.parse_math": False, "text.usetex": False}):
+            return draw(*args, **kwargs)
+
+    return wrapper
+
+
+@_plain_text
 def history_figure(
     records: Sequence[Mapping[str, Any]],
     keys: Sequence[str],
@@ -354,6 +370,7 @@ def plot_title(
     return f"{_listed(keys)} of {len(records)} run{'s' if len(records) != 1 else ''} ({name})"
 
 
+@_plain_text
 def plot_history(
     history: str | os.PathLike[str] | Sequence[Mapping[str, Any]],
     out: str | os.PathLike[str],

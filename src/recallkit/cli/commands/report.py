@@ -106,8 +106,9 @@ def register(subparsers: Any) -> None:
         "--images",
         nargs="+",
         metavar="DIR",
-        help="folders the queries' paths are relative to, for the HTML report's thumbnails "
-        "(default: the image folder the run file records)",
+        help="folders the queries' paths are relative to, for the HTML report's thumbnails; "
+        "images are read only from these folders and each run file's own (default: the image "
+        "folder the run file records, when it lies in the run file's folder)",
     )
     add_quiet(p)
     p.set_defaults(
