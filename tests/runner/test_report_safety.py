@@ -382,3 +382,22 @@ def test_right_in_one_run_only_spreads_over_classes(tmp_path):
         ("q1", 1),
     ]
     assert pair.count_a == 30 and pair.only_b == [] and pair.count_b == 0
+
+
+def test_the_demos_report_spreads_over_classes_and_pairs_each_miss(cli, tmp_path):
+    out = tmp_path / "demo"
+    res = cli("demo", "--fast", "--out", out, "--keep-images", "--quiet")
+    assert res.rc == 0, res.err
+    runs = [out / "epoch-0.json", out / "epoch-1.json"]
+    summary = summarize(runs, n_resamples=100)
+    (pair,) = only_one_right(summary, 24)
+    for listed, total in ((pair.only_a, pair.count_a), (pair.only_b, pair.count_b)):
+        assert len(listed) == min(total, 24)
+        assert len({q.label for q, _ in listed}) >= 3  # at least three classes each way
+        others = [other for _, other in listed]
+        assert others == sorted(others, reverse=True)  # the largest rank change first
+    page, notes, _ = _render(runs)
+    assert notes == []  # every thumbnail shown: no note
+    # Each missed query's card shows it beside a digit of the class it was taken for.
+    assert page.count('<figure class="card pair"') == 2 * 24
+    assert page.count('title="a query of ') == 2 * 24
