@@ -391,7 +391,7 @@ def by_class(run: ReportRun, metrics: Sequence[str] | None = None) -> list[Class
     metric (the metric's summary over the class's counted queries) and the class its missed
     queries are most often taken for (from ``queries.nearest_label``).
 
-    >>> r = {"definitions": None, "metrics": {"recall@1": 0.5},
+    >>> r = {"metrics": {"recall@1": 0.5},
     ...      "queries": {"ids": ["1", "2", "3", "4"], "labels": ["a", "a", "b", "b"],
     ...                  "first_hit_rank": [0, 2, 1, 0], "nearest_label": ["a", "b", "a", "b"],
     ...                  "values": {"recall@1": [1.0, 0.0, 0.0, 1.0]}}}

@@ -9,6 +9,14 @@ interval and tie bounds in full, the differences of a comparison (chart and tabl
 curves of every run on one figure, a per-class table of every metric (sortable by a click on a
 header, filtered, paginated in the page's script: the classes are one JSON blob), the failure
 gallery, the queries that only one run gets right at rank 0, and the definitions.
+[`SECTIONS`][recallkit.reports.html.SECTIONS] lists them; each decides once whether it is on the
+page.
+
+The page is safe to write on a run file someone else wrote: every name, label, id and path is
+written as text (the JSON block with ``\\u003c``-style escapes), and thumbnails are read only from
+inside the run file's folder and the folders the caller names, after links are resolved
+([`image_roots`][recallkit.reports.html.image_roots]); a query shown without one is counted, and
+the page says once how many and why.
 
 A run of 60,502 queries and 11,316 classes (Stanford Online Products' size) gives a page of
 about 1 MB that headless Chromium opens in about 0.1 s (``benchmarks/bench_report.py``).
