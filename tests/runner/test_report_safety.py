@@ -298,13 +298,27 @@ def test_thumbnails_only_from_inside_the_run_folder(tmp_path):
     assert _images(page) == ["q0"]
     note = (
         "5 of the 6 queries shown have no thumbnail: 4 lie outside the run file's folder and the "
-        "folders named with --images, so they are not read (name their folder with --images to "
-        "show them); 1 do not name an image file (by their extension), so they are not read. "
-        "The image folders '../outside', '" + str(outside) + "' that a run file records lie "
-        "outside its folder: not searched."
+        "folders named with --images, so not read (name the folder with --images to show them); "
+        "1 does not name an image file (by the extension), so not read. The image folders "
+        "'../outside', '" + str(outside) + "' that a run file records lie outside its folder: "
+        "not searched."
     )
     assert notes == [f"thumbnails: {note}"]
     assert page.count("Thumbnails: ") == 1
+    # A climbing recorded image folder, the paths plain names in it: not searched, not read.
+    rec = record("climb", [1], ["a"], paths=["secret.png"])
+    rec["sources"] = {"images": "../outside", "options": {"images": "../outside"}}
+    climbing = write(run / "climb.json", valid_run(rec))
+    page, notes, opened = _render([climbing])
+    assert _images(page) == [] and not any("outside" in Path(p).parts for p in opened)
+    assert notes == [
+        (
+            "thumbnails: 1 of the 1 query shown has no thumbnail: 1 is not found in the run "
+            "file's folder or the image folder it records (name the folder with --images). The "
+            "image folder '../outside' that a run file records lies outside its folder: not "
+            "searched."
+        )
+    ]
     # Named on the command line, the outside folder is allowed: its images show.
     page, notes, opened = _render([path], image_root=[outside])
     assert _images(page) == ["q4", "q3", "q2", "q1", "q0"]  # not the .txt one
@@ -324,7 +338,7 @@ def test_odd_paths_and_unreadable_images_never_stop_a_report(tmp_path, cli):
         (
             "thumbnails: 6 of the 6 queries shown have no thumbnail: 2 have no image path (saved "
             "arrays or in-memory images); 3 are not found in the run file's folder or the image "
-            "folder it records (name the folder with --images); 1 cannot be read as images."
+            "folder it records (name the folder with --images); 1 cannot be read as an image."
         )
     ]
     # No image at all: a compact table of the failures, not placeholders.

@@ -177,13 +177,29 @@ def image_roots(run: ReportRun, given: Sequence[str | os.PathLike[str]] = ()) ->
 
 #: Why a query shown has no thumbnail, as the page's note says it.
 _WHY = {
-    "no path": "have no image path (saved arrays or in-memory images)",
-    "not found": "are not found in the run file's folder or the image folder it records "
-    "(name the folder with --images)",
-    "outside": "lie outside the run file's folder and the folders named with --images, so they "
-    "are not read (name their folder with --images to show them)",
-    "not an image": "do not name an image file (by their extension), so they are not read",
-    "unreadable": "cannot be read as images",
+    "no path": ("has no image path", "have no image path", " (saved arrays or in-memory images)"),
+    "not found": (
+        "is not found",
+        "are not found",
+        (
+            " in the run file's folder or the image folder it records (name the folder with "
+            "--images)"
+        ),
+    ),
+    "outside": (
+        "lies outside",
+        "lie outside",
+        (
+            " the run file's folder and the folders named with --images, so not read (name the "
+            "folder with --images to show them)"
+        ),
+    ),
+    "not an image": (
+        "does not name",
+        "do not name",
+        " an image file (by the extension), so not read",
+    ),
+    "unreadable": ("cannot", "cannot", " be read as an image"),
 }
 
 
@@ -246,8 +262,16 @@ class Thumbnails:
         refused = sorted({v for r in self.roots.values() for v in r.refused})
         if not missing and not refused:
             return None
-        parts = [f"{counts[k]} {why}" for k, why in _WHY.items() if counts[k]]
-        text = f"{missing} of the {len(self.outcomes)} queries shown have no thumbnail"
+        parts = [
+            f"{counts[k]} {one if counts[k] == 1 else many}{rest}"
+            for k, (one, many, rest) in _WHY.items()
+            if counts[k]
+        ]
+        total = len(self.outcomes)
+        text = (
+            f"{missing} of the {total} quer{'y' if total == 1 else 'ies'} shown "
+            f"{'has' if missing == 1 else 'have'} no thumbnail"
+        )
         text += (": " + "; ".join(parts)) if parts else ""
         if refused:
             text += (
