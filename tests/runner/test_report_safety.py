@@ -329,16 +329,19 @@ def test_odd_paths_and_unreadable_images_never_stop_a_report(tmp_path, cli):
     run = tmp_path / "run"
     (run / "bad.png").parent.mkdir(parents=True)
     (run / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\nnot really")
+    (run / "pic.eps").write_bytes(b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 8 8\n")
     paths = ["a" * 300 + ".png", "b" * 300 + "/c.png", "bad.png", "x\x00y.png", "", None]
-    rec = record("odd", [1, 2, 3, 4, 5, 6], ["a"] * 6, paths=paths)
+    paths.append("pic.eps")  # a format Pillow decodes through Ghostscript: not read
+    rec = record("odd", [1, 2, 3, 4, 5, 6, 7], ["a"] * 7, paths=paths)
     path = write(run / "odd.json", valid_run(rec))
     page, notes, _ = _render([path])
     assert _images(page) == []
     assert notes == [
         (
-            "thumbnails: 6 of the 6 queries shown have no thumbnail: 2 have no image path (saved "
+            "thumbnails: 7 of the 7 queries shown have no thumbnail: 2 have no image path (saved "
             "arrays or in-memory images); 3 are not found in the run file's folder or the image "
-            "folder it records (name the folder with --images); 1 cannot be read as an image."
+            "folder it records (name the folder with --images); 1 does not name an image file (by "
+            "the extension), so not read; 1 cannot be read as an image."
         )
     ]
     # No image at all: a compact table of the failures, not placeholders.

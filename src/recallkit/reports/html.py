@@ -59,6 +59,9 @@ __all__ = ["PAGE_SIZE", "render_html"]
 PAGE_SIZE = 50
 #: Thumbnails' longest side, in pixels.
 THUMB = 96
+#: The image formats a thumbnail is decoded from (Pillow's names): raster formats Pillow reads
+#: itself, none that calls out to another program (EPS runs Ghostscript).
+DECODERS = ("PNG", "JPEG", "GIF", "BMP", "WEBP", "TIFF", "PPM")
 PAGER_FILTER = (
     "<input type='search' id='class-filter' placeholder='filter classes' "
     "aria-label='filter classes'>"
@@ -221,7 +224,9 @@ class Thumbnails:
             self.extensions: set[str] = set()
         else:
             self.available = True
-            self.extensions = set(Image.registered_extensions())
+            self.extensions = {
+                ext for ext, kind in Image.registered_extensions().items() if kind in DECODERS
+            }
 
     def uri(self, run: str, path: str | None, *, counted: bool = True) -> str | None:
         """The thumbnail of the query image ``path`` of ``run`` (``None`` when not shown)."""
@@ -290,7 +295,7 @@ def _thumbnail(path: Path) -> str | None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            with Image.open(path) as opened:
+            with Image.open(path, formats=DECODERS) as opened:
                 image = opened.convert("RGB")
     except Exception:  # a decoder reading any bytes may raise anything
         return None
