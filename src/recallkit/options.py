@@ -333,9 +333,15 @@ def names(scope: str = "label") -> tuple[str, ...]:
     return tuple(o.name for o in OPTIONS if scope == "label" or o.scope == "engine")
 
 
-def docs(scope: str = "label", only: Sequence[str] | None = None, start: bool = True) -> str:
+def docs(
+    scope: str = "label",
+    only: Sequence[str] | None = None,
+    start: bool = True,
+    defaults: dict[str, Any] | None = None,
+) -> str:
     """The options' entries of a docstring's ``Parameters`` section (numpydoc), then
-    ``options``: the same text for every entry point.
+    ``options``: the same text for every entry point, but ``defaults``, an entry point's own
+    defaults of some options (its signature's), which its entries name instead.
 
     >>> print(docs(only=["chunk_size"]))
     chunk_size : int, optional
@@ -351,13 +357,15 @@ def docs(scope: str = "label", only: Sequence[str] | None = None, start: bool = 
     lines = []
     for name in chosen:
         option = BY_NAME[name]
+        default = (defaults or {}).get(name, option.default)
         if option.choices is not None:
             kind = "{" + ", ".join(repr(c) for c in option.choices) + "}"
-            kind += f", default {option.default!r}"
+            kind += f", default {default!r}"
         else:
             kind = option.doc_type or "optional"
         lines.append(f"{name} : {kind}")
-        text = option.help[:1].upper() + option.help[1:] + "."
+        text = _help(option, default)
+        text = text[:1].upper() + text[1:] + "."
         lines += textwrap.wrap(text, 88, initial_indent="    ", subsequent_indent="    ")
     if not start:
         return "\n".join(lines)
@@ -370,6 +378,16 @@ def docs(scope: str = "label", only: Sequence[str] | None = None, start: bool = 
         subsequent_indent="    ",
     )
     return "\n".join(lines)
+
+
+def _help(option: Option, default: Any) -> str:
+    """``option``'s help with its ``'value' (default)`` mark on ``default`` (an entry point's
+    own default)."""
+    text = option.help
+    if default != option.default and f"{option.default!r} (default)" in text:
+        text = text.replace(f"{option.default!r} (default)", repr(option.default))
+        text = text.replace(repr(default), f"{default!r} (default)", 1)
+    return text
 
 
 def accepts(
@@ -425,7 +443,7 @@ def accepts(
             )
         params.append(inspect.Parameter("options", inspect.Parameter.KEYWORD_ONLY, default=None))
         call.__signature__ = signature.replace(parameters=params + tail)  # type: ignore[attr-defined]
-        call.__doc__ = fill_docs(call.__doc__, scope, taken)
+        call.__doc__ = fill_docs(call.__doc__, scope, taken, fixed)
         # The public function is the wrapper, with its own signature and docstring: documentation
         # tools that unwrap would show the inner ``options`` parameter and the bare marker.
         del call.__wrapped__
@@ -435,15 +453,19 @@ def accepts(
 
 
 def fill_docs(
-    doc: str | None, scope: str = "label", only: Sequence[str] | None = None
+    doc: str | None,
+    scope: str = "label",
+    only: Sequence[str] | None = None,
+    defaults: dict[str, Any] | None = None,
 ) -> str | None:
-    """``doc`` with its ``{options}`` marker replaced by the options' help ([`docs`][docs]),
-    indented as the marker is."""
+    """``doc`` with its ``{options}`` marker replaced by the options' help ([`docs`][docs]; an
+    entry point's own ``defaults`` named), indented as the marker is."""
     if not doc or "{options}" not in doc:
         return doc
     head = doc[: doc.index("{options}")]
     indent = head[head.rfind("\n") + 1 :]
-    return doc.replace("{options}", docs(scope, only).replace("\n", "\n" + indent))
+    text = docs(scope, only, defaults=defaults)
+    return doc.replace("{options}", text.replace("\n", "\n" + indent))
 
 
 def check_flag(value: Any, func: str, name: str) -> bool:

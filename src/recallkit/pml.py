@@ -7,6 +7,7 @@ rank by Euclidean distance too. Cosine similarity is ``metric="cosine"``.
 
 from __future__ import annotations
 
+import inspect
 import numbers
 from functools import partial
 from typing import Any
@@ -22,7 +23,7 @@ from recallkit._inputs.codes import dense_codes
 from recallkit._inputs.io import pin, read_through
 from recallkit._labels import form as label_form
 from recallkit.engine.exact import row_sq_norms
-from recallkit.exceptions import Text
+from recallkit.exceptions import RecallkitWarning, Text, warn
 from recallkit.neighbors import id_codes, nearest_neighbors
 from recallkit.options import Options, accepts, check_flag, fill_docs
 from recallkit.options import names as option_names
@@ -64,9 +65,14 @@ class ExactKNN:
     in the reference (that duplicate is a real neighbour at distance 0). ``k = 0`` returns
     empty ``(n, 0)`` lists, as PML asks when every label is unique. Without it, a reference
     that is the query tensor itself, or begins with the queries' rows value for value, is
-    refused with ``ValueError`` (PML's ``get_accuracy(x, labels, x, labels)`` without
-    ``ref_includes_query=True`` would otherwise score each query against itself, at distance
-    0); ``keep_query_copies=True`` keeps such copies as gallery items.
+    searched as given, as PML's ``FaissKNN`` searches it (a drop-in accepts every call PML
+    accepts): each query finds itself first, at distance 0, and PML's
+    ``get_accuracy(x, labels, x, labels)`` scores each query against itself. That is most often
+    a forgotten ``ref_includes_query=True``, so ``ExactKNN`` warns
+    ([`RecallkitWarning`][recallkit.exceptions.RecallkitWarning]);
+    ``keep_query_copies=True`` says the copies are meant as gallery items and keeps them
+    without a warning. recallkit's own functions and [`RecallCalculator`][RecallCalculator]
+    refuse such a call instead.
 
     ``exclude_ids=(query_ids, reference_ids)`` also removes every reference item whose id equals
     the query's (ids are compared as codes: memory does not grow with the items sharing an id).
@@ -74,8 +80,8 @@ class ExactKNN:
     Parameters
     ----------
     keep_query_copies : bool, default False
-        Keep a reference that begins with the queries' rows as gallery items when
-        ``ref_includes_query`` is False (refused otherwise).
+        Keep a reference that begins with the queries' rows as gallery items, without a
+        warning, when ``ref_includes_query`` is False (warned otherwise).
     {options}
 
     Examples
@@ -145,7 +151,7 @@ class ExactKNN:
         elif not ref_includes_query and not self.keep_query_copies and m >= n:
             same = label_form.same_memory(query, reference)
             if same or _starts_with(query, reference):
-                raise _query_copies_error(same)
+                warn(_query_copies_warning(same))
         if k == 0:
             on_query = tensor_input or self.device is None
             device = query.device if on_query else self.device
@@ -169,20 +175,20 @@ class ExactKNN:
         return scores.to(out_device, dtype), indices.to(out_device)
 
 
-def _query_copies_error(same: bool) -> ValueError:
+def _query_copies_warning(same: bool) -> RecallkitWarning:
     what = "the query tensor itself" if same else "a tensor whose first rows equal the queries"
-    return _checks.fail(
+    return RecallkitWarning(
         "ExactKNN",
-        "ref_includes_query",
         Text(
-            "True when the reference is the query set (each query would otherwise find itself "
-            "first, at distance 0): pass {loo} to AccuracyCalculator.get_accuracy (PML's "
-            "leave-one-out), or build ExactKNN with {keep} when the gallery really holds "
-            "copies of the queries",
+            f"{{flag}} is False with {what} as the reference: each query finds itself "
+            "first, at distance 0, as PML computes it; pass {loo} to "
+            "AccuracyCalculator.get_accuracy for leave-one-out, or build ExactKNN with {keep} "
+            "when the gallery really holds copies of the queries (no warning then)",
+            flag="ref_includes_query",
             loo=("ref_includes_query", True),
             keep=("keep_query_copies", True),
         ),
-        f"False with {what} as the reference",
+        "ref_includes_query",
     )
 
 
@@ -491,7 +497,21 @@ def _check_reference_starts_with_query(
         )
 
 
-ExactKNN.__doc__ = fill_docs(ExactKNN.__doc__, "engine")
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    """The defaults of ``cls``'s signature, which its docstring's options name."""
+    return {
+        name: p.default
+        for name, p in inspect.signature(cls).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+
+
+ExactKNN.__doc__ = fill_docs(ExactKNN.__doc__, "engine", defaults=_defaults(ExactKNN))
 RecallCalculator.__doc__ = fill_docs(
-    RecallCalculator.__doc__, "engine", tuple(n for n in option_names("engine") if n != "device")
+    RecallCalculator.__doc__,
+    "engine",
+    tuple(n for n in option_names("engine") if n != "device"),
+    defaults=_defaults(RecallCalculator),
 )

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
+import recallkit
+from recallkit.exceptions import RecallkitWarning
 from recallkit.pml import ExactKNN, RecallCalculator
 
 CPU = torch.device("cpu")
@@ -157,13 +161,19 @@ def test_zero_row_and_ref_includes_query_match_pml_default():
     out = RecallCalculator(ks=(1, 2), device=CPU).get_accuracy(*args)
     # First-hit ranks: q0 0, q1 1 -> recall@1 1/2, recall@2 1.
     assert out == {**expected, "recall_at_1": 0.5, "recall_at_2": 1.0}
-    # Without ref_includes_query each query would find itself at distance 0: ExactKNN refuses
-    # it, unless told the copies are gallery items; then both are hits, as PML's default gives.
-    with pytest.raises(ValueError, match="'ref_includes_query' parameter of ExactKNN"):
-        _pml(ExactKNN()).get_accuracy(x[:2], labels[:2], x, labels, False)
-    out = _pml(ExactKNN(keep_query_copies=True)).get_accuracy(x[:2], labels[:2], x, labels, False)
-    assert out == _pml().get_accuracy(x[:2], labels[:2], x, labels, False)
-    assert out["precision_at_1"] == 1.0
+    # Without ref_includes_query each query finds itself at distance 0, as PML's default
+    # computes it: both are hits. ExactKNN warns about it, unless told the copies are gallery
+    # items.
+    theirs = _pml().get_accuracy(x[:2], labels[:2], x, labels, False)
+    assert theirs["precision_at_1"] == 1.0
+    with pytest.warns(RecallkitWarning, match="ref_includes_query=True"):
+        assert _pml(ExactKNN()).get_accuracy(x[:2], labels[:2], x, labels, False) == theirs
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = _pml(ExactKNN(keep_query_copies=True)).get_accuracy(
+            x[:2], labels[:2], x, labels, False
+        )
+    assert out == theirs
 
 
 def test_every_label_unique_gives_nan_like_pml():
@@ -280,21 +290,47 @@ def test_tiny_rows_under_cosine_are_rows_not_zero_vectors():
     assert out == {"recall_at_1": 0.75}
 
 
-def test_exact_knn_refuses_the_query_as_its_own_reference():
+def test_exact_knn_warns_where_pml_accepts_the_query_as_its_own_reference():
+    # PML's contract: ref_includes_query=False with a reference equal to the query is a valid
+    # call (each query finds itself, at distance 0). The drop-in computes it as PML does and
+    # warns; RecallCalculator and recallkit's own functions refuse it.
     rng = np.random.default_rng(1)
     x = torch.from_numpy(rng.standard_normal((12, 3)).astype(np.float32))
     labels = torch.from_numpy(rng.integers(0, 3, 12))
     calc = AccuracyCalculator(include=("precision_at_1",), k=1, device=CPU, knn_func=ExactKNN())
-    for reference in (x, x.clone(), torch.cat([x, x[:2] + 1])):
-        ref_labels = labels if len(reference) == 12 else torch.cat([labels, labels[:2]])
-        with pytest.raises(ValueError, match=r"'ref_includes_query' parameter of ExactKNN .*"):
-            calc.get_accuracy(x, labels, reference, ref_labels)
-    # Leave-one-out as PML means it, and copies kept on purpose: each query finds itself.
-    assert calc.get_accuracy(x, labels, x, labels, ref_includes_query=True)["precision_at_1"] < 1
-    keep = AccuracyCalculator(
-        include=("precision_at_1",), k=1, device=CPU, knn_func=ExactKNN(keep_query_copies=True)
-    )
-    assert keep.get_accuracy(x, labels, x, labels) == {"precision_at_1": 1.0}
+    pml = AccuracyCalculator(include=("precision_at_1",), k=1, device=CPU)
+    for reference, what in ((x, "the query tensor itself"), (x.clone(), "first rows equal")):
+        with pytest.warns(RecallkitWarning) as caught:
+            got = calc.get_accuracy(x, labels, reference, labels)
+        assert got == pml.get_accuracy(x, labels, reference, labels) == {"precision_at_1": 1.0}
+        (warning,) = [w.message for w in caught if isinstance(w.message, RecallkitWarning)]
+        assert warning.func == "ExactKNN" and warning.parameter == "ref_includes_query"
+        assert what in str(warning)
+        assert "ref_includes_query=True" in str(warning)
+        assert "keep_query_copies=True" in str(warning)
+    # Rows 0 and 1 of the reference equal queries 0 and 1; the rest differ: also warned.
+    reference = torch.cat([x[:2], x[2:] + 1, x[:2]])
+    ref_labels = torch.cat([labels, labels[:2]])
+    with pytest.warns(RecallkitWarning, match="first rows equal"):
+        calc.get_accuracy(x[:2], labels[:2], reference, ref_labels)
+    # A reference that does not begin with the queries: no warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        calc.get_accuracy(x, labels, torch.cat([x[1:], x[:1]]), labels.roll(-1))
+        # Leave-one-out as PML means it: each query's own row is removed.
+        assert calc.get_accuracy(x, labels, x, labels, True)["precision_at_1"] < 1
+        keep = AccuracyCalculator(
+            include=("precision_at_1",), k=1, device=CPU, knn_func=ExactKNN(keep_query_copies=True)
+        )
+        assert keep.get_accuracy(x, labels, x, labels) == {"precision_at_1": 1.0}
+    # RecallCalculator is not a drop-in: it refuses, naming its own call.
+    ours = RecallCalculator(ks=(1,), device=CPU)
+    for reference in (x, x.clone()):
+        with pytest.raises(ValueError, match="RecallCalculator.get_accuracy"):
+            ours.get_accuracy(x, labels, reference, labels)
+    # recallkit's own API refuses it too.
+    with pytest.raises(ValueError, match="query_in_reference"):
+        recallkit.recall_at_k(x, x, labels, labels, ks=(1,))
 
 
 @pytest.mark.parametrize("seed", range(4))
