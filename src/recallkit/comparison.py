@@ -28,6 +28,7 @@ to scipy's with the same seed and resamples.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -42,6 +43,7 @@ import numpy as np
 from recallkit import metrics as registry
 from recallkit import stats
 from recallkit._inputs.codes import dense_codes
+from recallkit._inputs.values import check_choice, check_unit_interval
 from recallkit._labels.averaging import counted
 from recallkit.exceptions import fail
 from recallkit.runfiles import records
@@ -49,8 +51,16 @@ from recallkit.runfiles.definitions import differences
 
 __all__ = ["Comparison", "Interval", "PairedDifference", "RunData", "compare", "intervals"]
 
-#: The paired tests [`compare`][compare] takes.
-TESTS = ("randomization", "bootstrap")
+#: The paired tests [`compare`][compare] takes: ``"auto"`` is McNemar's exact test for 0/1
+#: values and Fisher's randomization test for the others.
+TESTS = ("auto", "randomization", "bootstrap")
+#: How each test is named in text.
+TEST_NAMES = {
+    "auto": "McNemar's exact test for 0/1 values, Fisher's paired randomization test for the rest",
+    "mcnemar": "McNemar's exact test",
+    "randomization": "Fisher's paired randomization test",
+    "bootstrap": "paired bootstrap test",
+}
 #: The corrections for multiple comparisons [`compare`][compare] takes.
 CORRECTIONS = ("holm", "none")
 
@@ -128,14 +138,16 @@ def _from_result(result: Any, name: str) -> RunData:
     n = result.num_queries
     ids = result.query_ids if result.query_ids is not None else range(n)
     return RunData(
-        name,
-        dict(result),
-        {k: np.asarray(v, dtype=np.float64) for k, v in result.per_query.items() if k in result},
-        np.asarray(result.evaluated, dtype=bool),
-        [(str(i), None) for i in ids],
-        None if result.query_labels is None else list(result.query_labels),
-        None if result.definitions is None else dict(result.definitions),
-        dict(result.bounds),
+        name=name,
+        metrics=dict(result),
+        values={
+            k: np.asarray(v, dtype=np.float64) for k, v in result.per_query.items() if k in result
+        },
+        evaluated=np.asarray(result.evaluated, dtype=bool),
+        keys=[(str(i), None) for i in ids],
+        labels=None if result.query_labels is None else list(result.query_labels),
+        definitions=None if result.definitions is None else dict(result.definitions),
+        bounds=dict(result.bounds),
     )
 
 
@@ -164,14 +176,14 @@ def _from_record(record: dict[str, Any], name: str) -> RunData:
         metrics.setdefault(registry.Recall(k).name, float(hits.mean()) if len(hits) else math.nan)
     bounds = {k: (v[0], v[1]) for k, v in (record.get("bounds") or {}).items()}
     return RunData(
-        name,
-        metrics,
-        values,
-        evaluated,
-        keys,
-        queries.get("labels"),
-        record.get("definitions"),
-        bounds,
+        name=name,
+        metrics=metrics,
+        values=values,
+        evaluated=evaluated,
+        keys=keys,
+        labels=queries.get("labels"),
+        definitions=record.get("definitions"),
+        bounds=bounds,
     )
 
 
@@ -310,32 +322,48 @@ def intervals(
     """
     data = as_run(run)
     chosen = _label_form(data, metrics, "intervals")
-    out = {}
-    for name in chosen:
-        metric, values, groups = data.sample(name)
-        value = data.metrics.get(name, math.nan)
-        pessimistic, optimistic = data.bounds.get(name, (value, value))
-        if len(values) == 0:
-            low = high = math.nan
-        else:
-            low, high = stats.bootstrap_interval(
-                values,
-                _statistic(metric),
-                groups=groups,
-                n_resamples=n_resamples,
-                confidence=confidence,
-                seed=seed,
-            )
-        out[name] = Interval(
-            value,
-            low,
-            high,
-            pessimistic,
-            optimistic,
-            "classes" if groups is not None else "queries",
-            confidence,
-            n_resamples,
-            seed,
+    return _intervals([data], [chosen], n_resamples, confidence, seed)[0]
+
+
+def _intervals(
+    runs: Sequence[RunData],
+    chosen: Sequence[Sequence[str]],
+    n_resamples: int,
+    confidence: float,
+    seed: int,
+) -> list[dict[str, Interval]]:
+    """Each run's [`Interval`][Interval] of each of its chosen metrics, every interval from one
+    draw of resamples per length
+    ([`recallkit.stats.bootstrap_intervals`][recallkit.stats.bootstrap_intervals])."""
+    samples = [(i, name, *run.sample(name)) for i, run in enumerate(runs) for name in chosen[i]]
+    drawn = [(metric, values, groups) for _, _, metric, values, groups in samples if len(values)]
+    found = iter(
+        stats.bootstrap_intervals(
+            [values for _, values, _ in drawn],
+            [_statistic(metric) for metric, _, _ in drawn],
+            groups=[groups for _, _, groups in drawn],
+            n_resamples=n_resamples,
+            confidence=confidence,
+            seed=seed,
+        )
+        if drawn
+        else ()
+    )
+    out: list[dict[str, Interval]] = [{} for _ in runs]
+    for i, name, _, values, groups in samples:
+        value = runs[i].metrics.get(name, math.nan)
+        pessimistic, optimistic = runs[i].bounds.get(name, (value, value))
+        low, high = next(found) if len(values) else (math.nan, math.nan)
+        out[i][name] = Interval(
+            value=value,
+            low=low,
+            high=high,
+            pessimistic=pessimistic,
+            optimistic=optimistic,
+            resampled="classes" if groups is not None else "queries",
+            confidence=confidence,
+            n_resamples=n_resamples,
+            seed=seed,
         )
     return out
 
@@ -383,6 +411,8 @@ class PairedDifference:
         The better run when significant (by the metric's direction), else ``None``.
     only_a, only_b : int or None
         recall@K: the queries that only ``a`` (only ``b``) finds a relevant item for within K.
+    test : {"mcnemar", "randomization", "bootstrap"} or None
+        The test that gave the p-value.
     """
 
     metric: str
@@ -399,6 +429,7 @@ class PairedDifference:
     better: str | None
     only_a: int | None = None
     only_b: int | None = None
+    test: str | None = None
 
     @property
     def tied(self) -> bool:
@@ -429,8 +460,8 @@ class Comparison:
         The metrics compared.
     baseline : str or None
         The run every other was compared with, or ``None`` (every pair).
-    test : {"randomization", "bootstrap"}
-        The paired test.
+    test : {"auto", "randomization", "bootstrap"}
+        The paired test asked for (each row names the one it used).
     correction : {"holm", "none"}
         The adjustment of each metric's p-values.
     alpha : float
@@ -579,10 +610,7 @@ class Comparison:
         str
         """
         pct = f"{100 * self.confidence:g}%"
-        test = {
-            "randomization": "Fisher's paired randomization test",
-            "bootstrap": "paired bootstrap test",
-        }[self.test]
+        test = TEST_NAMES[self.test]
         head = (
             f"{self.num_queries} paired queries; {test}, {self.n_resamples} resamples, seed "
             f"{self.seed}; p-values adjusted by {self.correction} per metric; alpha {self.alpha:g}"
@@ -625,18 +653,12 @@ def _fmt(value: float) -> str:
     return "-" if value is None or math.isnan(value) else f"{value:.4f}"
 
 
-def _check_choice(value: Any, choices: Sequence[str], name: str) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise fail("compare", name, f"one of {tuple(choices)}", repr(value))
-    return value
-
-
 def compare(
     runs: Mapping[str, Any] | Sequence[Any],
     *,
     baseline: str | None = None,
     metrics: Sequence[str] | None = None,
-    test: str = "randomization",
+    test: str = "auto",
     correction: str = "holm",
     alpha: float = 0.05,
     n_resamples: int = 10_000,
@@ -654,16 +676,23 @@ def compare(
         Compare every other run with this one only; default every pair.
     metrics : sequence of str, optional
         The metrics to compare; default every label-form metric all runs hold.
-    test : {"randomization", "bootstrap"}, default "randomization"
-        The paired test of each difference: Fisher's paired randomization test (each
-        resample swaps the two runs' values of a random half of the queries), or the paired
-        bootstrap (``p = 2 min(P(d* <= 0), P(d* >= 0))`` over the resampled differences).
+    test : {"auto", "randomization", "bootstrap"}, default "auto"
+        The paired test of each difference. ``"randomization"``: Fisher's paired randomization
+        test (each resample swaps the two runs' values of a random half of the queries).
+        ``"bootstrap"``: the paired bootstrap (``p = 2 min(P(d* <= 0), P(d* >= 0))`` over the
+        resampled differences). ``"auto"``: McNemar's exact test
+        ([`recallkit.stats.mcnemar_test`][recallkit.stats.mcnemar_test]) where both runs' values
+        are 0 or 1 per query and summarised by their mean over queries (recall@K), the
+        randomization test for the others.
     correction : {"holm", "none"}, default "holm"
         The adjustment of each metric's p-values for the number of pairs compared on it.
     alpha : float, default 0.05
         Adjusted p-values below it are significant; the other pairs are tied.
     n_resamples, confidence, seed
-        The resamples, interval level and seed of every interval and test.
+        The resamples, interval level and seed of every interval and test. The resamples are
+        drawn once for every run and metric of one length (one draw of query indices for the
+        intervals, one for the paired intervals, one of swaps for the randomization tests),
+        and every value equals that of the same interval or test computed alone.
 
     Returns
     -------
@@ -676,13 +705,48 @@ def compare(
     ------
     ValueError
         When the runs do not pair: other queries (the first differing one is named), other
-        labels, other definitions (the fields are named) or other lone queries.
+        labels, other definitions (the fields are named) or other lone queries; or when no
+        paired query counts for a metric (nothing to compare).
     """
     func = "compare"
-    _check_choice(test, TESTS, "test")
-    _check_choice(correction, CORRECTIONS, "correction")
-    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 < alpha < 1:
-        raise fail(func, "alpha", "in (0, 1)", repr(alpha))
+    check_choice(test, TESTS, func, "test")
+    check_choice(correction, CORRECTIONS, func, "correction")
+    alpha = check_unit_interval(alpha, func, "alpha")
+    data = _named_runs(runs, baseline)
+    notes: list[str] = []
+    definitions_id = _check_definitions(data, notes)
+    data = [data[0], *(_paired(data[0], d) for d in data[1:])]
+    chosen = _compared_metrics(data, metrics, notes)
+    if baseline is None:
+        pairs = list(combinations(data, 2))
+    else:
+        base = next(d for d in data if d.name == baseline)
+        pairs = [(base, d) for d in data if d.name != baseline]
+    spread = _intervals(data, [chosen] * len(data), n_resamples, confidence, seed)
+    settings = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
+    rows = _compared_rows(chosen, pairs, test, correction, alpha, settings)
+    return Comparison(
+        runs=tuple(d.name for d in data),
+        metrics=tuple(chosen),
+        baseline=baseline,
+        test=test,
+        correction=correction,
+        alpha=alpha,
+        confidence=float(confidence),
+        n_resamples=int(n_resamples),
+        seed=int(seed),
+        num_queries=int(data[0].evaluated.sum()),
+        definitions_id=definitions_id,
+        intervals={d.name: per for d, per in zip(data, spread, strict=True)},
+        rows=tuple(rows),
+        notes=tuple(notes),
+    )
+
+
+def _named_runs(runs: Mapping[str, Any] | Sequence[Any], baseline: str | None) -> list[RunData]:
+    """The runs as [`RunData`][RunData], two or more with distinct names, ``baseline`` among
+    them."""
+    func = "compare"
     if isinstance(runs, Mapping):
         data = [as_run(run, str(name)) for name, run in runs.items()]
     else:
@@ -697,9 +761,15 @@ def compare(
         raise fail(func, "runs", "runs with distinct names", f"two named {repeated!r}")
     if baseline is not None and baseline not in names:
         raise fail(func, "baseline", f"one of the runs' names {names}", repr(baseline))
-    notes: list[str] = []
-    definitions_id = _check_definitions(data, notes)
-    data = [data[0], *(_paired(data[0], d) for d in data[1:])]
+    return data
+
+
+def _compared_metrics(
+    data: Sequence[RunData], metrics: Sequence[str] | None, notes: list[str]
+) -> list[str]:
+    """The metrics to compare: those asked for (each held by every run), else every label-form
+    metric every run holds (a note names the others); each with paired queries that count."""
+    func = "compare"
     common = [m for m in data[0].metrics if all(m in d.values for d in data)]
     common = [m for m in common if m in data[0].values and registry.parse_one(m) is not None]
     if metrics is None:
@@ -714,112 +784,128 @@ def compare(
                 raise fail(func, "metrics", f"metrics every run holds ({common})", repr(name))
     if not chosen:
         raise fail(func, "metrics", "a metric every run holds", "none in common")
-    spread = {
-        d.name: intervals(
-            d, metrics=chosen, n_resamples=n_resamples, confidence=confidence, seed=seed
-        )
-        for d in data
-    }
-    if baseline is None:
-        pairs = list(combinations(data, 2))
-    else:
-        base = next(d for d in data if d.name == baseline)
-        pairs = [(base, d) for d in data if d.name != baseline]
+    for name in chosen:
+        if len(data[0].sample(name)[1]) == 0:
+            raise ValueError(
+                f"{data[0].name} and {data[1].name} have 0 paired queries that count for {name} "
+                f"({len(data[0].evaluated)} queries, none with a relevant gallery item): there is "
+                "nothing to compare; compare runs with queries whose label the gallery holds."
+            )
+    return chosen
+
+
+def _compared_rows(
+    chosen: Sequence[str],
+    pairs: Sequence[tuple[RunData, RunData]],
+    test: str,
+    correction: str,
+    alpha: float,
+    settings: dict[str, Any],
+) -> list[PairedDifference]:
+    """Every pair's [`PairedDifference`][PairedDifference] on every metric, the p-values of a
+    metric adjusted together."""
+    cases = [(name, a, b) for name in chosen for a, b in pairs]
+    found = _tests(cases, test, settings)
     rows = []
     for name in chosen:
-        raw = [_difference(name, a, b, test, n_resamples, confidence, seed) for a, b in pairs]
-        p = np.array([r[3] for r in raw])
+        mine = [(case, got) for case, got in zip(cases, found, strict=True) if case[0] == name]
+        p = np.array([got["p_value"] for _, got in mine])
         adjusted = stats.holm(p) if correction == "holm" else p
         direction = registry.parse_one(name).direction
-        for (a, b), (diff, low, high, pv, only), adj in zip(pairs, raw, adjusted, strict=True):
+        for ((_, a, b), got), adj in zip(mine, adjusted, strict=True):
             significant = bool(adj < alpha)
             better = None
             if significant:
-                better = a.name if (diff > 0) == (direction == "higher") else b.name
+                better = a.name if (got["difference"] > 0) == (direction == "higher") else b.name
             rows.append(
                 PairedDifference(
-                    name,
-                    a.name,
-                    b.name,
-                    a.metrics[name],
-                    b.metrics[name],
-                    a.metrics[name] - b.metrics[name],
-                    low,
-                    high,
-                    float(pv),
-                    float(adj),
-                    significant,
-                    better,
-                    *only,
+                    metric=name,
+                    a=a.name,
+                    b=b.name,
+                    value_a=a.metrics[name],
+                    value_b=b.metrics[name],
+                    difference=a.metrics[name] - b.metrics[name],
+                    p_adjusted=float(adj),
+                    significant=significant,
+                    better=better,
+                    **{k: v for k, v in got.items() if k != "difference"},
                 )
             )
-    return Comparison(
-        tuple(names),
-        tuple(chosen),
-        baseline,
-        test,
-        correction,
-        float(alpha),
-        float(confidence),
-        int(n_resamples),
-        int(seed),
-        int(data[0].evaluated.sum()),
-        definitions_id,
-        spread,
-        tuple(rows),
-        tuple(notes),
-    )
+    return rows
 
 
-def _difference(
-    name: str,
-    a: RunData,
-    b: RunData,
-    test: str,
-    n_resamples: int,
-    confidence: float,
-    seed: int,
-) -> tuple[float, float, float, float, tuple[int | None, int | None]]:
-    """``(difference, low, high, p, (only_a, only_b))`` of ``a - b`` on metric ``name``."""
-    metric, x, groups = a.sample(name)
-    _, y, _ = b.sample(name)
-    if len(x) == 0:
-        return math.nan, math.nan, math.nan, 1.0, (None, None)
-    statistic = _statistic(metric) if groups is None else _class_statistic(metric, groups)
-    options = dict(n_resamples=n_resamples, confidence=confidence, seed=seed)
-    diff, low, high = stats.paired_bootstrap(x, y, _statistic(metric), groups=groups, **options)
-    if test == "randomization":
-        p = stats.randomization_test(x, y, statistic, n_resamples=n_resamples, seed=seed)
-    else:
-        p = _bootstrap_p(x, y, statistic, groups, metric, n_resamples, seed)
-    only: tuple[int | None, int | None] = (None, None)
-    if isinstance(metric, registry.Recall):
-        only = (
-            int(np.count_nonzero((x > 0) & (y == 0))),
-            int(np.count_nonzero((x == 0) & (y > 0))),
-        )
-    return diff, low, high, p, only
-
-
-def _bootstrap_p(
-    x: np.ndarray,
-    y: np.ndarray,
-    statistic: Any,
-    groups: np.ndarray | None,
-    metric: registry.Metric,
-    n_resamples: int,
-    seed: int,
-) -> float:
-    """``2 min(P(d* <= 0), P(d* >= 0))`` (at most 1) over the paired bootstrap differences."""
-    _, draws = stats.paired_bootstrap_distribution(
-        x,
-        y,
-        _statistic(metric) if groups is not None else statistic,
-        groups=groups,
+def _tests(
+    cases: Sequence[tuple[str, RunData, RunData]], test: str, settings: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """For each ``(metric, a, b)``: the difference of the values it resamples, its paired
+    interval (``low``, ``high``), ``p_value`` and the ``test`` that gave it, and for recall@K
+    ``only_a``, ``only_b``; every interval from one draw, every randomization test from one."""
+    n_resamples, seed = settings["n_resamples"], settings["seed"]
+    samples = []
+    for name, a, b in cases:
+        metric, x, groups = a.sample(name)
+        samples.append((metric, x, b.sample(name)[1], groups))
+    drawn = stats.paired_bootstrap_distributions(
+        [(x, y) for _, x, y, _ in samples],
+        [_statistic(metric) for metric, _, _, _ in samples],
+        groups=[groups for _, _, _, groups in samples],
         n_resamples=n_resamples,
         seed=seed,
     )
-    return float(min(1.0, 2 * min(np.mean(draws <= 0), np.mean(draws >= 0))))
+    used = [_test_of(test, metric, x, y, groups) for metric, x, y, groups in samples]
+    randomized = [i for i, t in enumerate(used) if t == "randomization"]
+    p_values = dict(
+        zip(
+            randomized,
+            stats.randomization_tests(
+                [samples[i][1:3] for i in randomized],
+                [_randomized_statistic(samples[i][0], samples[i][3]) for i in randomized],
+                n_resamples=n_resamples,
+                seed=seed,
+            )
+            if randomized
+            else (),
+            strict=True,
+        )
+    )
+    out = []
+    for i, ((metric, x, y, _), (difference, theta), used_test) in enumerate(
+        zip(samples, drawn, used, strict=True)
+    ):
+        if used_test == "mcnemar":
+            p_values[i] = stats.mcnemar_test(x, y)
+        elif used_test == "bootstrap":
+            p_values[i] = float(min(1.0, 2 * min(np.mean(theta <= 0), np.mean(theta >= 0))))
+        low, high = stats.percentile_interval(theta, settings["confidence"])
+        got = dict(difference=difference, low=low, high=high, p_value=float(p_values[i]))
+        if isinstance(metric, registry.Recall):
+            got["only_a"] = int(np.count_nonzero((x > 0) & (y == 0)))
+            got["only_b"] = int(np.count_nonzero((x == 0) & (y > 0)))
+        out.append({**got, "test": used_test})
+    return out
+
+
+def _test_of(
+    test: str, metric: registry.Metric, x: np.ndarray, y: np.ndarray, groups: np.ndarray | None
+) -> str:
+    """The test a pair gets: ``"auto"`` is McNemar's where both sides are 0/1 values summarised
+    by their mean over queries, else the randomization test."""
+    if test != "auto":
+        return test
+    binary = all(bool(np.all((v == 0) | (v == 1))) for v in (x, y))
+    return (
+        "mcnemar"
+        if binary and groups is None and _statistic(metric) == "mean"
+        else ("randomization")
+    )
+
+
+def _randomized_statistic(
+    metric: registry.Metric, groups: np.ndarray | None
+) -> Callable[..., Any] | str:
+    """The statistic the randomization test swaps queries under: the metric's summary, or with
+    classes the mean over classes of each class's summary."""
+    return _statistic(metric) if groups is None else _class_statistic(metric, groups)
 
 
 def _check_definitions(data: Sequence[RunData], notes: list[str]) -> str | None:
@@ -876,8 +962,8 @@ def _paired(a: RunData, b: RunData) -> RunData:
         keys_a = [(k[0], None) for k in keys_a]
         keys_b = [(k[0], None) for k in keys_b]
         if len(set(keys_a)) != len(keys_a) or len(set(keys_b)) != len(keys_b):
-            _keys(RunData(a.name, {}, {}, a.evaluated, keys_a, None, None))
-            _keys(RunData(b.name, {}, {}, b.evaluated, keys_b, None, None))
+            for run, keys in ((a, keys_a), (b, keys_b)):
+                _keys(dataclasses.replace(run, keys=keys, labels=None))
     position = {k: i for i, k in enumerate(keys_b)}
     only_a = [k for k in keys_a if k not in position]
     set_a = set(keys_a)
@@ -916,13 +1002,10 @@ def _paired(a: RunData, b: RunData) -> RunData:
             f"{a.name} and {b.name} exclude different queries (e.g. {keys_a[i][0]!r}: no "
             "gallery item with its label in one run only); compare runs on the same gallery."
         )
-    return RunData(
-        b.name,
-        b.metrics,
-        {k: v[order] for k, v in b.values.items()},
-        evaluated,
-        keys_a,
-        labels,
-        b.definitions,
-        b.bounds,
+    return dataclasses.replace(
+        b,
+        values={k: v[order] for k, v in b.values.items()},
+        evaluated=evaluated,
+        keys=keys_a,
+        labels=labels,
     )

@@ -25,20 +25,32 @@ This module needs numpy alone (no torch).
 
 from __future__ import annotations
 
-import numbers
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from recallkit._inputs.values import (
+    as_values,
+    check_batch,
+    check_positive_int,
+    check_seed,
+    check_unit_interval,
+)
 from recallkit.exceptions import fail
 
 __all__ = [
     "bootstrap_interval",
+    "bootstrap_intervals",
     "holm",
+    "mcnemar_test",
     "paired_bootstrap",
     "paired_bootstrap_distribution",
+    "paired_bootstrap_distributions",
+    "percentile_interval",
     "randomization_test",
+    "randomization_tests",
 ]
 
 #: The statistic: ``"mean"``, or ``f(x, axis=-1)`` reducing the last axis of ``x``.
@@ -57,34 +69,16 @@ MARGIN = 32
 
 
 # ---------------------------------------------------------------------------------------------
-# Argument checks.
+# Argument checks (the numpy-only ones are the validation toolbox's, recallkit._inputs.values).
 
 
-def _values(x: Any, func: str, name: str, each: str = "one value per query") -> np.ndarray:
-    """``x`` as a non-empty 1-D contiguous float64 array of finite real numbers, or raise."""
-    try:
-        array = np.asarray(x)
-    except (TypeError, ValueError):
-        raise fail(func, name, "a 1-D array of real numbers", "ragged values") from None
-    if array.dtype.kind not in "iuf":
-        raise fail(func, name, "an array of real numbers", f"dtype {array.dtype}")
-    if array.ndim != 1:
-        raise fail(func, name, f"a 1-D array ({each})", f"shape {array.shape}")
-    if array.size == 0:
-        raise fail(func, name, "non-empty", "0 values")
-    array = np.ascontiguousarray(array, dtype=np.float64)
-    finite = np.isfinite(array)
-    if not finite.all():
-        index = int(np.argmin(finite))
-        raise fail(func, name, "finite (no NaN or infinity)", f"{array[index]} at index {index}")
-    return array
-
-
-def _pair(a: Any, b: Any, func: str) -> tuple[np.ndarray, np.ndarray]:
-    a = _values(a, func, "a")
-    b = _values(b, func, "b")
+def _pair(
+    a: Any, b: Any, func: str, names: tuple[str, str] = ("a", "b")
+) -> tuple[np.ndarray, np.ndarray]:
+    a = as_values(a, func, names[0])
+    b = as_values(b, func, names[1])
     if b.size != a.size:
-        raise fail(func, "b", f"of length {a.size} (one per value of 'a')", b.size)
+        raise fail(func, names[1], f"of length {a.size} (one per value of {names[0]!r})", b.size)
     return a, b
 
 
@@ -98,29 +92,6 @@ def _groups(groups: Any, n: int, func: str, of: str) -> np.ndarray:
     if array.size != n:
         raise fail(func, "groups", f"of length {n} (one per value of {of})", array.size)
     return np.unique(array, return_inverse=True)[1].reshape(-1)
-
-
-def _positive_int(value: Any, func: str, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise fail(func, name, "a positive integer", repr(value))
-    return int(value)
-
-
-def _seed(seed: Any, func: str) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise fail(func, "seed", "a non-negative integer", repr(seed))
-    return int(seed)
-
-
-def _batch(batch: Any, func: str) -> int | None:
-    return None if batch is None else _positive_int(batch, func, "batch")
-
-
-def _confidence(confidence: Any, func: str) -> float:
-    real = isinstance(confidence, numbers.Real) and not isinstance(confidence, bool)
-    if not (real and 0 < confidence < 1):  # NaN fails the comparison
-        raise fail(func, "confidence", "in (0, 1)", confidence if real else repr(confidence))
-    return float(confidence)
 
 
 _ONE_PER_ROW = "a function that reduces the last axis (one value per row)"
@@ -176,23 +147,102 @@ def _sizes(total: int, batch: int | None, width: int) -> Iterator[int]:
         yield min(batch, total - start)
 
 
-def _bootstrap_distribution(
-    reduce: Callable[[np.ndarray], np.ndarray],
-    width: int,
-    n_resamples: int,
-    seed: int,
-    batch: int | None,
-) -> np.ndarray:
-    """``reduce(idx)`` of every resample: ``idx`` an ``(m, width)`` batch of indices drawn with
-    replacement, ``rng.integers(0, width, (m, width))``, as ``scipy.stats.bootstrap`` draws
-    them (each batch from where the last left off)."""
-    rng = np.random.default_rng(seed)
-    theta = np.empty(n_resamples)
-    start = 0
-    for m in _sizes(n_resamples, batch, width):
-        theta[start : start + m] = reduce(rng.integers(0, width, (m, width)))
-        start += m
-    return theta
+#: One statistic of the shared draw: the width of its resamples (the values drawn from), the
+#: statistic of each resample of a batch of drawn indices (``reduce(idx)`` of an ``(m, width)``
+#: array of indices), and, for the mean of integer values (recall@K's hits, their differences),
+#: the values, whose resampled sums are exact in any order.
+Job = tuple[int, Callable[[np.ndarray], np.ndarray], np.ndarray | None]
+
+
+def _integral(values: np.ndarray) -> bool:
+    """Whether every sum of ``len(values)`` of the values is an integer float64 holds exactly
+    (integers, no negative zero, ``n max |v| <= 2**53``), so that any order of summation gives
+    numpy's."""
+    top = float(np.max(np.abs(values)))
+    return (
+        top * values.size <= 2.0**53
+        and bool(np.all(values == np.rint(values)))
+        and not bool(np.any(np.signbit(values) & (values == 0)))
+    )
+
+
+def _mean_job(values: np.ndarray) -> Job:
+    """The mean of the values drawn: ``np.mean(values[idx], axis=-1)``."""
+    return (
+        values.size,
+        lambda idx: np.mean(values[idx], axis=-1),
+        values if _integral(values) else None,
+    )
+
+
+def _bootstrap_distributions(
+    jobs: Sequence[Job], n_resamples: int, seed: int, batch: int | None
+) -> list[np.ndarray]:
+    """Each job's statistic over every resample, ``idx`` an ``(m, width)`` batch of indices
+    drawn with replacement, ``rng.integers(0, width, (m, width))``, as ``scipy.stats.bootstrap``
+    draws them (each batch from where the last left off).
+
+    The jobs of one width share their draws: each batch is drawn once and every job of that width
+    reduces it, so that ``k`` statistics cost one draw, and each gets the resamples it would get
+    alone, bit for bit. The means of integer values are packed several to an int64 word
+    ([`_Packed`][_Packed]), whose sums are exact in any order; the others gather their values
+    (``reduce(idx)``: ``np.mean`` sums each row pairwise, an order nothing else keeps)."""
+    out: list[np.ndarray] = [np.empty(n_resamples) for _ in jobs]
+    for width in dict.fromkeys(job[0] for job in jobs):
+        chosen = [(out[i], job) for i, job in enumerate(jobs) if job[0] == width]
+        gathered = [(theta, reduce) for theta, (_, reduce, exact) in chosen if exact is None]
+        packed = _Packed([(theta, exact) for theta, (_, _, exact) in chosen if exact is not None])
+        rng = np.random.default_rng(seed)
+        start = 0
+        for m in _sizes(n_resamples, batch, width):
+            idx = rng.integers(0, width, (m, width))
+            packed.add(idx, start)
+            for theta, reduce in gathered:
+                theta[start : start + m] = reduce(idx)
+            start += m
+    return out
+
+
+class _Packed:
+    """Means of integer values, several to an int64 word: value ``v`` of a vector becomes
+    ``v - low`` in a field of ``bits`` bits (enough for the sum of ``width`` of them), so that
+    one gather and one integer sum per word give every field's resampled sums, exactly; each
+    mean is that sum divided by ``width`` (``np.mean``'s own division of its exact sum)."""
+
+    def __init__(self, jobs: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
+        self.words: list[tuple[np.ndarray, list[tuple[np.ndarray, int, int, int]]]] = []
+        word, fields, used = None, [], 0
+        for theta, values in jobs:
+            width = values.size
+            low = int(np.min(values))
+            bits = max(1, (width * (int(np.max(values)) - low)).bit_length())
+            if word is None or used + bits > 63:
+                if word is not None:
+                    self.words.append((word, fields))
+                word, fields, used = np.zeros(width, dtype=np.int64), [], 0
+            word += (values - low).astype(np.int64) << used
+            fields.append((theta, used, bits, low * width))
+            used += bits
+        if word is not None:
+            self.words.append((word, fields))
+
+    def add(self, idx: np.ndarray, start: int) -> None:
+        """The means of the resamples ``idx`` (an ``(m, width)`` batch) from row ``start``."""
+        m, width = idx.shape
+        for word, fields in self.words:
+            sums = np.sum(word[idx], axis=-1)
+            for theta, shift, bits, offset in fields:
+                field = (sums >> shift) & ((1 << bits) - 1)
+                theta[start : start + m] = (field + offset).astype(np.float64) / width
+
+
+def _product(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``x @ y`` on one BLAS thread: small products, which a second thread only slows on a busy
+    machine."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1, user_api="blas"):
+        return x @ y
 
 
 def _percentile_interval(theta: np.ndarray, confidence: float) -> tuple[float, float]:
@@ -212,6 +262,64 @@ def _class_statistics(
     order = np.argsort(codes, kind="stable")
     bounds = np.cumsum(np.bincount(codes))[:-1]
     return np.array([_scalar(reduce, part, func) for part in np.split(values[order], bounds)])
+
+
+def _one(values: Any, statistic: Any, groups: Any, func: str, name: str) -> Job:
+    """The job of a statistic of one system's values (of its classes' statistics with
+    ``groups``), its form checked on the values first."""
+    values = as_values(values, func, name)
+    reduce = _statistic(statistic, func)
+    if groups is not None:
+        codes = _groups(groups, values.size, func, repr(name))
+        values, reduce = _class_statistics(values, codes, reduce, func), np.mean
+    else:
+        _scalar(reduce, values, func)  # a statistic of the wrong form fails before resampling
+    if reduce is np.mean:
+        return _mean_job(values)
+    return values.size, lambda idx: _rows(reduce, values[idx], func), None
+
+
+def _paired(
+    a: Any, b: Any, statistic: Any, groups: Any, func: str, names: tuple[str, str] = ("a", "b")
+) -> tuple[float, Job]:
+    """``statistic(a) - statistic(b)`` and the job of its paired resamples."""
+    a, b = _pair(a, b, func, names)
+    reduce = _statistic(statistic, func)
+    if groups is not None:
+        codes = _groups(groups, a.size, func, f"{names[0]!r} and {names[1]!r}")
+        a = _class_statistics(a, codes, reduce, func)
+        b = _class_statistics(b, codes, reduce, func)
+        reduce = np.mean
+    difference = float(_scalar(reduce, a, func) - _scalar(reduce, b, func))
+    if reduce is np.mean:  # one gather: the mean of the differences
+        return difference, _mean_job(a - b)
+    return difference, (
+        a.size,
+        lambda idx: _rows(reduce, a[idx], func) - _rows(reduce, b[idx], func),
+        None,
+    )
+
+
+def _each(value: Any, count: int, func: str, name: str, single: Callable[[Any], bool]) -> list:
+    """``value`` for each of ``count`` samples: itself ``count`` times when ``single(value)``,
+    else a sequence of ``count`` items."""
+    if single(value):
+        return [value] * count
+    if isinstance(value, str) or not isinstance(value, Sequence) or len(value) != count:
+        raise fail(
+            func, name, f"one for all or a sequence of {count} (one per sample)", repr(value)
+        )
+    return list(value)
+
+
+def _samples(samples: Any, func: str, name: str) -> list:
+    if isinstance(samples, str | np.ndarray) or not isinstance(samples, Sequence) or not samples:
+        raise fail(func, name, "a non-empty sequence", type(samples).__name__)
+    return list(samples)
+
+
+def _is_statistic(statistic: Any) -> bool:
+    return isinstance(statistic, str) or callable(statistic)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,21 +398,73 @@ def bootstrap_interval(
     (0.5, 1.0)
     """
     func = "bootstrap_interval"
-    values = _values(values, func, "values")
-    reduce = _statistic(statistic, func)
-    n_resamples = _positive_int(n_resamples, func, "n_resamples")
-    confidence = _confidence(confidence, func)
-    seed = _seed(seed, func)
-    batch = _batch(batch, func)
-    if groups is not None:
-        codes = _groups(groups, values.size, func, "'values'")
-        values, reduce = _class_statistics(values, codes, reduce, func), np.mean
-    else:
-        _scalar(reduce, values, func)  # a statistic of the wrong form fails before resampling
-    theta = _bootstrap_distribution(
-        lambda idx: _rows(reduce, values[idx], func), values.size, n_resamples, seed, batch
-    )
+    n_resamples = check_positive_int(n_resamples, func, "n_resamples")
+    confidence = check_unit_interval(confidence, func, "confidence")
+    seed = check_seed(seed, func)
+    batch = check_batch(batch, func)
+    job = _one(values, statistic, groups, func, "values")
+    theta = _bootstrap_distributions([job], n_resamples, seed, batch)[0]
     return _percentile_interval(theta, confidence)
+
+
+def bootstrap_intervals(
+    samples: Sequence[Any],
+    statistic: Statistic | Sequence[Statistic] = "mean",
+    *,
+    groups: Sequence[Any] | None = None,
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    batch: int | None = None,
+) -> list[tuple[float, float]]:
+    """The percentile bootstrap intervals of several samples, drawn once: each equal, bit for
+    bit, to [`bootstrap_interval`][bootstrap_interval]'s of that sample alone.
+
+    The samples of one length (classes with ``groups``) share one draw of indices: each batch is
+    drawn once and every sample's statistic computed on it, so that the intervals of every
+    metric of every run cost one draw (the draw of one interval, alone, is the larger part of
+    its time).
+
+    Parameters
+    ----------
+    samples : sequence of array_like of float, each of shape (n_i,)
+        The values of each sample (one finite value per query).
+    statistic : "mean", callable, or a sequence of them (one per sample), default "mean"
+        The statistic of every sample, or of each.
+    groups : sequence of (array_like of int or None), optional
+        Per sample, the class of each value (resample classes) or ``None`` (resample values).
+    n_resamples, confidence, seed, batch
+        As in [`bootstrap_interval`][bootstrap_interval], for every sample.
+
+    Returns
+    -------
+    list of (low, high)
+        One interval per sample, in order.
+
+    Raises
+    ------
+    ValueError
+        If an argument is not of the form described above; a sample is named by its index.
+
+    Examples
+    --------
+    >>> bootstrap_intervals([[0.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]], n_resamples=1000)
+    [(0.25, 1.0), (0.0, 1.0)]
+    """
+    func = "bootstrap_intervals"
+    samples = _samples(samples, func, "samples")
+    statistics = _each(statistic, len(samples), func, "statistic", _is_statistic)
+    groups = _each(groups, len(samples), func, "groups", lambda g: g is None)
+    n_resamples = check_positive_int(n_resamples, func, "n_resamples")
+    confidence = check_unit_interval(confidence, func, "confidence")
+    seed = check_seed(seed, func)
+    batch = check_batch(batch, func)
+    jobs = [
+        _one(x, f, g, func, f"samples[{i}]")
+        for i, (x, f, g) in enumerate(zip(samples, statistics, groups, strict=True))
+    ]
+    thetas = _bootstrap_distributions(jobs, n_resamples, seed, batch)
+    return [_percentile_interval(theta, confidence) for theta in thetas]
 
 
 def paired_bootstrap(
@@ -367,7 +527,7 @@ def paired_bootstrap(
     >>> paired_bootstrap([1.0, 1.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.0], n_resamples=1000)
     (0.5, 0.0, 1.0)
     """
-    confidence = _confidence(confidence, "paired_bootstrap")
+    confidence = check_unit_interval(confidence, "paired_bootstrap", "confidence")
     difference, theta = paired_bootstrap_distribution(
         a,
         b,
@@ -396,8 +556,22 @@ def paired_bootstrap_distribution(
     resamples, drawn as [`paired_bootstrap`][paired_bootstrap] draws them (its interval is their
     percentile interval); for a bootstrap test, ``2 min(P(d* <= 0), P(d* >= 0))``.
 
-    Parameters and draws as in [`paired_bootstrap`][paired_bootstrap] (``func`` names the function
-    in errors).
+    Parameters
+    ----------
+    a, b : array_like of float, shape (n,)
+        One finite value per query under each system, the same queries in the same order.
+    statistic : "mean" or callable, default "mean"
+        As in [`paired_bootstrap`][paired_bootstrap].
+    groups : array_like of int, shape (n,), optional
+        The class of each query: resample classes instead of queries.
+    n_resamples : int, default 10000
+        The number of resamples.
+    seed : int, default 0
+        The seed of ``numpy.random.default_rng``.
+    batch : int, optional
+        Resamples drawn at once (memory only; the draws do not depend on it).
+    func : str, default "paired_bootstrap_distribution"
+        The function named in errors.
 
     Returns
     -------
@@ -407,31 +581,97 @@ def paired_bootstrap_distribution(
     >>> d, resampled.tolist()
     (0.5, [0.0, 0.5, 1.0, 1.0])
     """
-    a, b = _pair(a, b, func)
-    reduce = _statistic(statistic, func)
-    n_resamples = _positive_int(n_resamples, func, "n_resamples")
-    seed = _seed(seed, func)
-    batch = _batch(batch, func)
-    if groups is not None:
-        codes = _groups(groups, a.size, func, "'a' and 'b'")
-        a = _class_statistics(a, codes, reduce, func)
-        b = _class_statistics(b, codes, reduce, func)
-        reduce = np.mean
-    difference = float(_scalar(reduce, a, func) - _scalar(reduce, b, func))
-    if reduce is np.mean:  # one gather: the mean of the differences
-        d = a - b
-        theta = _bootstrap_distribution(
-            lambda idx: np.mean(d[idx], axis=-1), a.size, n_resamples, seed, batch
-        )
-    else:
-        theta = _bootstrap_distribution(
-            lambda idx: _rows(reduce, a[idx], func) - _rows(reduce, b[idx], func),
-            a.size,
-            n_resamples,
-            seed,
-            batch,
-        )
-    return difference, theta
+    n_resamples = check_positive_int(n_resamples, func, "n_resamples")
+    seed = check_seed(seed, func)
+    batch = check_batch(batch, func)
+    difference, job = _paired(a, b, statistic, groups, func)
+    return difference, _bootstrap_distributions([job], n_resamples, seed, batch)[0]
+
+
+def paired_bootstrap_distributions(
+    pairs: Sequence[tuple[Any, Any]],
+    statistic: Statistic | Sequence[Statistic] = "mean",
+    *,
+    groups: Sequence[Any] | None = None,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    batch: int | None = None,
+) -> list[tuple[float, np.ndarray]]:
+    """The differences and paired bootstrap resamples of several pairs, drawn once: each equal,
+    bit for bit, to [`paired_bootstrap_distribution`][paired_bootstrap_distribution]'s of that
+    pair alone (the pairs of one length share one draw of indices).
+
+    Parameters
+    ----------
+    pairs : sequence of (a, b)
+        Each pair's values under two systems, the same queries in the same order.
+    statistic : "mean", callable, or a sequence of them (one per pair), default "mean"
+        The statistic of every pair, or of each.
+    groups : sequence of (array_like of int or None), optional
+        Per pair, the class of each query (resample classes) or ``None``.
+    n_resamples, seed, batch
+        As in [`paired_bootstrap`][paired_bootstrap], for every pair.
+
+    Returns
+    -------
+    list of (difference, resampled)
+        Per pair, ``statistic(a) - statistic(b)`` and its ``n_resamples`` resamples (ndarray of
+        shape (n_resamples,)); [`percentile_interval`][percentile_interval] of them is the pair's
+        [`paired_bootstrap`][paired_bootstrap] interval.
+
+    Raises
+    ------
+    ValueError
+        If an argument is not of the form described above; a pair is named by its index.
+
+    Examples
+    --------
+    >>> [(d, r.tolist()) for d, r in paired_bootstrap_distributions(
+    ...     [([1.0, 0.0], [0.0, 0.0]), ([1.0, 1.0], [0.0, 1.0])], n_resamples=4)]
+    [(0.5, [0.0, 0.5, 1.0, 1.0]), (0.5, [0.0, 0.5, 1.0, 1.0])]
+    """
+    func = "paired_bootstrap_distributions"
+    pairs = _samples(pairs, func, "pairs")
+    statistics = _each(statistic, len(pairs), func, "statistic", _is_statistic)
+    groups = _each(groups, len(pairs), func, "groups", lambda g: g is None)
+    n_resamples = check_positive_int(n_resamples, func, "n_resamples")
+    seed = check_seed(seed, func)
+    batch = check_batch(batch, func)
+    made = []
+    for i, (pair, f, g) in enumerate(zip(pairs, statistics, groups, strict=True)):
+        if not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2:
+            raise fail(func, f"pairs[{i}]", "a pair (a, b) of value arrays", type(pair).__name__)
+        made.append(_paired(pair[0], pair[1], f, g, func, (f"pairs[{i}][0]", f"pairs[{i}][1]")))
+    thetas = _bootstrap_distributions([job for _, job in made], n_resamples, seed, batch)
+    return [(d, theta) for (d, _), theta in zip(made, thetas, strict=True)]
+
+
+def percentile_interval(resampled: Any, confidence: float = 0.95) -> tuple[float, float]:
+    """The two-sided percentile interval of resampled statistics: their ``(1 - confidence) /
+    2`` and ``(1 + confidence) / 2`` quantiles (linear interpolation), as
+    [`bootstrap_interval`][bootstrap_interval] and [`paired_bootstrap`][paired_bootstrap] give it.
+
+    Parameters
+    ----------
+    resampled : array_like of float, shape (n_resamples,)
+        The resampled statistics (finite).
+    confidence : float, default 0.95
+        The confidence level, in (0, 1).
+
+    Returns
+    -------
+    (low, high) : tuple of float
+
+    Examples
+    --------
+    >>> percentile_interval([0.0, 0.5, 1.0, 1.0], 0.5)
+    (0.375, 1.0)
+    """
+    func = "percentile_interval"
+    confidence = check_unit_interval(confidence, func, "confidence")
+    return _percentile_interval(
+        as_values(resampled, func, "resampled", "one per resample"), confidence
+    )
 
 
 def _kept(n: int, total: int, exact: bool, batch: int | None, seed: int) -> Iterator[np.ndarray]:
@@ -465,7 +705,11 @@ class _Null:
 
     def __init__(self, a: np.ndarray, b: np.ndarray, reduce: Callable[..., Any], func: str):
         self.a, self.b, self.reduce, self.func = a, b, reduce, func
+        self.n = a.size
         self.at_most = self.at_least = 0
+        observed = np.float64(_scalar(reduce, a, func) - _scalar(reduce, b, func))
+        gamma = abs(np.finfo(np.float64).eps * 100 * observed)
+        self.low, self.high = observed - gamma, observed + gamma
 
     def sides(self, swapped: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Both sides of an ``(n, m)`` batch of swaps, ``(n, m)`` C-ordered arrays."""
@@ -481,18 +725,27 @@ class _Null:
         side_a, side_b = self.sides(np.ascontiguousarray(kept.T == 0))
         return _rows(self.reduce, side_a.T, self.func) - _rows(self.reduce, side_b.T, self.func)
 
-    def add(self, kept: np.ndarray, low: np.float64, high: np.float64) -> None:
+    def add(self, kept: np.ndarray, sums: np.ndarray | None = None) -> None:
         null = self.differences(kept)
-        self.at_most += int(np.count_nonzero(null <= high))
-        self.at_least += int(np.count_nonzero(null >= low))
+        self.at_most += int(np.count_nonzero(null <= self.high))
+        self.at_least += int(np.count_nonzero(null >= self.low))
+
+    def p_value(self, total: int, exact: bool) -> float:
+        """Twice the smaller share of the counts (the observed difference counted as one more
+        resample unless ``exact``), at most 1."""
+        adjustment = 0 if exact else 1
+        less = np.float64(self.at_most + adjustment) / (total + adjustment)
+        greater = np.float64(self.at_least + adjustment) / (total + adjustment)
+        return float(np.clip(min(less, greater) * 2, 0.0, 1.0))
 
 
 class _MeanNull(_Null):
     """The same counts for the mean, fast: each difference is first computed as
-    ``(2 * sum(d[kept]) - sum(d)) / n`` (``d = a - b``; one multiply and one sum per value),
-    which is within ``bound`` of scipy's (two sums in order of each side's values); only the
-    resamples that fall within ``bound`` of ``low`` or ``high`` (exact ties with the observed
-    difference, mostly) are computed again as scipy computes them."""
+    ``(2 * sum(d[kept]) - sum(d)) / n`` (``d = a - b``; the sums of every mean of a batch of
+    swaps are one matrix product, shared by the pairs of one length), which is within ``bound``
+    of scipy's (two sums in order of each side's values); only the resamples that fall within
+    ``bound`` of ``low`` or ``high`` (exact ties with the observed difference, mostly) are
+    computed again as scipy computes them."""
 
     def __init__(self, a: np.ndarray, b: np.ndarray, func: str):
         super().__init__(a, b, np.mean, func)
@@ -501,15 +754,19 @@ class _MeanNull(_Null):
         self.total = np.sum(self.d)
         # Rounding, in units of u * scale (u = eps / 2): scipy's difference (each side summed
         # in order, divided by n, subtracted) is within 2n + 2 of the exact one; the fast one
-        # (d rounded, its two sums, 2X - D, the division) within 6n + 4; MARGIN (n + 2) covers
-        # both. The last term covers sums that underflow.
+        # (d rounded, its two sums in any order, 2X - D, the division) within 6n + 4; MARGIN
+        # (n + 2) covers both. The last term covers sums that underflow.
         scale = np.sum(np.maximum(np.abs(a), np.abs(b))) / n
         self.bound = MARGIN * (n + 2) * (np.finfo(np.float64).eps / 2) * scale + 1e-300
 
-    def add(self, kept: np.ndarray, low: np.float64, high: np.float64) -> None:
+    def add(self, kept: np.ndarray, sums: np.ndarray | None = None) -> None:
+        """Count a batch: ``sums``, when given, is ``kept @ d`` (computed for several pairs at
+        once), else computed here."""
         m, n = kept.shape
-        fast = np.multiply(kept, self.d)
-        fast = (2 * np.sum(fast, axis=1) - self.total) / n
+        low, high = self.low, self.high
+        if sums is None:
+            sums = np.sum(np.multiply(kept, self.d), axis=1)
+        fast = (2 * sums - self.total) / n
         near = ~(np.abs(fast - high) > self.bound) | ~(np.abs(fast - low) > self.bound)
         self.at_most += int(np.count_nonzero((fast <= high) & ~near))
         self.at_least += int(np.count_nonzero((fast >= low) & ~near))
@@ -524,6 +781,34 @@ class _MeanNull(_Null):
                 )
             self.at_most += int(null <= high)
             self.at_least += int(null >= low)
+
+
+def _null(a: Any, b: Any, statistic: Any, func: str, names: tuple[str, str] = ("a", "b")) -> _Null:
+    a, b = _pair(a, b, func, names)
+    reduce = _statistic(statistic, func)
+    return _MeanNull(a, b, func) if reduce is np.mean else _Null(a, b, reduce, func)
+
+
+def _randomization_p_values(
+    nulls: Sequence[_Null], n_resamples: int, seed: int, batch: int | None
+) -> list[float]:
+    """Each null's p-value; the nulls of one length share their swap patterns (drawn once a
+    batch) and, for the mean, one matrix product a batch."""
+    out: dict[int, float] = {}
+    for n in dict.fromkeys(null.n for null in nulls):
+        chosen = [null for null in nulls if null.n == n]
+        means = [null for null in chosen if isinstance(null, _MeanNull)]
+        column = {id(null): j for j, null in enumerate(means)}
+        d = np.stack([null.d for null in means], axis=1) if len(means) > 1 else None
+        exact = n < 64 and (1 << n) <= n_resamples
+        total = 1 << n if exact else n_resamples
+        for kept in _kept(n, total, exact, batch, seed):
+            sums = None if d is None else _product(kept.astype(np.float64), d)
+            for null in chosen:
+                j = column.get(id(null))
+                null.add(kept, None if sums is None or j is None else sums[:, j])
+        out.update((id(null), null.p_value(total, exact)) for null in chosen)
+    return [out[id(null)] for null in nulls]
 
 
 def randomization_test(
@@ -591,23 +876,121 @@ def randomization_test(
     0.75
     """
     func = "randomization_test"
+    null = _null(a, b, statistic, func)
+    n_resamples = check_positive_int(n_resamples, func, "n_resamples")
+    seed = check_seed(seed, func)
+    batch = check_batch(batch, func)
+    return _randomization_p_values([null], n_resamples, seed, batch)[0]
+
+
+def randomization_tests(
+    pairs: Sequence[tuple[Any, Any]],
+    statistic: Statistic | Sequence[Statistic] = "mean",
+    *,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    batch: int | None = None,
+) -> list[float]:
+    """The p-values of several pairs by Fisher's paired randomization test, their swaps drawn
+    once: each equal to [`randomization_test`][randomization_test]'s of that pair alone (the
+    pairs of one length share one draw of swap patterns, and for the mean one matrix product a
+    batch).
+
+    Parameters
+    ----------
+    pairs : sequence of (a, b)
+        Each pair's values under two systems, the same queries in the same order.
+    statistic : "mean", callable, or a sequence of them (one per pair), default "mean"
+        The statistic of every pair, or of each.
+    n_resamples, seed, batch
+        As in [`randomization_test`][randomization_test], for every pair.
+
+    Returns
+    -------
+    list of float
+        One two-sided p-value per pair, in order.
+
+    Raises
+    ------
+    ValueError
+        If an argument is not of the form described above; a pair is named by its index.
+
+    Examples
+    --------
+    >>> randomization_tests([([1.0, 0.0, 2.0], [0.0, 1.0, 0.0]), ([1.0, 1.0], [0.0, 0.0])])
+    [0.75, 0.5]
+    """
+    func = "randomization_tests"
+    pairs = _samples(pairs, func, "pairs")
+    statistics = _each(statistic, len(pairs), func, "statistic", _is_statistic)
+    nulls = []
+    for i, (pair, f) in enumerate(zip(pairs, statistics, strict=True)):
+        if not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2:
+            raise fail(func, f"pairs[{i}]", "a pair (a, b) of value arrays", type(pair).__name__)
+        nulls.append(_null(pair[0], pair[1], f, func, (f"pairs[{i}][0]", f"pairs[{i}][1]")))
+    n_resamples = check_positive_int(n_resamples, func, "n_resamples")
+    seed = check_seed(seed, func)
+    batch = check_batch(batch, func)
+    return _randomization_p_values(nulls, n_resamples, seed, batch)
+
+
+def mcnemar_test(a: Any, b: Any) -> float:
+    """The two-sided p-value of McNemar's exact test (the exact sign test on the discordant
+    pairs) for paired 0/1 values, such as two systems' recall@K hits on the same queries.
+
+    Of the ``n`` queries that only one system gets right (``b`` only ``a``, ``c`` only ``b``),
+    under the null hypothesis each is either system's with probability 1/2: the p-value is
+    ``P(X <= min(b, c)) + P(X >= max(b, c))`` for ``X ~ Binomial(n, 1/2)``, at most 1, computed
+    exactly (integer arithmetic, one rounding at the end); the queries both get right or both
+    miss do not count. It equals ``scipy.stats.binomtest(b, b + c, 0.5).pvalue``. No
+    resampling: no seed, no Monte-Carlo error.
+
+    Parameters
+    ----------
+    a, b : array_like of float, shape (n,)
+        Each query's value under each system, every value 0 or 1, the same queries in the same
+        order.
+
+    Returns
+    -------
+    float
+        The two-sided p-value, in (0, 1]; 1 when no query is discordant.
+
+    Raises
+    ------
+    ValueError
+        If ``a`` or ``b`` is not a 1-D array of 0s and 1s, or they differ in length.
+
+    Examples
+    --------
+    Ten queries only ``a`` gets right, two only ``b`` does: ``2 P(X <= 2)`` for ``X ~
+    Binomial(12, 1/2)``, ``2 (1 + 12 + 66) / 4096``:
+
+    >>> mcnemar_test([1.0] * 10 + [0.0] * 2 + [1.0] * 5, [0.0] * 10 + [1.0] * 2 + [1.0] * 5)
+    0.03857421875
+    """
+    func = "mcnemar_test"
     a, b = _pair(a, b, func)
-    reduce = _statistic(statistic, func)
-    n_resamples = _positive_int(n_resamples, func, "n_resamples")
-    seed = _seed(seed, func)
-    batch = _batch(batch, func)
-    n = a.size
-    observed = np.float64(_scalar(reduce, a, func) - _scalar(reduce, b, func))
-    gamma = abs(np.finfo(np.float64).eps * 100 * observed)
-    exact = n < 64 and (1 << n) <= n_resamples
-    total = 1 << n if exact else n_resamples
-    null = _MeanNull(a, b, func) if reduce is np.mean else _Null(a, b, reduce, func)
-    for kept in _kept(n, total, exact, batch, seed):
-        null.add(kept, observed - gamma, observed + gamma)
-    adjustment = 0 if exact else 1
-    less = np.float64(null.at_most + adjustment) / (total + adjustment)
-    greater = np.float64(null.at_least + adjustment) / (total + adjustment)
-    return float(np.clip(min(less, greater) * 2, 0.0, 1.0))
+    for name, x in (("a", a), ("b", b)):
+        other = (x != 0) & (x != 1)
+        if other.any():
+            index = int(np.argmax(other))
+            raise fail(
+                func,
+                name,
+                "values 0 or 1 (a miss or a hit per query)",
+                f"{x[index]} at index {index}",
+            )
+    only_a = int(np.count_nonzero(a > b))
+    only_b = int(np.count_nonzero(b > a))
+    n, k = only_a + only_b, min(only_a, only_b)
+    if 2 * k == n:  # no discordant query, or as many each way: the centre of the distribution
+        return 1.0
+    term = tail = 1  # C(n, 0); then C(n, i) for i <= k, summed
+    for i in range(k):
+        term = term * (n - i) // (i + 1)
+        tail += term
+    return float(min(Fraction(1), Fraction(2 * tail, 1 << n)))
 
 
 def holm(pvalues: Any) -> np.ndarray:
@@ -645,7 +1028,7 @@ def holm(pvalues: Any) -> np.ndarray:
         raise fail(func, "pvalues", "a 1-D array of real numbers", "ragged values") from None
     if p.size == 0 and p.ndim == 1:
         return np.empty(0)
-    p = _values(p, func, "pvalues", "one p-value per hypothesis")
+    p = as_values(p, func, "pvalues", "one p-value per hypothesis")
     outside = (p < 0) | (p > 1)
     if outside.any():
         index = int(np.argmax(outside))

@@ -81,7 +81,7 @@ def test_a_class_average_is_resampled_by_class():
 
 def test_comparisons_are_scipys_permutation_test_and_holm_by_hand():
     runs, _ = _runs()
-    c = comparison.compare(runs, n_resamples=999, seed=7)
+    c = comparison.compare(runs, test="randomization", n_resamples=999, seed=7)
     assert list(c.metrics) == NAMES  # every metric of the registry
     assert [(r.a, r.b) for r in c.rows[:3]] == [("a", "b"), ("a", "c"), ("b", "c")]
     for name in NAMES:
@@ -111,6 +111,7 @@ def test_comparisons_are_scipys_permutation_test_and_holm_by_hand():
             ).confidence_interval
             assert (r.low, r.high) == pytest.approx((boot.low, boot.high), abs=1e-12)
             assert r.difference == runs[r.a][name] - runs[r.b][name]
+            assert r.test == "randomization"
             raw.append(r.p_value)
         # Holm by hand: sorted p_(1) <= p_(2) <= p_(3); adjusted max over j <= i of (3 - j) p_(j).
         order = np.argsort(raw)
@@ -210,3 +211,70 @@ def test_runs_that_do_not_pair_are_refused_saying_what_differs():
     with pytest.raises(ValueError, match="'test' parameter of compare"):
         comparison.compare(runs, test="t-test")
     assert math.isfinite(comparison.compare(runs, metrics=["recall@1"], n_resamples=50).alpha)
+
+
+def test_auto_tests_recall_pairs_by_mcnemar_and_the_rest_by_randomization():
+    runs, _ = _runs()
+    c = comparison.compare(runs, n_resamples=999, seed=7)
+    assert c.test == "auto"
+    for r in c.rows:
+        x = runs[r.a].per_query[r.metric][runs[r.a].evaluated]
+        y = runs[r.b].per_query[r.metric][runs[r.b].evaluated]
+        binary = np.isin(x, (0.0, 1.0)).all() and np.isin(y, (0.0, 1.0)).all()
+        if r.metric.startswith("recall@"):
+            assert binary
+        if binary and r.metric != "MedR":
+            # The peer: scipy's exact binomial test on the discordant queries.
+            only_a, only_b = int(np.sum((x == 1) & (y == 0))), int(np.sum((x == 0) & (y == 1)))
+            want = scipy_stats.binomtest(only_a, only_a + only_b, 0.5).pvalue
+            assert r.test == "mcnemar"
+            assert r.p_value == pytest.approx(want, rel=1e-12, abs=0), (r.metric, r.a, r.b)
+        else:
+            assert r.test == "randomization"
+            want = comparison.stats.randomization_test(
+                x,
+                y,
+                comparison._statistic(recallkit.metrics.parse_one(r.metric)),
+                n_resamples=999,
+                seed=7,
+            )
+            assert r.p_value == want
+    assert "McNemar's exact test" in c.format()
+    assert {r["test"] for r in c.to_dict()["comparisons"]} == {"mcnemar", "randomization"}
+
+
+def test_a_comparison_equals_its_intervals_and_tests_computed_one_by_one():
+    # One draw serves every run and metric: each value is the one computed alone.
+    runs, _ = _runs(n=90, seed=4)
+    for test in ("randomization", "bootstrap"):
+        c = comparison.compare(runs, test=test, n_resamples=300, seed=5)
+        for name in NAMES:
+            for run in runs:
+                alone = comparison.intervals(runs[run], metrics=[name], n_resamples=300, seed=5)
+                assert c.intervals[run][name] == alone[name]
+            for r in (r for r in c.rows if r.metric == name):
+                x = runs[r.a].per_query[name][runs[r.a].evaluated]
+                y = runs[r.b].per_query[name][runs[r.b].evaluated]
+                statistic = comparison._statistic(recallkit.metrics.parse_one(name))
+                _, low, high = comparison.stats.paired_bootstrap(
+                    x, y, statistic, n_resamples=300, seed=5
+                )
+                assert (r.low, r.high) == (low, high)
+                if test == "randomization":
+                    p = comparison.stats.randomization_test(
+                        x, y, statistic, n_resamples=300, seed=5
+                    )
+                    assert r.p_value == p
+
+
+@pytest.mark.filterwarnings("ignore::recallkit.exceptions.LoneQueriesWarning")
+def test_runs_with_no_paired_query_that_counts_are_refused():
+    # Every query's label is alone in the gallery: nothing counts, nothing to compare.
+    x = np.eye(4)
+    labels = [0, 1, 2, 3]
+    a = recallkit.retrieval_metrics(x, x, labels, labels, ["recall@1"], query_in_reference=True)
+    b = recallkit.retrieval_metrics(
+        x[::-1].copy(), x[::-1].copy(), labels, labels, ["recall@1"], query_in_reference=True
+    )
+    with pytest.raises(ValueError, match="0 paired queries that count for recall@1"):
+        comparison.compare({"a": a, "b": b})

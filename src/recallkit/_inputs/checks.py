@@ -1,7 +1,9 @@
 """Validation at the public boundary: small helpers that raise ``ValueError`` naming the argument.
 
 Messages follow scikit-learn's parameter validation: which parameter, of which function, what it
-must be, and what it got.
+must be, and what it got. The checks that need numpy alone live in
+[`recallkit._inputs.values`][recallkit._inputs.values] (for the modules that must not import
+torch) and are re-exported here, so that this module is the one toolbox to import.
 """
 
 from __future__ import annotations
@@ -14,11 +16,38 @@ import numpy as np
 import torch
 
 from recallkit._inputs.pinned import read_mapped
+from recallkit._inputs.values import (
+    as_values,
+    check_batch,
+    check_choice,
+    check_columns,
+    check_length,
+    check_positive_int,
+    check_rows,
+    check_seed,
+    check_unit_interval,
+    per,
+)
 from recallkit.exceptions import ParameterError, Text, fail
 from recallkit.options import SIMILARITIES as METRICS
 from recallkit.options import check_device
 
-__all__ = ["METRICS", "ParameterError", "check_device", "fail"]
+__all__ = [
+    "METRICS",
+    "ParameterError",
+    "as_values",
+    "check_batch",
+    "check_choice",
+    "check_columns",
+    "check_device",
+    "check_length",
+    "check_positive_int",
+    "check_rows",
+    "check_seed",
+    "check_unit_interval",
+    "fail",
+    "per",
+]
 
 
 def as_embeddings(x: Any, name: str, func: str, *, ndim: int = 2) -> torch.Tensor:
@@ -150,13 +179,6 @@ def check_zero_rows(norms: torch.Tensor, offset: int, name: str, func: str) -> N
         )
 
 
-def check_choice(value: Any, choices: Sequence[str], func: str, name: str) -> str:
-    """Return ``value`` if it is one of ``choices``."""
-    if value not in choices:
-        raise fail(func, name, f"one of {tuple(choices)}", repr(value))
-    return value
-
-
 def check_metric(metric: Any, func: str) -> str:
     """Return ``metric`` if it is one of [`METRICS`][METRICS]."""
     return check_choice(metric, METRICS, func, "metric")
@@ -185,28 +207,6 @@ def check_ks(ks: Any, func: str, name: str = "ks") -> tuple[int, ...]:
     if repeated:
         raise fail(func, name, "distinct (each K once)", f"{out}, with {repeated[0]} twice")
     return tuple(out)
-
-
-def check_positive_int(value: Any, func: str, name: str) -> int:
-    """Return ``value`` as an int if it is a positive integer."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise fail(func, name, "a positive integer", repr(value))
-    return int(value)
-
-
-def check_length(values: Any, expected: int, name: str, func: str, of: str) -> None:
-    """Raise if ``len(values)`` differs from ``expected`` (the number of rows of ``of``)."""
-    try:
-        length = len(values)
-    except TypeError:
-        raise fail(
-            func,
-            name,
-            f"a sequence or array of length {expected} (one per row of '{of}')",
-            type(values).__name__,
-        ) from None
-    if length != expected:
-        raise fail(func, name, f"of length {expected} (one per row of '{of}')", length)
 
 
 def as_integers(values: Any, func: str, name: str, what: str = "integers") -> np.ndarray:
@@ -259,29 +259,6 @@ def as_scores(scores: Any, func: str, name: str = "scores") -> np.ndarray:
         row = int(np.nonzero(np.isnan(scores).any(axis=1))[0][0])
         raise fail(func, name, "free of NaN", f"NaN in row {row}")
     return scores
-
-
-def per(what: str | Text, expected: int, unit: str) -> Text:
-    """``one {unit} per {what} ({expected} {unit}s)``, ``what`` text or a ``Text`` that
-    mentions another parameter (``Text("caption of {c}", c="caption_image")``)."""
-    return Text(
-        f"one {unit} per {{what}} ({expected} {unit}s)",
-        what=what if isinstance(what, Text) else Text(what.replace("{", "{{").replace("}", "}}")),
-    )
-
-
-def check_rows(x: Any, expected: int, func: str, name: str, what: str | Text) -> None:
-    """Raise unless ``x`` has ``expected`` rows (one per ``what``)."""
-    rows = int(x.shape[0]) if hasattr(x, "shape") and len(x.shape) else len(x)
-    if rows != expected:
-        raise fail(func, name, per(what, expected, "row"), f"{rows} rows")
-
-
-def check_columns(x: Any, expected: int, func: str, name: str, what: str | Text) -> None:
-    """Raise unless ``x`` has ``expected`` columns (one per ``what``)."""
-    cols = int(x.shape[1])
-    if cols != expected:
-        raise fail(func, name, per(what, expected, "column"), f"{cols} columns")
 
 
 def check_block_shape(block: np.ndarray, rows: int, dim: int, name: str, func: str) -> None:
