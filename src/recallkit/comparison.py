@@ -46,6 +46,7 @@ from recallkit._inputs.codes import dense_codes
 from recallkit._inputs.values import check_choice, check_unit_interval
 from recallkit._labels.averaging import counted
 from recallkit.exceptions import fail
+from recallkit.options import Options
 from recallkit.runfiles import records
 from recallkit.runfiles.definitions import differences
 
@@ -81,12 +82,18 @@ class RunData:
     bounds: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @property
+    def options(self) -> Options:
+        """The options the run's values were computed under, read back from its definitions
+        ([`Options.from_definitions`][recallkit.options.Options.from_definitions])."""
+        return Options.from_definitions(self.definitions, "intervals")
+
+    @property
     def lone_queries(self) -> str:
-        return (self.definitions or {}).get("lone_queries", "skip")
+        return self.options.lone_queries
 
     @property
     def average(self) -> str:
-        return (self.definitions or {}).get("average", "query")
+        return self.options.average
 
     @property
     def num_queries(self) -> int:

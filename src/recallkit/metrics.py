@@ -354,6 +354,9 @@ class Metric:
     #: A lone query's value under ``lone_queries="zero"`` (``None``: the metric refuses
     #: ``"zero"``, having no value that means "nothing relevant").
     lone_value: ClassVar[float | None] = 0.0
+    #: ``(low, high)``: the values a query (and so the metric) can take; a run file holding
+    #: another is refused.
+    value_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
     #: The per-query formula, for the definitions table.
     formula: ClassVar[str] = ""
 
@@ -650,6 +653,7 @@ class MeanRank(Metric):
     reads = "rank"
     direction = "lower"
     lone_value = None
+    value_range = (1.0, math.inf)
     formula = "r + 1, the 1-indexed rank of the first relevant item"
 
     def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:

@@ -25,14 +25,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import numbers
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from recallkit.exceptions import fail
+from recallkit.exceptions import did_you_mean, fail
 
 SIMILARITIES = ("cosine", "dot", "euclidean")
 PRECISIONS = ("auto", "float32", "bfloat16", "float16", "int8")
@@ -51,26 +50,44 @@ SCOPES = ("engine", "label")
 #: The memory budget of a query chunk on the CPU, and the least one on a GPU, when the
 #: ``memory_budget`` option is not given.
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
-_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-_BYTES = re.compile(r"(\d+)(\.\d*)?\s*(?:([kmgt])i?b?|b)?")
-BYTES_HELP = "a positive number of bytes, or a string with a binary unit such as '512MiB' or '8GiB'"
+#: The units of a number of bytes, case ignored: ``KB``, ``MB``, ``GB``, ``TB`` (powers of 1000,
+#: as SI and disk makers write them; ``k``, ``m``, ``g``, ``t`` alone too) and ``KiB``, ``MiB``,
+#: ``GiB``, ``TiB`` (powers of 1024, IEC).
+_UNITS = {
+    "": 1,
+    "b": 1,
+    **{f"{p}{b}": 1000**n for n, p in enumerate("kmgt", 1) for b in ("", "b")},
+    **{f"{p}ib": 1024**n for n, p in enumerate("kmgt", 1)},
+}
+_BYTES = re.compile(r"(\d+)(\.\d+)?\s*([a-z]*)")
+BYTES_HELP = (
+    "a positive whole number of bytes, or a string with a unit such as '512MiB' or '8GB' "
+    "(KB, MB, GB, TB: powers of 1000; KiB, MiB, GiB, TiB: powers of 1024)"
+)
 
 
 def parse_bytes(text: str) -> int | None:
-    """A number of bytes written as digits with an optional binary unit, case ignored:
-    ``"1000000"``, ``"512MiB"``, ``"512 MB"``, ``"8g"``, ``"1.5GiB"`` (units are powers of
-    1024); ``None`` when ``text`` is not one or is below one byte. The one parser of the
-    ``memory_budget`` option, its flag ``--memory-budget`` and ``RECALLKIT_GPU_MEMORY``.
+    """A number of bytes written as digits with an optional unit, case ignored: ``"1000000"``,
+    ``"512MiB"`` and ``"8GiB"`` (binary: powers of 1024), ``"512 MB"``, ``"8g"`` and ``"1TB"``
+    (decimal: powers of 1000, as SI and disk makers write them), ``"1.5GiB"`` (a fraction with
+    a unit, rounded down to whole bytes); ``None`` when ``text`` is not one or is below one
+    byte. The one parser of the ``memory_budget`` option, its flag ``--memory-budget`` and
+    ``RECALLKIT_GPU_MEMORY``.
 
-    >>> parse_bytes("512MiB"), parse_bytes("1.5 g"), parse_bytes("0"), parse_bytes("lots")
-    (536870912, 1610612736, None, None)
+    >>> parse_bytes("512MiB"), parse_bytes("1.5 GiB"), parse_bytes("1KB"), parse_bytes("1 TB")
+    (536870912, 1610612736, 1000, 1000000000000)
+    >>> parse_bytes("0"), parse_bytes("lots"), parse_bytes("1.5"), parse_bytes("2 KIB")
+    (None, None, None, 2048)
     """
     match = _BYTES.fullmatch(text.strip().lower())
-    if match is None:
+    if match is None or match.group(3) not in _UNITS:
         return None
     whole, fraction, unit = match.groups()
-    scale = _UNITS[unit or ""]
-    value = int(whole) * scale + int(float("0" + (fraction or ".")) * scale)
+    scale = _UNITS[unit]
+    if fraction and scale == 1:  # a byte count is whole: "1.5" is refused, not floored
+        return None
+    numerator = int(whole + (fraction or "")[1:])
+    value = numerator * scale // 10 ** len((fraction or ".")[1:])
     return value if value >= 1 else None
 
 
@@ -83,7 +100,8 @@ def _positive_or_none(value: Any, func: str, name: str) -> int | None:
 
 
 def _byte_count(value: Any, func: str, name: str) -> int | None:
-    """``None``, or a positive number of bytes: an integer (a float is floored) or a string
+    """``None``, or a positive number of bytes: an integer (a float is refused: ``1.5`` is not
+    a byte count, and ``1.5`` read as one byte hid the mistake) or a string
     [`parse_bytes`][parse_bytes] reads."""
     if value is None:
         return None
@@ -91,8 +109,8 @@ def _byte_count(value: Any, func: str, name: str) -> int | None:
         parsed = parse_bytes(value)
         if parsed is not None:
             return parsed
-    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
-        if math.isfinite(value) and value >= 1:
+    elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        if value >= 1:
             return int(value)
     raise fail(func, name, BYTES_HELP, repr(value))
 
@@ -137,6 +155,7 @@ def _option(
     metavar: str | None = None,
     scope: str = "engine",
     doc_type: str | None = None,
+    parse: Callable[[str], Callable[[str], Any]] | None = None,
 ) -> Any:
     return field(
         default=default,
@@ -147,6 +166,7 @@ def _option(
             "metavar": metavar,
             "scope": scope,
             "doc_type": doc_type,
+            "parse": parse,
         },
     )
 
@@ -185,16 +205,18 @@ precision='float32', lone_queries='skip', average='query')
         check=_positive_or_none,
         metavar="ROWS",
         doc_type="int, optional",
+        parse=lambda flag: _positive_flag(flag),
     )
     memory_budget: int | None = _option(
         None,
-        "the working memory a query chunk may take, in bytes or with a binary unit ('512MiB', "
-        "'8GiB'), from which chunks are sized (default: 256 MiB on the CPU; on a GPU the "
-        "RECALLKIT_GPU_MEMORY environment variable, else a quarter of the free memory, at least "
-        "256 MiB); ranks do not depend on it",
+        "the working memory a query chunk may take, in bytes or with a unit ('512MiB', '8GiB': "
+        "powers of 1024; '500MB', '8GB': powers of 1000), from which chunks are sized "
+        "(default: 256 MiB on the CPU; on a GPU the RECALLKIT_GPU_MEMORY environment variable, "
+        "else a quarter of the free memory, at least 256 MiB); ranks do not depend on it",
         check=_byte_count,
         metavar="BYTES",
         doc_type="int or str, optional",
+        parse=lambda flag: _bytes_flag(flag),
     )
     device: Any = _option(  # noqa: RUF009 (a dataclass field with metadata)
         None,
@@ -255,10 +277,58 @@ precision='float32', lone_queries='skip', average='query')
         unknown = sorted(set(keywords) - names)
         if unknown:
             raise fail(
-                func, unknown[0], f"one of the options {tuple(sorted(names))}", "an unknown keyword"
+                func,
+                unknown[0],
+                f"one of the options {tuple(sorted(names))}",
+                "an unknown keyword" + did_you_mean(unknown[0], names),
             )
         base = options if options is not None else cls()
         return replace(base, **keywords).checked(func)
+
+    @classmethod
+    def from_definitions(cls, record: Any, func: str = "Options.from_definitions") -> Options:
+        """The options a run's values were computed under, read back from its definitions
+        record ([`recallkit.runfiles.definitions`][recallkit.runfiles.definitions]): the
+        similarity as ``metric``, and every option that changes a value (scope ``"label"``) from
+        its field, at its default when the record leaves it out (a record names
+        ``average`` only when it is not ``"query"``). The options that choose how the engine
+        runs never change a value and stay at their defaults. The one place a run's options
+        are read back: intervals, comparisons, per-class values and the run-file reader
+        summarise a run's per-query values under these options, as evaluating it did.
+
+        Parameters
+        ----------
+        record : dict or None
+            A definitions record (``None``, a run without one: the defaults).
+        func : str, default 'Options.from_definitions'
+            Named in the errors, with the field.
+
+        Returns
+        -------
+        Options
+
+        Raises
+        ------
+        ValueError
+            A field that is not one of its option's choices.
+
+        Examples
+        --------
+        >>> Options.from_definitions({"similarity": "dot", "lone_queries": "zero"})
+        Options(metric='dot', chunk_size=None, memory_budget=None, device=None, \
+precision='auto', lone_queries='zero', average='query')
+        """
+        if record is None:
+            return cls()
+        if not isinstance(record, dict):
+            raise fail(func, "definitions", "a definitions record (an object)", repr(record))
+        given: dict[str, Any] = {}
+        if "similarity" in record:
+            given["metric"] = record["similarity"]
+        for option in OPTIONS:
+            if option.scope == "label" and option.name in record:
+                given[option.name] = record[option.name]
+        return cls.of(func, **given)
 
     def checked(self, func: str) -> Options:
         """These options, each checked.
@@ -293,6 +363,9 @@ class Option:
     metavar: str | None
     scope: str
     doc_type: str | None = None
+    #: The command-line parser of the option's flag, built for the flag's name (``None``: the
+    #: flag's text as it is, or one of ``choices``).
+    parse: Callable[[str], Callable[[str], Any]] | None = None
 
     @property
     def flag(self) -> str:
@@ -302,7 +375,8 @@ class Option:
     def checked(self, value: Any, func: str) -> Any:
         if self.choices is not None:
             if not isinstance(value, str) or value not in self.choices:
-                raise fail(func, self.name, f"one of {self.choices}", repr(value))
+                got = repr(value) + did_you_mean(value, self.choices)
+                raise fail(func, self.name, f"one of {self.choices}", got)
             return value
         return self.check(value, func, self.name) if self.check is not None else value
 
@@ -426,7 +500,10 @@ def accepts(
             if unknown and not open_ended:
                 known = sorted(accepted - {"self"} | set(taken))
                 raise fail(
-                    name, unknown[0], f"one of the keywords {tuple(known)}", "an unknown keyword"
+                    name,
+                    unknown[0],
+                    f"one of the keywords {tuple(known)}",
+                    "an unknown keyword" + did_you_mean(unknown[0], known),
                 )
             start = options
             if start is None and fixed:  # the entry's own defaults (an explicit Options wins)
@@ -486,8 +563,8 @@ def _bytes_flag(flag: str) -> Callable[[str], int]:
         value = parse_bytes(text)
         if value is None:
             raise argparse.ArgumentTypeError(
-                f"{flag} takes a number of bytes, or with a binary unit (512MiB, 8GiB). "
-                f"Got {text!r}."
+                f"{flag} takes a whole number of bytes, or one with a unit (512MiB, 8GiB: powers "
+                f"of 1024; 500MB, 8GB: powers of 1000). Got {text!r}."
             )
         return value
 
@@ -522,14 +599,10 @@ def add_flags(
         if option.choices is not None:
             extra["choices"] = option.choices
             extra["metavar"] = "{" + ",".join(option.choices) + "}"
-        elif option.name == "chunk_size":
-            extra["type"] = _positive_flag(option.flag)
-            extra["metavar"] = option.metavar
-        elif option.name == "memory_budget":
-            extra["type"] = _bytes_flag(option.flag)
-            extra["metavar"] = option.metavar
         else:
             extra["metavar"] = option.metavar
+            if option.parse is not None:  # the flag's type, as the option declares it
+                extra["type"] = option.parse(option.flag)
         text = helps.get(name)
         if text is None:
             text = _flag_help(option.help)

@@ -22,6 +22,7 @@ from recallkit._inputs import checks as _checks
 from recallkit._inputs.codes import dense_codes
 from recallkit._inputs.io import pin, read_through
 from recallkit._labels import form as label_form
+from recallkit._labels.averaging import pml_avg_of_avgs
 from recallkit.engine.exact import row_sq_norms
 from recallkit.exceptions import RecallkitWarning, Text, warn
 from recallkit.neighbors import id_codes, nearest_neighbors
@@ -416,10 +417,18 @@ class RecallCalculator(AccuracyCalculator):
                 query_in_reference=ref_includes_query,
                 options=Options.of(func, self.options, device=self.device, average=average),
             )
+            lone = Options.from_definitions(result.definitions, func).lone_queries
             for name in ours:
                 key = self._ours[name].name
-                if self.return_per_class:
-                    out[name] = list(result.by_class(key).values())
+                if self.avg_of_avgs or self.return_per_class:  # PML's arithmetic, bit for bit
+                    out[name] = pml_avg_of_avgs(
+                        self._ours[name],
+                        result.per_query[key],
+                        result.evaluated,
+                        lone,
+                        q_codes,
+                        per_class=self.return_per_class,
+                    )
                 else:
                     out[name] = result[key]
         others = tuple(name for name in current if name not in self._ours)

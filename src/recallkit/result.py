@@ -389,13 +389,14 @@ class Result(dict):
         from recallkit import metrics as registry
         from recallkit._inputs.codes import dense_codes
         from recallkit._labels import averaging
+        from recallkit.options import Options
 
         if self.query_labels is None or name not in self.per_query:
             raise KeyError(f"this result has no per-class values of {name!r}")
         metric = registry.parse_one(name)
         if metric is None:
             raise KeyError(f"{name!r} is not a label-form metric")
-        lone = (self.definitions or {}).get("lone_queries", "skip")
+        lone = Options.from_definitions(self.definitions, "by_class").lone_queries
         codes, _ = dense_codes(self.query_labels, [], ("query_labels", "labels"), "by_class")
         kept, mask = averaging.counted(metric, self.per_query[name], self.evaluated, lone)
         present, values = averaging.by_class(metric, kept, codes[mask])

@@ -39,7 +39,12 @@ The fields ([`definitions`][definitions]):
 ``id`` is the first 12 hexadecimal digits of the SHA-256 of the canonical JSON (keys sorted,
 ``","`` and ``":"`` as separators, ASCII) of every field except ``recallkit`` (and ``id``).
 
-This module uses the standard library only.
+The choices of ``similarity``, ``lone_queries`` and ``average`` are the options' own
+([`recallkit.options`][recallkit.options] declares each once), and a run's options are read back
+from its record in one place,
+[`Options.from_definitions`][recallkit.options.Options.from_definitions].
+
+This module uses the standard library and [`recallkit.options`][recallkit.options] only.
 """
 
 from __future__ import annotations
@@ -50,14 +55,23 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
 
+from recallkit import options as _options
+
 #: Raised whenever one of the definitions changes meaning.
 DEFINITIONS_VERSION = 1
-SIMILARITIES = ("cosine", "dot", "euclidean")
+#: The choices of the options a record holds, as [`recallkit.options`][recallkit.options] declares
+#: them.
+SIMILARITIES = _options.BY_NAME["metric"].choices
 SELF_EXCLUSIONS = ("query_in_reference", "ids", "query_in_reference+ids", "none")
-LONE_QUERIES = ("skip", "zero", "error")
-AVERAGES = ("query", "class")
-#: The values of the options written only when changed.
-CHOICES = {"average": AVERAGES}
+LONE_QUERIES = _options.BY_NAME["lone_queries"].choices
+AVERAGES = _options.BY_NAME["average"].choices
+#: The choices of the value-changing options written only when changed (every option of scope
+#: ``"label"`` but ``lone_queries``, which every record holds).
+CHOICES = {
+    o.name: o.choices
+    for o in _options.OPTIONS
+    if o.scope == "label" and o.name != "lone_queries" and o.choices is not None
+}
 TIES = "lower reference index first"
 EXACTNESS = "float64 decisions, fixed order"
 K_CLAMP = "clamped to the candidates"

@@ -29,15 +29,27 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
+import functools
 import json
+import math
+import numbers
 import os
+import re
+import stat
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recallkit._inputs.pinned import read_file
-from recallkit.exceptions import fail
+from recallkit.exceptions import (
+    Namer,
+    ParameterError,
+    RecallkitError,
+    did_you_mean,
+    fail,
+    python_name,
+)
 from recallkit.runfiles import _atomic
 from recallkit.runfiles.definitions import _version
 
@@ -112,8 +124,52 @@ def run_path(template: str | os.PathLike[str], tag: str, func: str) -> Path:
     return Path(os.fspath(template).format(tag=check_tag(tag, func)))
 
 
-class RecordError(ValueError):
-    """A history or run file that cannot be read or appended to; the message names the file."""
+class RecordError(ParameterError):
+    """A history or run file that cannot be read or appended to, or a run record that is not
+    one; the message names the file (or run), the field and, where there is one, the query.
+
+    A [`ParameterError`][recallkit.exceptions.ParameterError] (a ``ValueError``): the command
+    line prints it as one line with exit status 2.
+
+    Parameters
+    ----------
+    message : str
+        The whole message.
+    field : str, optional
+        The field at fault (``"queries.values.MAP@R"``), when one is.
+    query : int, optional
+        The query at fault (its position), when one is.
+    """
+
+    def __init__(self, message: str, field: str | None = None, query: int | None = None) -> None:
+        self.message = message
+        self.field = field
+        self.query = query
+        RecallkitError.__init__(self, message)
+        self.func = "load_run"
+        self.name = field or "run"
+        self.requirement = self.text
+        self.got = None
+
+    def render(self, namer: Namer = python_name, subject: str | None = None) -> str:
+        """The message (it names files and fields, no parameter: ``namer`` and ``subject`` do
+        not change it).
+
+        Parameters
+        ----------
+        namer : callable, optional
+            Unused.
+        subject : str, optional
+            Unused.
+
+        Returns
+        -------
+        str
+        """
+        return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message, self.field, self.query))
 
 
 def metrics_of(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -366,8 +422,7 @@ def read_history(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     {'recall@1': 0.25}
     """
     path = Path(path)
-    if not path.is_file():
-        raise RecordError(f"The history file '{path}' does not exist.")
+    _regular_file(path, f"The history file '{path}'", HISTORY_HINT)
     try:
         data = path.read_bytes()
     except OSError as error:
@@ -496,154 +551,810 @@ def append_history(
 
 
 # ----------------------------------------------------------------------------------------------
-# Reading a run file back.
+# Reading a run file back: the one validating reader.
 
+#: The largest run file (or history file) read, in bytes, unless the environment variable
+#: ``RECALLKIT_RUN_FILE_LIMIT`` says otherwise (``"512MiB"``, ``"2GB"``). A file is read whole,
+#: and reading it takes about five times its size in memory; a larger one is refused, naming the
+#: limit and the variable, before anything is read.
+RUN_FILE_LIMIT = 128 * 2**20
+LIMIT_VARIABLE = "RECALLKIT_RUN_FILE_LIMIT"
+#: The JSON Schema keywords the reader applies (the shipped schemas use these and no others), and
+#: the annotations it reads past.
+SCHEMA_KEYWORDS = frozenset(
+    {
+        "type",
+        "enum",
+        "const",
+        "minimum",
+        "items",
+        "properties",
+        "required",
+        "additionalProperties",
+        "$ref",
+        "anyOf",
+        "minItems",
+        "maxItems",
+        "pattern",
+        "not",
+    }
+)
+SCHEMA_ANNOTATIONS = frozenset({"$schema", "$id", "title", "description", "$defs"})
+# The largest magnitude of a whole number in a run file (int64).
+_INT_LIMIT = 2**63
+# A per-query value and the run's value agree when they differ by rounding alone.
+_REL_TOL, _ABS_TOL = 1e-9, 1e-12
 _RANK_RULE = "a rank is a whole number, 0 or more, or -1 for an excluded query"
+_MISSING = object()
+_KIND_WORDS = {
+    "null": "null",
+    "boolean": "true or false",
+    "string": "a string",
+    "array": "a list",
+    "object": "an object",
+    "integer": "a whole number",
+    "number": "a number",
+}
+
+
+class _Invalid(Exception):
+    """A value that breaks a rule: where (the path from the record's top), what, which rule."""
+
+    def __init__(self, path: tuple[Any, ...], value: Any, rule: str) -> None:
+        super().__init__(rule)
+        self.path, self.value, self.rule = path, value, rule
+
+
+def _shown_value(value: Any) -> str:
+    try:
+        shown = json.dumps(value, allow_nan=True)
+    except (TypeError, ValueError, OverflowError):
+        shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:39] + "…"
+
+
+def _field(path: Sequence[Any]) -> tuple[str, int | None]:
+    """``("queries.values.MAP@R", 3)``: a path as the field it names and, in a per-query list,
+    the query (its position); other positions are written ``ks[2]``."""
+    parts, query = list(path), None
+    if parts[:1] == ["queries"]:
+        depth = 3 if parts[1:2] == ["values"] else 2
+        if len(parts) > depth and isinstance(parts[depth], int):
+            query = parts[depth]
+            del parts[depth]
+    field = ""
+    for part in parts:
+        field += f"[{part}]" if isinstance(part, int) else ("." if field else "") + str(part)
+    return field or "(the record)", query
+
+
+# The rule said when an entry of these per-query lists is not what the schema allows.
+_ENTRY_RULES = {
+    "queries.first_hit_rank": _RANK_RULE,
+    "queries.ids": "an id is a string",
+    "queries.paths": "a path is a string (or null)",
+}
+
+
+def _refusal(where: str, record: Any, error: _Invalid) -> RecordError:
+    field, query = _field(error.path)
+    value, rule = error.value, error.rule
+    if field.startswith("ks[") or (field == "ks" and value is not _MISSING):
+        field, value, rule = "ks", record.get("ks"), "the K values are positive integers"
+    elif query is not None and len(error.path) == 3 and field in _ENTRY_RULES:
+        rule = _ENTRY_RULES[field]
+        gallery = record.get("num_gallery")
+        if field == "queries.first_hit_rank" and _is_int(value) and value >= 0:
+            if _is_int(gallery) and gallery > 0:
+                rule = f"a rank is below the {gallery} gallery images (num_gallery)"
+    elif query is not None and field == "queries.labels" and value is None:
+        rule = "a query's label cannot be null"
+    if value is _MISSING:
+        text = f"{where} has no '{field}' field; {rule}."
+    else:
+        at = "" if query is None else f" at query {query}"
+        text = f"{where} has a bad '{field}' value{at}: {_shown_value(value)}; {rule}."
+    return RecordError(text, field, query)
 
 
 def _bad(where: str, field: str, index: int | None, value: Any, rule: str) -> RecordError:
     at = "" if index is None else f" at query {index}"
-    try:
-        shown = json.dumps(value)
-    except (TypeError, ValueError):
-        shown = repr(value)
-    if len(shown) > 40:
-        shown = shown[:39] + "…"
-    return RecordError(f"{where} has a bad '{field}' value{at}: {shown}; {rule}.")
+    return RecordError(
+        f"{where} has a bad '{field}' value{at}: {_shown_value(value)}; {rule}.", field, index
+    )
 
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _number_rule(value: Any) -> str | None:
+    """Why a number cannot be read as one (``None``: it can)."""
+    if isinstance(value, float) or (
+        isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral)
+    ):
+        if not math.isfinite(value):
+            return "a value is a finite number (NaN and Infinity are not values)"
+        return None
+    if abs(int(value)) >= _INT_LIMIT:
+        return "a number is below 2**63 in size"
+    return None
+
+
+def _type_test(name: str) -> Callable[[Any], bool]:
+    if name == "null":
+        return lambda v: v is None
+    if name == "boolean":
+        return lambda v: isinstance(v, bool)
+    if name == "string":
+        return lambda v: isinstance(v, str)
+    if name == "array":
+        return lambda v: isinstance(v, list)
+    if name == "object":
+        return lambda v: isinstance(v, dict)
+    if name == "integer":
+        return lambda v: (
+            type(v) is int or (isinstance(v, numbers.Integral) and not isinstance(v, bool))
+        )
+    if name == "number":
+        return lambda v: (
+            type(v) in (int, float) or (isinstance(v, numbers.Real) and not isinstance(v, bool))
+        )
+    raise ValueError(f"the schema names an unknown type {name!r}")
+
+
+def _words(kinds: Sequence[str]) -> str:
+    words = [_KIND_WORDS[k] for k in kinds if not (k == "integer" and "number" in kinds)]
+    return " or ".join(dict.fromkeys(words))
+
+
+Check = Callable[[Any, tuple[Any, ...]], None]
+
+
+def _compile(node: Any, root: dict[str, Any], cache: dict[int, Check]) -> Check:
+    """A function that raises [`_Invalid`][_Invalid] for a value ``node`` refuses: the schema's
+    keywords ([`SCHEMA_KEYWORDS`][SCHEMA_KEYWORDS]) as JSON Schema (draft 2020-12) defines them,
+    a number also finite and below 2**63 in size, an ``integer`` an ``int`` (``1.0`` is not a
+    rank)."""
+    if node is True or node == {}:
+        return lambda value, path: None
+    if node is False:
+
+        def never(value: Any, path: tuple[Any, ...]) -> None:
+            raise _Invalid(path, value, "the field is not one a run file holds")
+
+        return never
+    unknown = set(node) - SCHEMA_KEYWORDS - SCHEMA_ANNOTATIONS
+    if unknown:
+        raise ValueError(f"the reader does not apply the schema keyword(s) {sorted(unknown)}")
+    key = id(node)
+    if key in cache:
+        return cache[key]
+    steps: list[Check] = []
+
+    def run(value: Any, path: tuple[Any, ...]) -> None:
+        for step in steps:
+            step(value, path)
+
+    cache[key] = run
+    if "$ref" in node:
+        steps.append(_compile(_resolve(root, node["$ref"]), root, cache))
+    if "anyOf" in node:
+        branches = [_compile(b, root, cache) for b in node["anyOf"]]
+        kinds = [k for b in node["anyOf"] for k in _kinds_of(b, root)]
+
+        def any_of(value: Any, path: tuple[Any, ...]) -> None:
+            errors = []
+            for branch in branches:
+                try:
+                    branch(value, path)
+                    return
+                except _Invalid as error:
+                    errors.append(error)
+            deepest = max(errors, key=lambda e: len(e.path))
+            if deepest.path != path:
+                raise deepest
+            raise _Invalid(path, value, f"it is {_words(kinds)}")
+
+        steps.append(any_of)
+    if "not" in node:
+        refused = _compile(node["not"], root, cache)
+
+        def negated(value: Any, path: tuple[Any, ...]) -> None:
+            try:
+                refused(value, path)
+            except _Invalid:
+                return
+            raise _Invalid(path, value, "it is not a record of this kind")
+
+        steps.append(negated)
+    if "type" in node:
+        kinds = [node["type"]] if isinstance(node["type"], str) else list(node["type"])
+        tests = [_type_test(k) for k in kinds]
+        numeric = "number" in kinds or "integer" in kinds
+        rule = f"it is {_words(kinds)}"
+
+        def typed(value: Any, path: tuple[Any, ...]) -> None:
+            if not any(test(value) for test in tests):
+                raise _Invalid(path, value, rule)
+            if numeric and value is not None and not isinstance(value, bool | str | list | dict):
+                why = _number_rule(value)
+                if why is not None:
+                    raise _Invalid(path, value, why)
+
+        steps.append(typed)
+    for name in ("enum", "const"):
+        if name in node:
+            allowed = node[name] if name == "enum" else [node[name]]
+            shown = ", ".join(json.dumps(a) for a in allowed)
+            rule = f"it is {shown}" if len(allowed) == 1 else f"it is one of {shown}"
+
+            def one_of(value: Any, path: tuple[Any, ...], allowed=allowed, rule=rule) -> None:
+                if not any(type(value) is type(a) and value == a for a in allowed):
+                    raise _Invalid(path, value, rule + did_you_mean(value, map(str, allowed)))
+
+            steps.append(one_of)
+    if "minimum" in node:
+        low = node["minimum"]
+
+        def minimum(value: Any, path: tuple[Any, ...]) -> None:
+            if type(value) in (int, float) and value < low:
+                raise _Invalid(path, value, f"it is {low} or more")
+
+        steps.append(minimum)
+    if "pattern" in node:
+        pattern = re.compile(node["pattern"])
+
+        def matches(value: Any, path: tuple[Any, ...]) -> None:
+            if isinstance(value, str) and not pattern.search(value):
+                raise _Invalid(path, value, f"it matches {node['pattern']}")
+
+        steps.append(matches)
+    if "minItems" in node or "maxItems" in node:
+        least, most = node.get("minItems", 0), node.get("maxItems", math.inf)
+        size = f"{least}" if least == most else f"{least} to {most}"
+
+        def sized(value: Any, path: tuple[Any, ...]) -> None:
+            if isinstance(value, list) and not least <= len(value) <= most:
+                raise _Invalid(path, value, f"it is a list of {size} entries")
+
+        steps.append(sized)
+    if "required" in node:
+        required = list(node["required"])
+
+        def present(value: Any, path: tuple[Any, ...]) -> None:
+            if isinstance(value, dict):
+                for name in required:
+                    if name not in value:
+                        raise _Invalid((*path, name), _MISSING, "a run file holds it")
+
+        steps.append(present)
+    if "properties" in node or "additionalProperties" in node:
+        known = {k: _compile(v, root, cache) for k, v in node.get("properties", {}).items()}
+        other = _compile(node.get("additionalProperties", True), root, cache)
+
+        def members(value: Any, path: tuple[Any, ...]) -> None:
+            if isinstance(value, dict):
+                for name, item in value.items():
+                    known.get(name, other)(item, (*path, name))
+
+        steps.append(members)
+    if "items" in node:
+        steps.append(_items(node["items"], root, cache))
+    return run
+
+
+def _kinds_of(node: Any, root: dict[str, Any]) -> list[str]:
+    if isinstance(node, dict) and "$ref" in node:
+        return _kinds_of(_resolve(root, node["$ref"]), root)
+    kind = node.get("type", []) if isinstance(node, dict) else []
+    return [kind] if isinstance(kind, str) else list(kind)
+
+
+def _items(node: Any, root: dict[str, Any], cache: dict[int, Check]) -> Check:
+    """Each item of a list checked; a list whose items the schema constrains by type alone (the
+    per-query lists: the bulk of a run file) in one tight loop, the slow path taken only to say
+    what is wrong."""
+    each = _compile(node, root, cache)
+    target = node
+    while isinstance(target, dict) and set(target) - {"description"} == {"$ref"}:
+        target = _resolve(root, target["$ref"])
+    plain = isinstance(target, dict) and set(target) - {"description"} <= {"type", "minimum"}
+    kinds = set(_kinds_of(target, root)) if plain else set()
+    if not kinds:
+
+        def items(value: Any, path: tuple[Any, ...]) -> None:
+            if isinstance(value, list):
+                for position, item in enumerate(value):
+                    each(item, (*path, position))
+
+        return items
+    simple = tuple(
+        kind
+        for name, kind in (
+            ("string", str),
+            ("boolean", bool),
+            ("array", list),
+            ("object", dict),
+            ("null", type(None)),
+        )
+        if name in kinds
+    )
+    whole = "integer" in kinds or "number" in kinds
+    fraction = "number" in kinds
+    low = target.get("minimum", -math.inf)
+
+    def fast(value: Any, path: tuple[Any, ...]) -> None:
+        if not isinstance(value, list):
+            return
+        for position, item in enumerate(value):
+            kind = type(item)
+            if kind in simple:
+                continue
+            if kind is int:
+                if whole and -_INT_LIMIT < item < _INT_LIMIT and item >= low:
+                    continue
+            elif kind is float:
+                if fraction and item - item == 0.0 and item >= low:
+                    continue
+            each(item, (*path, position))  # the slow path says what is wrong (or accepts it)
+
+    return fast
+
+
+def _resolve(root: dict[str, Any], reference: str) -> Any:
+    target: Any = root
+    for part in reference.removeprefix("#/").split("/"):
+        target = target[part]
+    return target
+
+
+@functools.lru_cache(maxsize=4)
+def _validator(kind: str, legacy: bool) -> Check:
+    """The shipped schema of ``kind``, compiled; ``legacy``: for a record of an earlier format (or
+    one without ``format``, a record built in memory), every format this version reads and only
+    ``queries`` required."""
+    shipped = schema(kind)
+    if legacy:
+        shipped = {
+            **shipped,
+            "required": ["queries"] if kind == "run" else ["tag"],
+            "properties": {**shipped["properties"], "format": {"enum": list(RUN_FORMATS)}},
+        }
+    return _compile(shipped, shipped, {})
+
+
+class _RepeatedKey(Exception):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(key)
+            seen.add(key)
+    return out
+
+
+def loads_record(text: str | bytes, where: str) -> Any:
+    """``text`` parsed as JSON, refusing what a JSON reader would otherwise pass silently: a key
+    repeated in one object (which one is meant?). NaN and Infinity are parsed here and refused by
+    [`check_run`][check_run], which names the field. A ``RecordError`` starting with ``where``
+    otherwise.
+
+    >>> loads_record('{"metrics": {}, "metrics": {"recall@1": 1.0}}', "The run 'a'")
+    Traceback (most recent call last):
+    ...
+    recallkit.runfiles.records.RecordError: The run 'a' repeats the key 'metrics' in one object; \
+a JSON object names each field once (which one was meant?).
+    """
+    try:
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _RepeatedKey as error:
+        key = error.args[0]
+        raise RecordError(
+            f"{where} repeats the key {key!r} in one object; a JSON object names each field "
+            "once (which one was meant?).",
+            key,
+        ) from None
+    except RecursionError:
+        raise RecordError(f"{where} is not JSON: it nests too deep; {RUN_HINT}.") from None
+    except ValueError as error:  # JSONDecodeError, or a number of over 4300 digits
+        raise RecordError(f"{where} is not JSON: {error}; {RUN_HINT}.") from None
+
+
 def check_run(record: Any, where: str) -> dict[str, Any]:
-    """Check the parts of a run record that intervals and comparisons read; return it, or raise
-    [`RecordError`][RecordError] (a ``ValueError``) starting with ``where`` (``"The run file
-    'a.json'"``) and naming the field and the query.
+    """Check a run record; return it, or raise [`RecordError`][RecordError] (a
+    [`ParameterError`][recallkit.exceptions.ParameterError]) starting with ``where`` (``"The run
+    file 'a.json'"``) and naming the field and the query. The one check of every run that
+    ``report``, ``compare``, ``recallkit.intervals`` and ``recallkit.compare`` read.
 
-    ``queries`` must hold ``ids`` (strings or integers) and ``first_hit_rank`` (whole numbers,
-    0 or more, or -1 for an excluded query, below ``num_gallery`` when the record gives it),
-    one per query; ``labels`` (no ``null``), ``paths`` (strings, or ``null`` for an in-memory
-    image), ``nearest_label`` and each list of ``values`` (numbers, or ``null`` for a lone
-    query), when present, one per query too. ``ks``, when present, are positive integers, and
-    ``definitions``, when present, is a definitions record
-    ([`recallkit.runfiles.definitions.check_definitions`][recallkit.runfiles.definitions.check_definitions]).
+    First the shipped JSON Schema ([`schema`][schema]): every field of the right type; numbers
+    finite (no NaN or Infinity) and below 2**63 in size; ranks whole numbers. A record of the
+    current format holds every field the schema requires; one of an earlier format
+    ([`RUN_FORMATS`][RUN_FORMATS]), or without ``format`` (built in memory), needs ``queries``
+    alone. Then what a schema cannot state:
 
+    * every per-query list (``ids``, ``first_hit_rank``, ``labels``, ``paths``,
+      ``nearest_label``, each of ``values``) has one entry per query, and ``num_queries`` (when
+      given) is their number; each rank is below ``num_gallery`` (when given);
+    * the ``definitions`` record is whole (its ``id`` matches its fields:
+      [`check_definitions`][recallkit.runfiles.definitions.check_definitions]), and the options
+      it names are read back as evaluating read them
+      ([`Options.from_definitions`][recallkit.options.Options.from_definitions]);
+    * each value of a known metric ([`recallkit.metrics`][recallkit.metrics]) lies in the metric's
+      range ([`value_range`][recallkit.metrics.Metric.value_range]: recall in [0, 1], ranks 1 or
+      more), and so does each of its per-query values, ``null`` exactly at the lone queries (rank
+      -1); recall@K agrees with the ranks (a hit when the rank is below K), and a rank metric's
+      per-query value is the rank plus one;
+    * each metric's value is the summary of its per-query values
+      ([`recallkit._labels.averaging.summarize`][recallkit._labels.averaging.summarize], the code
+      that computed it, under the run's ``lone_queries`` and ``average``), within rounding
+      (relative 1e-9); a value is ``null`` only where no query counts; without per-query values
+      recall@K is checked against the ranks;
+    * each tie bound ``[pessimistic, optimistic]`` lies in the metric's range, on either side of
+      the metric's value.
+
+    Parameters
+    ----------
+    record : dict
+        A run record (a run file's JSON).
+    where : str
+        How the messages open: ``"The run file 'a.json'"``.
+
+    Returns
+    -------
+    dict
+        ``record``, unchanged.
+
+    Raises
+    ------
+    RecordError
+        The first thing wrong, one line naming the field and (where there is one) the query.
+
+    Examples
+    --------
     >>> check_run({"queries": {"ids": ["q"], "first_hit_rank": [1.5]}}, "The run a")
     Traceback (most recent call last):
     ...
     recallkit.runfiles.records.RecordError: The run a has a bad 'queries.first_hit_rank' \
 value at query 0: 1.5; a rank is a whole number, 0 or more, or -1 for an excluded query.
     """
-    from recallkit.runfiles.definitions import check_definitions
-
-    queries = record.get("queries") if isinstance(record, dict) else None
-    if (
-        not isinstance(queries, dict)
-        or not isinstance(queries.get("ids"), list)
-        or not isinstance(queries.get("first_hit_rank"), list)
-    ):
+    if not isinstance(record, dict):
+        raise RecordError(
+            f"{where} is a JSON {type(record).__name__}, not an object of fields; {RUN_HINT}.",
+        )
+    queries = record.get("queries")
+    if not isinstance(queries, dict) or "ids" not in queries or "first_hit_rank" not in queries:
         raise RecordError(
             f"{where} has no per-query ranks ('queries' with 'ids' and 'first_hit_rank', one "
-            "per query); write it with recallkit evaluate --json."
+            "per query); write it with recallkit evaluate --json.",
+            "queries",
         )
-    kind = record.get("format")
-    if kind is not None and kind not in RUN_FORMATS:
-        raise _bad(where, "format", None, kind, f"this recallkit reads {', '.join(RUN_FORMATS)}")
-    if len(queries["ids"]) != len(queries["first_hit_rank"]):
-        raise RecordError(
-            f"{where} has {len(queries['ids'])} query ids but {len(queries['first_hit_rank'])} "
-            "first-hit ranks ('queries.ids' and 'queries.first_hit_rank' have one entry per "
-            "query); was the file edited?"
-        )
-    n = len(queries["ids"])
-    for i, ident in enumerate(queries["ids"]):
-        if not (isinstance(ident, str) or _is_int(ident)):
-            raise _bad(where, "queries.ids", i, ident, "an id is a string")
-    gallery = record.get("num_gallery")
-    bound = gallery if _is_int(gallery) and gallery > 0 else 2**62
-    for i, rank in enumerate(queries["first_hit_rank"]):
-        if not _is_int(rank) or rank < -1:
-            raise _bad(where, "queries.first_hit_rank", i, rank, _RANK_RULE)
-        if rank >= bound:
-            rule = (
-                f"a rank is below the {gallery} gallery images (num_gallery)"
-                if bound == gallery
-                else _RANK_RULE
-            )
-            raise _bad(where, "queries.first_hit_rank", i, rank, rule)
-    number = (int, float)
-    lists = [
-        (
-            "labels",
-            queries.get("labels"),
-            lambda v: v is not None,
-            "a query's label cannot be null",
-        ),
-        (
-            "paths",
-            queries.get("paths"),
-            lambda v: v is None or isinstance(v, str),
-            "a path is a string (or null)",
-        ),
-    ]
-    if "nearest_label" in queries:
-        lists.append(
-            (
-                "nearest_label",
-                queries["nearest_label"],
-                lambda v: v is None or isinstance(v, str | int | float | list),
-                "a nearest label is a label (a number, a string or a list), or null",
-            )
-        )
-    values = queries.get("values", {})
-    if not isinstance(values, dict):
-        raise _bad(where, "queries.values", None, values, "it maps metric names to lists")
-    for name, column in values.items():
-        lists.append(
-            (
-                f"values.{name}",
-                column,
-                lambda v: v is None or (isinstance(v, number) and not isinstance(v, bool)),
-                "a value is a number (or null for a lone query)",
-            )
-        )
-    for field, column, allowed, rule in lists:
-        if column is None and field in ("labels", "paths"):
-            continue
-        if not isinstance(column, list) or len(column) != n:
-            raise _bad(where, f"queries.{field}", None, column, f"it is a list of {n} entries")
-        for i, value in enumerate(column):
-            if not allowed(value):
-                raise _bad(where, f"queries.{field}", i, value, rule)
-    if "ks" in record:
-        ks = record["ks"]
-        if not isinstance(ks, list) or not all(_is_int(k) and k > 0 for k in ks):
-            raise _bad(where, "ks", None, ks, "the K values are positive integers")
-    if record.get("definitions") is not None:
-        try:
-            check_definitions(record["definitions"], f"{where} has a 'definitions' record that")
-        except ValueError as error:
-            raise RecordError(str(error)) from None
+    legacy = record.get("format") != RUN_FORMAT
+    try:
+        _validator("run", legacy)(record, ())
+        _semantics(record, where)
+    except _Invalid as error:
+        raise _refusal(where, record, error) from None
     return record
+
+
+def _semantics(record: dict[str, Any], where: str) -> None:
+    """What a schema cannot state ([`check_run`][check_run]); raises ``_Invalid`` or
+    ``RecordError``."""
+    import numpy as np
+
+    from recallkit import metrics as registry
+    from recallkit._labels import averaging
+    from recallkit.options import Options
+    from recallkit.runfiles.definitions import check_definitions
+
+    queries = record["queries"]
+    ids, ranks = queries["ids"], queries["first_hit_rank"]
+    n = len(ids)
+    columns: list[tuple[tuple[Any, ...], Any]] = [
+        (("queries", name), queries[name])
+        for name in ("first_hit_rank", "labels", "paths", "nearest_label")
+        if name in queries
+    ]
+    values = queries.get("values", {})
+    columns += [(("queries", "values", name), column) for name, column in values.items()]
+    for path, column in columns:
+        if len(column) != n:
+            raise _Invalid(path, column, f"it is a list of {n} entries")
+    if "num_queries" in record and record["num_queries"] != n:
+        raise _Invalid(("num_queries",), record["num_queries"], f"the run holds {n} queries")
+    gallery = record.get("num_gallery")
+    if _is_int(gallery) and gallery > 0:
+        for i, rank in enumerate(ranks):
+            if rank >= gallery:
+                raise _Invalid(
+                    ("queries", "first_hit_rank", i),
+                    rank,
+                    f"a rank is below the {gallery} gallery images (num_gallery)",
+                )
+    definitions = record.get("definitions")
+    if definitions is not None:
+        try:
+            check_definitions(definitions, f"{where} has a 'definitions' record that")
+            options = Options.from_definitions(definitions, "load_run")
+        except ValueError as error:
+            raise RecordError(str(error), "definitions") from None
+        parameters = definitions.get("metric_parameters", {})
+    else:
+        options, parameters = Options(), {}
+    rank = np.fromiter(ranks, dtype=np.int64, count=n)
+    evaluated = rank >= 0
+    classes = None
+    if options.average == "class":
+        if "labels" not in queries:
+            raise _Invalid(
+                ("queries", "labels"), _MISSING, "a run whose values average classes holds them"
+            )
+        from recallkit._inputs.codes import dense_codes
+
+        labels = [tuple(v) if isinstance(v, list) else v for v in queries["labels"]]
+        try:
+            classes, _ = dense_codes(labels, [], ("labels", "labels"), "load_run")
+        except (ValueError, TypeError) as error:
+            raise _Invalid(("queries", "labels"), queries["labels"][:3], str(error)) from None
+    stated = metrics_of(record)
+    for name, value in stated.items():
+        if value is not None and not (
+            isinstance(value, int | float) and not isinstance(value, bool)
+        ):
+            raise _Invalid(("metrics", name), value, "a value is a number, or null")
+        if value is not None and _number_rule(value) is not None:
+            raise _Invalid(("metrics", name), value, _number_rule(value))
+    for name, value in stated.items():
+        metric = registry.parse_one(name, **parameters.get(name, {}))
+        if metric is None:
+            continue  # a metric this recallkit does not know: its value is a number, no more
+        if options.lone_queries == "zero" and metric.lone_value is None:
+            raise _Invalid(
+                ("definitions", "lone_queries"),
+                "zero",
+                f"{name} has no value for a lone query: 'skip' or 'error'",
+            )
+        low, high = metric.value_range
+        rule = f"{name} lies in [{low}, {high}]".replace("inf]", "inf)")
+        if value is not None and not low <= value <= high:
+            raise _Invalid(("metrics", name), value, f"a value of {rule}")
+        column = values.get(name)
+        if column is not None:
+            per = _per_query(metric, column, rank, evaluated, rule, np)
+            expected = averaging.summarize(metric, per, evaluated, options, classes)
+            what = f"the {metric.summary} of its per-query values"
+        elif metric.family == "recall" and metric.k in record.get("ks", ()):
+            per = np.where(evaluated, (rank < metric.k).astype(np.float64), math.nan)
+            expected = averaging.summarize(metric, per, evaluated, options, classes)
+            what = "the mean of the hits the first-hit ranks give"
+        else:
+            continue
+        if not _agrees(value, expected):
+            raise _Invalid(
+                ("metrics", name),
+                value,
+                f"it is {what} ({_shown_value(_plain(expected))}, under lone_queries="
+                f"{options.lone_queries!r} and average={options.average!r}); was the file "
+                "edited?",
+            )
+    for name, pair in record.get("bounds", {}).items():
+        metric = registry.parse_one(name, **parameters.get(name, {}))
+        if name not in stated:
+            raise _Invalid(("bounds", name), pair, "a bound is given for a metric of the run")
+        value = stated[name]
+        if metric is None or value is None or None in pair:
+            continue
+        low, high = metric.value_range
+        worst, best = pair
+        if metric.direction == "lower":
+            worst, best, value, low, high = -worst, -best, -value, -high, -low
+        if not (low <= worst <= value + _slack(value) and value - _slack(value) <= best <= high):
+            raise _Invalid(
+                ("bounds", name),
+                pair,
+                f"the bounds are [pessimistic, optimistic] around the value {stated[name]!r}",
+            )
+
+
+def _slack(value: float) -> float:
+    return max(_ABS_TOL, abs(value) * _REL_TOL)
+
+
+def _plain(value: Any) -> Any:
+    return None if value is None or value != value else float(value)
+
+
+def _agrees(stated: Any, computed: float) -> bool:
+    if stated is None or computed != computed:
+        return stated is None and computed != computed
+    return math.isclose(stated, computed, rel_tol=_REL_TOL, abs_tol=_ABS_TOL)
+
+
+def _per_query(
+    metric: Any, column: list[Any], rank: Any, evaluated: Any, rule: str, np: Any
+) -> Any:
+    """A metric's per-query values as float64 (NaN at lone queries), each checked: ``null``
+    exactly at the lone queries, in the metric's range, and agreeing with the rank where the
+    rank decides it (recall@K, MnR, MedR)."""
+    name = metric.name
+    lone = np.fromiter((v is None for v in column), dtype=bool, count=len(column))
+    per = np.fromiter(
+        (math.nan if v is None else v for v in column), dtype=np.float64, count=len(column)
+    )
+    wrong = np.flatnonzero(lone == evaluated)
+    if len(wrong):
+        i = int(wrong[0])
+        rule_ = (
+            "a lone query (rank -1) has no value (null)"
+            if not evaluated[i]
+            else "only a lone query (rank -1) has no value"
+        )
+        raise _Invalid(("queries", "values", name, i), column[i], rule_)
+    low, high = metric.value_range
+    outside = np.flatnonzero(evaluated & ~((per >= low) & (per <= high)))
+    if len(outside):
+        i = int(outside[0])
+        raise _Invalid(("queries", "values", name, i), column[i], f"a value of {rule}")
+    if metric.family == "recall":
+        implied = (rank < metric.k).astype(np.float64)
+        said = "recall@K is 1 when the first-hit rank is below K, else 0"
+    elif metric.reads == "rank" and metric.direction == "lower":
+        implied = rank + 1.0
+        said = "a rank metric's value is the first-hit rank plus one"
+    else:
+        return per
+    wrong = np.flatnonzero(evaluated & (per != implied))
+    if len(wrong):
+        i = int(wrong[0])
+        raise _Invalid(("queries", "values", name, i), column[i], f"{said} ({int(rank[i])} here)")
+    return per
+
+
+def _run_file_limit() -> int:
+    from recallkit.options import parse_bytes
+
+    text = os.environ.get(LIMIT_VARIABLE, "").strip()
+    if not text:
+        return RUN_FILE_LIMIT
+    limit = parse_bytes(text)
+    if limit is None:
+        raise RecordError(
+            f"The environment variable {LIMIT_VARIABLE} must be a number of bytes, or one with a "
+            f"unit (512MiB, 2GB). Got {text!r}."
+        )
+    return limit
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
+
+
+def _regular_file(path: Path, where: str, hint: str) -> int:
+    """The size of ``path``, a regular file of at most the run-file limit; a ``RecordError``
+    saying what else it is (absent, a folder, a FIFO, a device, too large) before it is
+    opened (a FIFO would block the read, a device never end it)."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        raise RecordError(f"{where} does not exist.") from None
+    except (OSError, ValueError) as error:  # a name too long, a NUL in it, no permission
+        reason = getattr(error, "strerror", None) or str(error)
+        raise RecordError(f"{where} cannot be read: {reason}.") from None
+    mode = status.st_mode
+    if stat.S_ISDIR(mode):
+        raise RecordError(f"{where} is a folder, not a file; {hint}.")
+    if not stat.S_ISREG(mode):
+        kind = (
+            "a FIFO (named pipe)"
+            if stat.S_ISFIFO(mode)
+            else "a character device"
+            if stat.S_ISCHR(mode)
+            else "a block device"
+            if stat.S_ISBLK(mode)
+            else "a socket"
+            if stat.S_ISSOCK(mode)
+            else "not a regular file"
+        )
+        raise RecordError(f"{where} is {kind}, not a regular file; {hint}.")
+    limit = _run_file_limit()
+    if status.st_size > limit:
+        raise RecordError(
+            f"{where} is {_mib(status.st_size)}, over the {_mib(limit)} a run file may take "
+            f"(it is read whole, at about five times its size in memory); set {LIMIT_VARIABLE} "
+            "(such as 1GiB) to read it."
+        )
+    return status.st_size
 
 
 def load_run(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a run file written by ``recallkit evaluate --json`` (or ``Evaluator(run_file=)``)
-    and check it ([`check_run`][check_run]); earlier formats ([`RUN_FORMATS`][RUN_FORMATS]) are read
-    too."""
+    through the one validating reader: a regular file of at most
+    [`RUN_FILE_LIMIT`][RUN_FILE_LIMIT] bytes, UTF-8 JSON without repeated keys
+    ([`loads_record`][loads_record]), a run record [`check_run`][check_run] accepts. Earlier
+    formats ([`RUN_FORMATS`][RUN_FORMATS]) are read too.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The run file.
+
+    Returns
+    -------
+    dict
+        The run record.
+
+    Raises
+    ------
+    RecordError
+        One line naming the file, the field and (where there is one) the query.
+    """
     path = Path(path)
-    if not path.is_file():
-        raise RecordError(f"The run file '{path}' does not exist.")
+    where = f"The run file '{path}'"
+    _regular_file(path, where, RUN_HINT)
     try:  # through one descriptor, checked unchanged (and recorded for the command line)
-        text = read_file(path, f"The run file '{path}'").decode("utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise RecordError(f"The run file '{path}' cannot be read as text: {error}.") from None
-    wrong = wrong_kind(path, text, "run")
-    if wrong is not None:
-        raise wrong
+        data = read_file(path, where)
+    except OSError as error:
+        raise RecordError(f"{where} cannot be read: {error.strerror or error}.") from None
     try:
-        record = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as error:
-        raise RecordError(f"The run file '{path}' is not JSON: {error}; {RUN_HINT}.") from None
-    return check_run(record, f"The run file '{path}'")
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise RecordError(
+            f"{where} is not UTF-8 text (byte {error.start} cannot be decoded); {RUN_HINT}."
+        ) from None
+    del data
+    return parse_run(text, path)
+
+
+def parse_run(text: str, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The run record in ``text``, the content of the run file ``path``, read as
+    [`load_run`][load_run] reads it once the file is read: JSON without repeated keys, of the
+    run kind, with a ``format``, that [`check_run`][check_run] accepts.
+
+    Parameters
+    ----------
+    text : str
+        The file's text.
+    path : str or os.PathLike
+        The file, named in the messages.
+
+    Returns
+    -------
+    dict
+        The run record.
+
+    Raises
+    ------
+    RecordError
+        One line naming the file, the field and (where there is one) the query.
+    """
+    path = Path(path)
+    where = f"The run file '{path}'"
+    try:
+        record = loads_record(text, where)
+    except RecordError:
+        wrong = wrong_kind(path, text, "run")
+        if wrong is not None:
+            raise wrong from None
+        raise
+    if not isinstance(record, dict) or not isinstance(record.get("queries"), dict):
+        wrong = wrong_kind(path, text, "run")
+        if wrong is not None:
+            raise wrong
+    del text
+    if (
+        isinstance(record, dict)
+        and isinstance(record.get("queries"), dict)
+        and "format" not in record  # every writer names its format
+    ):
+        raise RecordError(
+            f"{where} has no 'format' field; a run file names its format ({RUN_FORMAT}); "
+            f"{RUN_HINT}.",
+            "format",
+        )
+    return check_run(record, where)
