@@ -35,26 +35,45 @@ class DatasetError(RecallkitError):
     """A benchmark's annotation files are malformed or differ from its documented counts.
 
     The message names the file (and the line, where one line is at fault).
+
+    Parameters
+    ----------
+    text : str or Text
+        The message (as [`RecallkitError`][recallkit.exceptions.RecallkitError]).
     """
 
 
 class DatasetFileNotFoundError(DatasetError, FileNotFoundError):
-    """An annotation file, or an image it lists, is not on disk."""
+    """An annotation file, or an image it lists, is not on disk.
+
+    Parameters
+    ----------
+    text : str or Text
+        The message, naming the file (as [`RecallkitError`][recallkit.exceptions.RecallkitError]).
+    """
 
 
 @dataclasses.dataclass(frozen=True)
 class Protocol:
     """How a benchmark is evaluated: which split queries which, and at which K.
 
-    Attributes:
-        ks: the K of recall@K reported by the papers.
-        query_split: the split whose images are the queries.
-        gallery_split: the split searched; ``None`` when the query split is searched (each query's
-            own image excluded).
-        query_in_reference: whether the queries are part of the searched set (their own row is
-            then excluded), i.e. ``gallery_split is None``.
-        citation: the paper that set the convention.
+    Attributes
+    ----------
+    ks : tuple of int
+        The K of recall@K reported by the papers.
+    query_split : str
+        The split whose images are the queries.
+    gallery_split : str or None
+        The split searched; ``None`` when the query split is searched (each query's
+        own image excluded).
+    query_in_reference : bool
+        Whether the queries are part of the searched set (their own row is
+        then excluded), i.e. ``gallery_split is None``.
+    citation : str
+        The paper that set the convention.
 
+    Examples
+    --------
     >>> Protocol(ks=(1, 2), query_split="test", gallery_split=None, query_in_reference=True,
     ...          citation="x").ks
     (1, 2)
@@ -79,16 +98,27 @@ class Protocol:
 class BenchmarkInfo:
     """What the official files of a benchmark hold, and how it is evaluated.
 
-    Attributes:
-        name: registry name (``"cub"``, ...).
-        title: the benchmark's usual name.
-        protocol: the evaluation protocol.
-        split_sizes: number of images per split in the official files.
-        split_classes: number of distinct labels per split in the official files.
-        label_ranges: inclusive (low, high) range of the labels of each split, as in the files.
-        dataset_citation: the paper that released the images.
-        annotation_files: the files the loader reads.
-        crop: whether bounding boxes exist (``crop=True`` is accepted).
+    Attributes
+    ----------
+    name : str
+        Registry name (``"cub"``, ...).
+    title : str
+        The benchmark's usual name.
+    protocol : Protocol
+        The evaluation protocol.
+    split_sizes : mapping of str to int
+        Number of images per split in the official files.
+    split_classes : mapping of str to int
+        Number of distinct labels per split in the official files.
+    label_ranges : mapping of str to (int, int)
+        Inclusive (low, high) range of the labels of each split, as in the files.
+    dataset_citation : str
+        The paper that released the images.
+    annotation_files : tuple of str
+        The files the loader reads.
+    crop : bool, default False
+        Whether bounding boxes exist (``crop=True`` is accepted).
+
     """
 
     name: str
@@ -203,6 +233,9 @@ BENCHMARK_INFO: Mapping[str, BenchmarkInfo] = MappingProxyType(
         ),
     }
 )
+"""Registry name -> [`BenchmarkInfo`][recallkit.datasets.BenchmarkInfo] of each benchmark
+(read-only): the split sizes, label ranges, protocol and citations the loaders check the files
+against and [`evaluate_benchmark`][recallkit.datasets.evaluate_benchmark] evaluates with."""
 
 
 def _readonly(array: np.ndarray | None, dtype: type | None) -> np.ndarray | None:
@@ -217,19 +250,28 @@ def _readonly(array: np.ndarray | None, dtype: type | None) -> np.ndarray | None
 class Split:
     """One split of a benchmark: image paths and their labels, row for row.
 
-    Attributes:
-        name: ``"train"``, ``"test"``, ``"query"`` or ``"gallery"``.
-        root: the folder the relative paths are relative to.
-        relative_paths: each image's path as written in the annotation file (``/``-separated).
-        labels: int64 class label of each image, as in the files (1-indexed where the files are).
-        coarse_labels: int64 label of the coarser level (super class) where the benchmark has one,
-            else ``None``.
-        bboxes: float64 ``(n, 4)`` boxes ``(left, upper, right, lower)`` in pixels, as passed to
-            ``PIL.Image.crop``, when the benchmark was loaded with ``crop=True``; else ``None``.
+    Attributes
+    ----------
+    name : str
+        ``"train"``, ``"test"``, ``"query"`` or ``"gallery"``.
+    root : pathlib.Path
+        The folder the relative paths are relative to.
+    relative_paths : tuple of str
+        Each image's path as written in the annotation file (``/``-separated).
+    labels : numpy.ndarray of int64, shape (n,)
+        Class label of each image, as in the files (1-indexed where the files are).
+    coarse_labels : numpy.ndarray of int64, shape (n,), or None, default None
+        Label of the coarser level (super class) where the benchmark has one,
+        else ``None``.
+    bboxes : numpy.ndarray of float64, shape (n, 4), or None, default None
+        Boxes ``(left, upper, right, lower)`` in pixels, as passed to
+        ``PIL.Image.crop``, when the benchmark was loaded with ``crop=True``; else ``None``.
 
     The arrays are read-only. ``paths`` (absolute [`pathlib.Path`][pathlib.Path] objects) is built
     on first use: building 460,000 of them takes longer than parsing the files.
 
+    Examples
+    --------
     >>> split = Split("test", Path("/data"), ("a/1.jpg", "b/2.jpg"), np.array([3, 4]))
     >>> len(split), split.paths[1].as_posix(), split.labels.dtype.name
     (2, '/data/b/2.jpg', 'int64')
@@ -274,6 +316,19 @@ class Split:
     def subset(self, indices: Sequence[int] | np.ndarray) -> Split:
         """The split restricted to the given rows (integer indices or a boolean mask), in order.
 
+        Parameters
+        ----------
+        indices : sequence of int or numpy.ndarray, shape (k,) of int or (n,) of bool
+            The rows to keep, in the order given, or a boolean mask of the ``n`` rows.
+
+        Returns
+        -------
+        Split
+            A new split of the same name and root: the rows' paths, labels, coarse labels and
+            boxes.
+
+        Examples
+        --------
         >>> split = Split("test", Path("/data"), ("a.jpg", "b.jpg", "c.jpg"), np.array([1, 1, 2]))
         >>> split.subset([2, 0]).relative_paths
         ('c.jpg', 'a.jpg')
@@ -296,6 +351,16 @@ class Split:
 
         A box reaching past the image edge is clipped to the image. Pillow comes with the
         ``datasets`` extra (and the ``images`` one).
+
+        Parameters
+        ----------
+        index : int
+            The row of the image (0-indexed, row for row with ``labels``).
+
+        Returns
+        -------
+        PIL.Image.Image
+            The image in RGB mode, read into memory (the file is closed).
         """
         require("recallkit.datasets.Split.open_image", "PIL", extra="datasets")
         from PIL import Image
@@ -314,17 +379,27 @@ class Split:
 class Benchmark:
     """A loaded benchmark: its splits and the protocol it is evaluated with.
 
-    Attributes:
-        name: registry name (``"cub"``, ``"cars196"``, ``"sop"``, ``"inaturalist"``, ``"inshop"``).
-        title: the benchmark's usual name.
-        protocol: K values and query/gallery composition ([`Protocol`][Protocol]).
-        splits: ``{"train": Split, "test": Split}`` (In-Shop: ``train``, ``query``, ``gallery``).
-        root: the folder it was loaded from.
-        files: the annotation files that were read.
-        complete: ``True`` when every split has its documented size and no image was skipped, so
-            results are comparable with published numbers.
-        skipped: absolute paths of listed images that were not on disk and were left out
-            (``skip_missing=True``).
+    Attributes
+    ----------
+    name : str
+        Registry name (``"cub"``, ``"cars196"``, ``"sop"``, ``"inaturalist"``, ``"inshop"``).
+    title : str
+        The benchmark's usual name.
+    protocol : Protocol
+        K values and query/gallery composition ([`Protocol`][Protocol]).
+    splits : dict of str to Split
+        ``{"train": Split, "test": Split}`` (In-Shop: ``train``, ``query``, ``gallery``).
+    root : pathlib.Path
+        The folder it was loaded from.
+    files : tuple of pathlib.Path, default ()
+        The annotation files that were read.
+    complete : bool, default True
+        ``True`` when every split has its documented size and no image was skipped, so
+        results are comparable with published numbers.
+    skipped : tuple of pathlib.Path, default ()
+        Absolute paths of listed images that were not on disk and were left out
+        (``skip_missing=True``).
+
     """
 
     name: str
@@ -342,6 +417,14 @@ class Benchmark:
         When the protocol evaluates a split against itself, the gallery is the same object as the
         query and ``query_in_reference`` is ``True`` (each query's own image is excluded).
 
+        Returns
+        -------
+        tuple of (Split, Split, bool)
+            The split whose images are the queries, the split they search, and whether the
+            queries are part of it (each query's own image then excluded).
+
+        Examples
+        --------
         >>> p = BENCHMARK_INFO["cub"].protocol
         >>> test = Split("test", Path("/d"), ("a.jpg",), np.array([101]))
         >>> bench = Benchmark("cub", "CUB-200-2011", p, {"test": test}, Path("/d"))

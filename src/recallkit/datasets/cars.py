@@ -49,28 +49,41 @@ def load_cars196(
 ) -> Benchmark:
     """Load Cars196 with train = classes 1–98 and test = classes 99–196, from either packaging.
 
-    Args:
-        root: the folder that holds ``cars_annos.mat`` and ``car_ims/``, or the devkit's
-            annotation files (directly or in ``devkit/``) with ``cars_train/`` and ``cars_test/``.
-            When both are present, ``cars_annos.mat`` is used.
-        allow_partial: accept split sizes other than 8,054 / 8,131 (results are then not
-            comparable with published numbers).
-        skip_missing: leave out listed images that are not on disk (with a warning).
-        check_images: check that each listed image exists.
-        crop: fill ``Split.bboxes`` from the bbox fields. MATLAB's 1-based inclusive
-            ``(x1, y1, x2, y2)`` becomes the ``PIL.Image.crop`` box ``(x1 - 1, y1 - 1, x2, y2)``.
-            Off by default: the standard protocol uses the full images.
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The folder that holds ``cars_annos.mat`` and ``car_ims/``, or the devkit's
+        annotation files (directly or in ``devkit/``) with ``cars_train/`` and ``cars_test/``.
+        When both are present, ``cars_annos.mat`` is used.
+    allow_partial : bool, default False
+        Accept split sizes other than 8,054 / 8,131 (results are then not
+        comparable with published numbers).
+    skip_missing : bool, default False
+        Leave out listed images that are not on disk (with a warning).
+    check_images : bool, default True
+        Check that each listed image exists.
+    crop : bool, default False
+        Fill ``Split.bboxes`` from the bbox fields. MATLAB's 1-based inclusive
+        ``(x1, y1, x2, y2)`` becomes the ``PIL.Image.crop`` box ``(x1 - 1, y1 - 1, x2, y2)``.
+        Off by default: the standard protocol uses the full images.
 
-    Returns:
+    Returns
+    -------
+    Benchmark
         A [`Benchmark`][Benchmark] with splits ``train`` and ``test``, labels the ``class`` field
         (1-indexed).
 
-    Raises:
-        DatasetFileNotFoundError: no packaging found, or (unless ``skip_missing``) a missing
-            image.
-        DatasetError: an unreadable ``.mat`` file, a missing field, a duplicate image, a class
-            outside 1–196, or (unless ``allow_partial``) a split size that differs.
+    Raises
+    ------
+    DatasetFileNotFoundError
+        No packaging found, or (unless ``skip_missing``) a missing
+        image.
+    DatasetError
+        An unreadable ``.mat`` file, a missing field, a duplicate image, a class
+        outside 1–196, or (unless ``allow_partial``) a split size that differs.
 
+    Examples
+    --------
     >>> import tempfile, pathlib
     >>> load_cars196(tempfile.mkdtemp())  # doctest: +ELLIPSIS
     Traceback (most recent call last):

@@ -38,27 +38,40 @@ def load_cub(
 ) -> Benchmark:
     """Load CUB-200-2011 with train = classes 1–100 and test = classes 101–200.
 
-    Args:
-        root: the ``CUB_200_2011`` folder, or the folder that contains it.
-        allow_partial: accept split sizes other than 5,864 / 5,924 (results are then not
-            comparable with published numbers; ``Benchmark.complete`` is False).
-        skip_missing: leave out listed images that are not on disk (with a warning) instead of
-            raising.
-        check_images: check that each listed image exists (one ``os.path.exists`` per image).
-        crop: read ``bounding_boxes.txt`` into ``Split.bboxes`` (boxes ``(x, y, x + width,
-            y + height)``), used by ``Split.open_image``. Off by default: the standard
-            metric-learning protocol uses the full images.
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The ``CUB_200_2011`` folder, or the folder that contains it.
+    allow_partial : bool, default False
+        Accept split sizes other than 5,864 / 5,924 (results are then not
+        comparable with published numbers; ``Benchmark.complete`` is False).
+    skip_missing : bool, default False
+        Leave out listed images that are not on disk (with a warning) instead of
+        raising.
+    check_images : bool, default True
+        Check that each listed image exists (one ``os.path.exists`` per image).
+    crop : bool, default False
+        Read ``bounding_boxes.txt`` into ``Split.bboxes`` (boxes ``(x, y, x + width,
+        y + height)``), used by ``Split.open_image``. Off by default: the standard
+        metric-learning protocol uses the full images.
 
-    Returns:
+    Returns
+    -------
+    Benchmark
         A [`Benchmark`][Benchmark] with splits ``train`` and ``test``; labels are the class ids of
         ``image_class_labels.txt`` (1-indexed), rows in ``images.txt`` order.
 
-    Raises:
-        DatasetFileNotFoundError: a file or (unless ``skip_missing``) a listed image is missing.
-        DatasetError: a malformed line, a duplicate id, a class outside 1–200, or (unless
-            ``allow_partial``) a split size that differs from the benchmark's.
+    Raises
+    ------
+    DatasetFileNotFoundError
+        A file or (unless ``skip_missing``) a listed image is missing.
+    DatasetError
+        A malformed line, a duplicate id, a class outside 1–200, or (unless
+        ``allow_partial``) a split size that differs from the benchmark's.
 
-    Example (a one-image-per-class miniature, hence ``allow_partial``):
+    Examples
+    --------
+    A one-image-per-class miniature, hence ``allow_partial``:
 
     >>> import tempfile, pathlib
     >>> folder = pathlib.Path(tempfile.mkdtemp())

@@ -57,23 +57,31 @@ def evaluate_benchmark(
     for In-Shop the query split searches the gallery split, with nothing excluded. Ties rank the
     lower reference index first, so results are deterministic. Every metric comes from one pass.
 
-    Args:
-        benchmark: a loaded [`Benchmark`][Benchmark].
-        query_embeddings: ``(n, d)`` embeddings of the protocol's query split
-            (``benchmark.evaluation_splits()[0]``), row for row (torch tensor or numpy array).
-        gallery_embeddings: for In-Shop, the ``(m, d)`` embeddings of the gallery split; must be
-            ``None`` for benchmarks whose query split is searched with itself.
-        metrics: the metrics (names as in
+    Parameters
+    ----------
+    benchmark : Benchmark
+        A loaded [`Benchmark`][Benchmark].
+    query_embeddings : torch.Tensor or numpy.ndarray, shape (n, d)
+        ``(n, d)`` embeddings of the protocol's query split
+        (``benchmark.evaluation_splits()[0]``), row for row (torch tensor or numpy array).
+    gallery_embeddings : torch.Tensor or numpy.ndarray, shape (m, d), or None, default None
+        For In-Shop, the ``(m, d)`` embeddings of the gallery split; must be
+        ``None`` for benchmarks whose query split is searched with itself.
+    metrics : sequence of str or None, default None
+        The metrics (names as in
         [`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics]); default the
-            protocol's recall@K, then MAP@R and R-precision.
-
+        protocol's recall@K, then MAP@R and R-precision.
     {options}
 
-    Returns:
+    Returns
+    -------
+    Result
         A [`recallkit.Result`][recallkit.result.Result] whose ``info`` holds the benchmark's name,
         title, protocol and completeness (``complete``: whether the benchmark had its documented
         sizes; when False the numbers are not comparable with published ones).
 
+    Examples
+    --------
     >>> import numpy as np
     >>> from pathlib import Path
     >>> from recallkit.datasets.base import BENCHMARK_INFO

@@ -28,7 +28,6 @@ _FILES = {"train": "Inaturalist_train_set1.txt", "test": "Inaturalist_test_set1.
 _FOLDER = re.compile(r"train_val2018/([^/\s]+)/([0-9]+)")
 _PARENT = re.compile(r"^(.*)/", re.MULTILINE)
 
-#: The 14 supercategories of iNaturalist 2018, alphabetical; ``coarse_labels`` index this tuple.
 INATURALIST_SUPERCATEGORIES: tuple[str, ...] = (
     "Actinopterygii",
     "Amphibia",
@@ -45,6 +44,7 @@ INATURALIST_SUPERCATEGORIES: tuple[str, ...] = (
     "Protozoa",
     "Reptilia",
 )
+"""The 14 supercategories of iNaturalist 2018, alphabetical; ``coarse_labels`` index this tuple."""
 _SUPER_INDEX = {name: i for i, name in enumerate(INATURALIST_SUPERCATEGORIES)}
 
 
@@ -57,25 +57,37 @@ def load_inaturalist(
 ) -> Benchmark:
     """Load iNaturalist 2018 with the Smooth-AP split files ``Inaturalist_{train,test}_set1.txt``.
 
-    Args:
-        root: the folder that holds the two split files and ``train_val2018/``.
-        allow_partial: accept split sizes other than 325,846 / 136,093.
-        skip_missing: leave out listed images that are not on disk (with a warning).
-        check_images: check that each listed image exists (460,000 ``os.path.exists`` calls:
-            seconds on a local disk, longer on a network file system).
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The folder that holds the two split files and ``train_val2018/``.
+    allow_partial : bool, default False
+        Accept split sizes other than 325,846 / 136,093.
+    skip_missing : bool, default False
+        Leave out listed images that are not on disk (with a warning).
+    check_images : bool, default True
+        Check that each listed image exists (460,000 ``os.path.exists`` calls:
+        seconds on a local disk, longer on a network file system).
 
-    Returns:
+    Returns
+    -------
+    Benchmark
         A [`Benchmark`][Benchmark] with splits ``train`` and ``test``: labels the category id of
         each path, ``coarse_labels`` the index of its supercategory in
         [`INATURALIST_SUPERCATEGORIES`][INATURALIST_SUPERCATEGORIES], rows in file order.
 
-    Raises:
-        DatasetFileNotFoundError: a missing file or (unless ``skip_missing``) image.
-        DatasetError: a line that is not ``train_val2018/<supercategory>/<category_id>/<file>``,
-            an unknown supercategory, a category outside 0–8,141 or under two supercategories, a
-            duplicate path, a category in both splits, or (unless ``allow_partial``) a split size
-            that differs.
+    Raises
+    ------
+    DatasetFileNotFoundError
+        A missing file or (unless ``skip_missing``) image.
+    DatasetError
+        A line that is not ``train_val2018/<supercategory>/<category_id>/<file>``,
+        an unknown supercategory, a category outside 0–8,141 or under two supercategories, a
+        duplicate path, a category in both splits, or (unless ``allow_partial``) a split size
+        that differs.
 
+    Examples
+    --------
     >>> import tempfile, pathlib
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (folder / "Inaturalist_train_set1.txt").write_text(

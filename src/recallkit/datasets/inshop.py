@@ -39,24 +39,36 @@ def load_inshop(
 ) -> Benchmark:
     """Load In-Shop Clothes Retrieval from ``list_eval_partition.txt``.
 
-    Args:
-        root: the benchmark folder (with ``Eval/`` and ``Img/``), or a folder holding
-            ``list_eval_partition.txt`` and the ``img/`` folder.
-        allow_partial: accept split sizes other than 25,882 / 14,218 / 12,612.
-        skip_missing: leave out listed images that are not on disk (with a warning).
-        check_images: check that each listed image exists.
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The benchmark folder (with ``Eval/`` and ``Img/``), or a folder holding
+        ``list_eval_partition.txt`` and the ``img/`` folder.
+    allow_partial : bool, default False
+        Accept split sizes other than 25,882 / 14,218 / 12,612.
+    skip_missing : bool, default False
+        Leave out listed images that are not on disk (with a warning).
+    check_images : bool, default True
+        Check that each listed image exists.
 
-    Returns:
+    Returns
+    -------
+    Benchmark
         A [`Benchmark`][Benchmark] with splits ``train``, ``query`` and ``gallery`` (file order),
         labels the item number. The protocol searches the gallery with the query images.
 
-    Raises:
-        DatasetFileNotFoundError: a missing file or (unless ``skip_missing``) image.
-        DatasetError: a count line that disagrees with the rows, a wrong header, a malformed line,
-            an item id not of the form ``id_<8 digits>``, an unknown status, a duplicate image, a
-            train item that is also a query or gallery item, or (unless ``allow_partial``) split
-            sizes or query/gallery items that differ from the benchmark's.
+    Raises
+    ------
+    DatasetFileNotFoundError
+        A missing file or (unless ``skip_missing``) image.
+    DatasetError
+        A count line that disagrees with the rows, a wrong header, a malformed line,
+        an item id not of the form ``id_<8 digits>``, an unknown status, a duplicate image, a
+        train item that is also a query or gallery item, or (unless ``allow_partial``) split
+        sizes or query/gallery items that differ from the benchmark's.
 
+    Examples
+    --------
     >>> import tempfile, pathlib
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (folder / "list_eval_partition.txt").write_text(

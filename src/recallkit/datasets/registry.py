@@ -17,8 +17,6 @@ from recallkit.exceptions import fail
 
 __all__ = ["BENCHMARKS", "load_benchmark", "protocol_table"]
 
-#: Registry name -> loader. Every loader takes ``(root, *, allow_partial=False,
-#: skip_missing=False, check_images=True)``; those of CUB and Cars196 also take ``crop``.
 BENCHMARKS: Mapping[str, Callable[..., Benchmark]] = MappingProxyType(
     {
         "cub": load_cub,
@@ -28,6 +26,8 @@ BENCHMARKS: Mapping[str, Callable[..., Benchmark]] = MappingProxyType(
         "inshop": load_inshop,
     }
 )
+"""Registry name -> loader (read-only). Every loader takes ``(root, *, allow_partial=False,
+skip_missing=False, check_images=True)``; those of CUB and Cars196 also take ``crop``."""
 
 
 def load_benchmark(
@@ -48,20 +48,31 @@ def load_benchmark(
     [`load_inshop`][recallkit.datasets.load_inshop]). Split sizes are checked against the documented
     counts; a difference is an error naming the file unless ``allow_partial=True``.
 
-    Args:
-        name: one of ``"cub"``, ``"cars196"``, ``"sop"``, ``"inaturalist"``, ``"inshop"``.
-        root: the benchmark's folder.
-        allow_partial: accept split sizes that differ from the benchmark's (a subset, a
-            miniature copy); ``Benchmark.complete`` is then False.
-        skip_missing: leave out listed images that are not on disk, with a warning, instead of
-            raising.
-        crop: fill ``Split.bboxes`` with the bounding boxes (CUB and Cars196 only). The standard
-            protocol uses full images.
-        check_images: check that each listed image exists (one ``os.path.exists`` per image).
+    Parameters
+    ----------
+    name : str
+        One of ``"cub"``, ``"cars196"``, ``"sop"``, ``"inaturalist"``, ``"inshop"``.
+    root : str or os.PathLike
+        The benchmark's folder.
+    allow_partial : bool, default False
+        Accept split sizes that differ from the benchmark's (a subset, a
+        miniature copy); ``Benchmark.complete`` is then False.
+    skip_missing : bool, default False
+        Leave out listed images that are not on disk, with a warning, instead of
+        raising.
+    crop : bool, default False
+        Fill ``Split.bboxes`` with the bounding boxes (CUB and Cars196 only). The standard
+        protocol uses full images.
+    check_images : bool, default True
+        Check that each listed image exists (one ``os.path.exists`` per image).
 
-    Returns:
+    Returns
+    -------
+    Benchmark
         The [`Benchmark`][Benchmark]: splits, labels and protocol.
 
+    Examples
+    --------
     >>> import tempfile, pathlib
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (folder / "images.txt").write_text("1 001.A/a.jpg\\n2 101.B/b.jpg\\n")
@@ -99,6 +110,15 @@ def load_benchmark(
 def protocol_table() -> str:
     """The protocol of every benchmark as a Markdown table (the README's table).
 
+    Returns
+    -------
+    str
+        A Markdown table, one row per benchmark of
+        [`BENCHMARK_INFO`][recallkit.datasets.BENCHMARK_INFO]: what is searched, whether each
+        query's own image is excluded, the K values and the paper that set the convention.
+
+    Examples
+    --------
     >>> print(protocol_table().splitlines()[2])
     | CUB-200-2011 | test against itself | yes | 1, 2, 4, 8 | Oh Song et al., Deep Metric \
 Learning via Lifted Structured Feature Embedding, CVPR 2016 |

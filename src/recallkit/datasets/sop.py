@@ -32,22 +32,34 @@ def load_sop(
 ) -> Benchmark:
     """Load Stanford Online Products: train from ``Ebay_train.txt``, test from ``Ebay_test.txt``.
 
-    Args:
-        root: the ``Stanford_Online_Products`` folder, or the folder that contains it.
-        allow_partial: accept split sizes other than 59,551 / 60,502.
-        skip_missing: leave out listed images that are not on disk (with a warning).
-        check_images: check that each listed image exists.
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The ``Stanford_Online_Products`` folder, or the folder that contains it.
+    allow_partial : bool, default False
+        Accept split sizes other than 59,551 / 60,502.
+    skip_missing : bool, default False
+        Leave out listed images that are not on disk (with a warning).
+    check_images : bool, default True
+        Check that each listed image exists.
 
-    Returns:
+    Returns
+    -------
+    Benchmark
         A [`Benchmark`][Benchmark] with splits ``train`` and ``test``: labels the ``class_id`` and
         ``coarse_labels`` the ``super_class_id`` of each line, in file order.
 
-    Raises:
-        DatasetFileNotFoundError: a missing file or (unless ``skip_missing``) image.
-        DatasetError: a wrong header, a malformed line, a duplicate image id or path, a class
-            outside its split's range or a super class outside 1–12, or (unless
-            ``allow_partial``) a split size that differs.
+    Raises
+    ------
+    DatasetFileNotFoundError
+        A missing file or (unless ``skip_missing``) image.
+    DatasetError
+        A wrong header, a malformed line, a duplicate image id or path, a class
+        outside its split's range or a super class outside 1–12, or (unless
+        ``allow_partial``) a split size that differs.
 
+    Examples
+    --------
     >>> import tempfile, pathlib
     >>> folder = pathlib.Path(tempfile.mkdtemp())
     >>> header = "image_id class_id super_class_id path\\n"
