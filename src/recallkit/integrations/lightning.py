@@ -60,25 +60,40 @@ def _define() -> type:
     class RetrievalCallback(Callback):
         """Log exact recall@K (and MAP@R, R-precision, ...) of the validation split every epoch.
 
-        Args:
-            ks, metrics, query_in_reference: as in
-            [`recallkit.Evaluator`][recallkit.evaluator.Evaluator]. collect: ``collect(pl_module,
-            outputs, batch, batch_idx, dataloader_idx)`` returns a
-                batch's ``(embeddings, labels, ids)`` (``ids`` may be ``None`` in one process), or
-                ``None`` to skip the batch. Default: the ``validation_step`` output's
-                ``"embeddings"``, ``"labels"`` and ``"ids"``.
-            gallery_dataloader: with ``query_in_reference=False``, the index of the validation
-                dataloader whose batches are the gallery (default 1; the others give the queries).
-            prefix: what the logged names start with (``"val/"``: ``val/recall@1``).
-            history, run_file: as in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator]; each
-            epoch is tagged
-                ``epoch-N``, ``N`` the trainer's ``current_epoch``.
-            **options: ``metric``, ``chunk_size``, ``device``, ``precision``, ``lone_queries``.
+        The sanity-check validation Lightning runs before training is not evaluated. ``result``
+        holds the last epoch's whole [`recallkit.Result`][recallkit.result.Result] (Lightning
+        converts logged values to tensors; the result keeps them as Python floats). Ranks are
+        exact, and on equal scores the lower reference index (the lower dataset index under DDP)
+        ranks first, as in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator].
 
-        The sanity-check validation Lightning runs before training is not evaluated.
-        [`result`][result] holds the last epoch's whole
-        [`recallkit.Result`][recallkit.result.Result] (logged values are converted to tensors by
-        Lightning; the result keeps them as Python floats).
+        Parameters
+        ----------
+        ks : int or sequence of int, default (1, 2, 4, 8)
+            The K of recall@K, as in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator].
+        metrics : sequence of str, optional
+            Metric names, as in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator]; default
+            recall@K for ``ks``, MAP@R and R-precision.
+        query_in_reference : bool, default True
+            ``True``: the validation rows are searched against themselves, each query's own row
+            left out; ``False``: the batches of dataloader ``gallery_dataloader`` are the gallery.
+        collect : callable, optional
+            ``collect(pl_module, outputs, batch, batch_idx, dataloader_idx)`` returns a batch's
+            ``(embeddings, labels, ids)`` (``ids`` may be ``None`` in one process), or ``None`` to
+            skip the batch. Default: the ``validation_step`` output's ``"embeddings"``,
+            ``"labels"`` and ``"ids"``.
+        gallery_dataloader : int, optional
+            With ``query_in_reference=False``, the index of the validation dataloader whose
+            batches are the gallery (default 1; the others give the queries).
+        prefix : str, default "val/"
+            What the logged names start with (``"val/"``: ``val/recall@1``).
+        history : str or os.PathLike, optional
+            As in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator]; each epoch is tagged
+            ``epoch-N``, ``N`` the trainer's ``current_epoch``.
+        run_file : str, optional
+            As in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator].
+        **options : str, int, bool or torch.device
+            The options of [`recallkit.Options`][recallkit.options.Options]: ``metric``,
+            ``chunk_size``, ``device``, ``precision``, ``lone_queries``.
         """
 
         def __init__(
@@ -113,6 +128,15 @@ def _define() -> type:
             self.result: Result | None = None
 
         def on_validation_epoch_start(self, trainer: Any, pl_module: Any) -> None:
+            """Forget the rows of the last epoch (Lightning's hook).
+
+            Parameters
+            ----------
+            trainer : lightning.pytorch.Trainer
+                The trainer.
+            pl_module : lightning.pytorch.LightningModule
+                The module being validated.
+            """
             self.evaluator.reset()
 
         def on_validation_batch_end(
@@ -124,6 +148,23 @@ def _define() -> type:
             batch_idx: int,
             dataloader_idx: int = 0,
         ) -> None:
+            """Add a validation batch's rows, by ``collect`` (Lightning's hook).
+
+            Parameters
+            ----------
+            trainer : lightning.pytorch.Trainer
+                The trainer (nothing is added during its sanity check).
+            pl_module : lightning.pytorch.LightningModule
+                The module being validated.
+            outputs : Any
+                What ``validation_step`` returned.
+            batch : Any
+                The batch.
+            batch_idx : int
+                The batch's index in its dataloader.
+            dataloader_idx : int, default 0
+                The dataloader's index; the gallery's (``gallery_dataloader``) adds gallery rows.
+            """
             if trainer.sanity_checking:
                 return
             rows = self.collect(pl_module, outputs, batch, batch_idx, dataloader_idx)
@@ -136,6 +177,15 @@ def _define() -> type:
                 self.evaluator.update(embeddings, labels, ids)
 
         def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+            """Compute the epoch's metrics and log them with ``pl_module.log`` (Lightning's hook).
+
+            Parameters
+            ----------
+            trainer : lightning.pytorch.Trainer
+                The trainer (its ``current_epoch`` tags the result).
+            pl_module : lightning.pytorch.LightningModule
+                The module that logs the values, each under ``prefix + name``.
+            """
             if trainer.sanity_checking:
                 return
             self.result = self.evaluator.compute(tag=f"epoch-{trainer.current_epoch}")

@@ -51,30 +51,36 @@ def _define() -> type:
         """Exact recall@K (and MAP@R, R-precision, any metric of the registry) of the rows
         given to [`update`][update].
 
-        Args:
-            ks: the K of recall@K (default 1, 2, 4, 8).
-            metrics: metric names
-            ([`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics]); default
-            recall@K for
-                ``ks``, MAP@R and R-precision.
-            query_in_reference: ``True`` (default): the rows are searched against themselves,
-                each query's own row left out; ``False``: against the gallery of
-                [`update_reference`][update_reference].
-            process_group: the ``torch.distributed`` group (default: the whole world).
-            compute_on_cpu, compute_with_cache: torchmetrics' own; torchmetrics' sync options
-                are refused (they would gather every embedding onto every rank).
-            metric, chunk_size, device, precision, lone_queries: the options of
-                [`recallkit.Options`][recallkit.options.Options].
-
-        [`update`][update] takes ``(embeddings, labels, ids=None)``: an ``(n, d)`` batch, ``n``
-        integer labels and ``n`` dataset indices (required under ``torch.distributed``);
-        [`update_reference`][update_reference] a separate gallery's batches. [`compute`][compute]
+        [`update`][update] adds a batch ``(embeddings, labels, ids=None)``;
+        [`update_reference`][update_reference] a batch of a separate gallery; [`compute`][compute]
         returns ``{name: 0-dim float64 tensor}`` and keeps the whole
-        [`recallkit.Result`][recallkit.result.Result] in [`result`][result]. As every torchmetrics
+        [`recallkit.Result`][recallkit.result.Result] in ``result``. As in every torchmetrics
         metric, the rows stay until [`reset`][reset] (which Lightning calls at the end of each epoch
         where the metric is logged); a dataset index given again with other values is an error that
         says so. ``forward`` only accumulates (a retrieval metric of one batch is not the split's)
-        and returns ``None``.
+        and returns ``None``. Ranks are exact, and on equal scores the lower reference index (the
+        lower dataset index under DDP) ranks first, as in
+        [`recallkit.Evaluator`][recallkit.evaluator.Evaluator].
+
+        Parameters
+        ----------
+        ks : int or sequence of int, default (1, 2, 4, 8)
+            The K of recall@K.
+        metrics : sequence of str, optional
+            Metric names, as in
+            [`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics]; default
+            recall@K for ``ks``, MAP@R and R-precision.
+        query_in_reference : bool, default True
+            ``True``: the rows are searched against themselves, each query's own row left out;
+            ``False``: against the gallery of [`update_reference`][update_reference].
+        process_group : torch.distributed.ProcessGroup, optional
+            The ``torch.distributed`` group (default: the whole world).
+        **options : str, int, bool or torch.device
+            The options of [`recallkit.Options`][recallkit.options.Options] (``metric``,
+            ``chunk_size``, ``device``, ``precision``, ``lone_queries``), and torchmetrics' own
+            ``compute_on_cpu`` and ``compute_with_cache``. torchmetrics' sync options
+            (``dist_sync_on_step``, ``sync_on_compute``, ``dist_sync_fn``) are refused: they would
+            gather every embedding onto every rank.
         """
 
         is_differentiable = False
@@ -108,22 +114,57 @@ def _define() -> type:
             self.result: Result | None = None
 
         def update(self, embeddings: Any, labels: Any, ids: Any = None) -> None:
-            """Add a batch (see
-            [`recallkit.Evaluator.update`][recallkit.evaluator.Evaluator.update])."""
+            """Add a batch of rows, as
+            [`recallkit.Evaluator.update`][recallkit.evaluator.Evaluator.update] does.
+
+            Parameters
+            ----------
+            embeddings : torch.Tensor or numpy.ndarray, shape (b, d)
+                The batch's embeddings.
+            labels : torch.Tensor or numpy.ndarray of int, shape (b,)
+                Their labels.
+            ids : torch.Tensor or numpy.ndarray of int, shape (b,), optional
+                Their dataset indices (required under ``torch.distributed``).
+            """
             self.evaluator.update(embeddings, labels, ids)
 
         def update_reference(self, embeddings: Any, labels: Any, ids: Any = None) -> None:
-            """Add a batch of the separate gallery (``query_in_reference=False``)."""
+            """Add a batch of the separate gallery (``query_in_reference=False``).
+
+            Parameters
+            ----------
+            embeddings : torch.Tensor or numpy.ndarray, shape (b, d)
+                The gallery batch's embeddings.
+            labels : torch.Tensor or numpy.ndarray of int, shape (b,)
+                Their labels.
+            ids : torch.Tensor or numpy.ndarray of int, shape (b,), optional
+                Their dataset indices (required under ``torch.distributed``).
+            """
             self.evaluator.update_reference(embeddings, labels, ids)
             self._computed = None
 
         def compute(self) -> dict[str, torch.Tensor]:
-            """The metrics of every row since the last [`reset`][reset], on every rank alike."""
+            """The metrics of every row since the last [`reset`][reset], on every rank alike.
+
+            Returns
+            -------
+            dict of str to torch.Tensor
+                ``{name: 0-dim float64 tensor}``, in the order of ``metrics``; the whole
+                [`recallkit.Result`][recallkit.result.Result] is kept in ``result``.
+            """
             self.result = self.evaluator.compute()
             return {k: torch.tensor(v, dtype=torch.float64) for k, v in self.result.items()}
 
         def forward(self, *args: Any, **kwargs: Any) -> None:
-            """Accumulate the batch (as [`update`][update]); returns ``None``."""
+            """Accumulate the batch, as [`update`][update] does; returns ``None``.
+
+            Parameters
+            ----------
+            *args : torch.Tensor or numpy.ndarray
+                ``embeddings``, ``labels`` and ``ids``, as [`update`][update] takes them.
+            **kwargs : torch.Tensor or numpy.ndarray
+                The same, by name.
+            """
             self.update(*args, **kwargs)
 
         def reset(self) -> None:
