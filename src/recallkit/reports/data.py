@@ -86,12 +86,25 @@ def _default_name(run: Any, record: Mapping[str, Any], position: int) -> str:
 
 
 def load_runs(runs: Any, names: Sequence[str] | None = None) -> list[ReportRun]:
-    """``runs`` (a sequence of runs, or a mapping of name to run) as [`ReportRun`][ReportRun]\\ s.
+    """Runs read and named, each as a [`ReportRun`][recallkit.reports.data.ReportRun].
 
     A run is named ``names[i]`` when given, else by the mapping's key, else by its record's
     ``tag``, else by its file's stem (``run-N`` for a record without either). Runs that would
     share a name are named by their file's stem, then by the path as given, so that every name
     is distinct.
+
+    Parameters
+    ----------
+    runs : run, sequence of runs, or mapping of name to run
+        [`recallkit.Result`][recallkit.result.Result]\\ s, run records (dicts) or run file
+        paths; a mapping's keys name its runs.
+    names : sequence of str, optional
+        One name per run.
+
+    Returns
+    -------
+    list of ReportRun
+        The runs in order, each checked by the run-file reader.
 
     >>> r = {"tag": "epoch-1", "metrics": {"recall@1": 0.5},
     ...      "queries": {"ids": ["q"], "first_hit_rank": [0]}}
@@ -184,23 +197,35 @@ def direction(name: str) -> str:
 
 @dataclass(frozen=True)
 class Summary:
-    """Everything a report shows, computed once ([`summarize`][summarize])."""
+    """Everything a report shows, computed once ([`summarize`][recallkit.reports.data.summarize]).
+
+    Attributes
+    ----------
+    runs : tuple of ReportRun
+        The runs, each with its name, record and file.
+    metrics : tuple of str
+        The columns: every metric of the runs, in order of first appearance.
+    intervals : dict of str to dict of str to Interval
+        Per run name and metric: its value, bootstrap interval and tie bounds (label-form
+        metrics with per-query values only).
+    comparison : Comparison or None
+        The comparison of the runs (two or more runs that pair), else ``None``.
+    notes : tuple of str
+        What the reader should know: metrics not compared, runs that do not pair.
+    settings : dict of str to Any
+        The statistics' settings: confidence, n_resamples, seed (and test, correction, alpha).
+    """
 
     runs: tuple[ReportRun, ...]
-    #: The columns: every metric of the runs, in order of first appearance.
     metrics: tuple[str, ...]
-    #: Per run name and metric: its value, bootstrap interval and tie bounds (label-form
-    #: metrics with per-query values only).
     intervals: dict[str, dict[str, Interval]]
-    #: The comparison of the runs (two or more runs that pair), else ``None``.
     comparison: Comparison | None
-    #: What the reader should know: metrics not compared, runs that do not pair.
     notes: tuple[str, ...] = ()
-    #: The statistics' settings: confidence, n_resamples, seed (and test, correction, alpha).
     settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
+        """The runs' names, in run order."""
         return [r.name for r in self.runs]
 
     @property
@@ -209,23 +234,73 @@ class Summary:
         return dict(zip(self.names, letters(len(self.runs)), strict=True))
 
     def value(self, run: str, metric: str) -> float:
-        """``run``'s value of ``metric`` (NaN when it has none)."""
+        """A run's value of a metric.
+
+        Parameters
+        ----------
+        run : str
+            The run's name.
+        metric : str
+            The metric's name.
+
+        Returns
+        -------
+        float
+            The value (NaN when the run has none).
+        """
         return self.run(run).metrics.get(metric, math.nan)
 
     def run(self, name: str) -> ReportRun:
+        """The run named ``name``.
+
+        Parameters
+        ----------
+        name : str
+            One of [`names`][recallkit.reports.data.Summary.names].
+
+        Returns
+        -------
+        ReportRun
+            The run.
+        """
         return next(r for r in self.runs if r.name == name)
 
     def beats(self, run: str, metric: str) -> list[str]:
-        """The runs that ``run`` is significantly better than on ``metric``, in run order."""
+        """The runs that ``run`` is significantly better than on ``metric``.
+
+        Parameters
+        ----------
+        run : str
+            The run's name.
+        metric : str
+            The metric's name.
+
+        Returns
+        -------
+        list of str
+            Their names, in run order (none without a comparison of ``metric``).
+        """
         if self.comparison is None or metric not in self.comparison.metrics:
             return []
         beaten = set(self.comparison.beats(metric, run))
         return [n for n in self.names if n in beaten]
 
     def best(self, metric: str, digits: int | None = None) -> list[str]:
-        """The runs with the best value of ``metric`` by its direction (every run that ties
-        with it, compared at ``digits`` decimals when given, as printed); none when fewer than
-        two runs have a value."""
+        """The runs with the best value of ``metric`` by its direction.
+
+        Parameters
+        ----------
+        metric : str
+            The metric's name.
+        digits : int, optional
+            Compare the values rounded to this many decimals (as printed).
+
+        Returns
+        -------
+        list of str
+            Every run that ties with the best value, in run order; none when fewer than two
+            runs have a value.
+        """
         values = {}
         for name in self.names:
             v = self.value(name, metric)
@@ -238,7 +313,13 @@ class Summary:
         return [n for n, v in values.items() if v == top]
 
     def to_dict(self) -> dict[str, dict[str, float | None]]:
-        """The flat ``{run: {metric: value}}`` (``None`` where a run has no value)."""
+        """The flat ``{run: {metric: value}}``.
+
+        Returns
+        -------
+        dict of str to dict of str to float or None
+            Each run's value of every metric it holds (``None`` where undefined).
+        """
         out: dict[str, dict[str, float | None]] = {}
         for run in self.runs:
             values = run.metrics
@@ -286,6 +367,11 @@ def summarize(
     baseline, test, correction, alpha, n_resamples, confidence, seed
         As [`recallkit.compare`][recallkit.comparison.compare] takes them (``n_resamples``,
         ``confidence`` and ``seed`` are the intervals' too).
+
+    Returns
+    -------
+    Summary
+        The runs, the metrics, each value's interval, the comparison and its notes.
     """
     loaded = load_runs(runs, names)
     held = list(dict.fromkeys(m for r in loaded for m in r.metrics))
@@ -387,9 +473,21 @@ def _key(label: Any) -> str:
 
 
 def by_class(run: ReportRun, metrics: Sequence[str] | None = None) -> list[ClassRow]:
-    """Each query class of ``run`` (in order of first appearance) with its value of every
-    metric (the metric's summary over the class's counted queries) and the class its missed
-    queries are most often taken for (from ``queries.nearest_label``).
+    """Each query class of a run with its value of every metric and its confusion.
+
+    Parameters
+    ----------
+    run : ReportRun
+        The run ([`load_runs`][recallkit.reports.data.load_runs]).
+    metrics : sequence of str, optional
+        The metrics (default: every metric of the run with per-query values).
+
+    Returns
+    -------
+    list of ClassRow
+        One row per class, in order of first appearance: its counted queries, each metric's
+        summary over them, its queries missed at rank 0 and the class their nearest gallery
+        items most often carry (from ``queries.nearest_label``). Empty without labels.
 
     >>> r = {"metrics": {"recall@1": 0.5},
     ...      "queries": {"ids": ["1", "2", "3", "4"], "labels": ["a", "a", "b", "b"],

@@ -70,8 +70,19 @@ def _recall_k(name: str) -> int | None:
 
 @plain_text
 def recall_curves(summary: Summary) -> Figure | None:
-    """recall@K against K, one line per run with its bootstrap intervals, on one figure;
-    ``None`` when no run holds a recall@K."""
+    """recall@K against K, one line per run with its bootstrap intervals, on one figure.
+
+    Parameters
+    ----------
+    summary : Summary
+        The runs ([`summarize`][recallkit.reports.data.summarize]).
+
+    Returns
+    -------
+    matplotlib.figure.Figure or None
+        The figure (names drawn as written, never as mathtext); ``None`` when no run holds a
+        recall@K.
+    """
     from matplotlib.figure import Figure
 
     curves = []
@@ -134,9 +145,23 @@ def recall_curves(summary: Summary) -> Figure | None:
 
 @plain_text
 def difference_figure(comparison: Comparison, metrics: Sequence[str] | None = None) -> Figure:
-    """Per metric, each pair's difference ``a - b`` with its paired bootstrap interval: filled
-    red when significant, hollow grey when not; the zero line marks no difference, and the
-    axis says on which side ``a`` is better."""
+    """Per metric, each pair's difference ``a - b`` with its paired bootstrap interval.
+
+    A difference is filled red when significant, hollow grey when not; the zero line marks no
+    difference, and each panel's title says on which side ``a`` is better.
+
+    Parameters
+    ----------
+    comparison : Comparison
+        The comparison ([`recallkit.compare`][recallkit.comparison.compare]).
+    metrics : sequence of str, optional
+        The metrics, one panel each (default: every metric compared).
+
+    Returns
+    -------
+    matplotlib.figure.Figure
+        The figure (names drawn as written, never as mathtext).
+    """
     from matplotlib.figure import Figure
 
     metrics = list(metrics if metrics is not None else comparison.metrics)

@@ -85,11 +85,34 @@ def write_report(
 ) -> Path:
     """Write the report of ``runs`` to ``path`` (atomically) and return it.
 
-    ``runs`` is a [`Summary`][recallkit.reports.data.Summary], or runs as
-    [`summarize`][recallkit.reports.data.summarize] takes them (with its keyword arguments:
-    ``names``, ``metrics``, ``baseline``, ``test``, ``n_resamples``, ...). The format is
-    ``format``, else the file's extension: ``.html`` the self-contained page, ``.md``, ``.tex``
-    and ``.csv`` the runs × metrics table, ``.json`` the flat ``{run: {metric: value}}``.
+    Parameters
+    ----------
+    runs : Summary, run, sequence of runs, or mapping of name to run
+        A [`Summary`][recallkit.reports.data.Summary], or runs as
+        [`summarize`][recallkit.reports.data.summarize] takes them.
+    path : str or path-like
+        The file to write.
+    format : {'markdown', 'latex', 'csv', 'json', 'html'}, optional
+        The format (default: by the file's extension: ``.html`` the self-contained page, ``.md``,
+        ``.tex`` and ``.csv`` the runs × metrics table, ``.json`` the flat
+        ``{run: {metric: value}}``).
+    intervals : {'none', 'ci', 'pm'}, default 'none'
+        How the Markdown and LaTeX tables show each value's interval, and whether the CSV holds
+        them.
+    digits : int, default 4
+        Decimals of the Markdown and LaTeX tables.
+    image_root : sequence of path-like, default ()
+        Folders the queries' image paths are relative to, for the HTML page's thumbnails
+        ([`image_roots`][recallkit.reports.html.image_roots]).
+    **options : Any
+        [`summarize`][recallkit.reports.data.summarize]'s keyword arguments (``names``,
+        ``metrics``, ``baseline``, ``test``, ``n_resamples``, ...) when ``runs`` is not a
+        summary.
+
+    Returns
+    -------
+    pathlib.Path
+        ``path``.
     """
     path = Path(path)
     format = format or format_of(path)
@@ -106,8 +129,27 @@ def write_all(
     formats: Sequence[str] = tuple(FORMATS),
     **options: Any,
 ) -> list[Path]:
-    """Write ``summary`` in each of ``formats`` into ``folder`` ([`FORMATS`][FORMATS] names the
-    files); return their paths."""
+    """Write ``summary`` in each of ``formats`` into ``folder``.
+
+    Parameters
+    ----------
+    summary : Summary
+        The runs and their statistics ([`summarize`][recallkit.reports.data.summarize]).
+    folder : str or path-like
+        The folder (made when missing); [`FORMATS`][recallkit.reports.output.FORMATS] names each
+        format's file in it.
+    formats : sequence of str, default every format
+        Of ``'markdown'``, ``'latex'``, ``'csv'``, ``'json'``, ``'html'``.
+    **options : Any
+        ``intervals``, ``digits``, ``image_root`` and ``log``, as
+        [`write_report`][recallkit.reports.output.write_report] and
+        [`render_html`][recallkit.reports.html.render_html] take them.
+
+    Returns
+    -------
+    list of pathlib.Path
+        The files written, in the order of ``formats``.
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     out = []

@@ -44,10 +44,23 @@ def _check(value: str, choices: Sequence[str], what: str) -> str:
 def table(runs: Any, format: str = "markdown", **options: Any) -> str:
     """The runs × metrics table of ``runs`` as text in ``format``.
 
-    ``runs`` is a [`Summary`][recallkit.reports.data.Summary], or runs as
-    [`summarize`][recallkit.reports.data.summarize] takes them (its keyword arguments too:
-    ``names``, ``metrics``, ``baseline``, ``test``, ...). ``intervals`` (``"none"``, ``"ci"``,
-    ``"pm"``) and ``digits`` (4) choose how Markdown and LaTeX show the values.
+    Parameters
+    ----------
+    runs : Summary, run, sequence of runs, or mapping of name to run
+        A [`Summary`][recallkit.reports.data.Summary], or runs as
+        [`summarize`][recallkit.reports.data.summarize] takes them.
+    format : {'markdown', 'latex', 'csv', 'json'}, default 'markdown'
+        The table's format.
+    **options : Any
+        ``intervals`` (``'none'``, ``'ci'``, ``'pm'``) and ``digits`` (4): how Markdown and
+        LaTeX show the values; and [`summarize`][recallkit.reports.data.summarize]'s keyword
+        arguments (``names``, ``metrics``, ``baseline``, ``test``, ...) when ``runs`` is not a
+        summary.
+
+    Returns
+    -------
+    str
+        The table (Markdown and LaTeX with their legend; names escaped for the format).
 
     >>> run = {"tag": "a", "metrics": {"recall@1": 0.5},
     ...        "queries": {"ids": ["q1", "q2"], "first_hit_rank": [0, 3]}}
