@@ -12,9 +12,18 @@ options decorator builds them). Inspection alone misses two things this extensio
 
 from __future__ import annotations
 
+import importlib
+from pathlib import Path
 from typing import Any
 
 import griffe
+
+
+def _visit(module: str, path: Path | None = None) -> griffe.Module:
+    """The module ``module`` as its source reads (static analysis: no import runs it)."""
+    if path is None:
+        path = Path(importlib.import_module(module).__file__)
+    return griffe.visit(module, path, path.read_text(encoding="utf-8"))
 
 
 class Inspection(griffe.Extension):
@@ -42,9 +51,12 @@ class Inspection(griffe.Extension):
         if not constants:
             return
         path = mod.filepath if not isinstance(mod.filepath, list) else mod.filepath[0]
-        source = griffe.visit(mod.name, path, path.read_text(encoding="utf-8"))
+        source = _visit(mod.name, path)
         for member in constants:
             found = source.members.get(member.name)
+            if found is not None and found.is_alias:  # imported: read where it is defined
+                module, _, name = found.target_path.rpartition(".")
+                found = _visit(module).members.get(name)
             if found is not None and not found.is_alias and found.docstring is not None:
                 member.docstring = griffe.Docstring(
                     found.docstring.value, lineno=found.docstring.lineno, parent=member

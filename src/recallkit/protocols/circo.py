@@ -66,7 +66,6 @@ DIVISORS = {
     "r": "AP@K / R (SQUARE scoring recipe)",
 }
 SUBMISSION_SIZE = 50
-#: The semantic aspects of CIRCO's annotations, in the official evaluation's order.
 CIRCO_SEMANTIC_ASPECTS = (
     "cardinality",
     "addition",
@@ -78,12 +77,32 @@ CIRCO_SEMANTIC_ASPECTS = (
     "spatial_relations_background",
     "viewpoint",
 )
+"""The semantic aspects of CIRCO's annotations, in the official evaluation's order."""
 SEMANTIC_K = 10
 
 
 @dataclass(frozen=True)
 class CIRCOQuery:
-    """One CIRCO query; ``target_img_id`` and ``gt_img_ids`` are absent from the test split."""
+    """One CIRCO query; ``target_img_id`` and ``gt_img_ids`` are absent from the test split.
+
+    Attributes
+    ----------
+    id : int
+        The query's id.
+    reference_img_id : int
+        The COCO id of the reference image.
+    relative_caption : str
+        The modification caption.
+    shared_concept : str
+        What the reference and the targets share.
+    target_img_id : int or None, default None
+        The primary target (the image the caption was written for); ``None`` in ``test``.
+    gt_img_ids : tuple of int, default ()
+        Every ground truth, the primary target included.
+    semantic_aspects : tuple of str, default ()
+        The query's aspects, among
+        [`CIRCO_SEMANTIC_ASPECTS`][recallkit.protocols.circo.CIRCO_SEMANTIC_ASPECTS].
+    """
 
     id: int
     reference_img_id: int
@@ -96,13 +115,22 @@ class CIRCOQuery:
 
 @dataclass(frozen=True, eq=False)
 class CIRCOSplit:
-    """The queries of ``annotations/<split>.json`` in file order."""
+    """The queries of ``annotations/<split>.json`` in file order.
+
+    Attributes
+    ----------
+    split : str
+        The split's name (``"val"`` or ``"test"``).
+    queries : tuple of CIRCOQuery
+        The queries, in file order.
+    """
 
     split: str
     queries: tuple[CIRCOQuery, ...]
 
     @property
     def has_targets(self) -> bool:
+        """Whether every query has its target and ground truths (not ``test``)."""
         return all(q.target_img_id is not None and q.gt_img_ids for q in self.queries)
 
 
@@ -114,6 +142,20 @@ def read_circo(path: PathLike, split: str = "val") -> CIRCOSplit:
     Repeated query ids, repeated ground truths, a target missing from its ground truths and
     ``semantic_aspects`` that is not a list of strings are errors naming the query.
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The annotation file, or the CIRCO folder holding ``annotations/``.
+    split : {'val', 'test'}, default 'val'
+        The split to read (the file ``annotations/<split>.json``).
+
+    Returns
+    -------
+    CIRCOSplit
+        The queries, in file order.
+
+    Examples
+    --------
     >>> import json, tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "val.json"
     >>> _ = p.write_text(json.dumps([{"id": 0, "reference_img_id": 85932, "target_img_id": 9761,
@@ -164,6 +206,18 @@ def read_circo(path: PathLike, split: str = "val") -> CIRCOSplit:
 def read_coco_image_ids(path: PathLike) -> np.ndarray:
     """Image ids of a COCO image-info file (``image_info_unlabeled2017.json``), in file order.
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A COCO image-info JSON file (``{"images": [{"id", ...}]}``).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n_images,)
+        The image ids, in file order.
+
+    Examples
+    --------
     >>> import json, tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "info.json"
     >>> _ = p.write_text(json.dumps({"images": [{"id": 243611, "file_name": "000000243611.jpg"}]}))
@@ -370,6 +424,39 @@ def circo_metrics(
     ``metric``, ``chunk_size``, ``device``, ``precision``
     ([`recallkit.Options`][recallkit.options.Options]).
 
+    Ties: on equal scores the lower reference index (the image earlier in ``image_ids``) ranks
+    first.
+
+    Parameters
+    ----------
+    query : torch.Tensor or numpy.ndarray, shape (n_queries, d)
+        One composed-query embedding per query of ``data``, in file order.
+    images : torch.Tensor or numpy.ndarray, shape (n_images, d)
+        One embedding per candidate image, row for row with ``image_ids``.
+    image_ids : sequence of int or numpy.ndarray of int, shape (n_images,)
+        The COCO id of each candidate image
+        ([`read_coco_image_ids`][recallkit.protocols.circo.read_coco_image_ids]).
+    data : CIRCOSplit
+        The queries, from [`read_circo`][recallkit.protocols.circo.read_circo].
+    ks : sequence of int, default (5, 10, 25, 50)
+        The K of ``mAP@K`` and ``recall@K``.
+    divisor : {'min_k_r', 'r'}, default 'min_k_r'
+        What AP@K divides by: ``min(K, R)`` (the official evaluation) or ``R`` (the module's
+        docstring).
+    exclude_reference : bool, default False
+        Remove each query's reference image from its candidates (the official evaluation keeps it).
+    {options}
+
+    Returns
+    -------
+    Result
+        A [`recallkit.Result`][recallkit.result.Result]: ``mAP@K`` then ``recall@K`` (in the order
+        of ``ks``), then ``mAP@10[<aspect>]`` for each semantic aspect the queries have;
+        ``per_query`` holds every ground truth's 0-indexed rank, the primary target's rank and each
+        query's AP@K.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> data = CIRCOSplit("val", (CIRCOQuery(0, 10, "x", "y", 30, (30, 40)),))
     >>> images = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.8, 0.2]])
@@ -394,7 +481,35 @@ def circo_metrics_from_scores(
     divisor: str = "min_k_r",
     exclude_reference: bool = False,
 ) -> Result:
-    """[`circo_metrics`][circo_metrics] from a ``(queries, images)`` similarity matrix."""
+    """[`circo_metrics`][circo_metrics] from a ``(queries, images)`` similarity matrix.
+
+    Ties: on equal scores the lower reference index (the image earlier in ``image_ids``) ranks
+    first.
+
+    Parameters
+    ----------
+    scores : torch.Tensor or numpy.ndarray, shape (n_queries, n_images)
+        The similarity of each query to each candidate image (higher is better).
+    image_ids : sequence of int or numpy.ndarray of int, shape (n_images,)
+        The COCO id of each candidate image, column for column.
+    data : CIRCOSplit
+        The queries, from [`read_circo`][recallkit.protocols.circo.read_circo].
+    ks : sequence of int, default (5, 10, 25, 50)
+        The K of ``mAP@K`` and ``recall@K``.
+    divisor : {'min_k_r', 'r'}, default 'min_k_r'
+        What AP@K divides by: ``min(K, R)`` (the official evaluation) or ``R`` (the module's
+        docstring).
+    exclude_reference : bool, default False
+        Remove each query's reference image from its candidates (the official evaluation keeps it).
+
+    Returns
+    -------
+    Result
+        A [`recallkit.Result`][recallkit.result.Result]: ``mAP@K`` then ``recall@K`` (in the order
+        of ``ks``), then ``mAP@10[<aspect>]`` for each semantic aspect the queries have;
+        ``per_query`` holds every ground truth's 0-indexed rank, the primary target's rank and each
+        query's AP@K.
+    """
     func = "circo_metrics_from_scores"
     make = _common.scores_ranker(scores, func)
     return _metrics(func, make, image_ids, data, ks, divisor, exclude_reference)
@@ -413,6 +528,28 @@ def circo_metrics_from_predictions(
     absent from a list counts as not retrieved. A list that repeats an image id is rejected
     (the official code would count the repeat twice).
 
+    Parameters
+    ----------
+    predictions : mapping of int to sequence of int
+        ``query id -> `` image ids, best first (a submission's lists); every query of ``data``
+        needs one.
+    data : CIRCOSplit
+        The queries with their ground truths
+        ([`read_circo`][recallkit.protocols.circo.read_circo]).
+    ks : sequence of int, default (5, 10, 25, 50)
+        The K of ``mAP@K`` and ``recall@K``.
+    divisor : {'min_k_r', 'r'}, default 'min_k_r'
+        What AP@K divides by: ``min(K, R)`` (the official evaluation) or ``R`` (the module's
+        docstring).
+
+    Returns
+    -------
+    Result
+        A [`recallkit.Result`][recallkit.result.Result]: ``mAP@K`` then ``recall@K`` (in the order
+        of ``ks``), then ``mAP@10[<aspect>]`` for each semantic aspect the queries have.
+
+    Examples
+    --------
     >>> data = CIRCOSplit("val", (CIRCOQuery(0, 10, "x", "y", 30, (30, 40)),))
     >>> r = circo_metrics_from_predictions({"0": [20, 40, 30]}, data, ks=(1, 3))
     >>> r["mAP@3"], r["recall@1"], r["recall@3"]  # AP@3 = (1/2 + 2/3) / 2
@@ -502,6 +639,33 @@ def circo_rankings(
 ) -> dict[int, list[int]]:
     """Top-``k`` image ids per query id (the server's submission lists), exact and chunked.
 
+    Ties: on equal scores the lower reference index (the image earlier in ``image_ids``) ranks
+    first.
+
+    Parameters
+    ----------
+    query : torch.Tensor or numpy.ndarray, shape (n_queries, d)
+        One composed-query embedding per query of ``data``, in file order.
+    images : torch.Tensor or numpy.ndarray, shape (n_images, d)
+        One embedding per candidate image, row for row with ``image_ids``.
+    image_ids : sequence of int or numpy.ndarray of int, shape (n_images,)
+        The COCO id of each candidate image
+        ([`read_coco_image_ids`][recallkit.protocols.circo.read_coco_image_ids]).
+    data : CIRCOSplit
+        The queries, from [`read_circo`][recallkit.protocols.circo.read_circo].
+    k : int, default 50
+        How many ids each list holds (the server takes 50).
+    exclude_reference : bool, default False
+        Remove each query's reference image from its candidates (the official evaluation keeps it).
+    {options}
+
+    Returns
+    -------
+    dict of int to list of int
+        ``query id -> `` the top ``k`` image ids, best first.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> data = CIRCOSplit("test", (CIRCOQuery(0, 10, "x", "y"),))
     >>> images = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0]])
@@ -521,7 +685,29 @@ def circo_rankings_from_scores(
     k: int = SUBMISSION_SIZE,
     exclude_reference: bool = False,
 ) -> dict[int, list[int]]:
-    """[`circo_rankings`][circo_rankings] from a ``(queries, images)`` similarity matrix."""
+    """[`circo_rankings`][circo_rankings] from a ``(queries, images)`` similarity matrix.
+
+    Ties: on equal scores the lower reference index (the image earlier in ``image_ids``) ranks
+    first.
+
+    Parameters
+    ----------
+    scores : torch.Tensor or numpy.ndarray, shape (n_queries, n_images)
+        The similarity of each query to each candidate image (higher is better).
+    image_ids : sequence of int or numpy.ndarray of int, shape (n_images,)
+        The COCO id of each candidate image, column for column.
+    data : CIRCOSplit
+        The queries, from [`read_circo`][recallkit.protocols.circo.read_circo].
+    k : int, default 50
+        How many ids each list holds (the server takes 50).
+    exclude_reference : bool, default False
+        Remove each query's reference image from its candidates (the official evaluation keeps it).
+
+    Returns
+    -------
+    dict of int to list of int
+        ``query id -> `` the top ``k`` image ids, best first.
+    """
     func = "circo_rankings_from_scores"
     make = _common.scores_ranker(scores, func)
     return _rankings(func, make, image_ids, data, k, exclude_reference)
@@ -537,6 +723,21 @@ def write_circo_submission(path: PathLike, rankings: Mapping[int, Sequence[int]]
 
     At most 50 ids per query, no repeated id (an error names the query).
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The JSON file to write (replaced atomically).
+    rankings : mapping of int to sequence of int
+        ``query id -> `` image ids, best first
+        ([`circo_rankings`][recallkit.protocols.circo.circo_rankings]).
+
+    Returns
+    -------
+    pathlib.Path
+        The path written.
+
+    Examples
+    --------
     >>> import tempfile, pathlib, json
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "circo.json"
     >>> _ = write_circo_submission(p, {0: [9761, 489535]})

@@ -57,7 +57,23 @@ SUBMISSION_SIZES = {"recall": 50, "recall_subset": 3}
 
 @dataclass(frozen=True)
 class CIRRQuery:
-    """One CIRR query: a reference image, a modification caption and (val/train) its targets."""
+    """One CIRR query: a reference image, a modification caption and (val/train) its targets.
+
+    Attributes
+    ----------
+    pairid : int
+        The query's id (the key of the server's submission).
+    reference : str
+        The reference image's name.
+    caption : str
+        The modification caption.
+    members : tuple of str
+        The names of the query's image set (``img_set.members``), the reference included.
+    target_hard : str or None, default None
+        The target image's name (``None`` in ``test1``).
+    target_soft : mapping of str to float, default {}
+        The soft targets: 1 for the true target, 0.5 "also acceptable", -1 "no".
+    """
 
     pairid: int
     reference: str
@@ -69,7 +85,21 @@ class CIRRQuery:
 
 @dataclass(frozen=True, eq=False)
 class CIRRSplit:
-    """A CIRR split: the candidate images in split-file order, and the queries in file order."""
+    """A CIRR split: the candidate images in split-file order, and the queries in file order.
+
+    Attributes
+    ----------
+    split : str
+        The split's name (``"val"``, ``"test1"``, ``"train"``).
+    version : str
+        The annotation version (``"rc2"``).
+    image_names : tuple of str
+        The candidate images' names, in split-file order (the rows of ``images``).
+    image_paths : tuple of str
+        Each image's relative path, row for row.
+    queries : tuple of CIRRQuery
+        The queries, in file order.
+    """
 
     split: str
     version: str
@@ -79,6 +109,7 @@ class CIRRSplit:
 
     @property
     def has_targets(self) -> bool:
+        """Whether every query has its target (not ``test1``)."""
         return all(q.target_hard is not None for q in self.queries)
 
 
@@ -93,6 +124,22 @@ def read_cirr(root: PathLike, split: str = "val", *, version: str = "rc2") -> CI
     name to its relative path. A reference, target or set member that is not an image of the
     split is an error naming the query's pairid.
 
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The CIRR folder holding ``captions/`` and ``image_splits/``.
+    split : {'val', 'test1', 'train'}, default 'val'
+        The split to read.
+    version : str, default 'rc2'
+        The annotation version in the file names.
+
+    Returns
+    -------
+    CIRRSplit
+        The candidate images in split-file order and the queries in file order.
+
+    Examples
+    --------
     >>> import json, tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
     >>> (root / "captions").mkdir(); (root / "image_splits").mkdir()
@@ -355,6 +402,35 @@ def cirr_recall(
     ranks are read from those ranks. ``options``: ``metric``, ``chunk_size``, ``device``,
     ``precision`` ([`recallkit.Options`][recallkit.options.Options]).
 
+    Ties: on equal scores the lower reference index (the image earlier in ``data.image_names``)
+    ranks first.
+
+    Parameters
+    ----------
+    query : torch.Tensor or numpy.ndarray, shape (n_queries, d)
+        One composed-query embedding per query of ``data``, in file order.
+    images : torch.Tensor or numpy.ndarray, shape (n_images, d)
+        One embedding per image of ``data.image_names``, in split-file order.
+    data : CIRRSplit
+        The split, from [`read_cirr`][recallkit.protocols.cirr.read_cirr] (with targets).
+    ks : sequence of int, default (1, 5, 10, 50)
+        The K of ``recall@K``.
+    subset_ks : sequence of int, default (1, 2, 3)
+        The K of ``recall_subset@K`` (at most the 5 images of a set less the reference).
+    target : {'hard', 'soft'}, default 'hard'
+        ``"hard"``: a hit when ``target_hard`` is in the top K; ``"soft"``: the ``target_soft``
+        scores of the dataset authors' code (the module's docstring).
+    {options}
+
+    Returns
+    -------
+    Result
+        A [`recallkit.Result`][recallkit.result.Result]: ``recall@K`` (in the order of ``ks``),
+        ``recall_subset@K`` (of ``subset_ks``) and ``avg`` (when K = 5 and subset K = 1 are asked);
+        ``per_query`` holds the 0-indexed ``ranks`` and ``subset_ranks``.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> data = CIRRSplit("val", "rc2", ("a", "b", "c", "d"), ("",) * 4, (
     ...     CIRRQuery(1, "a", "x", ("a", "b", "c"), "b", {"b": 1.0}),))
@@ -380,6 +456,32 @@ def cirr_recall_from_scores(
     """[`cirr_recall`][cirr_recall] from a ``(queries, images)`` similarity matrix (higher is
     better).
 
+    Ties: on equal scores the lower reference index (the image earlier in ``data.image_names``)
+    ranks first.
+
+    Parameters
+    ----------
+    scores : torch.Tensor or numpy.ndarray, shape (n_queries, n_images)
+        The similarity of each query to each image of ``data.image_names`` (higher is better).
+    data : CIRRSplit
+        The split, from [`read_cirr`][recallkit.protocols.cirr.read_cirr] (with targets).
+    ks : sequence of int, default (1, 5, 10, 50)
+        The K of ``recall@K``.
+    subset_ks : sequence of int, default (1, 2, 3)
+        The K of ``recall_subset@K`` (at most the 5 images of a set less the reference).
+    target : {'hard', 'soft'}, default 'hard'
+        ``"hard"``: a hit when ``target_hard`` is in the top K; ``"soft"``: the ``target_soft``
+        scores of the dataset authors' code (the module's docstring).
+
+    Returns
+    -------
+    Result
+        A [`recallkit.Result`][recallkit.result.Result]: ``recall@K`` (in the order of ``ks``),
+        ``recall_subset@K`` (of ``subset_ks``) and ``avg`` (when K = 5 and subset K = 1 are asked);
+        ``per_query`` holds the 0-indexed ``ranks`` and ``subset_ranks``.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> data = CIRRSplit("val", "rc2", ("a", "b", "c"), ("",) * 3, (
     ...     CIRRQuery(1, "a", "x", ("a", "b", "c"), "b", {"b": 1.0, "c": 0.5}),))
@@ -439,6 +541,29 @@ def cirr_rankings(
     pass each to [`write_cirr_submission`][write_cirr_submission]. Works on any split, ``test1``
     included. The lists come from the core's exact ranked lists and ranks of the members.
 
+    Ties: on equal scores the lower reference index (the image earlier in ``data.image_names``)
+    ranks first.
+
+    Parameters
+    ----------
+    query : torch.Tensor or numpy.ndarray, shape (n_queries, d)
+        One composed-query embedding per query of ``data``, in file order.
+    images : torch.Tensor or numpy.ndarray, shape (n_images, d)
+        One embedding per image of ``data.image_names``, in split-file order.
+    data : CIRRSplit
+        The split, from [`read_cirr`][recallkit.protocols.cirr.read_cirr] (``test1`` included).
+    k : int, default 50
+        How many names each query's list holds (the server takes at most 50).
+    {options}
+
+    Returns
+    -------
+    tuple of (dict of int to list of str, dict of int to list of str)
+        ``pairid -> `` the top ``k`` image names (reference removed), and ``pairid -> `` the set's
+        members in rank order (at most 3): the ``"recall"`` and ``"recall_subset"`` submissions.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> data = CIRRSplit("test1", "rc2", ("a", "b", "c", "d"), ("",) * 4, (
     ...     CIRRQuery(5, "a", "x", ("a", "b", "c")),))
@@ -453,7 +578,26 @@ def cirr_rankings(
 def cirr_rankings_from_scores(
     scores: Any, data: CIRRSplit, *, k: int = 50
 ) -> tuple[dict[int, list[str]], dict[int, list[str]]]:
-    """[`cirr_rankings`][cirr_rankings] from a ``(queries, images)`` similarity matrix."""
+    """[`cirr_rankings`][cirr_rankings] from a ``(queries, images)`` similarity matrix.
+
+    Ties: on equal scores the lower reference index (the image earlier in ``data.image_names``)
+    ranks first.
+
+    Parameters
+    ----------
+    scores : torch.Tensor or numpy.ndarray, shape (n_queries, n_images)
+        The similarity of each query to each image of ``data.image_names`` (higher is better).
+    data : CIRRSplit
+        The split, from [`read_cirr`][recallkit.protocols.cirr.read_cirr].
+    k : int, default 50
+        How many names each query's list holds.
+
+    Returns
+    -------
+    tuple of (dict of int to list of str, dict of int to list of str)
+        ``pairid -> `` the top ``k`` image names (reference removed), and ``pairid -> `` the set's
+        members in rank order (at most 3): the ``"recall"`` and ``"recall_subset"`` submissions.
+    """
     func = "cirr_rankings_from_scores"
     return _ranked(func, _common.scores_ranker(scores, func), data, k)
 
@@ -470,6 +614,25 @@ def write_cirr_submission(
     ``metric="recall"`` takes at most 50 names per query, ``"recall_subset"`` at most 3 (the
     server's limits); a ranking with a repeated name is an error naming the pairid.
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The JSON file to write (replaced atomically).
+    rankings : mapping of int to sequence of str
+        ``pairid -> `` image names, best first (one of the two mappings of
+        [`cirr_rankings`][recallkit.protocols.cirr.cirr_rankings]).
+    metric : {'recall', 'recall_subset'}, default 'recall'
+        Which of the server's two submissions this is.
+    version : str, default 'rc2'
+        The dataset version the server expects.
+
+    Returns
+    -------
+    pathlib.Path
+        The path written.
+
+    Examples
+    --------
     >>> import tempfile, pathlib, json
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "recall.json"
     >>> _ = write_cirr_submission(p, {12063: ["test1-233-3-img1", "test1-969-1-img0"]})

@@ -52,7 +52,17 @@ AVERAGE_KS = (10, 50)
 
 @dataclass(frozen=True)
 class FashionIQQuery:
-    """One FashionIQ query: the reference (``candidate``) image, its target and two captions."""
+    """One FashionIQ query: the reference (``candidate``) image, its target and two captions.
+
+    Attributes
+    ----------
+    candidate : str
+        The reference image's name.
+    target : str
+        The target image's name.
+    captions : tuple of str
+        The two modification captions.
+    """
 
     candidate: str
     target: str
@@ -61,7 +71,17 @@ class FashionIQQuery:
 
 @dataclass(frozen=True, eq=False)
 class FashionIQCategory:
-    """One category's validation queries and gallery (split-file order)."""
+    """One category's validation queries and gallery (split-file order).
+
+    Attributes
+    ----------
+    category : str
+        ``"dress"``, ``"shirt"`` or ``"toptee"``.
+    image_names : tuple of str
+        The gallery's image names, in split-file order (the rows of its embeddings).
+    queries : tuple of FashionIQQuery
+        The queries, in file order.
+    """
 
     category: str
     image_names: tuple[str, ...]
@@ -88,6 +108,22 @@ def read_fashioniq(
     image names. A category outside dress/shirt/toptee is an error; so is a query whose candidate
     or target is not an image of its category's split (naming the query).
 
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The FashionIQ folder holding ``captions/`` and ``image_splits/``.
+    categories : sequence of str, default FASHIONIQ_CATEGORIES
+        The categories to read, among ``"dress"``, ``"shirt"``, ``"toptee"``.
+    split : str, default 'val'
+        The split in the file names.
+
+    Returns
+    -------
+    dict of str to FashionIQCategory
+        Category -> its queries and gallery, in the order of ``categories``.
+
+    Examples
+    --------
     >>> import json, tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
     >>> (root / "captions").mkdir(); (root / "image_splits").mkdir()
@@ -262,6 +298,34 @@ def fashioniq_recall(
     ``metric``, ``chunk_size``, ``device``, ``precision``
     ([`recallkit.Options`][recallkit.options.Options]).
 
+    Ties: on equal scores the lower reference index (the image earlier in the category's
+    ``image_names``) ranks first.
+
+    Parameters
+    ----------
+    queries : mapping of str to torch.Tensor or numpy.ndarray, shape (n_queries, d)
+        Category -> one composed-query embedding per query of ``data[category]``, in file order.
+    galleries : mapping of str to torch.Tensor or numpy.ndarray, shape (n_images, d)
+        Category -> one embedding per image of ``data[category].image_names``.
+    data : mapping of str to FashionIQCategory
+        Category -> its queries and gallery
+        ([`read_fashioniq`][recallkit.protocols.fashioniq.read_fashioniq]).
+    ks : sequence of int, default (10, 50)
+        The K of ``recall@K``.
+    exclude_reference : bool, default False
+        Remove each query's reference (``candidate``) image from its gallery (the literature's
+        codes keep it).
+    {options}
+
+    Returns
+    -------
+    Result
+        A [`recallkit.Result`][recallkit.result.Result]; its ``parts`` hold each category's
+        ``recall@K`` and ranks. With all three categories it has ``mean_recall@K`` for each K and,
+        when ``ks`` include 10 and 50, ``average``.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> part = FashionIQCategory("dress", ("B1", "B2", "B3"), (FashionIQQuery("B1", "B3", ("c",)),))
     >>> gallery = np.array([[1.0, 0.0], [0.5, 0.5], [0.6, 0.4]])
@@ -289,7 +353,31 @@ def fashioniq_recall_from_scores(
     exclude_reference: bool = False,
 ) -> Result:
     """[`fashioniq_recall`][fashioniq_recall] from one ``(queries, images)`` similarity matrix per
-    category."""
+    category.
+
+    Ties: on equal scores the lower reference index (the image earlier in the category's
+    ``image_names``) ranks first.
+
+    Parameters
+    ----------
+    scores : mapping of str to torch.Tensor or numpy.ndarray, shape (n_queries, n_images)
+        Category -> the similarity of each query to each image of the category (higher is better).
+    data : mapping of str to FashionIQCategory
+        Category -> its queries and gallery
+        ([`read_fashioniq`][recallkit.protocols.fashioniq.read_fashioniq]).
+    ks : sequence of int, default (10, 50)
+        The K of ``recall@K``.
+    exclude_reference : bool, default False
+        Remove each query's reference (``candidate``) image from its gallery (the literature's
+        codes keep it).
+
+    Returns
+    -------
+    Result
+        A [`recallkit.Result`][recallkit.result.Result]; its ``parts`` hold each category's
+        ``recall@K`` and ranks. With all three categories it has ``mean_recall@K`` for each K and,
+        when ``ks`` include 10 and 50, ``average``.
+    """
     func = "fashioniq_recall_from_scores"
 
     def make(category: str, shapes: Expect) -> Ranker:

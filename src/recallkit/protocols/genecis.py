@@ -74,6 +74,17 @@ class GeneCISSample:
 
     A key is ``"coco:<val_image_id>"`` for object tasks and ``"vg:<image_id>:<x>,<y>,<w>,<h>"``
     for attribute tasks (Visual Genome image and instance box).
+
+    Attributes
+    ----------
+    reference : str
+        The reference image's key.
+    target : str
+        The target image's key.
+    condition : str
+        The text condition.
+    gallery : tuple of str
+        The distractors' keys, in file order.
     """
 
     reference: str
@@ -89,7 +100,15 @@ class GeneCISSample:
 
 @dataclass(frozen=True, eq=False)
 class GeneCISTask:
-    """The samples of one task file, and each sample's number of candidates."""
+    """The samples of one task file, and each sample's number of candidates.
+
+    Attributes
+    ----------
+    task : str
+        The task's name.
+    samples : tuple of GeneCISSample
+        The samples, in file order.
+    """
 
     task: str
     samples: tuple[GeneCISSample, ...]
@@ -120,6 +139,20 @@ def read_genecis(path: PathLike, task: str | None = None) -> GeneCISTask:
     to the file's name. A sample without a target, or with an empty gallery, is an error naming
     the sample.
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A task file (``genecis/<task>.json``).
+    task : str, optional
+        The task's name (default: the file's name).
+
+    Returns
+    -------
+    GeneCISTask
+        The task's samples, in file order.
+
+    Examples
+    --------
     >>> import json, tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "change_object.json"
     >>> _ = p.write_text(json.dumps([{"reference": {"val_image_id": 1}, "condition": "dog",
@@ -245,6 +278,34 @@ def genecis_recall(
     script's column order: the target at column 0 wins its ties, which reproduces the
     published numbers); see the module docstring.
 
+    Ties: with ``ties="official"`` an equal score ranks the lower reference index (the lower
+    column, the target at column 0) first, as the official script does; the default
+    ``"pessimistic"`` ranks the target below every distractor of equal score.
+
+    Parameters
+    ----------
+    scores : torch.Tensor or numpy.ndarray, shape (n, c)
+        Each sample's similarity to its ``c`` candidates, ``[target, *gallery]`` (higher is better).
+    ks : sequence of int, default (1, 2, 3)
+        The K of ``recall@K``.
+    target_index : sequence of int or numpy.ndarray of int, shape (n,), optional
+        Each sample's target column (default 0, the official layout).
+    gallery_sizes : sequence of int or numpy.ndarray of int, shape (n,), optional
+        The number of valid columns of each sample (``GeneCISTask.gallery_sizes``); the columns
+        beyond are ignored. Default: every column.
+    ties : {'pessimistic', 'official'}, default 'pessimistic'
+        The tie convention (above).
+    task : str, default 'genecis'
+        The result's title (the task's name).
+
+    Returns
+    -------
+    Result
+        A [`recallkit.Result`][recallkit.result.Result]: ``recall@K`` in the order of ``ks``;
+        ``per_query["ranks"]`` holds each sample's 0-indexed target rank.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> s = np.array([[0.9, 0.1, 0.2], [0.5, 0.5, 0.1], [0.2, 0.7, 0.9]])
     >>> r = genecis_recall(s, ks=(1, 2))
@@ -313,6 +374,37 @@ def genecis_recall_from_embeddings(
     ([`recallkit.Options`][recallkit.options.Options]; each sample has its own candidates, scored in
     float32 or float64 as given).
 
+    Ties: with ``ties="official"`` an equal score ranks the lower reference index (the lower
+    column, the target at column 0) first, as the official script does; the default
+    ``"pessimistic"`` ranks the target below every distractor of equal score.
+
+    Parameters
+    ----------
+    query : torch.Tensor or numpy.ndarray, shape (n, d)
+        One conditioned-query embedding per sample.
+    candidates : torch.Tensor or numpy.ndarray, shape (n, c, d)
+        Each sample's candidate embeddings, ``[target, *gallery]``.
+    ks : sequence of int, default (1, 2, 3)
+        The K of ``recall@K``.
+    target_index : sequence of int or numpy.ndarray of int, shape (n,), optional
+        Each sample's target column (default 0, the official layout).
+    gallery_sizes : sequence of int or numpy.ndarray of int, shape (n,), optional
+        The number of valid columns of each sample (``GeneCISTask.gallery_sizes``); the columns
+        beyond are ignored. Default: every column.
+    ties : {'pessimistic', 'official'}, default 'pessimistic'
+        The tie convention (above).
+    task : str, default 'genecis'
+        The result's title (the task's name).
+    {options}
+
+    Returns
+    -------
+    Result
+        A [`recallkit.Result`][recallkit.result.Result]: ``recall@K`` in the order of ``ks``;
+        ``per_query["ranks"]`` holds each sample's 0-indexed target rank.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> q = np.array([[1.0, 0.0]])
     >>> c = np.array([[[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]]])  # a distractor equal to the target
@@ -335,6 +427,20 @@ def genecis_recall_from_embeddings(
 def genecis_summary(results: Mapping[str, Result]) -> Result:
     """Combine per-task results; ``average_recall@1`` is given when all four tasks are present.
 
+    Parameters
+    ----------
+    results : mapping of str to Result
+        Task -> its result ([`genecis_recall`][recallkit.protocols.genecis.genecis_recall]).
+
+    Returns
+    -------
+    Result
+        A [`recallkit.Result`][recallkit.result.Result] whose ``parts`` hold each task's result
+        (in the order of [`GENECIS_TASKS`][recallkit.protocols.genecis.GENECIS_TASKS]) and whose
+        ``average_recall@1`` is given when all four tasks are present.
+
+    Examples
+    --------
     >>> import numpy as np
     >>> s = np.array([[1.0, 0.0], [0.0, 1.0]])
     >>> parts = {t: genecis_recall(s, task=t) for t in GENECIS_TASKS}
@@ -371,5 +477,18 @@ def genecis_summary(results: Mapping[str, Result]) -> Result:
 def read_genecis_tasks(
     root: PathLike, tasks: Sequence[str] = GENECIS_TASKS
 ) -> dict[str, GeneCISTask]:
-    """Read ``<root>/<task>.json`` for each task (``root`` is the ``genecis`` folder)."""
+    """Read ``<root>/<task>.json`` for each task (``root`` is the ``genecis`` folder).
+
+    Parameters
+    ----------
+    root : str or os.PathLike
+        The ``genecis`` folder.
+    tasks : sequence of str, default GENECIS_TASKS
+        The tasks to read.
+
+    Returns
+    -------
+    dict of str to GeneCISTask
+        Task -> its samples, in the order of ``tasks``.
+    """
     return {task: read_genecis(Path(root) / f"{task}.json", task) for task in tasks}

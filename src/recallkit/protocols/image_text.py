@@ -45,12 +45,13 @@ __all__ = [
     "read_karpathy_split",
 ]
 
-#: Expected (images, captions) of the Karpathy test splits, all captions kept.
 KARPATHY_COUNTS: dict[tuple[str, str], tuple[int, int]] = {
     ("coco", "test"): (5000, 25010),
     ("flickr30k", "test"): (1000, 5000),
     ("flickr8k", "test"): (1000, 5000),
 }
+"""Expected ``(images, captions)`` of the Karpathy test splits, all captions kept, by
+``(dataset, split)``."""
 _SPLITS = ("train", "val", "test", "restval")
 CONVENTION = (
     "VSE++ ranks: best caption for image→text, 1-indexed mean/median rank, lower index on ties"
@@ -63,6 +64,21 @@ class KarpathySplit:
 
     ``caption_image[j]`` is the row in ``image_names`` of caption ``j``'s image; caption and image
     embeddings are expected in this order (images in file order, each image's captions in order).
+
+    Attributes
+    ----------
+    dataset : str
+        The file's ``dataset`` field (``"coco"``, ``"flickr30k"``, ...).
+    split : str
+        The split read (``"test"``, ...).
+    image_names : tuple of str
+        Each image's ``filename``, in file order.
+    image_ids : tuple of int
+        Each image's ``imgid``.
+    captions : tuple of str
+        Every kept caption (``raw``), image by image.
+    caption_image : numpy.ndarray of int64, shape (n_captions,)
+        The row in ``image_names`` of each caption's image.
     """
 
     dataset: str
@@ -74,10 +90,12 @@ class KarpathySplit:
 
     @property
     def num_images(self) -> int:
+        """The number of images of the split."""
         return len(self.image_names)
 
     @property
     def num_captions(self) -> int:
+        """The number of captions of the split."""
         return len(self.captions)
 
 
@@ -99,6 +117,26 @@ def read_karpathy_split(
     Flickr30k and Flickr8k (1,000 and 5,000) are checked; a difference is an error naming the file.
     A sentence whose ``imgid`` is not its image's is an error naming the caption.
 
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The Karpathy annotation file (``dataset_coco.json``, ``dataset_flickr30k.json``, ...).
+    split : {'test', 'val', 'train', 'restval'}, default 'test'
+        The split to keep.
+    captions_per_image : int, optional
+        Keep each image's first captions only (``5``: VSE++ and SCAN's 25,000 COCO captions); all
+        by default.
+    check_counts : bool, default True
+        Check the sizes of the known test splits
+        ([`KARPATHY_COUNTS`][recallkit.protocols.image_text.KARPATHY_COUNTS]).
+
+    Returns
+    -------
+    KarpathySplit
+        The split's images and captions, in file order.
+
+    Examples
+    --------
     >>> import json, tempfile, pathlib
     >>> p = pathlib.Path(tempfile.mkdtemp()) / "dataset_toy.json"
     >>> _ = p.write_text(json.dumps({"dataset": "toy", "images": [
@@ -279,6 +317,34 @@ def image_text_recall(
     ``options``: ``metric``, ``chunk_size``, ``device``, ``precision``
     ([`recallkit.Options`][recallkit.options.Options]).
 
+    Ties: on equal scores the lower reference index ranks first (the lower image row for
+    text→image, the lower caption row for image→text).
+
+    Parameters
+    ----------
+    images : torch.Tensor or numpy.ndarray, shape (n_images, d)
+        The image embeddings, in the split's image order.
+    texts : torch.Tensor or numpy.ndarray, shape (n_captions, d)
+        The caption embeddings, in the split's caption order.
+    caption_image : sequence of int or numpy.ndarray of int, shape (n_captions,)
+        The image row of each caption
+        ([`KarpathySplit.caption_image`][recallkit.protocols.image_text.KarpathySplit]).
+    ks : sequence of int, default (1, 5, 10)
+        The K values, positive and distinct.
+    name : str, default "image-text"
+        The result's title.
+    {options}
+
+    Returns
+    -------
+    Result
+        A [`recallkit.Result`][recallkit.result.Result]: ``i2t_recall@K`` and ``t2i_recall@K`` (in
+        the order of ``ks``), ``i2t_mean_rank``, ``i2t_median_rank``, ``t2i_mean_rank``,
+        ``t2i_median_rank`` (1-indexed) and ``rmean``; ``per_query`` holds the 0-indexed ranks
+        (``i2t_ranks``, ``t2i_ranks``).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> images = np.array([[1.0, 0.0], [0.0, 1.0]])
     >>> texts = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
@@ -306,6 +372,30 @@ def image_text_recall_from_scores(
 ) -> Result:
     """The same metrics from an ``(n_images, n_captions)`` similarity matrix (higher is better).
 
+    Ties: on equal scores the lower reference index ranks first (the lower image row for
+    text→image, the lower caption row for image→text).
+
+    Parameters
+    ----------
+    scores : torch.Tensor or numpy.ndarray, shape (n_images, n_captions)
+        The similarity of each image to each caption (higher is better).
+    caption_image : sequence of int or numpy.ndarray of int, shape (n_captions,)
+        The image row of each caption.
+    ks : sequence of int, default (1, 5, 10)
+        The K values, positive and distinct.
+    name : str, default "image-text"
+        The result's title.
+
+    Returns
+    -------
+    Result
+        A [`recallkit.Result`][recallkit.result.Result]: ``i2t_recall@K`` and ``t2i_recall@K`` (in
+        the order of ``ks``), ``i2t_mean_rank``, ``i2t_median_rank``, ``t2i_mean_rank``,
+        ``t2i_median_rank`` (1-indexed) and ``rmean``; ``per_query`` holds the 0-indexed ranks
+        (``i2t_ranks``, ``t2i_ranks``).
+
+    Examples
+    --------
     >>> import numpy as np
     >>> s = np.array([[0.9, 0.5, 0.5], [0.1, 0.5, 0.2]])
     >>> r = image_text_recall_from_scores(s, [0, 1, 1], ks=(1,))
