@@ -262,7 +262,7 @@ def test_compare_refuses_a_damaged_definitions_record(cli, tmp_path):
     _run_file(b, [0, 1], defs="cosine", valid=False)
     one_error_line(
         cli("compare", a, b),
-        f"The run file '{b}' has a bad 'definitions' value: \"cosine\"; it is an object.",
+        f"The run file '{b}' has a bad 'definitions' value: \"cosine\"; it is an object or null.",
     )
 
 

@@ -1056,6 +1056,12 @@ def _semantics(record: dict[str, Any], where: str) -> None:
     queries = record["queries"]
     ids, ranks = queries["ids"], queries["first_hit_rank"]
     n = len(ids)
+    if len(ranks) != n:
+        raise RecordError(
+            f"{where} has {n} query ids but {len(ranks)} first-hit ranks ('queries.ids' and "
+            "'queries.first_hit_rank' have one entry per query); was the file edited?",
+            "queries.first_hit_rank",
+        )
     columns: list[tuple[tuple[Any, ...], Any]] = [
         (("queries", name), queries[name])
         for name in ("first_hit_rank", "labels", "paths", "nearest_label")
@@ -1089,6 +1095,23 @@ def _semantics(record: dict[str, Any], where: str) -> None:
         options, parameters = Options(), {}
     rank = np.fromiter(ranks, dtype=np.int64, count=n)
     evaluated = rank >= 0
+    counts = {"num_evaluated": int(evaluated.sum()), "num_excluded": int(n - evaluated.sum())}
+    for name, count in counts.items():
+        if name in record and record[name] != count:
+            raise _Invalid(
+                (name,),
+                record[name],
+                f"the first-hit ranks count {count} "
+                + ("lone queries (rank -1)" if "excl" in name else "queries with a rank 0 or more"),
+            )
+    if record.get("num_tied", 0) > n:
+        raise _Invalid(("num_tied",), record["num_tied"], f"the run holds {n} queries")
+    for i, row in enumerate(record.get("worst_classes", [])):
+        for name, value in row["recall"].items():
+            if value is not None and not 0.0 <= value <= 1.0:
+                raise _Invalid(("worst_classes", i, "recall", name), value, "it lies in [0, 1]")
+        if row["queries"] > n:
+            raise _Invalid(("worst_classes", i, "queries"), row["queries"], f"at most {n}")
     classes = None
     if options.average == "class":
         if "labels" not in queries:
@@ -1139,8 +1162,8 @@ def _semantics(record: dict[str, Any], where: str) -> None:
             raise _Invalid(
                 ("metrics", name),
                 value,
-                f"it is {what} ({_shown_value(_plain(expected))}, under lone_queries="
-                f"{options.lone_queries!r} and average={options.average!r}); was the file "
+                f"it is {what} ({_shown_value(_plain(expected))}, lone queries "
+                f"{options.lone_queries!r}, averaged over each {options.average}); was the file "
                 "edited?",
             )
     for name, pair in record.get("bounds", {}).items():
@@ -1314,7 +1337,7 @@ def load_run(path: str | os.PathLike[str]) -> dict[str, Any]:
 def parse_run(text: str, path: str | os.PathLike[str]) -> dict[str, Any]:
     """The run record in ``text``, the content of the run file ``path``, read as
     [`load_run`][load_run] reads it once the file is read: JSON without repeated keys, of the
-    run kind, with a ``format``, that [`check_run`][check_run] accepts.
+    run kind, that [`check_run`][check_run] accepts.
 
     Parameters
     ----------
@@ -1347,14 +1370,4 @@ def parse_run(text: str, path: str | os.PathLike[str]) -> dict[str, Any]:
         if wrong is not None:
             raise wrong
     del text
-    if (
-        isinstance(record, dict)
-        and isinstance(record.get("queries"), dict)
-        and "format" not in record  # every writer names its format
-    ):
-        raise RecordError(
-            f"{where} has no 'format' field; a run file names its format ({RUN_FORMAT}); "
-            f"{RUN_HINT}.",
-            "format",
-        )
     return check_run(record, where)
