@@ -193,15 +193,17 @@ ALL = "evaluate, compare, report, plot, demo, cirr, circo, fashioniq, genecis, i
         (
             ["evaluate", "--memory-budget", "lots"],
             (
-                "recallkit evaluate: error: --memory-budget takes a number of bytes, or with a "
-                "binary unit (512MiB, 8GiB). Got 'lots'."
+                "recallkit evaluate: error: --memory-budget takes a whole number of bytes, or one "
+                "with a unit (512MiB, 8GiB: powers of 1024; 500MB, 8GB: powers of 1000). "
+                "Got 'lots'."
             ),
         ),
         (
             ["cirr", "--memory-budget", "0"],
             (
-                "recallkit cirr: error: --memory-budget takes a number of bytes, or with a "
-                "binary unit (512MiB, 8GiB). Got '0'."
+                "recallkit cirr: error: --memory-budget takes a whole number of bytes, or one "
+                "with a unit (512MiB, 8GiB: powers of 1024; 500MB, 8GB: powers of 1000). "
+                "Got '0'."
             ),
         ),
         (

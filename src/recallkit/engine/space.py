@@ -348,8 +348,9 @@ def memory_budget(options: Options | None, device: torch.device) -> int:
 
     The ``memory_budget`` option when it is set. Else on the CPU 256 MiB
     (``DEFAULT_MEMORY_BUDGET``); on another device the ``RECALLKIT_GPU_MEMORY`` environment
-    variable when it is set (bytes, or with a binary unit: ``512MiB``, ``8GiB``), else a quarter
-    of the free memory of a CUDA device at the call, and at least 256 MiB.
+    variable when it is set (whole bytes, or with a unit: ``512MiB``, ``8GiB`` in powers of 1024,
+    ``500MB``, ``8GB`` in powers of 1000), else a quarter of the free memory of a CUDA device at
+    the call, and at least 256 MiB.
     """
     chosen = None if options is None else options.memory_budget
     if chosen is not None:
@@ -362,7 +363,8 @@ def memory_budget(options: Options | None, device: torch.device) -> int:
         if value is None:
             raise ValueError(
                 f"The {GPU_MEMORY_VARIABLE} environment variable must be a positive number of "
-                f"bytes, optionally with a binary unit (512MiB, 8GiB). Got {text!r}."
+                f"bytes, or one with a unit (512MiB, 8GiB: powers of 1024; 500MB, 8GB: powers of "
+                f"1000). Got {text!r}."
             )
         return value
     if device.type == "cuda":
