@@ -137,6 +137,19 @@ def _missing(module: str, error: BaseException) -> bool:
     return error.name is None or error.name == top or error.name == module
 
 
+def _absent(module: str) -> bool:
+    """Whether ``module`` is not installed, by its spec alone (nothing imported but its
+    parent packages)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is None
+    except ModuleNotFoundError:  # a parent package is absent
+        return True
+    except Exception:  # a broken install: its import says what is wrong
+        return False
+
+
 def require(feature: str, *modules: str, extra: str | None = None) -> None:
     """Import ``modules`` (import names: ``"PIL"``, ``"matplotlib"``) for ``feature``, or raise
     one [`MissingExtraError`][MissingExtraError] naming every missing one and the extra that
@@ -151,8 +164,11 @@ def require(feature: str, *modules: str, extra: str | None = None) -> None:
     recallkit._loading.MissingExtraError: recallkit demo needs no_such_module_xyz,
     which is not installed (the 'demo' extra): ...
     """
+    # An absent module is found from its spec, before anything is imported (an import of the
+    # others can take seconds): then only the absent ones are tried, and named.
+    absent = [module for module in modules if _absent(module)]
     missing: list[str] = []
-    for module in modules:
+    for module in absent or modules:
         error = _import(module)
         if error is None:
             continue

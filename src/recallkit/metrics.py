@@ -73,7 +73,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from recallkit.exceptions import fail
+from recallkit.exceptions import did_you_mean, fail
 
 DIVISORS = ("min_k_r", "r", "hits")
 #: The registry: family key -> metric class, in the order metrics are documented.
@@ -742,10 +742,31 @@ def parse(
             raise fail(func, name, "metric names (strings)", repr(text))
         metric = parse_one(text, **parameters)
         if metric is None:
-            raise fail(func, name, f"metric names such as {examples()}", repr(text))
+            got = repr(text) + did_you_mean(text, spellings(text))
+            raise fail(func, name, f"metric names such as {examples()}", got)
         if metric not in out:
             out.append(metric)
     return tuple(out)
+
+
+def spellings(text: str = "") -> list[str]:
+    """Every valid name and alias, once each whatever its case (the canonical spelling kept);
+    a name with K takes the number ``text`` holds (10 when it holds none): the names a misspelt
+    ``text`` is compared with.
+
+    >>> spellings("nDGC@5")[:3], "nDCG@5" in spellings("nDGC@5")
+    (['recall@5', 'precision@5', 'IR-recall@5'], True)
+    """
+    found = re.search(r"\d+", text)
+    k = found.group(0) if found else "10"
+    names = [cls.template for cls in REGISTRY.values()]
+    names += [cls.name_without_k for cls in REGISTRY.values() if cls.name_without_k]
+    names += ["precision_at_1"] + [a for cls in REGISTRY.values() for a in cls.aliases]
+    out: dict[str, str] = {}
+    for name in names:
+        name = re.sub(r"\{k\}", k, name, flags=re.IGNORECASE)
+        out.setdefault(name.lower(), name)
+    return list(out.values())
 
 
 def examples() -> str:

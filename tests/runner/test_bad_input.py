@@ -173,8 +173,14 @@ def test_label_only_in_query_with_lone_queries_error(
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--images", "{tmp}/nowhere"], "do not exist: there is no folder or manifest at that"),
-        (["--images", "{tmp}/empty"], "holds no images in class subfolders"),
+        (
+            ["--images", "{tmp}/nowhere", "--embeddings", "{tmp}/e.npy"],
+            "do not exist: there is no folder or manifest at that",
+        ),
+        (
+            ["--images", "{tmp}/empty", "--embeddings", "{tmp}/e.npy"],
+            "holds no images in class subfolders",
+        ),
         (["--images", "{tmp}/imgs", "--query", "{tmp}/imgs"], "Give the data one way"),
         (["--query", "{tmp}/imgs"], "--gallery is missing"),
         (["--benchmark", "sop"], "--benchmark needs --root"),

@@ -2,8 +2,10 @@
 [`recallkit.cli.commands`][recallkit.cli.commands].
 
 Each module in ``recallkit/cli/commands/`` exposes ``register(subparsers)``, which adds its
-sub-commands and sets ``func`` (``args -> int`` exit status) and ``parameters`` (the library's
-parameter names -> the options that supply them) as the parser defaults.
+sub-commands and sets ``func`` (``args -> int`` exit status), ``parameters`` (the library's
+parameter names -> the options that supply them) and, optionally, ``check`` (``args -> None``:
+the arguments and the optional packages they need, checked before the engine's native libraries
+are imported, so that a bad argument or a missing extra is said at once) as the parser defaults.
 
 Every error is one line on stderr, ``recallkit COMMAND: error: ...``, with exit status 2, never
 a traceback:
@@ -313,16 +315,6 @@ def _run(argv: list[str], command: str, interrupted: list[int]) -> int:
         return int(exit_.code or 0)
     if extras:
         return _usage_error(f"{PROG} {command}", _unrecognized(extras, _subparser(parser, command)))
-    if dict((name, module) for name, module, _ in COMMANDS)[command] in ENGINE_MODULES:
-        from recallkit.runfiles._atomic import interrupts_deferred
-
-        with interrupts_deferred():
-            for module, required in NATIVE_IMPORTS:
-                try:
-                    importlib.import_module(module)
-                except (ImportError, OSError, RuntimeError):  # absent, or a broken binary
-                    if required:
-                        raise
     from recallkit._inputs.pinned import recording
 
     try:
@@ -332,6 +324,11 @@ def _run(argv: list[str], command: str, interrupted: list[int]) -> int:
             _silenced(getattr(args, "quiet", False)),
             recording(),  # the input files read, for recallkit.cli.commands._args.unchanged_inputs
         ):
+            check = getattr(args, "check", None)
+            if check is not None:  # arguments and extras: a bad one is said before the imports
+                check(args)
+            if dict((name, module) for name, module, _ in COMMANDS)[command] in ENGINE_MODULES:
+                _native_imports()
             return int(args.func(args) or 0)
     # UsageError, RunnerError, library errors, the system, a feature whose extra is missing
     except (ValueError, OSError, MissingExtraError) as error:
@@ -348,6 +345,20 @@ def _run(argv: list[str], command: str, interrupted: list[int]) -> int:
         reason = error_text(error) if str(error).strip() else "the allocation failed."
         print(f"{PROG} {command}: error: Not enough memory: {reason}", file=sys.stderr)
         return 2
+
+
+def _native_imports() -> None:
+    """The engine's native libraries ([`NATIVE_IMPORTS`][NATIVE_IMPORTS]), with Ctrl-C held until
+    they are loaded."""
+    from recallkit.runfiles._atomic import interrupts_deferred
+
+    with interrupts_deferred():
+        for module, required in NATIVE_IMPORTS:
+            try:
+                importlib.import_module(module)
+            except (ImportError, OSError, RuntimeError):  # absent, or a broken binary
+                if required:
+                    raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:

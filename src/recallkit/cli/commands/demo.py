@@ -49,14 +49,20 @@ def register(subparsers: Any) -> None:
         "instead of a temporary folder",
     )
     add_quiet(p)
-    p.set_defaults(func=main, parameters={**PARAMETERS, "epochs": "--epochs", "out": "--out"})
+    p.set_defaults(
+        func=main, check=check, parameters={**PARAMETERS, "epochs": "--epochs", "out": "--out"}
+    )
 
 
-def main(args: argparse.Namespace) -> int:
-    """Run ``recallkit demo``; return the exit status."""
+def check(args: argparse.Namespace) -> None:
+    """The extra and the output folder, before the engine's libraries are imported."""
     # scikit-learn's digits, Pillow, matplotlib (the 'demo' extra): one line, nothing written.
     require("recallkit demo", "sklearn", "PIL", "matplotlib", extra="demo")
     check_output_folder(args.out, "--out")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run ``recallkit demo`` (its arguments [`check`][check]ed); return the exit status."""
     from recallkit.runner.digits_demo import run_demo
 
     run_demo(

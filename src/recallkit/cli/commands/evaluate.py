@@ -8,7 +8,7 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,8 +71,220 @@ warning and the run goes on.
 """
 
 
+#: One flag of the table below: its names and ``add_argument``'s keywords; or a function that
+#: adds flags to the group (the options' flags, ``--quiet``), built when the parser is.
+Flag = tuple[tuple[str, ...], dict[str, Any]] | Callable[[Any], None]
+
+
+def _flag(*names: str, **keywords: Any) -> Flag:
+    return names, keywords
+
+
+DATA_FLAGS: tuple[Flag, ...] = (
+    _flag("--query", metavar="PATH", help="query images: folder or manifest"),
+    _flag("--gallery", metavar="PATH", help="gallery images: folder or manifest"),
+    _flag("--images", metavar="PATH", help="one folder or manifest evaluated against itself"),
+    _flag(
+        "--benchmark",
+        metavar="NAME",
+        help="a benchmark's protocol: cub, cars196, sop, inaturalist or inshop",
+    ),
+    _flag("--root", metavar="DIR", help="the benchmark's folder"),
+    _flag(
+        "--allow-partial",
+        action="store_true",
+        help="with --benchmark: accept split sizes that differ from the benchmark's (a partial or "
+        "modified copy); the report says the benchmark is incomplete",
+    ),
+    _flag(
+        "--labels",
+        metavar="FILE",
+        help="the labels of --embeddings, one per row (.npy or one per line): the saved set is "
+        "evaluated against itself, each row's own row excluded; no images needed",
+    ),
+    _flag("--query-labels", metavar="FILE", help="the labels of --query-embeddings"),
+    _flag("--gallery-labels", metavar="FILE", help="the labels of --gallery-embeddings"),
+    _flag(
+        "--skip-bad",
+        action="store_true",
+        help="leave unreadable images out and report them (with --benchmark, also the listed "
+        "images that are not on disk; the benchmark is then incomplete)",
+    ),
+)
+
+ENCODER_FLAGS: tuple[Flag, ...] = (
+    _flag(
+        "--embeddings",
+        metavar="FILE",
+        help="precomputed embeddings (.npy, .pt, .safetensors) of --images (or a benchmark "
+        "whose gallery is its query split), row-aligned",
+    ),
+    _flag("--query-embeddings", metavar="FILE", help="precomputed query embeddings"),
+    _flag("--gallery-embeddings", metavar="FILE", help="precomputed gallery embeddings"),
+    _flag("--model", metavar="NAME", help="a torchvision model name, e.g. resnet50"),
+    _flag("--weights", metavar="FILE", help="local state dict for --model"),
+    _flag(
+        "--random-init",
+        action="store_true",
+        help="with --model, instead of --weights: the model's random initialisation from a "
+        "fixed seed (torch seed 0), the same weights and embeddings every run; a baseline "
+        "that needs no weights file",
+    ),
+    _flag(
+        "--head",
+        choices=("drop", "keep"),
+        default="drop",
+        help="drop the model's last linear layer (penultimate features; default) or keep it",
+    ),
+    _flag(
+        "--callable",
+        metavar="MODULE:NAME",
+        help="package.module:callable returning a torch model, a (model, transform) pair or an "
+        "encoder function (list of PIL images -> (n, d) array)",
+    ),
+    _flag(
+        "--encoder-id",
+        metavar="NAME",
+        help="a name for the encoder's version, part of the embedding cache key: give one that "
+        "changes whenever the output changes in a way the cache cannot see (an encoder "
+        "function holding no torch module is otherwise keyed by its source code alone, so "
+        "weights it loads itself or environment variables it reads go unnoticed)",
+    ),
+)
+
+PREPROCESSING_FLAGS: tuple[Flag, ...] = (
+    _flag(
+        "--resize",
+        type=size_in_pixels("--resize"),
+        default=256,
+        metavar="N",
+        help="shorter side (0: off)",
+    ),
+    _flag(
+        "--crop",
+        type=size_in_pixels("--crop"),
+        default=224,
+        metavar="N",
+        help="center crop (0: off)",
+    ),
+    _flag(
+        "--mean",
+        type=float,
+        nargs=3,
+        default=list(IMAGENET_MEAN),
+        metavar="M",
+        help="per-channel mean (default ImageNet's)",
+    ),
+    _flag(
+        "--std",
+        type=float,
+        nargs=3,
+        default=list(IMAGENET_STD),
+        metavar="S",
+        help="per-channel std (default ImageNet's)",
+    ),
+)
+
+
+def _engine_options(group: Any) -> None:
+    """The library's options as flags (``--metric``, ``--device``, ...)."""
+    device = (
+        "where the encoder and the engine run: cpu, cuda, cuda:N or auto (default: a GPU when one "
+        "is visible)"
+    )
+    _options.add_flags(group, "label", helps={"device": device})
+
+
+def _cache_dir_flag(group: Any) -> None:
+    """``--cache-dir``, its help naming this machine's default folder."""
+    group.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help=f"embedding cache (default $RECALLKIT_CACHE or {default_cache_dir()}); one that "
+        "cannot be written gives a warning and the run goes on without it",
+    )
+
+
+def _metrics_flag(group: Any) -> None:
+    """``--metrics``, its help listing one name of each metric of the registry."""
+    group.add_argument(
+        "--metrics",
+        nargs="+",
+        metavar="NAME",
+        help="more metrics, after recall@K, by name or alias (" + _metric_examples() + ")",
+    )
+
+
+METRIC_FLAGS: tuple[Flag, ...] = (
+    _flag(
+        "--ks",
+        nargs="+",
+        metavar="K",
+        help="the K of recall@K (default 1 5 10, or the benchmark's)",
+    ),
+    _metrics_flag,
+    _engine_options,
+    _flag(
+        "--batch-size",
+        type=positive_int("--batch-size"),
+        default=32,
+        metavar="N",
+        help="images per encoder call (default 32)",
+    ),
+    _flag("--dtype", choices=DTYPE_NAMES, default="float32", help="model dtype"),
+    _cache_dir_flag,
+    _flag("--no-cache", action="store_true", help="encode without the cache"),
+    add_quiet,
+)
+
+OUTPUT_FLAGS: tuple[Flag, ...] = (
+    _flag("--json", metavar="FILE", help="write the run (with per-query ranks)"),
+    _flag(
+        "--history",
+        metavar="FILE",
+        help="append one JSON line to this file (locked: concurrent runs each add theirs)",
+    ),
+    _flag("--tag", help="the run's name in the history and JSON (e.g. epoch-3)"),
+    _flag(
+        "--absolute-paths",
+        action="store_true",
+        help="record this machine's absolute paths in the run file (default: each image by its "
+        "path relative to its folder, manifest or benchmark, so that runs compare across "
+        "machines)",
+    ),
+    _flag("--worst", type=int, default=5, metavar="N", help="worst classes to list (0: none)"),
+    _flag(
+        "--show-topk",
+        type=positive_int("--show-topk"),
+        metavar="K",
+        help="gallery images per query in the failure grid (default 8)",
+    ),
+    _flag("--show-out", metavar="FILE", help="failure grid, .png or .html"),
+    _flag(
+        "--show-queries",
+        type=positive_int("--show-queries"),
+        default=8,
+        metavar="N",
+        help="queries in the failure grid: those whose first correct neighbour ranks lowest "
+        "(default 8)",
+    ),
+)
+
+#: The flags of ``recallkit evaluate``, by section of its help.
+SECTIONS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
+    (
+        "data (one of: --query with --gallery, --images, --benchmark, saved arrays with labels)",
+        DATA_FLAGS,
+    ),
+    ("encoder (one of)", ENCODER_FLAGS),
+    ("preprocessing (torch models without their own transform)", PREPROCESSING_FLAGS),
+    ("metrics and engine", METRIC_FLAGS),
+    ("output", OUTPUT_FLAGS),
+)
+
+
 def register(subparsers: Any) -> None:
-    """Add the ``evaluate`` sub-command."""
+    """Add the ``evaluate`` sub-command: its flags are [`SECTIONS`][SECTIONS]."""
     p = subparsers.add_parser(
         "evaluate",
         help="recall@K of an encoder on query and gallery images",
@@ -85,184 +297,15 @@ def register(subparsers: Any) -> None:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    data = p.add_argument_group(
-        "data (one of: --query with --gallery, --images, --benchmark, saved arrays with labels)"
-    )
-    data.add_argument("--query", metavar="PATH", help="query images: folder or manifest")
-    data.add_argument("--gallery", metavar="PATH", help="gallery images: folder or manifest")
-    data.add_argument(
-        "--images", metavar="PATH", help="one folder or manifest evaluated against itself"
-    )
-    data.add_argument(
-        "--benchmark",
-        metavar="NAME",
-        help="a benchmark's protocol: cub, cars196, sop, inaturalist or inshop",
-    )
-    data.add_argument("--root", metavar="DIR", help="the benchmark's folder")
-    data.add_argument(
-        "--allow-partial",
-        action="store_true",
-        help="with --benchmark: accept split sizes that differ from the benchmark's (a partial or "
-        "modified copy); the report says the benchmark is incomplete",
-    )
-    data.add_argument(
-        "--labels",
-        metavar="FILE",
-        help="the labels of --embeddings, one per row (.npy or one per line): the saved set is "
-        "evaluated against itself, each row's own row excluded; no images needed",
-    )
-    data.add_argument("--query-labels", metavar="FILE", help="the labels of --query-embeddings")
-    data.add_argument("--gallery-labels", metavar="FILE", help="the labels of --gallery-embeddings")
-    data.add_argument(
-        "--skip-bad",
-        action="store_true",
-        help="leave unreadable images out and report them (with --benchmark, also the listed "
-        "images that are not on disk; the benchmark is then incomplete)",
-    )
-
-    enc = p.add_argument_group("encoder (one of)")
-    enc.add_argument(
-        "--embeddings",
-        metavar="FILE",
-        help="precomputed embeddings (.npy, .pt, .safetensors) of --images (or a benchmark "
-        "whose gallery is its query split), row-aligned",
-    )
-    enc.add_argument("--query-embeddings", metavar="FILE", help="precomputed query embeddings")
-    enc.add_argument("--gallery-embeddings", metavar="FILE", help="precomputed gallery embeddings")
-    enc.add_argument("--model", metavar="NAME", help="a torchvision model name, e.g. resnet50")
-    enc.add_argument("--weights", metavar="FILE", help="local state dict for --model")
-    enc.add_argument(
-        "--random-init",
-        action="store_true",
-        help="with --model, instead of --weights: the model's random initialisation from a "
-        "fixed seed (torch seed 0), the same weights and embeddings every run; a baseline "
-        "that needs no weights file",
-    )
-    enc.add_argument(
-        "--head",
-        choices=("drop", "keep"),
-        default="drop",
-        help="drop the model's last linear layer (penultimate features; default) or keep it",
-    )
-    enc.add_argument(
-        "--callable",
-        metavar="MODULE:NAME",
-        help="package.module:callable returning a torch model, a (model, transform) pair or an "
-        "encoder function (list of PIL images -> (n, d) array)",
-    )
-    enc.add_argument(
-        "--encoder-id",
-        metavar="NAME",
-        help="a name for the encoder's version, part of the embedding cache key: give one that "
-        "changes whenever the output changes in a way the cache cannot see (an encoder "
-        "function holding no torch module is otherwise keyed by its source code alone, so "
-        "weights it loads itself or environment variables it reads go unnoticed)",
-    )
-
-    pre = p.add_argument_group("preprocessing (torch models without their own transform)")
-    pre.add_argument(
-        "--resize",
-        type=size_in_pixels("--resize"),
-        default=256,
-        metavar="N",
-        help="shorter side (0: off)",
-    )
-    pre.add_argument(
-        "--crop",
-        type=size_in_pixels("--crop"),
-        default=224,
-        metavar="N",
-        help="center crop (0: off)",
-    )
-    pre.add_argument(
-        "--mean",
-        type=float,
-        nargs=3,
-        default=list(IMAGENET_MEAN),
-        metavar="M",
-        help="per-channel mean (default ImageNet's)",
-    )
-    pre.add_argument(
-        "--std",
-        type=float,
-        nargs=3,
-        default=list(IMAGENET_STD),
-        metavar="S",
-        help="per-channel std (default ImageNet's)",
-    )
-
-    run = p.add_argument_group("metrics and engine")
-    run.add_argument(
-        "--ks",
-        nargs="+",
-        metavar="K",
-        help="the K of recall@K (default 1 5 10, or the benchmark's)",
-    )
-    run.add_argument(
-        "--metrics",
-        nargs="+",
-        metavar="NAME",
-        help="more metrics, after recall@K, by name or alias (" + _metric_examples() + ")",
-    )
-    _options.add_flags(
-        run,
-        "label",
-        helps={
-            "device": "where the encoder and the engine run: cpu, cuda, cuda:N or auto (default: "
-            "a GPU when one is visible)",
-        },
-    )
-    run.add_argument(
-        "--batch-size",
-        type=positive_int("--batch-size"),
-        default=32,
-        metavar="N",
-        help="images per encoder call (default 32)",
-    )
-    run.add_argument("--dtype", choices=DTYPE_NAMES, default="float32", help="model dtype")
-    run.add_argument(
-        "--cache-dir",
-        metavar="DIR",
-        help=f"embedding cache (default $RECALLKIT_CACHE or {default_cache_dir()}); one that "
-        "cannot be written gives a warning and the run goes on without it",
-    )
-    run.add_argument("--no-cache", action="store_true", help="encode without the cache")
-    add_quiet(run)
-
-    out = p.add_argument_group("output")
-    out.add_argument("--json", metavar="FILE", help="write the run (with per-query ranks)")
-    out.add_argument(
-        "--history",
-        metavar="FILE",
-        help="append one JSON line to this file (locked: concurrent runs each add theirs)",
-    )
-    out.add_argument("--tag", help="the run's name in the history and JSON (e.g. epoch-3)")
-    out.add_argument(
-        "--absolute-paths",
-        action="store_true",
-        help="record this machine's absolute paths in the run file (default: each image by its "
-        "path relative to its folder, manifest or benchmark, so that runs compare across "
-        "machines)",
-    )
-    out.add_argument(
-        "--worst", type=int, default=5, metavar="N", help="worst classes to list (0: none)"
-    )
-    out.add_argument(
-        "--show-topk",
-        type=positive_int("--show-topk"),
-        metavar="K",
-        help="gallery images per query in the failure grid (default 8)",
-    )
-    out.add_argument("--show-out", metavar="FILE", help="failure grid, .png or .html")
-    out.add_argument(
-        "--show-queries",
-        type=positive_int("--show-queries"),
-        default=8,
-        metavar="N",
-        help="queries in the failure grid: those whose first correct neighbour ranks lowest "
-        "(default 8)",
-    )
-    p.set_defaults(func=main, parameters=PARAMETERS)
+    for title, flags in SECTIONS:
+        group = p.add_argument_group(title)
+        for flag in flags:
+            if callable(flag):
+                flag(group)
+            else:
+                names, keywords = flag
+                group.add_argument(*names, **keywords)
+    p.set_defaults(func=main, check=check, parameters=PARAMETERS)
 
 
 def _metric_examples() -> str:
@@ -326,8 +369,23 @@ def _arrays(args: argparse.Namespace) -> bool:
     return any(getattr(args, n) is not None for n in ("labels", "query_labels", "gallery_labels"))
 
 
-def _data(args: argparse.Namespace) -> Data:
-    """Query set, gallery set, the protocol's K values and, for a benchmark, what it is."""
+def check(args: argparse.Namespace) -> None:
+    """The arguments and the extras they need, checked before the engine's libraries are
+    imported and before any file is read (but a history file to append to): a bad one is one
+    line at once."""
+    parse_ks(args.ks)
+    if args.metrics:
+        from recallkit.metrics import parse
+
+        parse(args.metrics, "recallkit evaluate", "metrics")
+    _check_outputs(args)
+    _check_data(args)
+    _check_encoder(args)
+    _check_extras(args)  # last: a present extra is imported (torchvision loads torch)
+
+
+def _check_data(args: argparse.Namespace) -> None:
+    """The data is given one way, whole."""
     pair = args.query is not None or args.gallery is not None
     chosen = [pair, args.images is not None, args.benchmark is not None, _arrays(args)]
     if sum(chosen) != 1:
@@ -340,10 +398,19 @@ def _data(args: argparse.Namespace) -> Data:
         raise UsageError("--root goes with --benchmark.")
     if args.allow_partial and args.benchmark is None:
         raise UsageError("--allow-partial goes with --benchmark.")
-    if pair:
-        if args.query is None or args.gallery is None:
-            missing = "--gallery" if args.gallery is None else "--query"
-            raise UsageError(f"--query and --gallery go together; {missing} is missing.")
+    if pair and (args.query is None or args.gallery is None):
+        missing = "--gallery" if args.gallery is None else "--query"
+        raise UsageError(f"--query and --gallery go together; {missing} is missing.")
+    if _arrays(args):
+        _check_saved_arrays(args)
+    elif args.benchmark is not None and args.root is None:
+        raise UsageError("--benchmark needs --root DIR, the folder holding its files.")
+
+
+def _data(args: argparse.Namespace) -> Data:
+    """Query set, gallery set, the protocol's K values and, for a benchmark, what it is (the
+    arguments [`check`][check]ed)."""
+    if args.query is not None:
         query = from_path(args.query, what="query manifest")
         gallery = from_path(args.gallery, what="gallery manifest")
         return query, gallery, None, None
@@ -352,8 +419,6 @@ def _data(args: argparse.Namespace) -> Data:
         return images, images, None, None
     if _arrays(args):
         return _saved_arrays(args)
-    if args.root is None:
-        raise UsageError("--benchmark needs --root DIR, the folder holding its files.")
     return _benchmark(args)
 
 
@@ -369,17 +434,13 @@ def _benchmark(args: argparse.Namespace) -> Data:
     return sets.query, sets.gallery, sets.ks, info
 
 
-def _saved_arrays(args: argparse.Namespace) -> Data:
-    """The label sets of saved arrays: ``--labels`` (one set against itself) or
-    ``--query-labels`` with ``--gallery-labels``; each row's items are its row numbers."""
+def _check_saved_arrays(args: argparse.Namespace) -> None:
     if args.labels is not None:
         if args.query_labels is not None or args.gallery_labels is not None:
             raise UsageError("Give --labels, or --query-labels with --gallery-labels, not both.")
         if args.embeddings is None:
             raise UsageError("--labels goes with --embeddings FILE, the rows it labels.")
-        labels = labels_file(args.labels, option="--labels")
-        images = from_arrays(labels, f"--embeddings {args.embeddings}")
-        return images, images, None, None
+        return
     if args.query_labels is None or args.gallery_labels is None:
         missing = "--gallery-labels" if args.gallery_labels is None else "--query-labels"
         raise UsageError(f"--query-labels and --gallery-labels go together; {missing} is missing.")
@@ -388,6 +449,15 @@ def _saved_arrays(args: argparse.Namespace) -> Data:
             "--query-labels and --gallery-labels go with --query-embeddings FILE and "
             "--gallery-embeddings FILE, the rows they label."
         )
+
+
+def _saved_arrays(args: argparse.Namespace) -> Data:
+    """The label sets of saved arrays: ``--labels`` (one set against itself) or
+    ``--query-labels`` with ``--gallery-labels``; each row's items are its row numbers."""
+    if args.labels is not None:
+        labels = labels_file(args.labels, option="--labels")
+        images = from_arrays(labels, f"--embeddings {args.embeddings}")
+        return images, images, None, None
     query = from_arrays(
         labels_file(args.query_labels, option="--query-labels"),
         f"--query-embeddings {args.query_embeddings}",
@@ -409,32 +479,9 @@ def _encoder(
         torchvision_encoder,
     )
 
-    precomputed = [args.embeddings, args.query_embeddings, args.gallery_embeddings]
-    kinds = [
-        any(x is not None for x in precomputed),
-        args.model is not None,
-        args.callable is not None,
-    ]
-    if sum(kinds) != 1:
-        raise UsageError(
-            "Give one encoder: --embeddings FILE (or --query-embeddings and "
-            "--gallery-embeddings), --model NAME --weights FILE, or --callable MODULE:NAME."
-        )
-    if args.weights is not None and args.model is None:
-        raise UsageError("--weights goes with --model.")
-    if args.random_init and args.model is None:
-        raise UsageError("--random-init goes with --model.")
-    if args.random_init and args.weights is not None:
-        raise UsageError("Give --weights FILE or --random-init, not both.")
-    if args.encoder_id is not None and kinds[0]:
-        raise UsageError("--encoder-id goes with --model or --callable (it names an encoder).")
-    if kinds[0]:
+    if _precomputed(args):
         same = query is gallery or (query.has_paths() and query.items == gallery.items)
         if args.embeddings is not None:
-            if args.query_embeddings is not None or args.gallery_embeddings is not None:
-                raise UsageError(
-                    "Give --embeddings, or --query-embeddings with --gallery-embeddings, not both."
-                )
             if not same:
                 raise UsageError(
                     "--embeddings is for one image set evaluated against itself (--images); "
@@ -444,8 +491,6 @@ def _encoder(
             array = load_embeddings(args.embeddings, what="embeddings")
             _rows(array, len(gallery), args.embeddings, _row_names(gallery))
             return None, array, array
-        if args.query_embeddings is None or args.gallery_embeddings is None:
-            raise UsageError("--query-embeddings and --gallery-embeddings go together.")
         q = load_embeddings(args.query_embeddings, what="query embeddings")
         _rows(q, len(query), args.query_embeddings, "query " + _row_names(query))
         g = load_embeddings(args.gallery_embeddings, what="gallery embeddings")
@@ -456,19 +501,10 @@ def _encoder(
                 f"have {g.shape[1]}."
             )
         return None, q, g
-    if not all(math.isfinite(m) for m in args.mean):
-        raise UsageError(f"--mean takes three finite numbers. Got {args.mean}.")
-    if not all(math.isfinite(s) and s > 0 for s in args.std):
-        raise UsageError(f"--std takes three positive finite numbers. Got {args.std}.")
     preprocessing = Preprocessing(
         args.resize or None, args.crop or None, tuple(args.mean), tuple(args.std)
     )
     if args.model is not None:
-        if args.weights is None and not args.random_init:
-            raise UsageError(
-                "--model needs --weights FILE, a local state dict (nothing is downloaded), or "
-                "--random-init for the model's random initialisation (fixed seed)."
-            )
         encoder = torchvision_encoder(
             args.model,
             args.weights,
@@ -488,6 +524,47 @@ def _encoder(
             encoder_id=args.encoder_id,
         )
     return _named_errors(encoder, _encoder_option(args)), None, None
+
+
+def _precomputed(args: argparse.Namespace) -> bool:
+    precomputed = [args.embeddings, args.query_embeddings, args.gallery_embeddings]
+    return any(x is not None for x in precomputed)
+
+
+def _check_encoder(args: argparse.Namespace) -> None:
+    """One encoder is given, whole."""
+    kinds = [_precomputed(args), args.model is not None, args.callable is not None]
+    if sum(kinds) != 1:
+        raise UsageError(
+            "Give one encoder: --embeddings FILE (or --query-embeddings and "
+            "--gallery-embeddings), --model NAME --weights FILE, or --callable MODULE:NAME."
+        )
+    if args.weights is not None and args.model is None:
+        raise UsageError("--weights goes with --model.")
+    if args.random_init and args.model is None:
+        raise UsageError("--random-init goes with --model.")
+    if args.random_init and args.weights is not None:
+        raise UsageError("Give --weights FILE or --random-init, not both.")
+    if args.encoder_id is not None and kinds[0]:
+        raise UsageError("--encoder-id goes with --model or --callable (it names an encoder).")
+    if kinds[0]:
+        if args.embeddings is not None:
+            if args.query_embeddings is not None or args.gallery_embeddings is not None:
+                raise UsageError(
+                    "Give --embeddings, or --query-embeddings with --gallery-embeddings, not both."
+                )
+        elif args.query_embeddings is None or args.gallery_embeddings is None:
+            raise UsageError("--query-embeddings and --gallery-embeddings go together.")
+        return
+    if not all(math.isfinite(m) for m in args.mean):
+        raise UsageError(f"--mean takes three finite numbers. Got {args.mean}.")
+    if not all(math.isfinite(s) and s > 0 for s in args.std):
+        raise UsageError(f"--std takes three positive finite numbers. Got {args.std}.")
+    if args.model is not None and args.weights is None and not args.random_init:
+        raise UsageError(
+            "--model needs --weights FILE, a local state dict (nothing is downloaded), or "
+            "--random-init for the model's random initialisation (fixed seed)."
+        )
 
 
 def _named_errors(encoder: Encoder, option: str) -> Encoder:
@@ -586,7 +663,7 @@ def _check_outputs(args: argparse.Namespace) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run ``recallkit evaluate``; return the exit status."""
+    """Run ``recallkit evaluate`` (its arguments [`check`][check]ed); return the exit status."""
     from recallkit.runner.encoders import resolve_device
     from recallkit.runner.pipeline import (
         format_worst_classes,
@@ -596,9 +673,7 @@ def main(args: argparse.Namespace) -> int:
         worst_classes,
     )
 
-    ks = parse_ks(args.ks)
-    _check_outputs(args)
-    _check_extras(args)
+    ks = parse_ks(args.ks)  # every argument is checked (check) before this runs
     query, gallery, protocol_ks, benchmark = _data(args)
     ks = ks or protocol_ks or (1, 5, 10)
     arrays = bool(query.meta.get("arrays"))
