@@ -212,10 +212,16 @@ def test_every_mutation_is_refused_naming_the_file_and_field_or_read_consistentl
 ):
     base = bases[average]
     validator = jsonschema.Draft202012Validator(records.schema("run"))
-    shipped = records.schema("run")
-    legacy = jsonschema.Draft202012Validator({**shipped, "required": ["queries"]})
+    legacy = jsonschema.Draft202012Validator({**records.schema("run"), "required": ["queries"]})
     assert not list(validator.iter_errors(base))
     assert records.load_run(_load(tmp_path, base)) == base
+    # The base holds every field of the schema, so that each is mutated.
+    shipped = records.schema("run")
+    assert set(shipped["properties"]) <= set(base)
+    assert set(shipped["properties"]["queries"]["properties"]) <= set(base["queries"])
+    defined = set(shipped["$defs"]["definitions"]["properties"]) - {"metric_parameters"}
+    assert defined - {"average"} <= set(base["definitions"])
+    assert average == "query" or "average" in base["definitions"]
     refused = accepted = 0
     fields = set()
     # Every field under the query average; under the class average those that change a value.
