@@ -44,7 +44,8 @@ The choices of ``similarity``, ``lone_queries`` and ``average`` are the options'
 from its record in one place,
 [`Options.from_definitions`][recallkit.options.Options.from_definitions].
 
-This module uses the standard library and [`recallkit.options`][recallkit.options] only.
+This module uses the standard library, [`recallkit.options`][recallkit.options] and
+[`recallkit.exceptions`][recallkit.exceptions] only.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from importlib import metadata
 from typing import Any
 
 from recallkit import options as _options
+from recallkit.exceptions import did_you_mean
 
 #: Raised whenever one of the definitions changes meaning.
 DEFINITIONS_VERSION = 1
@@ -113,7 +115,8 @@ def _choice(value: Any, allowed: tuple[str, ...], name: str) -> str:
     if not isinstance(value, str) or value not in allowed:
         choices = ", ".join(repr(a) for a in allowed)
         raise ValueError(
-            f"The '{name}' parameter of definitions must be one of {choices}. Got {value!r}."
+            f"The '{name}' parameter of definitions must be one of {choices}. Got "
+            f"{value!r}{did_you_mean(value, allowed)}."
         )
     return value
 
