@@ -20,8 +20,15 @@ previous length. On a file system without ``flock`` the line is still appended i
 ``O_APPEND`` write, but concurrent runs may then report the same count. A run file is written
 atomically ([`recallkit.runfiles._atomic`][recallkit.runfiles._atomic]).
 
-This module uses the standard library only (and reads a
-[`recallkit.Result`][recallkit.result.Result]).
+Every run file is read through one validating reader, [`load_run`][load_run]: the shipped JSON
+Schema applied by the reader itself, then what a schema cannot state, each metric's value against
+its per-query values ([`check_run`][check_run]). Anything else is one line naming the file, the
+field and the query ([`RecordError`][RecordError], a
+[`ParameterError`][recallkit.exceptions.ParameterError]).
+
+Writing uses the standard library only (and reads a
+[`recallkit.Result`][recallkit.result.Result]); the reader loads numpy and the metrics when it
+checks values.
 """
 
 from __future__ import annotations
