@@ -1,13 +1,23 @@
 """Benchmark: time and memory of recallkit.stats at the size of a large test split.
 
-Times each function on one core at ``--n`` per-query values (60,502 by default: the queries of
-Stanford Online Products' test split) and ``--resamples`` resamples (10,000), then calls it
-again under tracemalloc for the peak memory numpy allocated (the batch, and one float per
-resample). Prints the CPU model (from /proc/cpuinfo), one line per function, and the process's
-peak resident memory. ``--scipy`` also times scipy.stats.bootstrap and permutation_test on the
-same input and checks that they agree.
+Times each function at ``--n`` per-query values (60,502 by default: the queries of Stanford
+Online Products' test split) and ``--resamples`` resamples (10,000), ``--repeats`` times (the
+minimum and median CPU time: other work on the machine slows a call, never speeds it), then
+calls it again under tracemalloc for the peak memory numpy allocated (the batch, and one float
+per resample). Prints the CPU model (from /proc/cpuinfo), one line per function, and the
+process's peak resident memory. ``--scipy`` also times scipy.stats.bootstrap and
+permutation_test on the same input and checks that they agree.
 
-    /work/bin/rkpy benchmarks/bench_stats.py [--n 60502] [--resamples 10000] [--scipy]
+``--report`` times ``recallkit report`` (a new Python process each time, its start included) of
+three runs of 2,000 queries with eight metrics (recall@1,2,4,8, MAP@R, R-precision, nDCG@10,
+MRR; synthetic embeddings of 100 classes), once per format, ``--repeats`` times each.
+
+``--coverage`` simulates the coverage of the 95 % class-resampled interval of a class average
+(``bootstrap_interval(..., groups=)``) with 10 to 200 classes: 2,000 draws of classes each
+(recall@K-like hits, class means from Beta(3, 2), 3 to 29 queries a class).
+
+    uv run --frozen --no-sync --env-file tests/cpu.env python benchmarks/bench_stats.py \
+        [--n 60502] [--resamples 10000] [--repeats 3] [--scipy] [--report] [--coverage]
 
 Data: synthetic per-query values: recall@1 hits (0 or 1) for the bootstrap of one system,
 average precisions (multiples of 1/3, 1/2, ...) for the comparisons of two, 11,318 classes.
@@ -18,6 +28,10 @@ from __future__ import annotations
 import argparse
 import platform
 import resource
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -39,18 +53,84 @@ def cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def measure(call: Callable[[], Any]) -> tuple[Any, float, float, float]:
-    """The result, the wall and CPU times in seconds (the CPU time is the steadier on a shared
-    machine), and the peak memory numpy allocated in MiB (traced in a second call: tracemalloc
-    would slow the timed one)."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    result = call()
-    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+def measure(call: Callable[[], Any], repeats: int) -> tuple[Any, list[float], list[float], float]:
+    """The result, the wall and CPU times in seconds of each of ``repeats`` calls (the CPU time
+    is the steadier on a shared machine), and the peak memory numpy allocated in MiB (traced in
+    one more call: tracemalloc would slow the timed ones)."""
+    walls, cpus = [], []
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = call()
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
     tracemalloc.start()
     call()
     peak = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()
-    return result, wall, cpu, peak
+    return result, walls, cpus, peak
+
+
+def report_runs(folder: str) -> list[str]:
+    """Three run files of 2,000 queries (100 classes, d = 64, three noise levels) with eight
+    metrics each."""
+    import recallkit
+    from recallkit.runfiles import records
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 100, 2000)
+    centers = rng.normal(size=(100, 64))
+    metrics = ["recall@1", "recall@2", "recall@4", "recall@8", "MAP@R", "R-precision"]
+    metrics += ["nDCG@10", "MRR"]
+    paths = []
+    for i, noise in enumerate((1.6, 1.76, 2.08)):
+        x = centers[labels] + noise * np.random.default_rng(i + 1).normal(size=(2000, 64))
+        result = recallkit.retrieval_metrics(x, x, labels, labels, metrics, query_in_reference=True)
+        path = f"{folder}/run{i}.json"
+        records.write_run(path, records.evaluation_record(result, tag=f"run{i}"))
+        paths.append(path)
+    return paths
+
+
+def time_report(repeats: int) -> None:
+    """``recallkit report`` of three 2,000-query runs, per format: min and median wall and CPU
+    seconds of a new process (Python's start included)."""
+    with tempfile.TemporaryDirectory() as folder:
+        paths = report_runs(folder)
+        print(f"recallkit report of 3 runs x 2,000 queries x 8 metrics, {repeats} times a format")
+        print(f"{'format':<10}{'wall min':>10}{'median':>8}{'CPU min':>9}{'median':>8}")
+        for extension in ("md", "tex", "csv", "json", "html"):
+            walls, cpus = [], []
+            for _ in range(repeats):
+                command = [sys.executable, "-m", "recallkit", "report", *paths, "--quiet"]
+                command += ["--intervals", "ci", "-o", f"{folder}/table.{extension}"]
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                start = time.perf_counter()
+                subprocess.run(command, check=True)
+                walls.append(time.perf_counter() - start)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            print(
+                f"{extension:<10}{min(walls):>10.2f}{statistics.median(walls):>8.2f}"
+                f"{min(cpus):>9.2f}{statistics.median(cpus):>8.2f}"
+            )
+
+
+def class_coverage(sims: int = 2000, resamples: int = 2000) -> None:
+    """The coverage of the 95 % class-resampled interval of a class average, by classes."""
+    rng = np.random.default_rng(0)
+    truth = 0.6  # the mean of Beta(3, 2): the class average over all classes
+    print(f"coverage of the 95% class-resampled interval ({sims} simulations a row):")
+    for classes in (10, 20, 40, 100, 200):
+        covered = 0
+        for s in range(sims):
+            mu = rng.beta(3, 2, classes)
+            groups = np.repeat(np.arange(classes), rng.integers(3, 30, classes))
+            values = (rng.random(groups.size) < mu[groups]) * 1.0
+            low, high = stats.bootstrap_interval(
+                values, groups=groups, n_resamples=resamples, seed=s
+            )
+            covered += low <= truth <= high
+        print(f"  {classes:>4} classes: {covered / sims:.3f}")
 
 
 def main() -> None:
@@ -58,8 +138,17 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=60_502)
     parser.add_argument("--resamples", type=int, default=10_000)
     parser.add_argument("--classes", type=int, default=11_318)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--scipy", action="store_true", help="also time scipy's own functions")
+    parser.add_argument("--report", action="store_true", help="time recallkit report")
+    parser.add_argument("--coverage", action="store_true", help="simulate class coverage")
     args = parser.parse_args()
+    if args.report:
+        time_report(args.repeats)
+    if args.coverage:
+        class_coverage()
+    if args.report or args.coverage:
+        return
     rng = np.random.default_rng(0)
     n, r = args.n, args.resamples
     hits = (rng.random(n) < 0.79).astype(np.float64)
@@ -78,12 +167,17 @@ def main() -> None:
         ),
         "paired_bootstrap mean": lambda: stats.paired_bootstrap(ap_a, ap_b, n_resamples=r),
         "randomization_test mean": lambda: stats.randomization_test(ap_a, ap_b, n_resamples=r),
+        "bootstrap_intervals, 8 metrics": lambda: stats.bootstrap_intervals(
+            [hits, ap_a, ap_b, 1 - hits, ap_a[::-1], ap_b[::-1], hits[::-1], 1 - hits[::-1]],
+            n_resamples=r,
+        )[0],
     }
-    print(f"{'function':<36}{'wall s':>8}{'CPU s':>8}{'peak MiB':>10}  result")
+    print(f"{args.repeats} calls each; CPU seconds min and median")
+    print(f"{'function':<36}{'CPU min':>8}{'median':>8}{'peak MiB':>10}  result")
     for name, call in runs.items():
-        result, wall, cpu, peak = measure(call)
+        result, _, cpus, peak = measure(call, args.repeats)
         shown = ", ".join(f"{v:.6g}" for v in np.atleast_1d(result))
-        print(f"{name:<36}{wall:>8.2f}{cpu:>8.2f}{peak:>10.1f}  {shown}")
+        print(f"{name:<36}{min(cpus):>8.2f}{statistics.median(cpus):>8.2f}{peak:>10.1f}  {shown}")
 
     if args.scipy:
         from scipy import stats as sps

@@ -318,6 +318,25 @@ def _samples(samples: Any, func: str, name: str) -> list:
     return list(samples)
 
 
+def _resampling(n_resamples: Any, seed: Any, batch: Any, func: str) -> tuple[int, int, int | None]:
+    """``n_resamples``, ``seed`` and ``batch``, checked."""
+    return (
+        check_positive_int(n_resamples, func, "n_resamples"),
+        check_seed(seed, func),
+        check_batch(batch, func),
+    )
+
+
+def _pairs(pairs: Any, func: str) -> list[tuple[Any, Any, tuple[str, str]]]:
+    """Each pair ``(a, b)`` with the names its two sides take in errors."""
+    out = []
+    for i, pair in enumerate(_samples(pairs, func, "pairs")):
+        if not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2:
+            raise fail(func, f"pairs[{i}]", "a pair (a, b) of value arrays", type(pair).__name__)
+        out.append((pair[0], pair[1], (f"pairs[{i}][0]", f"pairs[{i}][1]")))
+    return out
+
+
 def _is_statistic(statistic: Any) -> bool:
     return isinstance(statistic, str) or callable(statistic)
 
@@ -398,10 +417,8 @@ def bootstrap_interval(
     (0.5, 1.0)
     """
     func = "bootstrap_interval"
-    n_resamples = check_positive_int(n_resamples, func, "n_resamples")
+    n_resamples, seed, batch = _resampling(n_resamples, seed, batch, func)
     confidence = check_unit_interval(confidence, func, "confidence")
-    seed = check_seed(seed, func)
-    batch = check_batch(batch, func)
     job = _one(values, statistic, groups, func, "values")
     theta = _bootstrap_distributions([job], n_resamples, seed, batch)[0]
     return _percentile_interval(theta, confidence)
@@ -455,10 +472,8 @@ def bootstrap_intervals(
     samples = _samples(samples, func, "samples")
     statistics = _each(statistic, len(samples), func, "statistic", _is_statistic)
     groups = _each(groups, len(samples), func, "groups", lambda g: g is None)
-    n_resamples = check_positive_int(n_resamples, func, "n_resamples")
+    n_resamples, seed, batch = _resampling(n_resamples, seed, batch, func)
     confidence = check_unit_interval(confidence, func, "confidence")
-    seed = check_seed(seed, func)
-    batch = check_batch(batch, func)
     jobs = [
         _one(x, f, g, func, f"samples[{i}]")
         for i, (x, f, g) in enumerate(zip(samples, statistics, groups, strict=True))
@@ -581,9 +596,7 @@ def paired_bootstrap_distribution(
     >>> d, resampled.tolist()
     (0.5, [0.0, 0.5, 1.0, 1.0])
     """
-    n_resamples = check_positive_int(n_resamples, func, "n_resamples")
-    seed = check_seed(seed, func)
-    batch = check_batch(batch, func)
+    n_resamples, seed, batch = _resampling(n_resamples, seed, batch, func)
     difference, job = _paired(a, b, statistic, groups, func)
     return difference, _bootstrap_distributions([job], n_resamples, seed, batch)[0]
 
@@ -631,17 +644,14 @@ def paired_bootstrap_distributions(
     [(0.5, [0.0, 0.5, 1.0, 1.0]), (0.5, [0.0, 0.5, 1.0, 1.0])]
     """
     func = "paired_bootstrap_distributions"
-    pairs = _samples(pairs, func, "pairs")
+    pairs = _pairs(pairs, func)
     statistics = _each(statistic, len(pairs), func, "statistic", _is_statistic)
     groups = _each(groups, len(pairs), func, "groups", lambda g: g is None)
-    n_resamples = check_positive_int(n_resamples, func, "n_resamples")
-    seed = check_seed(seed, func)
-    batch = check_batch(batch, func)
-    made = []
-    for i, (pair, f, g) in enumerate(zip(pairs, statistics, groups, strict=True)):
-        if not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2:
-            raise fail(func, f"pairs[{i}]", "a pair (a, b) of value arrays", type(pair).__name__)
-        made.append(_paired(pair[0], pair[1], f, g, func, (f"pairs[{i}][0]", f"pairs[{i}][1]")))
+    n_resamples, seed, batch = _resampling(n_resamples, seed, batch, func)
+    made = [
+        _paired(a, b, f, g, func, names)
+        for (a, b, names), f, g in zip(pairs, statistics, groups, strict=True)
+    ]
     thetas = _bootstrap_distributions([job for _, job in made], n_resamples, seed, batch)
     return [(d, theta) for (d, _), theta in zip(made, thetas, strict=True)]
 
@@ -877,9 +887,7 @@ def randomization_test(
     """
     func = "randomization_test"
     null = _null(a, b, statistic, func)
-    n_resamples = check_positive_int(n_resamples, func, "n_resamples")
-    seed = check_seed(seed, func)
-    batch = check_batch(batch, func)
+    n_resamples, seed, batch = _resampling(n_resamples, seed, batch, func)
     return _randomization_p_values([null], n_resamples, seed, batch)[0]
 
 
@@ -921,16 +929,12 @@ def randomization_tests(
     [0.75, 0.5]
     """
     func = "randomization_tests"
-    pairs = _samples(pairs, func, "pairs")
+    pairs = _pairs(pairs, func)
     statistics = _each(statistic, len(pairs), func, "statistic", _is_statistic)
-    nulls = []
-    for i, (pair, f) in enumerate(zip(pairs, statistics, strict=True)):
-        if not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2:
-            raise fail(func, f"pairs[{i}]", "a pair (a, b) of value arrays", type(pair).__name__)
-        nulls.append(_null(pair[0], pair[1], f, func, (f"pairs[{i}][0]", f"pairs[{i}][1]")))
-    n_resamples = check_positive_int(n_resamples, func, "n_resamples")
-    seed = check_seed(seed, func)
-    batch = check_batch(batch, func)
+    nulls = [
+        _null(a, b, f, func, names) for (a, b, names), f in zip(pairs, statistics, strict=True)
+    ]
+    n_resamples, seed, batch = _resampling(n_resamples, seed, batch, func)
     return _randomization_p_values(nulls, n_resamples, seed, batch)
 
 
