@@ -4,6 +4,8 @@ scipy.stats.binomtest and hand computation."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from fractions import Fraction
 from math import comb
 
@@ -143,3 +145,18 @@ def test_mcnemar_takes_zeros_and_ones_only():
         stats.mcnemar_test([1.0, 0.0], [0.5, 1.0])
     with pytest.raises(ValueError, match="'b' parameter of mcnemar_test must be of length 2"):
         stats.mcnemar_test([1.0, 0.0], [1.0])
+
+
+def test_the_shared_checks_and_the_comparisons_load_without_torch():
+    # recallkit._inputs.values is the torch-free half of the validation toolbox: stats and
+    # comparison use it, and checks re-exports it.
+    script = (
+        "import sys, recallkit._inputs.values, recallkit.comparison; print('torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["False"]
+    from recallkit._inputs import checks, values
+
+    assert all(getattr(checks, name) is getattr(values, name) for name in values.__all__)
