@@ -1,21 +1,37 @@
-"""The API reference: every public name has an entry on a reference page, and its docstring
-(numpydoc) documents every parameter, what it returns and, for a ranking function, the tie
-rule. The site itself is built with warnings as errors by ``.ci/run`` (``mkdocs build
---strict``)."""
+"""The API reference: every public name a user imports has an entry on a reference page, and
+every name on a reference page is documented in numpydoc: each parameter with its type, what it
+returns and, for a ranking function, the tie rule.
+
+The names on the pages are read from the pages themselves: each ``::: path`` directive, and,
+for a module or a class, the members the directive shows (its ``members:`` option, else the
+public ones). They are loaded by inspection, as the site loads them, with the site's griffe
+extension (``docs/reference/inspection.py``). The site itself is built with warnings as errors
+by ``.ci/run`` (``mkdocs build --strict``) and by ``tests/test_site.py``.
+"""
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
+import textwrap
 from pathlib import Path
 
 import griffe
 import pytest
-
-import recallkit
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-# Public names beyond the package root's, documented on the reference pages too.
-EXTRA = ["recallkit.pml.ExactKNN", "recallkit.pml.RecallCalculator"]
+PAGES = ROOT / "docs" / "reference"
+# The modules whose public names (``__all__``) a user imports: each name has a page entry.
+PUBLIC = ["recallkit", "recallkit.datasets", "recallkit.protocols", "recallkit.reports"]
+# Public names outside those ``__all__`` lists, documented on the reference pages too.
+EXTRA = [
+    "recallkit.pml.ExactKNN",
+    "recallkit.pml.RecallCalculator",
+    "recallkit.integrations.torchmetrics.RetrievalMetrics",
+    "recallkit.integrations.lightning.RetrievalCallback",
+]
 # The ranking functions and classes: their docstrings name the tie rule.
 RANKING = {
     "retrieval_metrics",
@@ -32,30 +48,92 @@ RANKING = {
     "Evaluator",
     "ExactKNN",
     "RecallCalculator",
+    "RetrievalMetrics",
+    "RetrievalCallback",
+    "evaluate_benchmark",
+    "image_text_recall",
+    "image_text_recall_from_scores",
+    "cirr_recall",
+    "cirr_recall_from_scores",
+    "cirr_rankings",
+    "cirr_rankings_from_scores",
+    "circo_metrics",
+    "circo_metrics_from_scores",
+    "circo_rankings",
+    "circo_rankings_from_scores",
+    "fashioniq_recall",
+    "fashioniq_recall_from_scores",
+    "genecis_recall",
+    "genecis_recall_from_embeddings",
 }
+TIE_RULE = "lower reference index"
+DIRECTIVE = re.compile(r"^::: (\S+)[ \t]*\n((?:[ \t]+\S.*(?:\n|$))*)", re.MULTILINE)
 
 
-def _paths() -> list[str]:
-    """The defining module path of each public name."""
+def _directives() -> list[tuple[str, str, dict]]:
+    """Each reference page's ``:::`` directives: (page, dotted path, options)."""
     out = []
-    for name in recallkit.__all__:
-        obj = getattr(recallkit, name)
-        out.append(f"{obj.__module__}.{obj.__qualname__}")
-    return out + EXTRA
+    for page in sorted(PAGES.glob("*.md")):
+        for found in DIRECTIVE.finditer(page.read_text(encoding="utf-8")):
+            block = yaml.safe_load(textwrap.dedent(found.group(2))) if found.group(2) else None
+            out.append((page.name, found.group(1), (block or {}).get("options") or {}))
+    return out
+
+
+DIRECTIVES = _directives()
+
+
+def _module_of(path: str) -> str:
+    """The longest importable module that ``path`` starts with."""
+    parts = path.split(".")
+    for end in range(len(parts), 0, -1):
+        try:
+            importlib.import_module(".".join(parts[:end]))
+        except ImportError:
+            continue
+        return ".".join(parts[:end])
+    raise ImportError(path)
 
 
 @pytest.fixture(scope="module")
-def package():
-    loader = griffe.GriffeLoader(force_inspection=True, docstring_parser="numpy")
-    for module in {p.rsplit(".", 1)[0] for p in _paths()}:
-        loader.load(module)
-    return loader.modules_collection
+def loader():
+    extensions = griffe.load_extensions(str(PAGES / "inspection.py"))
+    return griffe.GriffeLoader(
+        force_inspection=True, docstring_parser="numpy", extensions=extensions
+    )
 
 
-def test_every_public_name_is_on_a_reference_page():
-    pages = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "docs/reference").glob("*.md"))
-    shown = set(re.findall(r"^::: (\S+)", pages, flags=re.MULTILINE))
-    assert sorted(set(_paths()) - shown) == []
+def _load(loader, path: str):
+    """The griffe object of ``path``; its package is loaded (inspected) once."""
+    try:
+        return loader.modules_collection[path]
+    except KeyError:
+        loader.load(_module_of(path))
+    return loader.modules_collection[path]
+
+
+def _target(obj):
+    return obj.final_target if obj.is_alias else obj
+
+
+def _shown(obj, options: dict) -> list:
+    """The objects a directive shows: the object, and the members it lists."""
+    obj = _target(obj)
+    out = [obj]
+    if not (obj.is_module or obj.is_class) or options.get("members") is False:
+        return out
+    names = options.get("members")
+    if not isinstance(names, list):
+        names = obj.exports if obj.is_module and obj.exports is not None else obj.members
+        names = [str(n) for n in names if not str(n).startswith("_")]
+        if obj.is_class:
+            names = [n for n in names if n not in dir(dict)]  # Result's read-only mapping methods
+        else:
+            names = [n for n in names if n in obj.exports or not obj.members[n].is_alias]
+    for name in names:
+        member = _target(obj.members[name])
+        out += _shown(member, {}) if obj.is_module and member.is_class else [member]
+    return out
 
 
 def _sections(obj) -> dict[str, list]:
@@ -65,46 +143,153 @@ def _sections(obj) -> dict[str, list]:
     return out
 
 
-def _documented(sections) -> set[str]:
-    names = set()
+def _documented(sections) -> dict[str, str]:
+    """Each documented parameter (or dataclass field) and its type as the docstring gives it."""
+    names = {}
     kinds = ("parameters", "other parameters", "attributes")  # a dataclass: its fields
     for section in [s for kind in kinds for s in sections.get(kind, [])]:
         for item in section.value:
-            names.update(part.strip().lstrip("*") for part in item.name.split(","))
+            for part in item.name.split(","):
+                names[part.strip().lstrip("*")] = str(item.annotation or "")
     return names
 
 
-def _check(obj, path: str, problems: list[str], needs_returns: bool) -> None:
-    sections = _sections(obj)
-    wanted = [
-        p.name
-        for p in obj.parameters
-        if p.name not in ("self", "cls") and p.kind.value != "variadic positional"
-    ]
-    missing = [n for n in wanted if n not in _documented(sections)]
-    if missing:
-        problems.append(f"{path}: parameters not documented: {missing}")
-    if needs_returns and "returns" not in sections:
-        problems.append(f"{path}: no Returns section")
+def problems_of(obj) -> list[str]:
+    """What the docstring of ``obj`` (a griffe object) lacks; empty when documented."""
+    path = obj.path
+    if not obj.docstring or not obj.docstring.value.strip():
+        return [f"{path}: no docstring"]
+    out = []
+    if obj.is_function or obj.is_class:
+        function = obj
+        if obj.is_class:
+            init = obj.members.get("__init__")
+            function = init if init is not None and not init.is_alias else obj
+        sections = _sections(obj)
+        if function is not obj and function.docstring:
+            for kind, found in _sections(function).items():
+                sections.setdefault(kind, []).extend(found)
+        documented = _documented(sections)
+        wanted = [
+            p.name
+            for p in function.parameters
+            if p.name not in ("self", "cls") and p.kind.value != "variadic positional"
+        ]
+        missing = [n for n in wanted if n not in documented]
+        if missing:
+            out.append(f"{path}: parameters not documented: {missing}")
+        untyped = [n for n in wanted if n in documented and not documented[n]]
+        if untyped:
+            out.append(f"{path}: parameters without a type: {untyped}")
+        if obj.is_function and "property" not in obj.labels:
+            if str(obj.returns) not in ("None", "") and "returns" not in sections:
+                out.append(f"{path}: no Returns section")
+    if obj.name in RANKING and TIE_RULE not in " ".join(obj.docstring.value.split()):
+        out.append(f"{path}: the tie rule ({TIE_RULE!r}) is not stated")
+    return out
 
 
-@pytest.mark.parametrize("path", _paths())
-def test_every_public_name_documents_its_parameters_and_returns(package, path):
-    obj = package[path]
-    problems: list[str] = []
-    if obj.is_class:
-        init = obj.members.get("__init__")
-        if init is not None:
-            _check(init if init.docstring else obj, path, problems, needs_returns=False)
-        for name, member in obj.members.items():
-            inherited = name in dir(dict)  # Result's read-only mapping methods
-            if name.startswith("_") or inherited or not member.is_function or member.is_alias:
-                continue
-            returns = str(member.returns) not in ("None", "")
-            _check(member, f"{path}.{name}", problems, needs_returns=returns)
-    else:
-        _check(obj, path, problems, needs_returns=str(obj.returns) != "None")
-    text = " ".join((obj.docstring.value if obj.docstring else "").split())
-    if path.rsplit(".", 1)[1] in RANKING and "lower reference index" not in text:
-        problems.append(f"{path}: the tie rule ('lower reference index') is not stated")
+def _home(package: str, name: str) -> str:
+    """The dotted path of the public ``name`` of ``package`` where it is defined."""
+    obj = getattr(importlib.import_module(package), name)
+    if hasattr(obj, "__qualname__") and hasattr(obj, "__module__"):
+        return f"{obj.__module__}.{obj.__qualname__}"
+    # A constant: the submodule that defines it is the one whose __all__ lists it.
+    for module in sorted(m for m in sys.modules if m.startswith(package + ".")):
+        if name in getattr(sys.modules[module], "__all__", ()):
+            return f"{module}.{name}"
+    return f"{package}.{name}"
+
+
+def test_every_public_name_is_on_a_reference_page(loader):
+    public = set(EXTRA)
+    for package in PUBLIC:
+        public.update(_home(package, name) for name in importlib.import_module(package).__all__)
+    shown = {
+        o.path for _, path, options in DIRECTIVES for o in _shown(_load(loader, path), options)
+    }
+    assert sorted(public - shown) == []
+
+
+@pytest.mark.parametrize(
+    ("page", "path", "options"), DIRECTIVES, ids=[f"{p}:{d}" for p, d, _ in DIRECTIVES]
+)
+def test_every_name_on_a_page_is_documented(loader, page, path, options):
+    problems = [p for obj in _shown(_load(loader, path), options) for p in problems_of(obj)]
     assert problems == []
+
+
+def test_the_check_fails_on_a_missing_section():
+    """The check itself can fail: a function without Returns, a parameter without a type or not
+    documented, a class whose ``__init__`` parameter is missing, a ranking function without its
+    tie rule, and a constant without a docstring are each reported."""
+    code = textwrap.dedent(
+        '''
+        LIMIT = 3
+
+        def scale(x: float, factor: float = 2.0) -> float:
+            """Scale.
+
+            Parameters
+            ----------
+            x : float
+                The value.
+            """
+
+        def untyped(x) -> None:
+            """Untyped.
+
+            Parameters
+            ----------
+            x
+                The value.
+            """
+
+        class Box:
+            """A box."""
+
+            def __init__(self, size: int) -> None:
+                self.size = size
+
+        def recall_at_k(x: int) -> int:
+            """Recall.
+
+            Parameters
+            ----------
+            x : int
+                The value.
+
+            Returns
+            -------
+            int
+                The same.
+            """
+
+        def fine(x: int) -> int:
+            """Fine.
+
+            Parameters
+            ----------
+            x : int
+                The value.
+
+            Returns
+            -------
+            int
+                The same.
+            """
+        '''
+    )
+    module = griffe.visit("fake", Path("fake.py"), code, docstring_parser="numpy")
+    found = {name: problems_of(module[name]) for name in module.members}
+    assert found == {
+        "LIMIT": ["fake.LIMIT: no docstring"],
+        "scale": [
+            "fake.scale: parameters not documented: ['factor']",
+            "fake.scale: no Returns section",
+        ],
+        "untyped": ["fake.untyped: parameters without a type: ['x']"],
+        "Box": ["fake.Box: parameters not documented: ['size']"],
+        "recall_at_k": ["fake.recall_at_k: the tie rule ('lower reference index') is not stated"],
+        "fine": [],
+    }

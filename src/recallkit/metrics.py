@@ -85,7 +85,18 @@ _PATTERNS: list[tuple[re.Pattern[str], str, bool]] = []
 
 
 def register(cls: type[Metric]) -> type[Metric]:
-    """Add a metric class to the registry (its ``Metric.family`` must be new)."""
+    """Add a metric class to the registry (its ``Metric.family`` must be new).
+
+    Parameters
+    ----------
+    cls : type of Metric
+        The metric class (a subclass of [`Metric`][recallkit.metrics.Metric]).
+
+    Returns
+    -------
+    type of Metric
+        ``cls`` itself, so that ``@register`` decorates the class.
+    """
     if cls.family in REGISTRY:
         raise ValueError(f"a metric family {cls.family!r} is registered already")
     REGISTRY[cls.family] = cls
@@ -324,6 +335,14 @@ class Metric:
     Subclasses set the class attributes and [`values`][values]; [`width`][width], [`bounds`][bounds]
     and [`clamped`][clamped] have defaults that fit most metrics. Instances are values: equal when
     family, ``k`` and ``divisor`` are.
+
+    Parameters
+    ----------
+    k : int, optional
+        The cut-off K, for a metric that has one (``None``: the metric without a cut-off).
+    **parameters : str
+        The metric's parameters beyond K, each one of the values its class's ``parameters``
+        lists (``divisor="hits"`` for AP@K); the first of those values by default.
     """
 
     #: The registry key.
@@ -403,20 +422,58 @@ class Metric:
     # -- what it asks of the engine ------------------------------------------------------------
 
     def width(self, num_relevant: np.ndarray, candidates: np.ndarray) -> np.ndarray:
-        """Per query, the length of the ranked list it reads (0: it reads the first-hit rank)."""
+        """Per query, the length of the ranked list it reads (0: it reads the first-hit rank).
+
+        Parameters
+        ----------
+        num_relevant : numpy.ndarray of int64, shape (c,)
+            Each query's number of relevant reference items (``R``).
+        candidates : numpy.ndarray of int64, shape (c,)
+            Each query's number of candidates (``C``).
+
+        Returns
+        -------
+        numpy.ndarray of int64, shape (c,)
+            The length of each query's ranked list.
+        """
         if self.reads == "rank":
             return np.zeros(len(num_relevant), dtype=np.int64)
         return np.minimum(self.cut, candidates).astype(np.int64)
 
     def clamped(self, candidates: np.ndarray) -> np.ndarray:
-        """Per query, the cut-off after the clamp (K, or ``min(K, C)`` for clamping metrics)."""
+        """Per query, the cut-off after the clamp (K, or ``min(K, C)`` for clamping metrics).
+
+        Parameters
+        ----------
+        candidates : numpy.ndarray of int64, shape (c,)
+            Each query's number of candidates (``C``).
+
+        Returns
+        -------
+        numpy.ndarray of int64, shape (c,)
+            Each query's cut-off.
+        """
         k = np.full(len(candidates), self.cut if self.cut is not None else 0, dtype=np.int64)
         return np.maximum(np.minimum(k, candidates), 1) if self.clamps else k
 
     # -- the statistic -------------------------------------------------------------------------
 
     def values(self, ranked: Ranked, order: str = "rule") -> np.ndarray:
-        """Each query's value in ``order`` (lone queries: any value; the caller masks them)."""
+        """Each query's value in ``order`` (lone queries: any value; the caller masks them).
+
+        Parameters
+        ----------
+        ranked : Ranked
+            The ranked relevance of a chunk of ``c`` queries.
+        order : {'rule', 'best', 'worst'}, default 'rule'
+            The order of exactly tied items: the tie rule (the lower reference index first),
+            relevant items first, or relevant items last.
+
+        Returns
+        -------
+        numpy.ndarray of float64, shape (c,)
+            Each query's value.
+        """
         raise NotImplementedError
 
     def bounds(self, ranked: Ranked, tied: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -425,7 +482,20 @@ class Metric:
         default takes each group of equal scores relevant-last and relevant-first, which is the
         pessimistic and the optimistic order for every metric that never gains from a relevant
         item ranked lower (for a rank metric, lower is better: relevant-last is its largest
-        value)."""
+        value).
+
+        Parameters
+        ----------
+        ranked : Ranked
+            The ranked relevance of a chunk of ``c`` queries.
+        tied : numpy.ndarray of bool, shape (c,)
+            The queries whose lists or first hits have a tie.
+
+        Returns
+        -------
+        tuple of (numpy.ndarray, numpy.ndarray) of float64, shape (t,) each
+            The pessimistic and optimistic value of each of the ``t`` tied queries.
+        """
         part = ranked.take(tied)
         return self.values(part, "worst"), self.values(part, "best")
 
@@ -436,6 +506,18 @@ class Metric:
         value. A summary is monotone (a better value of one query never makes it worse), so
         the summaries of the pessimistic and optimistic per-query values bound it.
 
+        Parameters
+        ----------
+        values : numpy.ndarray of float64, shape (n,) or (b, n)
+            The per-query values (no NaN), or ``b`` resamples of them.
+
+        Returns
+        -------
+        float or numpy.ndarray of float64, shape (b,)
+            The metric's value, or one per resample.
+
+        Examples
+        --------
         >>> Recall(1).summarize(np.array([1.0, 0.0, 0.0, 1.0]))
         0.5
         """

@@ -336,6 +336,8 @@ class Result(dict):
 
     @property
     def num_tied(self) -> int:
+        """The number of queries whose value of some metric depends on the tie rule (the
+        ``True`` rows of ``tied``)."""
         return int(np.count_nonzero(self.tied))
 
     def counts(self) -> dict[str, int]:
