@@ -121,3 +121,22 @@ def test_a_name_near_nothing_gets_no_suggestion():
     with pytest.raises(ValueError) as caught:
         registry.parse(["xyzzy"], "f")
     assert str(caught.value).endswith("Got 'xyzzy'.")
+
+
+@pytest.mark.parametrize(
+    ("ks", "line"),
+    [
+        (["0"], "recallkit cirr: error: --ks must be positive integers. Got 0."),
+        (
+            ["1", "5", "1"],
+            (
+                "recallkit cirr: error: --ks must be distinct (each K once). Got [1, 5, 1], "
+                "with 1 twice."
+            ),
+        ),
+    ],
+)
+def test_protocol_bad_ks_before_the_engine_loads(tmp_path, arrays, ks, line):
+    argv = ["cirr", "--root", str(tmp_path), "--queries", arrays[1], "--images", arrays[1]]
+    rc, err, loaded = _run([*argv, "--ks", *ks], tmp_path)
+    assert (rc, err, loaded) == (2, line + "\n", [])

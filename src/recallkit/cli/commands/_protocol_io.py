@@ -226,6 +226,18 @@ def engine_options(args: argparse.Namespace) -> dict[str, Any]:
     return _options.from_flags(args, "engine")
 
 
+def check_ks(args: argparse.Namespace) -> None:
+    """``--ks`` as the protocol functions take it (distinct positive integers), checked before
+    the engine's libraries are imported, in the library's words."""
+    for i, k in enumerate(args.ks):
+        if k <= 0:
+            raise UsageError(f"--ks must be positive integers. Got {k}.")
+        if k in args.ks[:i]:
+            raise UsageError(
+                f"--ks must be distinct (each K once). Got {list(args.ks)}, with {k} twice."
+            )
+
+
 def add_common(
     parser: argparse.ArgumentParser, ks: tuple[int, ...], *, metric: bool = True
 ) -> None:

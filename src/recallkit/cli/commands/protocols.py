@@ -98,7 +98,11 @@ def register(subparsers: Any) -> None:
             else:
                 parser.add_argument(entry.flag, **entry.keywords)
         io.add_common(parser, command.ks)
-        parser.set_defaults(func=command.run, parameters={**io.PARAMETERS, **command.parameters})
+        parser.set_defaults(
+            func=command.run,
+            check=io.check_ks,
+            parameters={**io.PARAMETERS, **command.parameters},
+        )
 
 
 # ------------------------------------------------------------------------------------ the inputs
