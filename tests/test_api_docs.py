@@ -170,6 +170,9 @@ def problems_of(obj) -> list[str]:
             for kind, found in _sections(function).items():
                 sections.setdefault(kind, []).extend(found)
         documented = _documented(sections)
+        stray = [n for n in documented if not n.isidentifier()]  # prose after a section
+        if stray:
+            out.append(f"{path}: text read as a parameter or attribute: {stray}")
         wanted = [
             p.name
             for p in function.parameters
@@ -246,7 +249,15 @@ def test_the_check_fails_on_a_missing_section():
             """
 
         class Box:
-            """A box."""
+            """A box.
+
+            Attributes
+            ----------
+            side : int
+                Its side.
+
+            A paragraph that reads as an attribute.
+            """
 
             def __init__(self, size: int) -> None:
                 self.size = size
@@ -289,7 +300,13 @@ def test_the_check_fails_on_a_missing_section():
             "fake.scale: no Returns section",
         ],
         "untyped": ["fake.untyped: parameters without a type: ['x']"],
-        "Box": ["fake.Box: parameters not documented: ['size']"],
+        "Box": [
+            (
+                "fake.Box: text read as a parameter or attribute: "
+                "['A paragraph that reads as an attribute.']"
+            ),
+            "fake.Box: parameters not documented: ['size']",
+        ],
         "recall_at_k": ["fake.recall_at_k: the tie rule ('lower reference index') is not stated"],
         "fine": [],
     }

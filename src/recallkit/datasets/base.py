@@ -250,6 +250,9 @@ def _readonly(array: np.ndarray | None, dtype: type | None) -> np.ndarray | None
 class Split:
     """One split of a benchmark: image paths and their labels, row for row.
 
+    The arrays are read-only. ``paths`` (absolute [`pathlib.Path`][pathlib.Path] objects) is built
+    on first use: building 460,000 of them takes longer than parsing the files.
+
     Attributes
     ----------
     name : str
@@ -266,9 +269,6 @@ class Split:
     bboxes : numpy.ndarray of float64, shape (n, 4), or None, default None
         Boxes ``(left, upper, right, lower)`` in pixels, as passed to
         ``PIL.Image.crop``, when the benchmark was loaded with ``crop=True``; else ``None``.
-
-    The arrays are read-only. ``paths`` (absolute [`pathlib.Path`][pathlib.Path] objects) is built
-    on first use: building 460,000 of them takes longer than parsing the files.
 
     Examples
     --------
