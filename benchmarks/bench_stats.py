@@ -12,12 +12,18 @@ permutation_test on the same input and checks that they agree.
 three runs of 2,000 queries with eight metrics (recall@1,2,4,8, MAP@R, R-precision, nDCG@10,
 MRR; synthetic embeddings of 100 classes), once per format, ``--repeats`` times each.
 
+``--trainings`` simulates two trainings of one model, many times: the same 2,000 images (100
+classes, d = 64, fixed noise per image), each training its own small random perturbation of the
+embedding map (``I + 0.15 G / 8``, ``G`` Gaussian), compared by ``recallkit.compare`` (2,000
+resamples): how often MAP@R and recall@1 differ "significantly".
+
 ``--coverage`` simulates the coverage of the 95 % class-resampled interval of a class average
 (``bootstrap_interval(..., groups=)``) with 10 to 200 classes: 2,000 draws of classes each
 (recall@K-like hits, class means from Beta(3, 2), 3 to 29 queries a class).
 
     uv run --frozen --no-sync --env-file tests/cpu.env python benchmarks/bench_stats.py \
         [--n 60502] [--resamples 10000] [--repeats 3] [--scipy] [--report] [--coverage]
+        [--trainings]
 
 Data: synthetic per-query values: recall@1 hits (0 or 1) for the bootstrap of one system,
 average precisions (multiples of 1/3, 1/2, ...) for the comparisons of two, 11,318 classes.
@@ -115,6 +121,32 @@ def time_report(repeats: int) -> None:
             )
 
 
+def trainings(sims: int = 40) -> None:
+    """How often two trainings of one model differ significantly (module docstring)."""
+    import warnings
+
+    import recallkit
+    from recallkit import comparison
+
+    warnings.simplefilter("ignore")
+    rng = np.random.default_rng(0)
+    n, classes, d = 2000, 100, 64
+    significant = {"MAP@R": 0, "recall@1": 0}
+    for s in range(sims):
+        labels = rng.integers(0, classes, n)
+        images = rng.normal(size=(classes, d))[labels] + 1.6 * rng.normal(size=(n, d))
+        runs = {}
+        for name in ("a", "b"):
+            x = images @ (np.eye(d) + 0.15 * rng.normal(size=(d, d)) / np.sqrt(d))
+            runs[name] = recallkit.retrieval_metrics(
+                x, x, labels, labels, list(significant), query_in_reference=True
+            )
+        for row in comparison.compare(runs, n_resamples=2000, seed=s).rows:
+            significant[row.metric] += row.significant
+    shown = ", ".join(f"{k} {v} of {sims}" for k, v in significant.items())
+    print(f"two trainings of one model, significantly different (alpha 0.05): {shown}")
+
+
 def class_coverage(sims: int = 2000, resamples: int = 2000) -> None:
     """The coverage of the 95 % class-resampled interval of a class average, by classes."""
     rng = np.random.default_rng(0)
@@ -142,12 +174,15 @@ def main() -> None:
     parser.add_argument("--scipy", action="store_true", help="also time scipy's own functions")
     parser.add_argument("--report", action="store_true", help="time recallkit report")
     parser.add_argument("--coverage", action="store_true", help="simulate class coverage")
+    parser.add_argument("--trainings", action="store_true", help="simulate two trainings")
     args = parser.parse_args()
     if args.report:
         time_report(args.repeats)
     if args.coverage:
         class_coverage()
-    if args.report or args.coverage:
+    if args.trainings:
+        trainings()
+    if args.report or args.coverage or args.trainings:
         return
     rng = np.random.default_rng(0)
     n, r = args.n, args.resamples
