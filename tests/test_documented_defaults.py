@@ -1,7 +1,9 @@
 """Every default a public docstring names is its signature's default.
 
-A numpydoc entry ``name : type, default X`` and a choice marked ``'X' (default...)`` in the
-entry's text must name the value the signature gives ``name``: the page a user reads and the
+A numpydoc entry ``name : type, default X`` (a Python literal, or a name of the callable's
+module that holds the value) and a choice marked ``'X' (default...)`` in the entry's text must
+name the value the signature gives ``name`` (a default said in words, ``default every format``,
+names no value to compare): the page a user reads and the
 call they make agree. The public callables are those of ``recallkit.__all__``, of
 ``recallkit.pml``, ``recallkit.comparison`` and ``recallkit.stats``, and every name the
 reference pages (``docs/reference/*.md``) show, with the public methods of each class.
@@ -102,12 +104,22 @@ def parameter_entries(doc: str) -> list[tuple[list[str], str, str]]:
     return entries
 
 
-def _same(written: str, default: object) -> bool:
-    """Whether ``written`` (a docstring's default) names ``default``."""
+def _same(written: str, default: object, where: dict) -> bool | None:
+    """Whether ``written`` (a docstring's default) names ``default``: a Python literal, or a
+    name of the callable's module (``FASHIONIQ_CATEGORIES``) that holds it; ``None`` for words
+    (``every format``), which name no value to compare."""
     try:
         value = ast.literal_eval(written.replace("_", "") if written[:1].isdigit() else written)
     except (ValueError, SyntaxError):
-        return written in (getattr(default, "__name__", None), repr(default))
+        if re.fullmatch(r"[A-Za-z_][\w.]*", written):
+            head, *rest = written.split(".")
+            if head not in where:
+                return written in (getattr(default, "__name__", None), repr(default))
+            value = where[head]
+            for part in rest:
+                value = getattr(value, part)
+            return value is default or value == default
+        return None
     if isinstance(value, tuple | list) and isinstance(default, tuple | list):
         return tuple(value) == tuple(default)
     return type(value) is type(default) and value == default
@@ -123,6 +135,7 @@ def mismatches(obj: object) -> list[str]:
     except (TypeError, ValueError):
         return []
     params = signature.parameters
+    where = vars(inspect.getmodule(obj) or recallkit)
     problems = []
     for names, kind, text in parameter_entries(doc):
         written = TYPE_DEFAULT.search(kind)
@@ -136,7 +149,7 @@ def mismatches(obj: object) -> list[str]:
                     problems.append(
                         f"{name}: documented default {written.group(1)}, none in the signature"
                     )
-                elif not _same(written.group(1), default):
+                elif _same(written.group(1), default, where) is False:
                     problems.append(
                         f"{name}: documented default {written.group(1)}, signature {default!r}"
                     )
@@ -177,8 +190,11 @@ def test_documented_defaults_are_the_signatures(path):
     assert mismatches(PUBLIC[path]) == []
 
 
+NAMES = ("a",)
+
+
 def test_a_wrong_documented_default_is_found():
-    def f(metric="euclidean", k=10, flag=False, ks=(1, 2)):
+    def f(metric="euclidean", k=10, flag=False, ks=(1, 2), names=("b",)):
         """Example.
 
         Parameters
@@ -191,10 +207,13 @@ def test_a_wrong_documented_default_is_found():
             A flag.
         ks : sequence of int, default (1, 2)
             Some K.
+        names : tuple of str, default NAMES
+            Some names.
         """
 
     assert mismatches(f) == [
         "metric: documented default 'cosine', signature 'euclidean'",
         "metric: \"'cosine' (default\" in its text, signature 'euclidean'",
         "k: documented default 10_000, signature 10",
+        "names: documented default NAMES, signature ('b',)",
     ]
