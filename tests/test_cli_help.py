@@ -356,7 +356,7 @@ def test_the_error_lines_shown_in_the_guide_are_current(capsys):
     block = guide.split('not-output="error lines of mistyped commands')[1].split("```text\n")[1]
     lines = block.split("```")[0].splitlines()
     pairs = list(zip(lines[::2], lines[1::2], strict=True))
-    assert len(pairs) == 4
+    assert len(pairs) == 5
     for command, line in pairs:
         assert command.startswith("$ recallkit ")
         argv = shlex.split(command[len("$ recallkit ") :])
