@@ -38,6 +38,7 @@ import gc
 import itertools
 import math
 import os
+import statistics
 import time
 from collections.abc import Callable
 from functools import partial
@@ -264,10 +265,19 @@ def naive_recall(x: np.ndarray, labels: np.ndarray, ks: tuple[int, ...]) -> dict
     }
 
 
-def run_scale(name: str, with_naive: bool, precisions: tuple[str, ...], sample: int) -> None:
+def run_scale(
+    name: str,
+    with_naive: bool,
+    precisions: tuple[str, ...],
+    sample: int,
+    rounds: int = 0,
+    widths: list[int] | None = None,
+) -> None:
     rows, classes, dims = SCALES[name]
     for dim, noise, setting in dims:
-        run_dim(name, rows, classes, dim, with_naive, precisions, sample, noise, setting)
+        if widths and dim not in widths:
+            continue
+        run_dim(name, rows, classes, dim, with_naive, precisions, sample, noise, setting, rounds)
         gc.collect()
 
 
@@ -281,6 +291,7 @@ def run_dim(
     sample: int,
     noise: float = 2.2,
     setting: str = "trained",
+    rounds: int = 0,
 ) -> None:
     x, labels = make_data(rows, classes, dim, noise=noise)
     xt = torch.from_numpy(x)
@@ -348,6 +359,18 @@ def run_dim(
             sub, sub, sub_labels, sub_labels, query_in_reference=True, precision=precision
         )
 
+    if rounds:  # the engine alone, in alternating calls
+        floors = {  # the fastest of the floors above, timed again in each round
+            "GEMM floor float32, torch.mm (chunked)": lambda: gemm_floor_torch(xt, chunk),
+            "GEMM floor float32, numpy BLAS (chunked)": lambda: gemm_floor_numpy(x, chunk),
+            "GEMM floor float32, numpy (row-split threads)": lambda: gemm_floor_numpy_split(
+                x, chunk
+            ),
+        }
+        fastest = floors[min(floors, key=timings.get)]
+        alternate(xt, labels, precisions, rounds, fastest, setting != "hard")
+        print(cpu.precision_report(dim))
+        return
     rk = row("recallkit.recall_at_k precision=auto", lambda: recall("auto"), floor)
     agree = []
     for precision in precisions:
@@ -435,6 +458,60 @@ def run_dim(
     print(cpu.precision_report(dim))
 
 
+def alternate(
+    xt: torch.Tensor,
+    labels: np.ndarray,
+    precisions: tuple[str, ...],
+    rounds: int,
+    floor: Callable[[], Any],
+    with_map: bool,
+) -> None:
+    """``rounds`` rounds of the float32 floor, ``recall_at_k`` in ``auto`` and each precision,
+    and ``map_at_r`` (``auto``), each called once per round in turn; prints per method the
+    minimum and median time and, within each round, its ratio to the floor and to ``auto``."""
+    kw: dict[str, Any] = {"query_in_reference": True}
+    cases: dict[str, Callable[[], Any]] = {"float32 floor": floor}
+    for p in ("auto", *precisions):
+        cases[f"recall_at_k {p}"] = partial(
+            lambda p: dict(recallkit.recall_at_k(xt, xt, labels, labels, KS, precision=p, **kw)),
+            p,
+        )
+    if with_map:
+        cases["map_at_r auto"] = lambda: float(recallkit.map_at_r(xt, xt, labels, labels, **kw))
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    values: dict[str, Any] = {}
+    for _ in range(rounds):
+        for label, fn in cases.items():
+            values[label], seconds, _ = measure(fn)
+            times[label].append(seconds)
+    floor_t, auto_t = times["float32 floor"], times["recall_at_k auto"]
+    print(f"{rounds} rounds of alternating calls (ratios within a round: min / median)")
+    print(f"{'method':<28}{'min s':>9}{'median s':>10}{'x floor':>16}{'x auto':>16}")
+    for label, seconds in times.items():
+        to_floor = [t / f for t, f in zip(seconds, floor_t, strict=True)]
+        to_auto = [t / a for t, a in zip(seconds, auto_t, strict=True)]
+        print(
+            f"{label:<28}{min(seconds):9.2f}{statistics.median(seconds):10.2f}"
+            f"{min(to_floor):8.2f}{statistics.median(to_floor):8.2f}"
+            f"{min(to_auto):8.2f}{statistics.median(to_auto):8.2f}"
+        )
+    fixed = [times[f"recall_at_k {p}"] for p in precisions]
+    best = [min(ts) for ts in zip(*fixed, strict=True)]
+    ratio = [a / b for a, b in zip(auto_t, best, strict=True)]
+    same = all(values[f"recall_at_k {p}"] == values["recall_at_k auto"] for p in precisions)
+    line = (
+        f"auto / fastest fixed precision of the round: min {min(ratio):.3f}, median "
+        f"{statistics.median(ratio):.3f}; every precision gives the same values: {same}"
+    )
+    if with_map:
+        to_recall = [m / a for m, a in zip(times["map_at_r auto"], auto_t, strict=True)]
+        line += (
+            f"; map_at_r / recall_at_k (auto): min {min(to_recall):.3f}, median "
+            f"{statistics.median(to_recall):.3f}"
+        )
+    print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", choices=[*SCALES, "all"], default="all")
@@ -448,6 +525,14 @@ def main() -> None:
     parser.add_argument(
         "--floor-tiles", type=int, default=64, help="tiles timed for the bf16/int8 floors"
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=0,
+        help="time the engine alone (floor, recall_at_k in each precision, map_at_r) in this "
+        "many rounds of alternating calls, without the peers",
+    )
+    parser.add_argument("--dim", type=int, action="append", help="only these widths")
     args = parser.parse_args()
     faiss.omp_set_num_threads(torch.get_num_threads())
     print(f"CPU: {cpu_model()}")
@@ -468,7 +553,7 @@ def main() -> None:
     for name in scales:
         everything = args.precisions == "all" or name != "sop"
         precisions = tuple(p for p in PRECISIONS if everything or p in worth)
-        run_scale(name, name != "sop", precisions, args.floor_tiles)
+        run_scale(name, name != "sop", precisions, args.floor_tiles, args.rounds, args.dim)
 
 
 if __name__ == "__main__":

@@ -161,21 +161,21 @@ def _label_best_numba(
         i = order[t]
         p = ex_ptr[i]
         best = -np.inf
+        # Each positive's filter score once (-inf where skipped; a dot of finite rows is finite).
+        values = np.empty(hi[i] - lo[i])
         for q in range(lo[i], hi[i]):
             j = members[q]
             gone, p = _skipped(i, j, p, ex_ptr[i + 1], ex_cols, qx, rx)
-            if not gone:
-                best = max(best, _dot(a[i], b[j]))
+            v = -np.inf if gone else _dot(a[i], b[j])
+            values[q - lo[i]] = v
+            best = max(best, v)
         n = 0
         if best > -np.inf:
             floor = best - 2.0 * eps[i]
-            p = ex_ptr[i]
             for q in range(lo[i], hi[i]):
-                j = members[q]
-                gone, p = _skipped(i, j, p, ex_ptr[i + 1], ex_cols, qx, rx)
-                if not gone and _dot(a[i], b[j]) >= floor:
+                if values[q - lo[i]] >= floor:
                     if n < cap:
-                        index[t, n] = j
+                        index[t, n] = members[q]
                     n += 1
         count[t] = n
 
