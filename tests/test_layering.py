@@ -158,6 +158,7 @@ LAYERS = (
     ("recallkit.engine.space",),
     ("recallkit.engine.pairs",),
     ("recallkit.engine.protocol",),
+    ("recallkit.engine.consumers", "recallkit.engine.device_steps"),
     ("recallkit.engine.cpu", "recallkit.engine.device", "recallkit.engine.matrix"),
     ("recallkit.engine.triton_backend",),
     ("recallkit.engine",),
