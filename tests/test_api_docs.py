@@ -116,6 +116,15 @@ def _target(obj):
     return obj.final_target if obj.is_alias else obj
 
 
+def _runtime(path: str):
+    """The Python object of the dotted ``path``."""
+    module = _module_of(path)
+    obj = importlib.import_module(module)
+    for part in path[len(module) + 1 :].split(".") if path != module else []:
+        obj = getattr(obj, part)
+    return obj
+
+
 def _shown(obj, options: dict) -> list:
     """The objects a directive shows: the object, and the members it lists."""
     obj = _target(obj)
@@ -126,10 +135,10 @@ def _shown(obj, options: dict) -> list:
     if not isinstance(names, list):
         names = obj.exports if obj.is_module and obj.exports is not None else obj.members
         names = [str(n) for n in names if not str(n).startswith("_")]
-        if obj.is_class:
+        if obj.is_class and issubclass(_runtime(obj.path), dict):
             names = [n for n in names if n not in dir(dict)]  # Result's read-only mapping methods
         else:
-            names = [n for n in names if n in obj.exports or not obj.members[n].is_alias]
+            names = [n for n in names if n in (obj.exports or ()) or not obj.members[n].is_alias]
     for name in names:
         member = _target(obj.members[name])
         out += _shown(member, {}) if obj.is_module and member.is_class else [member]

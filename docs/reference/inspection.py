@@ -6,13 +6,17 @@ options decorator builds them). Inspection alone misses two things this extensio
 * the classes a module builds on first use (PEP 562 ``__getattr__``: the training-loop adapters of
   ``recallkit.integrations``, which load no framework until their class is looked up): each name of
   such a module's ``__all__`` is looked up before the module is inspected;
-* the docstrings of module constants (a string literal after the assignment), which exist in the
-  source only: each public attribute inspected without one takes its docstring from the source.
+* the docstrings of module constants (a string literal after the assignment, or ``#:`` comment
+  lines above it), which exist in the source only: each public attribute inspected without one
+  takes its docstring from the source (and none takes the docstring of its value's type, which
+  inspection would give it); a dataclass field with a default takes its description from its
+  class's docstring.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,15 @@ def _visit(module: str, path: Path | None = None) -> griffe.Module:
     return griffe.visit(module, path, path.read_text(encoding="utf-8"))
 
 
+def _comment(found: griffe.Object) -> str:
+    """The ``#:`` comment lines right above a definition, as its docstring (Sphinx's form)."""
+    lines = found.filepath.read_text(encoding="utf-8").splitlines()[: found.lineno - 1]
+    block = []
+    while lines and lines[-1].startswith("#:"):
+        block.insert(0, lines.pop()[2:].strip())
+    return " ".join(block)
+
+
 class Inspection(griffe.Extension):
     """Look up first-use names; take the constants' docstrings from the source."""
 
@@ -34,6 +47,17 @@ class Inspection(griffe.Extension):
         if "__getattr__" in getattr(module, "__dict__", {}):
             for name in getattr(module, "__all__", ()):
                 getattr(module, name)
+
+    def on_attribute_instance(
+        self, *, node: Any, attr: griffe.Attribute, agent: Any, **kwargs: Any
+    ) -> None:
+        # Inspection gives an attribute its value's type's docstring ("bool(x) -> bool ..."):
+        # not the attribute's.
+        value = getattr(node, "obj", None)
+        doc = getattr(type(value), "__doc__", None)
+        if attr.docstring is not None and isinstance(doc, str) and doc:
+            if attr.docstring.value == inspect.cleandoc(doc):
+                attr.docstring = None
 
     def on_module_members(
         self, *, node: Any, mod: griffe.Module, agent: Any, **kwargs: Any
@@ -57,7 +81,21 @@ class Inspection(griffe.Extension):
             if found is not None and found.is_alias:  # imported: read where it is defined
                 module, _, name = found.target_path.rpartition(".")
                 found = _visit(module).members.get(name)
-            if found is not None and not found.is_alias and found.docstring is not None:
-                member.docstring = griffe.Docstring(
-                    found.docstring.value, lineno=found.docstring.lineno, parent=member
-                )
+            if found is None or found.is_alias:
+                continue
+            text = found.docstring.value if found.docstring else _comment(found)
+            if text:
+                member.docstring = griffe.Docstring(text, lineno=found.lineno, parent=member)
+
+    def on_class_members(self, *, node: Any, cls: griffe.Class, agent: Any, **kwargs: Any) -> None:
+        # A dataclass field with a default is a class attribute too: it takes the description
+        # its class's docstring gives it (Attributes or Parameters), which inspection leaves out.
+        if not isinstance(agent, griffe.Inspector) or not cls.docstring:
+            return
+        described = {}
+        for section in cls.docstring.parse("numpy"):
+            if section.kind.value in ("attributes", "parameters"):
+                described.update({item.name: item.description for item in section.value})
+        for name, member in cls.members.items():
+            if member.is_attribute and member.docstring is None and described.get(name):
+                member.docstring = griffe.Docstring(described[name], parent=member)
