@@ -123,7 +123,7 @@ def test_compare_cli(cli, tmp_path):
     _run_file(tmp_path / "b.json", [3, 3, 0, 3])
     res = cli("compare", tmp_path / "a.json", tmp_path / "b.json", "--json", tmp_path / "c.json")
     assert res.rc == 0, res.err
-    assert res.out.startswith("2 runs, 4 paired queries; Fisher's paired randomization test")
+    assert res.out.startswith("2 runs, 4 paired queries; McNemar's exact test (0/1 values")
     rows = [line.split() for line in res.out.splitlines()]
     values = {r[0]: (r[1], r[4]) for r in rows if len(r) == 7}
     assert values == {"recall@1": ("0.7500", "0.2500"), "recall@5": ("1.0000", "1.0000")}

@@ -100,14 +100,14 @@ MARKDOWN = """\
 | c | new | **1.0000**<sup>ab</sup> | **1.0000**<sup>ab</sup> |
 
 Bold: the best value of each column (↓: lower is better). Superscript letters: significantly \
-better than the run of that letter (Fisher's paired randomization test on 20 paired queries, \
-10000 resamples, seed 0; p-values adjusted by Holm's method over the pairs of each metric; \
-alpha 0.05).
+better than the run of that letter (McNemar's exact test (0/1 values, as recall@K's) or Fisher's \
+paired randomization test (the other metrics) on 20 paired queries, 10000 resamples, seed 0; \
+p-values adjusted by Holm's method over the pairs of each metric; alpha 0.05).
 """
 
 LATEX = r"""% recallkit report (needs \usepackage{booktabs})
 % Bold: the best value of each column ($\downarrow$: lower is better).
-% Superscript letters: significantly better than the run of that letter (Fisher's paired randomization test on 20 paired queries, 10000 resamples, seed 0; p-values adjusted by Holm's method over the pairs of each metric; alpha 0.05).
+% Superscript letters: significantly better than the run of that letter (McNemar's exact test (0/1 values, as recall@K's) or Fisher's paired randomization test (the other metrics) on 20 paired queries, 10000 resamples, seed 0; p-values adjusted by Holm's method over the pairs of each metric; alpha 0.05).
 \begin{tabular}{llrr}
 \toprule
 \# & run & recall@1 & MnR $\downarrow$ \\
@@ -268,7 +268,8 @@ def test_compare_command(cli, three, tmp_path):
     assert res.rc == 0, res.err
     lines = res.out.splitlines()
     assert lines[0] == (
-        "3 runs, 20 paired queries; Fisher's paired randomization test, 10000 resamples, seed 0; "
+        "3 runs, 20 paired queries; McNemar's exact test (0/1 values, as recall@K's) or Fisher's "
+        "paired randomization test (the other metrics), 10000 resamples, seed 0; "
         "p-values adjusted by Holm per metric; alpha 0.05"
     )
     rows = [line.split() for line in lines if line.startswith("  recall@1 ")]
@@ -284,7 +285,7 @@ def test_compare_command(cli, three, tmp_path):
     saved = json.loads((tmp_path / "c.json").read_text())
     assert saved["format"] == "recallkit.comparison/2"
     assert (saved["test"], saved["correction"], saved["n_resamples"]) == (
-        "randomization",
+        "auto",
         "holm",
         10000,
     )

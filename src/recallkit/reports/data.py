@@ -86,7 +86,7 @@ def _default_name(run: Any, record: Mapping[str, Any], position: int) -> str:
 
 
 def load_runs(runs: Any, names: Sequence[str] | None = None) -> list[ReportRun]:
-    """Runs read and named, each as a [`ReportRun`][recallkit.reports.data.ReportRun].
+    """Runs read and named, each as a ``recallkit.reports.data.ReportRun``.
 
     A run is named ``names[i]`` when given, else by the mapping's key, else by its record's
     ``tag``, else by its file's stem (``run-N`` for a record without either). Runs that would
@@ -339,7 +339,7 @@ def summarize(
     with_intervals: bool = True,
     tests: bool | None = None,
     baseline: str | None = None,
-    test: str = "randomization",
+    test: str = "auto",
     correction: str = "holm",
     alpha: float = 0.05,
     n_resamples: int = 10_000,

@@ -200,7 +200,9 @@ def difference_figure(comparison: Comparison, metrics: Sequence[str] | None = No
         ax.grid(True, axis="x", alpha=0.3)
         ax.tick_params(labelsize="small")
     axes[-1].set_xlabel(f"difference a − b with its {conf} paired bootstrap interval")
-    test = "randomization" if comparison.test == "randomization" else "bootstrap"
+    test = {"auto": "McNemar (0/1) or randomization", "randomization": "randomization"}.get(
+        comparison.test, "bootstrap"
+    )
     fig.suptitle(
         f"Paired differences of {len(comparison.runs)} runs; filled red: significant "
         f"({test} test, {comparison.correction}, alpha {comparison.alpha:g})",

@@ -30,6 +30,8 @@ FORMATS = ("markdown", "latex", "csv", "json")
 INTERVALS = ("none", "ci", "pm")
 
 _TESTS = {
+    "auto": "McNemar's exact test (0/1 values, as recall@K's) or Fisher's paired randomization "
+    "test (the other metrics)",
     "randomization": "Fisher's paired randomization test",
     "bootstrap": "the paired bootstrap test",
 }

@@ -220,7 +220,7 @@ def usable_device(text: str | None, option: str = "--device") -> str | None:
 
 
 #: The paired tests and corrections of ``recallkit compare`` and ``recallkit report``.
-TESTS = ("randomization", "bootstrap")
+TESTS = ("auto", "randomization", "bootstrap")
 CORRECTIONS = ("holm", "none")
 
 
@@ -239,8 +239,10 @@ def add_statistics(parser: argparse.ArgumentParser | Any, *, tests: bool = True)
         parser.add_argument(
             "--test",
             choices=TESTS,
-            default="randomization",
-            help="the paired test: Fisher's randomization test (default) or the paired bootstrap",
+            default="auto",
+            help="the paired test: auto (default: McNemar's exact test where both runs' values "
+            "are 0/1, as recall@K's, Fisher's randomization test for the rest), randomization "
+            "for every metric, or the paired bootstrap",
         )
         parser.add_argument(
             "--correction",
