@@ -326,7 +326,7 @@ def test_exact_knn_warns_where_pml_accepts_the_query_as_its_own_reference():
     # RecallCalculator is not a drop-in: it refuses, naming its own call.
     ours = RecallCalculator(ks=(1,), device=CPU)
     for reference in (x, x.clone()):
-        with pytest.raises(ValueError, match="RecallCalculator.get_accuracy"):
+        with pytest.raises(ValueError, match=r"RecallCalculator\.get_accuracy"):
             ours.get_accuracy(x, labels, reference, labels)
     # recallkit's own API refuses it too.
     with pytest.raises(ValueError, match="query_in_reference"):
