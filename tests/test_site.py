@@ -2,7 +2,8 @@
 --strict``, warnings as errors), then read from disk.
 
 * No raw Sphinx markup in any built page: no role (``:func:`...```, ``:class:``, ``:mod:``,
-  ``:meth:``, ``:data:``, ``:attr:``, ...) and no reStructuredText ``::`` ending a paragraph.
+  ``:meth:``, ``:data:``, ``:attr:``, ...), no reStructuredText ``::`` ending a paragraph, and no
+  cross-reference left as text (``[name][path]`` whose target is on no page).
 * Every page works from ``file://``: each link between pages names a file (``page.html``), never
   a folder, which a browser would show as a directory listing.
 * In headless Chromium (Playwright), from ``file://``: the home page names the version, a
@@ -31,6 +32,8 @@ import recallkit
 ROOT = Path(__file__).resolve().parents[1]
 ROLE = re.compile(r":(?:func|class|mod|meth|data|attr|obj|exc|ref|py:\w+):(?:`|<code>)")
 RST_LITERAL = re.compile(r"\w::\s*</p>")  # "Example::" closing a paragraph
+# A cross-reference whose target is on no page: the text keeps its brackets ("[name][]").
+UNRESOLVED = re.compile(r"\[<code>[^<]*</code>\]\[[\w.]*\]")
 PRE = re.compile(r"<pre\b.*?</pre>", re.DOTALL)
 HREF = re.compile(r'<a\b[^>]*\bhref="([^"]*)"')
 
@@ -56,7 +59,7 @@ def test_no_raw_sphinx_markup_in_the_built_pages(site):
     found = []
     for page in pages:
         text = PRE.sub("", page.read_text(encoding="utf-8"))  # code blocks may hold "::"
-        for pattern in (ROLE, RST_LITERAL):
+        for pattern in (ROLE, RST_LITERAL, UNRESOLVED):
             found += [f"{page.relative_to(site)}: {m.group(0)!r}" for m in pattern.finditer(text)]
     assert found == []
 
@@ -67,6 +70,9 @@ def test_the_checks_find_raw_markup():
     assert RST_LITERAL.search("<p>For example::</p>")
     assert not ROLE.search("<code>a:b</code> and time 10:30:")
     assert not RST_LITERAL.search("<p>a ratio 1:2.</p>")
+    assert UNRESOLVED.search("the core's [<code>recallkit.ground_truth.Ranker</code>][] over")
+    assert UNRESOLVED.search("[<code>FORMATS</code>][recallkit.reports.output.FORMATS] names")
+    assert not UNRESOLVED.search('<a href="x.html#y"><code>FORMATS</code></a> [1][2]')
 
 
 def test_every_link_between_pages_names_a_file(site):

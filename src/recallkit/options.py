@@ -288,7 +288,7 @@ precision='float32', lone_queries='skip', average='query')
     @classmethod
     def from_definitions(cls, record: Any, func: str = "Options.from_definitions") -> Options:
         """The options a run's values were computed under, read back from its definitions
-        record ([`recallkit.runfiles.definitions`][recallkit.runfiles.definitions]): the
+        record (``recallkit.runfiles.definitions``): the
         similarity as ``metric``, and every option that changes a value (scope ``"label"``) from
         its field, at its default when the record leaves it out (a record names
         ``average`` only when it is not ``"query"``). The options that choose how the engine

@@ -250,7 +250,7 @@ def _readonly(array: np.ndarray | None, dtype: type | None) -> np.ndarray | None
 class Split:
     """One split of a benchmark: image paths and their labels, row for row.
 
-    The arrays are read-only. ``paths`` (absolute [`pathlib.Path`][pathlib.Path] objects) is built
+    The arrays are read-only. ``paths`` (absolute ``pathlib.Path`` objects) is built
     on first use: building 460,000 of them takes longer than parsing the files.
 
     Attributes

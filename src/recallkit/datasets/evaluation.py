@@ -50,12 +50,13 @@ def evaluate_benchmark(
 ) -> Result:
     """Recall@K of a benchmark under its protocol, with MAP@R and R-precision beside it.
 
-    The protocol ([`Benchmark.protocol`][Benchmark.protocol]) sets everything else: the K values
-    (CUB and Cars196 1, 2, 4, 8; SOP 1, 10, 100, 1000; iNaturalist 1, 4, 16, 32; In-Shop 1, 10, 20,
-    30, 40, 50), and which split is searched. For CUB, Cars196, SOP and iNaturalist the test split
-    is searched with itself and each query's own image is excluded (``query_in_reference=True``);
-    for In-Shop the query split searches the gallery split, with nothing excluded. Ties rank the
-    lower reference index first, so results are deterministic. Every metric comes from one pass.
+    The protocol (``Benchmark.protocol``, a [`Protocol`][recallkit.datasets.base.Protocol]) sets
+    everything else: the K values (CUB and Cars196 1, 2, 4, 8; SOP 1, 10, 100, 1000; iNaturalist
+    1, 4, 16, 32; In-Shop 1, 10, 20, 30, 40, 50), and which split is searched. For CUB, Cars196,
+    SOP and iNaturalist the test split is searched with itself and each query's own image is
+    excluded (``query_in_reference=True``); for In-Shop the query split searches the gallery
+    split, with nothing excluded. Ties rank the lower reference index first, so results are
+    deterministic. Every metric comes from one pass.
 
     Parameters
     ----------

@@ -114,7 +114,7 @@ def protocol_table() -> str:
     -------
     str
         A Markdown table, one row per benchmark of
-        [`BENCHMARK_INFO`][recallkit.datasets.BENCHMARK_INFO]: what is searched, whether each
+        [`BENCHMARK_INFO`][recallkit.datasets.base.BENCHMARK_INFO]: what is searched, whether each
         query's own image is excluded, the K values and the paper that set the convention.
 
     Examples

@@ -23,7 +23,7 @@ Official evaluation (``miccunifi/CIRCO`` ``src/evaluation.py``, also the test se
   found in the data in sorted order; an aspect without queries is left out (the official
   script prints NaN for it).
 
-Ranks come from the core's [`recallkit.ground_truth.Ranker`][recallkit.ground_truth.Ranker] over
+Ranks come from the core's ``recallkit.ground_truth.Ranker`` over
 embeddings or a given similarity matrix (every ground truth's rank, one code path for both), AP from
 [`recallkit.average_precision_at_k`][recallkit.ground_truth.average_precision_at_k]; on equal scores
 the lower image index ranks first, and the recall@K bounds give the values under the other tie

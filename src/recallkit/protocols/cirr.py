@@ -14,7 +14,7 @@ the benchmark's server from the same definitions):
 ``max(0, max{target_soft[t] : t in the top K})`` (soft values are 1 for the true target, 0.5 for
 "also acceptable", -1 for "no"), averaged over queries, for both recall and recall_subset.
 
-Ranks come from the core's [`recallkit.ground_truth.Ranker`][recallkit.ground_truth.Ranker] over
+Ranks come from the core's ``recallkit.ground_truth.Ranker`` over
 embeddings or a given similarity matrix (one code path for both), the reference skipped; on equal
 scores the lower image index (split-file order) ranks first, and the hard-target recall bounds give
 the values under the other tie orders.

@@ -12,7 +12,7 @@ Convention (VSE++, Faghri et al. 2018; ALBEF/BLIP and open_clip's retrieval eval
   image→text): the 0-indexed, lower-index-first rank convention of
   [`recallkit.ground_truth_ranks`][recallkit.ground_truth.ground_truth_ranks].
 
-The ranks come from the core's [`recallkit.ground_truth.Ranker`][recallkit.ground_truth.Ranker]
+The ranks come from the core's ``recallkit.ground_truth.Ranker``
 (embeddings: chunked, no full similarity matrix; or a given matrix), one code path for both; the
 result's ``bounds`` give each recall with every exact tie broken in the query's favour and against
 it.
@@ -309,7 +309,8 @@ def image_text_recall(
     """Image→text and text→image recall@K, mean and median rank, from embeddings.
 
     ``images`` is ``(n_images, d)``, ``texts`` ``(n_captions, d)`` and ``caption_image[j]`` the
-    image row of caption ``j`` ([`KarpathySplit.caption_image`][KarpathySplit.caption_image]). Keys:
+    image row of caption ``j`` (``caption_image`` of a
+    [`KarpathySplit`][recallkit.protocols.image_text.KarpathySplit]). Keys:
     ``i2t_recall@K``, ``t2i_recall@K`` (in the order of ``ks``), ``i2t_mean_rank``,
     ``i2t_median_rank``, ``t2i_mean_rank``, ``t2i_median_rank`` (1-indexed) and ``rmean``, the mean
     of the recalls (ALBEF's ``r_mean``). ``per_query`` holds the 0-indexed ranks. The ranking

@@ -1018,7 +1018,7 @@ def render_html(
     image_root : sequence of path-like, default ()
         Folders the queries' paths are relative to, beside the image folder a run file records;
         thumbnails are read only from these folders and each run file's own
-        ([`image_roots`][recallkit.reports.html.image_roots]).
+        (``recallkit.reports.html.image_roots``).
     failures_shown : int, default 24
         The worst queries shown per run, and the queries per side of each pair that only one
         run gets right.

@@ -103,7 +103,7 @@ def write_report(
         Decimals of the Markdown and LaTeX tables.
     image_root : sequence of path-like, default ()
         Folders the queries' image paths are relative to, for the HTML page's thumbnails
-        ([`image_roots`][recallkit.reports.html.image_roots]).
+        (``recallkit.reports.html.image_roots``).
     **options : Any
         [`summarize`][recallkit.reports.data.summarize]'s keyword arguments (``names``,
         ``metrics``, ``baseline``, ``test``, ``n_resamples``, ...) when ``runs`` is not a
@@ -136,7 +136,7 @@ def write_all(
     summary : Summary
         The runs and their statistics ([`summarize`][recallkit.reports.data.summarize]).
     folder : str or path-like
-        The folder (made when missing); [`FORMATS`][recallkit.reports.output.FORMATS] names each
+        The folder (made when missing); ``recallkit.reports.output.FORMATS`` names each
         format's file in it.
     formats : sequence of str, default every format
         Of ``'markdown'``, ``'latex'``, ``'csv'``, ``'json'``, ``'html'``.
