@@ -405,32 +405,7 @@ class RecallCalculator(AccuracyCalculator):
             _check_reference_starts_with_query(q, r, q_codes, r_codes, func)
         current = list(self.get_function_dict(include, exclude))
         ours = [name for name in current if name in self._ours]
-        out: dict[str, Any] = {}
-        average = "class" if self.avg_of_avgs else "query"
-        if ours:
-            result = retrieval_metrics(
-                q,
-                r,
-                q_codes,
-                r_codes,
-                [self._ours[name].name for name in ours],
-                query_in_reference=ref_includes_query,
-                options=Options.of(func, self.options, device=self.device, average=average),
-            )
-            lone = Options.from_definitions(result.definitions, func).lone_queries
-            for name in ours:
-                key = self._ours[name].name
-                if self.avg_of_avgs or self.return_per_class:  # PML's arithmetic, bit for bit
-                    out[name] = pml_avg_of_avgs(
-                        self._ours[name],
-                        result.per_query[key],
-                        result.evaluated,
-                        lone,
-                        q_codes,
-                        per_class=self.return_per_class,
-                    )
-                else:
-                    out[name] = result[key]
+        out = self._ours_of(q, r, q_codes, r_codes, ours, ref_includes_query) if ours else {}
         others = tuple(name for name in current if name not in self._ours)
         if others:
             if engine.is_streamed(r):  # PML's own metrics read the reference whole
@@ -450,6 +425,45 @@ class RecallCalculator(AccuracyCalculator):
             )
         self.curr_function_dict = self.get_function_dict(include, exclude)
         return {name: out[name] for name in current}
+
+    def _ours_of(
+        self,
+        q: Any,
+        r: Any,
+        q_codes: np.ndarray,
+        r_codes: np.ndarray,
+        ours: list[str],
+        ref_includes_query: bool,
+    ) -> dict[str, Any]:
+        """recallkit's values of the metrics ``ours`` (PML's names), from one pass; a class
+        average, and per-class values, in PML's arithmetic, bit for bit."""
+        func = "RecallCalculator.get_accuracy"
+        average = "class" if self.avg_of_avgs else "query"
+        result = retrieval_metrics(
+            q,
+            r,
+            q_codes,
+            r_codes,
+            [self._ours[name].name for name in ours],
+            query_in_reference=ref_includes_query,
+            options=Options.of(func, self.options, device=self.device, average=average),
+        )
+        lone = Options.from_definitions(result.definitions, func).lone_queries
+        out: dict[str, Any] = {}
+        for name in ours:
+            key = self._ours[name].name
+            if self.avg_of_avgs or self.return_per_class:
+                out[name] = pml_avg_of_avgs(
+                    self._ours[name],
+                    result.per_query[key],
+                    result.evaluated,
+                    lone,
+                    q_codes,
+                    per_class=self.return_per_class,
+                )
+            else:
+                out[name] = result[key]
+        return out
 
     def _check_names(self, names: Any, name: str, func: str) -> None:
         """``include``/``exclude`` of ``get_accuracy`` must name metrics this calculator has."""
@@ -504,8 +518,6 @@ def _check_reference_starts_with_query(
             "to begin with 'query_labels' when ref_includes_query=True",
             "labels that differ",
         )
-
-
 
 
 def _defaults(cls: type) -> dict[str, Any]:

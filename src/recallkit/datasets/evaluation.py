@@ -131,6 +131,12 @@ def evaluate_benchmark(
         query_in_reference=query_in_reference,
         options=options,
     )
+    return _as_benchmark(result, benchmark)
+
+
+def _as_benchmark(result: Result, benchmark: Benchmark) -> Result:
+    """``result`` shown as the benchmark's: its title, protocol, citation and completeness."""
+    protocol = benchmark.protocol
     header = {"benchmark": benchmark.name, "title": benchmark.title, "complete": benchmark.complete}
     fields = {
         "ks": list(protocol.ks),

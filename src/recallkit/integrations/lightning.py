@@ -53,48 +53,53 @@ def _from_outputs(pl_module: Any, outputs: Any, batch: Any, batch_idx: int, idx:
     return outputs["embeddings"], outputs["labels"], outputs.get("ids")
 
 
+#: The class's docstring: the class is built when its framework is first imported.
+_CALLBACK_DOC = """Log exact recall@K (and MAP@R, R-precision, ...) of the validation split every
+epoch.
+
+The sanity-check validation Lightning runs before training is not evaluated. ``result``
+holds the last epoch's whole [`recallkit.Result`][recallkit.result.Result] (Lightning
+converts logged values to tensors; the result keeps them as Python floats). Ranks are
+exact, and on equal scores the lower reference index (the lower dataset index under DDP)
+ranks first, as in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator].
+
+Parameters
+----------
+ks : int or sequence of int, default (1, 2, 4, 8)
+    The K of recall@K, as in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator].
+metrics : sequence of str, optional
+    Metric names, as in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator]; default
+    recall@K for ``ks``, MAP@R and R-precision.
+query_in_reference : bool, default True
+    ``True``: the validation rows are searched against themselves, each query's own row
+    left out; ``False``: the batches of dataloader ``gallery_dataloader`` are the gallery.
+collect : callable, optional
+    ``collect(pl_module, outputs, batch, batch_idx, dataloader_idx)`` returns a batch's
+    ``(embeddings, labels, ids)`` (``ids`` may be ``None`` in one process), or ``None`` to
+    skip the batch. Default: the ``validation_step`` output's ``"embeddings"``,
+    ``"labels"`` and ``"ids"``.
+gallery_dataloader : int, optional
+    With ``query_in_reference=False``, the index of the validation dataloader whose
+    batches are the gallery (default 1; the others give the queries).
+prefix : str, default "val/"
+    What the logged names start with (``"val/"``: ``val/recall@1``).
+history : str or os.PathLike, optional
+    As in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator]; each epoch is tagged
+    ``epoch-N``, ``N`` the trainer's ``current_epoch``.
+run_file : str, optional
+    As in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator].
+**options : str, int, bool or torch.device
+    The options of [`recallkit.Options`][recallkit.options.Options]: ``metric``,
+    ``chunk_size``, ``device``, ``precision``, ``lone_queries``.
+"""
+
+
 def _define() -> type:
     """The callback class, on Lightning's ``Callback``."""
     Callback = framework_class(__name__, "lightning.pytorch:Callback", "lightning")
 
     class RetrievalCallback(Callback):
-        """Log exact recall@K (and MAP@R, R-precision, ...) of the validation split every epoch.
-
-        The sanity-check validation Lightning runs before training is not evaluated. ``result``
-        holds the last epoch's whole [`recallkit.Result`][recallkit.result.Result] (Lightning
-        converts logged values to tensors; the result keeps them as Python floats). Ranks are
-        exact, and on equal scores the lower reference index (the lower dataset index under DDP)
-        ranks first, as in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator].
-
-        Parameters
-        ----------
-        ks : int or sequence of int, default (1, 2, 4, 8)
-            The K of recall@K, as in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator].
-        metrics : sequence of str, optional
-            Metric names, as in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator]; default
-            recall@K for ``ks``, MAP@R and R-precision.
-        query_in_reference : bool, default True
-            ``True``: the validation rows are searched against themselves, each query's own row
-            left out; ``False``: the batches of dataloader ``gallery_dataloader`` are the gallery.
-        collect : callable, optional
-            ``collect(pl_module, outputs, batch, batch_idx, dataloader_idx)`` returns a batch's
-            ``(embeddings, labels, ids)`` (``ids`` may be ``None`` in one process), or ``None`` to
-            skip the batch. Default: the ``validation_step`` output's ``"embeddings"``,
-            ``"labels"`` and ``"ids"``.
-        gallery_dataloader : int, optional
-            With ``query_in_reference=False``, the index of the validation dataloader whose
-            batches are the gallery (default 1; the others give the queries).
-        prefix : str, default "val/"
-            What the logged names start with (``"val/"``: ``val/recall@1``).
-        history : str or os.PathLike, optional
-            As in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator]; each epoch is tagged
-            ``epoch-N``, ``N`` the trainer's ``current_epoch``.
-        run_file : str, optional
-            As in [`recallkit.Evaluator`][recallkit.evaluator.Evaluator].
-        **options : str, int, bool or torch.device
-            The options of [`recallkit.Options`][recallkit.options.Options]: ``metric``,
-            ``chunk_size``, ``device``, ``precision``, ``lone_queries``.
-        """
+        __doc__ = _CALLBACK_DOC
 
         def __init__(
             self,

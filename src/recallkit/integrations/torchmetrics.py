@@ -43,45 +43,49 @@ __all__ = ["RetrievalMetrics"]  # noqa: F822 (built on first use: __getattr__)
 _SYNC = ("dist_sync_on_step", "sync_on_compute", "dist_sync_fn")
 
 
+#: The class's docstring: the class is built when its framework is first imported.
+_METRICS_DOC = """Exact recall@K (and MAP@R, R-precision, any metric of the registry) of the rows
+given to [`update`][update].
+
+[`update`][update] adds a batch ``(embeddings, labels, ids=None)``;
+[`update_reference`][update_reference] a batch of a separate gallery; [`compute`][compute]
+returns ``{name: 0-dim float64 tensor}`` and keeps the whole
+[`recallkit.Result`][recallkit.result.Result] in ``result``. As in every torchmetrics
+metric, the rows stay until [`reset`][reset] (which Lightning calls at the end of each epoch
+where the metric is logged); a dataset index given again with other values is an error that
+says so. ``forward`` only accumulates (a retrieval metric of one batch is not the split's)
+and returns ``None``. Ranks are exact, and on equal scores the lower reference index (the
+lower dataset index under DDP) ranks first, as in
+[`recallkit.Evaluator`][recallkit.evaluator.Evaluator].
+
+Parameters
+----------
+ks : int or sequence of int, default (1, 2, 4, 8)
+    The K of recall@K.
+metrics : sequence of str, optional
+    Metric names, as in
+    [`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics]; default
+    recall@K for ``ks``, MAP@R and R-precision.
+query_in_reference : bool, default True
+    ``True``: the rows are searched against themselves, each query's own row left out;
+    ``False``: against the gallery of [`update_reference`][update_reference].
+process_group : torch.distributed.ProcessGroup, optional
+    The ``torch.distributed`` group (default: the whole world).
+**options : str, int, bool or torch.device
+    The options of [`recallkit.Options`][recallkit.options.Options] (``metric``,
+    ``chunk_size``, ``device``, ``precision``, ``lone_queries``), and torchmetrics' own
+    ``compute_on_cpu`` and ``compute_with_cache``. torchmetrics' sync options
+    (``dist_sync_on_step``, ``sync_on_compute``, ``dist_sync_fn``) are refused: they would
+    gather every embedding onto every rank.
+"""
+
+
 def _define() -> type:
     """The metric class, on torchmetrics' ``Metric``."""
     Metric = framework_class(__name__, "torchmetrics:Metric", "torchmetrics")
 
     class RetrievalMetrics(Metric):
-        """Exact recall@K (and MAP@R, R-precision, any metric of the registry) of the rows
-        given to [`update`][update].
-
-        [`update`][update] adds a batch ``(embeddings, labels, ids=None)``;
-        [`update_reference`][update_reference] a batch of a separate gallery; [`compute`][compute]
-        returns ``{name: 0-dim float64 tensor}`` and keeps the whole
-        [`recallkit.Result`][recallkit.result.Result] in ``result``. As in every torchmetrics
-        metric, the rows stay until [`reset`][reset] (which Lightning calls at the end of each epoch
-        where the metric is logged); a dataset index given again with other values is an error that
-        says so. ``forward`` only accumulates (a retrieval metric of one batch is not the split's)
-        and returns ``None``. Ranks are exact, and on equal scores the lower reference index (the
-        lower dataset index under DDP) ranks first, as in
-        [`recallkit.Evaluator`][recallkit.evaluator.Evaluator].
-
-        Parameters
-        ----------
-        ks : int or sequence of int, default (1, 2, 4, 8)
-            The K of recall@K.
-        metrics : sequence of str, optional
-            Metric names, as in
-            [`recallkit.retrieval_metrics`][recallkit.retrieval.retrieval_metrics]; default
-            recall@K for ``ks``, MAP@R and R-precision.
-        query_in_reference : bool, default True
-            ``True``: the rows are searched against themselves, each query's own row left out;
-            ``False``: against the gallery of [`update_reference`][update_reference].
-        process_group : torch.distributed.ProcessGroup, optional
-            The ``torch.distributed`` group (default: the whole world).
-        **options : str, int, bool or torch.device
-            The options of [`recallkit.Options`][recallkit.options.Options] (``metric``,
-            ``chunk_size``, ``device``, ``precision``, ``lone_queries``), and torchmetrics' own
-            ``compute_on_cpu`` and ``compute_with_cache``. torchmetrics' sync options
-            (``dist_sync_on_step``, ``sync_on_compute``, ``dist_sync_fn``) are refused: they would
-            gather every embedding onto every rank.
-        """
+        __doc__ = _METRICS_DOC
 
         is_differentiable = False
         higher_is_better = True

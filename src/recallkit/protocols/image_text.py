@@ -173,22 +173,9 @@ def read_karpathy_split(
         folder = image.get("filepath")
         names.append(f"{folder}/{image['filename']}" if folder else str(image["filename"]))
         ids.append(int(image.get("cocoid", imgid)))
-        sentences = image["sentences"]
-        if not isinstance(sentences, list) or not all(isinstance(x, dict) for x in sentences):
-            raise ValueError(
-                f"{path}: image {imgid} ({names[-1]}): 'sentences' must be a list of JSON "
-                f"objects, one per caption. Got {type(sentences).__name__}."
-            )
-        if captions_per_image is not None:
-            sentences = sentences[:captions_per_image]
-        for sentence in sentences:
-            if "imgid" in sentence and sentence["imgid"] != imgid:
-                raise ValueError(
-                    f"{path}: caption {sentence.get('sentid', '?')} listed under image {imgid} "
-                    f"({names[-1]}) points at image {sentence['imgid']}"
-                )
-            raw = sentence.get("raw")
-            captions.append(str(raw) if raw is not None else " ".join(sentence.get("tokens", [])))
+        image_name = f"image {imgid} ({names[-1]})"
+        for caption in _captions(image["sentences"], captions_per_image, path, imgid, image_name):
+            captions.append(caption)
             owner.append(row)
     if not names:
         raise ValueError(f"{path}: no image has split {split!r}")
@@ -208,6 +195,30 @@ def read_karpathy_split(
     caption_image = np.asarray(owner, dtype=np.int64)
     caption_image.setflags(write=False)
     return KarpathySplit(dataset, split, tuple(names), tuple(ids), tuple(captions), caption_image)
+
+
+def _captions(
+    sentences: Any, captions_per_image: int | None, path: Any, imgid: Any, image: str
+) -> list[str]:
+    """An image's captions (each sentence's ``raw`` text, or its tokens joined), the first
+    ``captions_per_image`` of them when given; errors name the file and ``image``."""
+    if not isinstance(sentences, list) or not all(isinstance(x, dict) for x in sentences):
+        raise ValueError(
+            f"{path}: {image}: 'sentences' must be a list of JSON objects, one per caption. "
+            f"Got {type(sentences).__name__}."
+        )
+    if captions_per_image is not None:
+        sentences = sentences[:captions_per_image]
+    out = []
+    for sentence in sentences:
+        if "imgid" in sentence and sentence["imgid"] != imgid:
+            raise ValueError(
+                f"{path}: caption {sentence.get('sentid', '?')} listed under {image} points at "
+                f"image {sentence['imgid']}"
+            )
+        raw = sentence.get("raw")
+        out.append(str(raw) if raw is not None else " ".join(sentence.get("tokens", [])))
+    return out
 
 
 def _check_caption_image(caption_image: Any, num_images: int, func: str) -> np.ndarray:

@@ -747,60 +747,12 @@ def _compile(node: Any, root: dict[str, Any], cache: dict[int, Check]) -> Check:
     if "$ref" in node:
         steps.append(_compile(_resolve(root, node["$ref"]), root, cache))
     if "anyOf" in node:
-        branches = [_compile(b, root, cache) for b in node["anyOf"]]
-        kinds = [k for b in node["anyOf"] for k in _kinds_of(b, root)]
-
-        def any_of(value: Any, path: tuple[Any, ...]) -> None:
-            errors = []
-            for branch in branches:
-                try:
-                    branch(value, path)
-                    return
-                except _Invalid as error:
-                    errors.append(error)
-            deepest = max(errors, key=lambda e: len(e.path))
-            if deepest.path != path:
-                raise deepest
-            raise _Invalid(path, value, f"it is {_words(kinds)}")
-
-        steps.append(any_of)
+        steps.append(_any_of_step(node, root, cache))
     if "not" in node:
-        refused = _compile(node["not"], root, cache)
-
-        def negated(value: Any, path: tuple[Any, ...]) -> None:
-            try:
-                refused(value, path)
-            except _Invalid:
-                return
-            raise _Invalid(path, value, "it is not a record of this kind")
-
-        steps.append(negated)
+        steps.append(_not_step(node, root, cache))
     if "type" in node:
-        kinds = [node["type"]] if isinstance(node["type"], str) else list(node["type"])
-        tests = [_type_test(k) for k in kinds]
-        numeric = "number" in kinds or "integer" in kinds
-        rule = f"it is {_words(kinds)}"
-
-        def typed(value: Any, path: tuple[Any, ...]) -> None:
-            if not any(test(value) for test in tests):
-                raise _Invalid(path, value, rule)
-            if numeric and value is not None and not isinstance(value, bool | str | list | dict):
-                why = _number_rule(value)
-                if why is not None:
-                    raise _Invalid(path, value, why)
-
-        steps.append(typed)
-    for name in ("enum", "const"):
-        if name in node:
-            allowed = node[name] if name == "enum" else [node[name]]
-            shown = ", ".join(json.dumps(a) for a in allowed)
-            rule = f"it is {shown}" if len(allowed) == 1 else f"it is one of {shown}"
-
-            def one_of(value: Any, path: tuple[Any, ...], allowed=allowed, rule=rule) -> None:
-                if not any(type(value) is type(a) and value == a for a in allowed):
-                    raise _Invalid(path, value, rule + did_you_mean(value, map(str, allowed)))
-
-            steps.append(one_of)
+        steps.append(_type_step(node, root, cache))
+    steps += _choice_steps(node)
     if "minimum" in node:
         low = node["minimum"]
 
@@ -849,6 +801,76 @@ def _compile(node: Any, root: dict[str, Any], cache: dict[int, Check]) -> Check:
     if "items" in node:
         steps.append(_items(node["items"], root, cache))
     return run
+
+
+def _any_of_step(node: Any, root: dict[str, Any], cache: dict[int, Check]) -> Check:
+    """One of the ``anyOf`` branches holds; else the deepest branch's refusal."""
+    branches = [_compile(b, root, cache) for b in node["anyOf"]]
+    kinds = [k for b in node["anyOf"] for k in _kinds_of(b, root)]
+
+    def any_of(value: Any, path: tuple[Any, ...]) -> None:
+        errors = []
+        for branch in branches:
+            try:
+                branch(value, path)
+                return
+            except _Invalid as error:
+                errors.append(error)
+        deepest = max(errors, key=lambda e: len(e.path))
+        if deepest.path != path:
+            raise deepest
+        raise _Invalid(path, value, f"it is {_words(kinds)}")
+
+    return any_of
+
+
+def _not_step(node: Any, root: dict[str, Any], cache: dict[int, Check]) -> Check:
+    """The ``not`` schema refuses the value."""
+    refused = _compile(node["not"], root, cache)
+
+    def negated(value: Any, path: tuple[Any, ...]) -> None:
+        try:
+            refused(value, path)
+        except _Invalid:
+            return
+        raise _Invalid(path, value, "it is not a record of this kind")
+
+    return negated
+
+
+def _type_step(node: Any, root: dict[str, Any], cache: dict[int, Check]) -> Check:
+    """The value is of one of the ``type`` kinds (a number also finite and in range)."""
+    kinds = [node["type"]] if isinstance(node["type"], str) else list(node["type"])
+    tests = [_type_test(k) for k in kinds]
+    numeric = "number" in kinds or "integer" in kinds
+    rule = f"it is {_words(kinds)}"
+
+    def typed(value: Any, path: tuple[Any, ...]) -> None:
+        if not any(test(value) for test in tests):
+            raise _Invalid(path, value, rule)
+        if numeric and value is not None and not isinstance(value, bool | str | list | dict):
+            why = _number_rule(value)
+            if why is not None:
+                raise _Invalid(path, value, why)
+
+    return typed
+
+
+def _choice_steps(node: Any) -> list[Check]:
+    """The value is one of ``enum``, or ``const``."""
+    steps: list[Check] = []
+    for name in ("enum", "const"):
+        if name in node:
+            allowed = node[name] if name == "enum" else [node[name]]
+            shown = ", ".join(json.dumps(a) for a in allowed)
+            rule = f"it is {shown}" if len(allowed) == 1 else f"it is one of {shown}"
+
+            def one_of(value: Any, path: tuple[Any, ...], allowed=allowed, rule=rule) -> None:
+                if not any(type(value) is type(a) and value == a for a in allowed):
+                    raise _Invalid(path, value, rule + did_you_mean(value, map(str, allowed)))
+
+            steps.append(one_of)
+    return steps
 
 
 def _kinds_of(node: Any, root: dict[str, Any]) -> list[str]:
@@ -1055,11 +1077,21 @@ def _semantics(record: dict[str, Any], where: str) -> None:
     ``RecordError``."""
     import numpy as np
 
-    from recallkit import metrics as registry
-    from recallkit._labels import averaging
-    from recallkit.options import Options
-    from recallkit.runfiles.definitions import check_definitions
+    queries = record["queries"]
+    n = _check_lengths(record, where)
+    options, parameters = _run_options(record, where)
+    rank = np.fromiter(queries["first_hit_rank"], dtype=np.int64, count=n)
+    evaluated = rank >= 0
+    _check_counts(record, n, evaluated)
+    classes = _classes(queries) if options.average == "class" else None
+    stated = metrics_of(record)
+    _check_metrics(record, stated, parameters, options, rank, evaluated, classes)
+    _check_bounds(record, stated, parameters)
 
+
+def _check_lengths(record: dict[str, Any], where: str) -> int:
+    """The number of queries, once every per-query list holds one entry per query and every
+    first-hit rank lies below the gallery's size."""
     queries = record["queries"]
     ids, ranks = queries["ids"], queries["first_hit_rank"]
     n = len(ids)
@@ -1090,6 +1122,14 @@ def _semantics(record: dict[str, Any], where: str) -> None:
                     rank,
                     f"a rank is below the {gallery} gallery images (num_gallery)",
                 )
+    return n
+
+
+def _run_options(record: dict[str, Any], where: str) -> tuple[Any, dict[str, Any]]:
+    """The run's options, rebuilt from its definitions record, and its metrics' parameters."""
+    from recallkit.options import Options
+    from recallkit.runfiles.definitions import check_definitions
+
     definitions = record.get("definitions")
     if definitions is not None:
         try:
@@ -1100,8 +1140,12 @@ def _semantics(record: dict[str, Any], where: str) -> None:
         parameters = definitions.get("metric_parameters", {})
     else:
         options, parameters = Options(), {}
-    rank = np.fromiter(ranks, dtype=np.int64, count=n)
-    evaluated = rank >= 0
+    return options, parameters
+
+
+def _check_counts(record: dict[str, Any], n: int, evaluated: Any) -> None:
+    """The counts the record states agree with its first-hit ranks; the worst classes' recalls
+    lie in [0, 1]."""
     counts = {"num_evaluated": int(evaluated.sum()), "num_excluded": int(n - evaluated.sum())}
     for name, count in counts.items():
         if name in record and record[name] != count:
@@ -1119,20 +1163,41 @@ def _semantics(record: dict[str, Any], where: str) -> None:
                 raise _Invalid(("worst_classes", i, "recall", name), value, "it lies in [0, 1]")
         if row["queries"] > n:
             raise _Invalid(("worst_classes", i, "queries"), row["queries"], f"at most {n}")
-    classes = None
-    if options.average == "class":
-        if "labels" not in queries:
-            raise _Invalid(
-                ("queries", "labels"), _MISSING, "a run whose values average classes holds them"
-            )
-        from recallkit._inputs.codes import dense_codes
 
-        labels = [tuple(v) if isinstance(v, list) else v for v in queries["labels"]]
-        try:
-            classes, _ = dense_codes(labels, [], ("labels", "labels"), "load_run")
-        except (ValueError, TypeError) as error:
-            raise _Invalid(("queries", "labels"), queries["labels"][:3], str(error)) from None
-    stated = metrics_of(record)
+
+def _classes(queries: dict[str, Any]) -> Any:
+    """The query labels as dense codes (a class average needs them)."""
+    from recallkit._inputs.codes import dense_codes
+
+    if "labels" not in queries:
+        raise _Invalid(
+            ("queries", "labels"), _MISSING, "a run whose values average classes holds them"
+        )
+    labels = [tuple(v) if isinstance(v, list) else v for v in queries["labels"]]
+    try:
+        classes, _ = dense_codes(labels, [], ("labels", "labels"), "load_run")
+    except (ValueError, TypeError) as error:
+        raise _Invalid(("queries", "labels"), queries["labels"][:3], str(error)) from None
+    return classes
+
+
+def _check_metrics(
+    record: dict[str, Any],
+    stated: dict[str, Any],
+    parameters: dict[str, Any],
+    options: Any,
+    rank: Any,
+    evaluated: Any,
+    classes: Any,
+) -> None:
+    """Each stated value is a number in its metric's range and the summary of its per-query
+    values (or of the first-hit ranks, for recall@K), under the run's options."""
+    import numpy as np
+
+    from recallkit import metrics as registry
+    from recallkit._labels import averaging
+
+    values = record["queries"].get("values", {})
     for name, value in stated.items():
         if value is not None and not (
             isinstance(value, int | float) and not isinstance(value, bool)
@@ -1173,6 +1238,14 @@ def _semantics(record: dict[str, Any], where: str) -> None:
                 f"{options.lone_queries!r}, averaged over each {options.average}); was the file "
                 "edited?",
             )
+
+
+def _check_bounds(
+    record: dict[str, Any], stated: dict[str, Any], parameters: dict[str, Any]
+) -> None:
+    """Each metric's tie bounds lie on either side of its value, within its range."""
+    from recallkit import metrics as registry
+
     for name, pair in record.get("bounds", {}).items():
         metric = registry.parse_one(name, **parameters.get(name, {}))
         if name not in stated:
