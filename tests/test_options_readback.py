@@ -33,7 +33,7 @@ from recallkit.runfiles import definitions, records
         ("1000000", 1_000_000),
         ("1KB", 1000),
         ("1 kb", 1000),
-        ("1k", 1000),
+        ("1k", 1024),
         ("1KiB", 1024),
         ("512MB", 512 * 10**6),
         ("512MiB", 512 * 2**20),
@@ -62,6 +62,7 @@ def test_a_float_memory_budget_is_refused_naming_the_units():
         Options.of("f", memory_budget=1.5)
     assert Options.of("f", memory_budget="1 TB").memory_budget == 10**12
     assert Options.of("f", memory_budget=np.int64(4096)).memory_budget == 4096
+    assert Options.of("f", memory_budget=2.5e9).memory_budget == 2_500_000_000  # a whole float
 
 
 def test_the_definitions_record_and_the_schema_hold_the_options_choices():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import numbers
 import re
 from collections.abc import Callable, Sequence
@@ -50,29 +51,30 @@ SCOPES = ("engine", "label")
 #: The memory budget of a query chunk on the CPU, and the least one on a GPU, when the
 #: ``memory_budget`` option is not given.
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
-#: The units of a number of bytes, case ignored: ``KB``, ``MB``, ``GB``, ``TB`` (powers of 1000,
-#: as SI and disk makers write them; ``k``, ``m``, ``g``, ``t`` alone too) and ``KiB``, ``MiB``,
-#: ``GiB``, ``TiB`` (powers of 1024, IEC).
+#: The units of a number of bytes, case ignored, as GNU coreutils (``dd``, ``sort -S``) read
+#: them: ``KB``, ``MB``, ``GB``, ``TB`` powers of 1000 (as SI and disk makers write them);
+#: ``KiB``, ``MiB``, ``GiB``, ``TiB`` (IEC) and ``K``, ``M``, ``G``, ``T`` alone powers of 1024.
 _UNITS = {
     "": 1,
     "b": 1,
-    **{f"{p}{b}": 1000**n for n, p in enumerate("kmgt", 1) for b in ("", "b")},
-    **{f"{p}ib": 1024**n for n, p in enumerate("kmgt", 1)},
+    **{f"{p}b": 1000**n for n, p in enumerate("kmgt", 1)},
+    **{f"{p}{b}": 1024**n for n, p in enumerate("kmgt", 1) for b in ("", "ib")},
 }
 _BYTES = re.compile(r"(\d+)(\.\d+)?\s*([a-z]*)")
 BYTES_HELP = (
     "a positive whole number of bytes, or a string with a unit such as '512MiB' or '8GB' "
-    "(KB, MB, GB, TB: powers of 1000; KiB, MiB, GiB, TiB: powers of 1024)"
+    "(KB, MB, GB, TB: powers of 1000; KiB, MiB, GiB, TiB, and K, M, G, T alone: powers of "
+    "1024)"
 )
 
 
 def parse_bytes(text: str) -> int | None:
     """A number of bytes written as digits with an optional unit, case ignored: ``"1000000"``,
-    ``"512MiB"`` and ``"8GiB"`` (binary: powers of 1024), ``"512 MB"``, ``"8g"`` and ``"1TB"``
+    ``"512MiB"``, ``"8GiB"`` and ``"8g"`` (binary: powers of 1024), ``"512 MB"`` and ``"1TB"``
     (decimal: powers of 1000, as SI and disk makers write them), ``"1.5GiB"`` (a fraction with
-    a unit, rounded down to whole bytes); ``None`` when ``text`` is not one or is below one
-    byte. The one parser of the ``memory_budget`` option, its flag ``--memory-budget`` and
-    ``RECALLKIT_GPU_MEMORY``.
+    a unit, rounded down to whole bytes), as GNU coreutils read them; ``None`` when ``text`` is
+    not one or is below one byte. The one parser of the ``memory_budget`` option, its flag
+    ``--memory-budget`` and ``RECALLKIT_GPU_MEMORY``.
 
     >>> parse_bytes("512MiB"), parse_bytes("1.5 GiB"), parse_bytes("1KB"), parse_bytes("1 TB")
     (536870912, 1610612736, 1000, 1000000000000)
@@ -100,9 +102,9 @@ def _positive_or_none(value: Any, func: str, name: str) -> int | None:
 
 
 def _byte_count(value: Any, func: str, name: str) -> int | None:
-    """``None``, or a positive number of bytes: an integer (a float is refused: ``1.5`` is not
-    a byte count, and ``1.5`` read as one byte hid the mistake) or a string
-    [`parse_bytes`][parse_bytes] reads."""
+    """``None``, or a positive number of bytes: an integer, a float with a whole value
+    (``2.5e9``; a fraction such as ``1.5`` is refused: it is no byte count, and ``1.5`` read as
+    one byte hid the mistake) or a string [`parse_bytes`][parse_bytes] reads."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -111,6 +113,9 @@ def _byte_count(value: Any, func: str, name: str) -> int | None:
             return parsed
     elif isinstance(value, numbers.Integral) and not isinstance(value, bool):
         if value >= 1:
+            return int(value)
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if math.isfinite(value) and float(value).is_integer() and value >= 1:
             return int(value)
     raise fail(func, name, BYTES_HELP, repr(value))
 
