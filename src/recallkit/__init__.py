@@ -24,10 +24,11 @@ if _TYPE_CHECKING:
         average_precision_at_k,
         ground_truth_ranks,
         ground_truth_ranks_from_embeddings,
+        nearest_neighbors,
+        nearest_neighbors_from_scores,
         recall_at_k_from_scores,
         recall_from_ranks,
     )
-    from recallkit.neighbors import nearest_neighbors, nearest_neighbors_from_scores
     from recallkit.options import Options
     from recallkit.result import Result
     from recallkit.retrieval import map_at_k, map_at_r, r_precision, recall_at_k, retrieval_metrics
@@ -52,8 +53,8 @@ _HOMES = {
     "intervals": "recallkit.comparison",
     "map_at_k": "recallkit.retrieval",
     "map_at_r": "recallkit.retrieval",
-    "nearest_neighbors": "recallkit.neighbors",
-    "nearest_neighbors_from_scores": "recallkit.neighbors",
+    "nearest_neighbors": "recallkit.ground_truth",
+    "nearest_neighbors_from_scores": "recallkit.ground_truth",
     "r_precision": "recallkit.retrieval",
     "recall_at_k": "recallkit.retrieval",
     "recall_at_k_from_scores": "recallkit.ground_truth",

@@ -42,9 +42,9 @@ import numpy as np
 
 from recallkit import metrics as registry
 from recallkit import stats
+from recallkit._averaging import counted
 from recallkit._inputs.codes import dense_codes
 from recallkit._inputs.values import check_choice, check_unit_interval
-from recallkit._labels.averaging import counted
 from recallkit.exceptions import fail
 from recallkit.options import Options
 from recallkit.runfiles import records

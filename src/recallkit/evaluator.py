@@ -50,9 +50,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from recallkit import _averaging as averaging
 from recallkit import metrics as registry
 from recallkit._inputs import checks as _checks
-from recallkit._labels import averaging
 from recallkit.options import Options, accepts, check_flag, fill_docs
 from recallkit.result import Result
 from recallkit.runfiles import records

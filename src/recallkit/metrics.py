@@ -19,7 +19,7 @@ all there is to the metric, and nothing else in the library knows it by name:
   ``"zero"``) and its parameters beyond K ([`Metric.parameters`][Metric.parameters]).
 
 How the summaries are averaged (over queries, or per class first) is
-[`recallkit._labels.averaging`][recallkit._labels.averaging]'s, the same for every metric.
+[`recallkit._averaging`][recallkit._averaging]'s, the same for every metric.
 
 Names (``R`` = relevant reference items of the query after every exclusion; ``C`` = the
 query's candidates after every exclusion; ``rel_i`` = whether the item at 0-indexed rank ``i``

@@ -13,7 +13,7 @@ command-line flag are written in that field and nowhere else. From this one decl
 An entry point passes the options to [`recallkit.engine.prepare`][recallkit.engine.prepare], which
 keeps them on the prepared space; the engine reads each option in one place. The engine's options
 never change a value: they choose how the engine runs. Two options of the label form choose what a
-value averages ([`recallkit._labels.averaging`][recallkit._labels.averaging]): ``lone_queries``
+value averages ([`recallkit._averaging`][recallkit._averaging]): ``lone_queries``
 (what a query without a relevant item counts as) and ``average`` (queries or classes); both are
 recorded in the definitions of a result when they are not the default.
 

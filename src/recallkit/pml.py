@@ -18,14 +18,14 @@ from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 
 from recallkit import engine
 from recallkit import metrics as registry
+from recallkit._averaging import pml_avg_of_avgs
 from recallkit._inputs import checks as _checks
 from recallkit._inputs.codes import dense_codes
 from recallkit._inputs.io import pin, read_through
 from recallkit._labels import form as label_form
-from recallkit._labels.averaging import pml_avg_of_avgs
 from recallkit.engine.exact import row_sq_norms
 from recallkit.exceptions import RecallkitWarning, Text, warn
-from recallkit.neighbors import id_codes, nearest_neighbors
+from recallkit.ground_truth import id_codes, nearest_neighbors
 from recallkit.options import Options, accepts, check_flag, fill_docs
 from recallkit.options import names as option_names
 from recallkit.retrieval import retrieval_metrics

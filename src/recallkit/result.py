@@ -360,7 +360,7 @@ class Result(dict):
     def by_class(self, name: str) -> dict[Any, float]:
         """Each class's value of the label-form metric ``name``: the metric's summary of the
         class's queries that count under the result's ``lone_queries`` (as ``average="class"``
-        averages them; ``recallkit._labels.averaging.by_class``), keyed by label, classes in
+        averages them; ``recallkit._averaging.by_class``), keyed by label, classes in
         increasing order of label (tuples: in order of first appearance). A class whose
         queries are all lone has no entry under ``lone_queries="skip"``.
 
@@ -388,9 +388,9 @@ class Result(dict):
         >>> r.by_class("recall@1")
         {'a': 1.0, 'b': 0.6666666666666666}
         """
+        from recallkit import _averaging as averaging
         from recallkit import metrics as registry
         from recallkit._inputs.codes import dense_codes
-        from recallkit._labels import averaging
         from recallkit.options import Options
 
         if self.query_labels is None or name not in self.per_query:

@@ -35,10 +35,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from recallkit import _averaging as averaging
 from recallkit import engine
 from recallkit import metrics as registry
 from recallkit._inputs import checks as _checks
-from recallkit._labels import averaging
 from recallkit._labels import form as label_form
 from recallkit.engine import ties
 from recallkit.options import Options, accepts

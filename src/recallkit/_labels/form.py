@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from recallkit import _averaging as averaging
 from recallkit import engine
 from recallkit._inputs import checks as _checks
 from recallkit._inputs.codes import dense_codes
-from recallkit._labels import averaging
 from recallkit.exceptions import LoneQueriesWarning, RecallkitWarning, Text, fail, warn
 from recallkit.metrics import Metric, Ranked, Recall, rank_bounds
 from recallkit.options import Options, changed_values, check_flag

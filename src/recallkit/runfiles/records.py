@@ -1020,7 +1020,7 @@ def check_run(record: Any, where: str) -> dict[str, Any]:
       -1); recall@K agrees with the ranks (a hit when the rank is below K), and a rank metric's
       per-query value is the rank plus one;
     * each metric's value is the summary of its per-query values
-      ([`recallkit._labels.averaging.summarize`][recallkit._labels.averaging.summarize], the code
+      ([`recallkit._averaging.summarize`][recallkit._averaging.summarize], the code
       that computed it, under the run's ``lone_queries`` and ``average``), within rounding
       (relative 1e-9); a value is ``null`` only where no query counts; without per-query values
       recall@K is checked against the ranks;
@@ -1194,8 +1194,8 @@ def _check_metrics(
     values (or of the first-hit ranks, for recall@K), under the run's options."""
     import numpy as np
 
+    from recallkit import _averaging as averaging
     from recallkit import metrics as registry
-    from recallkit._labels import averaging
 
     values = record["queries"].get("values", {})
     for name, value in stated.items():

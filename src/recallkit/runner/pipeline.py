@@ -25,7 +25,7 @@ from recallkit import metrics as registry
 from recallkit._inputs import checks as _checks
 from recallkit._labels import form as label_form
 from recallkit.exceptions import RunnerError, fail
-from recallkit.neighbors import nearest_neighbors
+from recallkit.ground_truth import nearest_neighbors
 from recallkit.options import Options, accepts
 from recallkit.result import Result as RecallResult
 from recallkit.runfiles.records import dumps_run, evaluation_record, json_label
