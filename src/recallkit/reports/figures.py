@@ -204,7 +204,7 @@ def difference_figure(comparison: Comparison, metrics: Sequence[str] | None = No
         comparison.test, "bootstrap"
     )
     fig.suptitle(
-        f"Paired differences of {len(comparison.runs)} runs; filled red: significant "
+        f"Paired differences of {len(comparison.runs)} runs\nfilled red: significant "
         f"({test} test, {comparison.correction}, alpha {comparison.alpha:g})",
         fontsize="medium",
     )
