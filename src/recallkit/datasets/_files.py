@@ -9,11 +9,12 @@ that stay inside the dataset folder, without NUL characters.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import posixpath
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -281,26 +282,65 @@ def splits_by_label_range(
     return splits
 
 
-def start(
-    name: str,
-    root: object,
-    allow_partial: object,
-    skip_missing: object,
-    check_images: object,
-    **more: object,
-) -> Loading:
-    """Check the arguments of ``load_<name>`` (``root`` an existing folder, every flag a bool;
-    ``more``: a loader's own flags, such as ``crop``) and return the call's [`Loading`][Loading]."""
+#: The keywords every loader takes, with their defaults; ``crop`` only where boxes exist.
+FLAGS = {"allow_partial": False, "skip_missing": False, "check_images": True, "crop": False}
+
+#: The keywords' entries of every loader's Parameters section, written once: ``{sizes}`` is the
+#: benchmark's split sizes, ``{partial}``, ``{skip}`` and ``{check}`` a loader's own remarks
+#: (a remark that breaks its line indents the next as the entry's description).
+FLAGS_DOC = """allow_partial : bool, default False
+    Accept split sizes other than {sizes}{partial}.
+skip_missing : bool, default False
+    Leave out listed images that are not on disk (with a warning){skip}.
+check_images : bool, default True
+    Check that each listed image exists{check}."""
+
+
+def loader(
+    name: str, *, crop: bool = False, partial: str = "", skip: str = "", check: str = ""
+) -> Callable[[Callable[[Loading], Benchmark]], Callable[..., Benchmark]]:
+    """The public ``load_<name>(root, *, allow_partial=False, skip_missing=False,
+    check_images=True[, crop=False])`` around ``body``, which reads the files of one checked call
+    ([`Loading`][Loading]). Its docstring's ``{flags}`` marker becomes [`FLAGS_DOC`][FLAGS_DOC]
+    with the benchmark's split sizes and the remarks ``partial``, ``skip`` and ``check``."""
     function = f"load_{name}"
-    root_path = check_root(root, function)
-    check_flags(
-        function,
-        allow_partial=allow_partial,
-        skip_missing=skip_missing,
-        check_images=check_images,
-        **more,
-    )
-    return Loading(name, root_path, bool(allow_partial), bool(skip_missing), bool(check_images))
+    taken = {flag: default for flag, default in FLAGS.items() if crop or flag != "crop"}
+
+    def wrap(body: Callable[[Loading], Benchmark]) -> Callable[..., Benchmark]:
+        def load(root: str | os.PathLike[str], **flags: bool) -> Benchmark:
+            for flag in flags:
+                if flag not in taken:  # the words of Python's own error for a keyword-only list
+                    raise TypeError(f"{function}() got an unexpected keyword argument {flag!r}")
+            folder = check_root(root, function)
+            flags = {**taken, **flags}
+            check_flags(function, **flags)
+            return body(Loading(name, folder, **{k: bool(v) for k, v in flags.items()}))
+
+        sizes = " / ".join(f"{n:,}" for n in BENCHMARK_INFO[name].split_sizes.values())
+        text = FLAGS_DOC.format(sizes=sizes, partial=partial, skip=skip, check=check)
+        head = body.__doc__[: body.__doc__.index("{flags}")]
+        indent = head[head.rfind("\n") + 1 :]
+        load.__doc__ = body.__doc__.replace("{flags}", text.replace("\n", "\n" + indent))
+        load.__name__ = load.__qualname__ = function
+        load.__module__ = body.__module__
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        load.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [
+                inspect.Parameter(
+                    "root",
+                    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                    annotation="str | os.PathLike[str]",
+                ),
+                *(
+                    inspect.Parameter(f, keyword, default=d, annotation="bool")
+                    for f, d in taken.items()
+                ),
+            ],
+            return_annotation="Benchmark",
+        )
+        return load
+
+    return wrap
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,6 +352,7 @@ class Loading:
     allow_partial: bool
     skip_missing: bool
     check_images: bool
+    crop: bool = False
 
     @property
     def title(self) -> str:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -39,14 +38,10 @@ _NAME = "cars196"
 _BOX_FIELDS = ("bbox_x1", "bbox_y1", "bbox_x2", "bbox_y2")
 
 
-def load_cars196(
-    root: str | os.PathLike[str],
-    *,
-    allow_partial: bool = False,
-    skip_missing: bool = False,
-    check_images: bool = True,
-    crop: bool = False,
-) -> Benchmark:
+@_files.loader(
+    _NAME, crop=True, partial=" (results are then not\n    comparable with published numbers)"
+)
+def load_cars196(load: _files.Loading) -> Benchmark:
     """Load Cars196 with train = classes 1–98 and test = classes 99–196, from either packaging.
 
     Parameters
@@ -55,13 +50,7 @@ def load_cars196(
         The folder that holds ``cars_annos.mat`` and ``car_ims/``, or the devkit's
         annotation files (directly or in ``devkit/``) with ``cars_train/`` and ``cars_test/``.
         When both are present, ``cars_annos.mat`` is used.
-    allow_partial : bool, default False
-        Accept split sizes other than 8,054 / 8,131 (results are then not
-        comparable with published numbers).
-    skip_missing : bool, default False
-        Leave out listed images that are not on disk (with a warning).
-    check_images : bool, default True
-        Check that each listed image exists.
+    {flags}
     crop : bool, default False
         Fill ``Split.bboxes`` from the bbox fields. MATLAB's 1-based inclusive
         ``(x1, y1, x2, y2)`` becomes the ``PIL.Image.crop`` box ``(x1 - 1, y1 - 1, x2, y2)``.
@@ -90,10 +79,9 @@ def load_cars196(
     ...
     recallkit.datasets.base.DatasetFileNotFoundError: Cars196 needs cars_annos.mat ...
     """
-    load = _files.start(_NAME, root, allow_partial, skip_missing, check_images, crop=crop)
     relative, classes, boxes, entry, files = _read_annotations(load.root)
     _check_entries(relative, classes, entry)
-    bboxes = _crop_boxes(boxes, entry) if crop else None
+    bboxes = _crop_boxes(boxes, entry) if load.crop else None
     splits = _files.splits_by_label_range(_NAME, load.root, relative, classes, bboxes)
     return load.finish(splits, files)
 

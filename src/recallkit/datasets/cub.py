@@ -28,28 +28,22 @@ __all__ = ["load_cub"]
 _NAME = "cub"
 
 
-def load_cub(
-    root: str | os.PathLike[str],
-    *,
-    allow_partial: bool = False,
-    skip_missing: bool = False,
-    check_images: bool = True,
-    crop: bool = False,
-) -> Benchmark:
+@_files.loader(
+    _NAME,
+    crop=True,
+    partial=" (results are then not\n"
+    "    comparable with published numbers; ``Benchmark.complete`` is False)",
+    skip=" instead of\n    raising",
+    check=" (one ``os.path.exists`` per image)",
+)
+def load_cub(load: _files.Loading) -> Benchmark:
     """Load CUB-200-2011 with train = classes 1–100 and test = classes 101–200.
 
     Parameters
     ----------
     root : str or os.PathLike
         The ``CUB_200_2011`` folder, or the folder that contains it.
-    allow_partial : bool, default False
-        Accept split sizes other than 5,864 / 5,924 (results are then not
-        comparable with published numbers; ``Benchmark.complete`` is False).
-    skip_missing : bool, default False
-        Leave out listed images that are not on disk (with a warning) instead of
-        raising.
-    check_images : bool, default True
-        Check that each listed image exists (one ``os.path.exists`` per image).
+    {flags}
     crop : bool, default False
         Read ``bounding_boxes.txt`` into ``Split.bboxes`` (boxes ``(x, y, x + width,
         y + height)``), used by ``Split.open_image``. Off by default: the standard
@@ -81,7 +75,6 @@ def load_cub(
     >>> cub.splits["test"].labels.tolist(), cub.protocol.ks
     ([101], (1, 2, 4, 8))
     """
-    load = _files.start(_NAME, root, allow_partial, skip_missing, check_images, crop=crop)
     folder = _files.find_folder(load.root, "images.txt", ["CUB_200_2011"])
     looked_in = [load.root, load.root / "CUB_200_2011"]
     images_file = _files.require_file(folder, "images.txt", load.title, looked_in)
@@ -90,7 +83,7 @@ def load_cub(
     labels = _read_labels(labels_file, ids, images)
     files = [images_file, labels_file]
     bboxes = None
-    if crop:
+    if load.crop:
         boxes_file = _files.require_file(folder, "bounding_boxes.txt", load.title, [folder])
         files.append(boxes_file)
         bboxes = _read_boxes(boxes_file, ids, images)

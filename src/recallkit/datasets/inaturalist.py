@@ -13,7 +13,6 @@ categories, test 136,093 images of 2,452 other categories.
 
 from __future__ import annotations
 
-import os
 import re
 
 import numpy as np
@@ -48,26 +47,19 @@ INATURALIST_SUPERCATEGORIES: tuple[str, ...] = (
 _SUPER_INDEX = {name: i for i, name in enumerate(INATURALIST_SUPERCATEGORIES)}
 
 
-def load_inaturalist(
-    root: str | os.PathLike[str],
-    *,
-    allow_partial: bool = False,
-    skip_missing: bool = False,
-    check_images: bool = True,
-) -> Benchmark:
+@_files.loader(
+    _NAME,
+    check=" (460,000 ``os.path.exists`` calls:\n"
+    "    seconds on a local disk, longer on a network file system)",
+)
+def load_inaturalist(load: _files.Loading) -> Benchmark:
     """Load iNaturalist 2018 with the Smooth-AP split files ``Inaturalist_{train,test}_set1.txt``.
 
     Parameters
     ----------
     root : str or os.PathLike
         The folder that holds the two split files and ``train_val2018/``.
-    allow_partial : bool, default False
-        Accept split sizes other than 325,846 / 136,093.
-    skip_missing : bool, default False
-        Leave out listed images that are not on disk (with a warning).
-    check_images : bool, default True
-        Check that each listed image exists (460,000 ``os.path.exists`` calls:
-        seconds on a local disk, longer on a network file system).
+    {flags}
 
     Returns
     -------
@@ -98,7 +90,6 @@ def load_inaturalist(
     >>> test.labels.tolist(), INATURALIST_SUPERCATEGORIES[test.coarse_labels[0]]
     ([3000], 'Aves')
     """
-    load = _files.start(_NAME, root, allow_partial, skip_missing, check_images)
     splits: dict[str, Split] = {}
     files = {}
     first_line: dict[int, tuple[str, int]] = {}

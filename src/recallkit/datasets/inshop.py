@@ -11,7 +11,6 @@ other items. The label is the number of the item id (``id_00000080`` -> 80).
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -30,13 +29,8 @@ _ITEM = re.compile(r"id_([0-9]{8})")
 _STATUSES = ("train", "query", "gallery")
 
 
-def load_inshop(
-    root: str | os.PathLike[str],
-    *,
-    allow_partial: bool = False,
-    skip_missing: bool = False,
-    check_images: bool = True,
-) -> Benchmark:
+@_files.loader(_NAME)
+def load_inshop(load: _files.Loading) -> Benchmark:
     """Load In-Shop Clothes Retrieval from ``list_eval_partition.txt``.
 
     Parameters
@@ -44,12 +38,7 @@ def load_inshop(
     root : str or os.PathLike
         The benchmark folder (with ``Eval/`` and ``Img/``), or a folder holding
         ``list_eval_partition.txt`` and the ``img/`` folder.
-    allow_partial : bool, default False
-        Accept split sizes other than 25,882 / 14,218 / 12,612.
-    skip_missing : bool, default False
-        Leave out listed images that are not on disk (with a warning).
-    check_images : bool, default True
-        Check that each listed image exists.
+    {flags}
 
     Returns
     -------
@@ -79,7 +68,6 @@ def load_inshop(
     >>> shop.splits["query"].labels.tolist(), shop.protocol.gallery_split
     ([80], 'gallery')
     """
-    load = _files.start(_NAME, root, allow_partial, skip_missing, check_images)
     folder = _files.find_folder(load.root, _FILE, ["Eval"])
     path = _files.require_file(folder, _FILE, load.title, [load.root / "Eval", load.root])
     rows = _read_rows(path)
@@ -88,7 +76,7 @@ def load_inshop(
     _files.check_unique(names, "image_name", path, rows.line)
     labels = _item_numbers(items, rows)
     masks = _status_masks(statuses, rows)
-    _check_items(labels, items, masks, rows, allow_partial)
+    _check_items(labels, items, masks, rows, load.allow_partial)
     image_root = load.root / "Img" if (load.root / "Img").is_dir() else load.root
     splits = {}
     for name in _STATUSES:

@@ -11,8 +11,6 @@ label level for hierarchical evaluation.
 
 from __future__ import annotations
 
-import os
-
 from recallkit.datasets import _files
 from recallkit.datasets.base import BENCHMARK_INFO, Benchmark, DatasetError, Split
 
@@ -23,25 +21,15 @@ _HEADER = ["image_id", "class_id", "super_class_id", "path"]
 _FILES = {"train": "Ebay_train.txt", "test": "Ebay_test.txt"}
 
 
-def load_sop(
-    root: str | os.PathLike[str],
-    *,
-    allow_partial: bool = False,
-    skip_missing: bool = False,
-    check_images: bool = True,
-) -> Benchmark:
+@_files.loader(_NAME)
+def load_sop(load: _files.Loading) -> Benchmark:
     """Load Stanford Online Products: train from ``Ebay_train.txt``, test from ``Ebay_test.txt``.
 
     Parameters
     ----------
     root : str or os.PathLike
         The ``Stanford_Online_Products`` folder, or the folder that contains it.
-    allow_partial : bool, default False
-        Accept split sizes other than 59,551 / 60,502.
-    skip_missing : bool, default False
-        Leave out listed images that are not on disk (with a warning).
-    check_images : bool, default True
-        Check that each listed image exists.
+    {flags}
 
     Returns
     -------
@@ -69,7 +57,6 @@ def load_sop(
     >>> sop.splits["test"].labels.tolist(), sop.splits["test"].coarse_labels.tolist()
     ([11319], [1])
     """
-    load = _files.start(_NAME, root, allow_partial, skip_missing, check_images)
     info = BENCHMARK_INFO[_NAME]
     folder = _files.find_folder(load.root, _FILES["train"], ["Stanford_Online_Products"])
     looked_in = [load.root, load.root / "Stanford_Online_Products"]

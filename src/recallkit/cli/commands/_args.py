@@ -113,6 +113,21 @@ def seed(option: str = "--seed") -> Callable[[str], int]:
     return bounded_int(option, 0, MAX_SEED, "a seed, an integer from 0 to 2**63 - 1")
 
 
+def add_command(
+    subparsers: Any, name: str, help: str, description: str, epilog: str
+) -> argparse.ArgumentParser:
+    """Add the sub-command ``name`` and return its parser: ``help`` is its line in ``recallkit
+    --help``; its own help opens with ``description`` (a paragraph: its lines joined by single
+    spaces) and ends with ``epilog`` (the examples, printed as written)."""
+    return subparsers.add_parser(
+        name,
+        help=help,
+        description=" ".join(description.split()),
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def add_quiet(parser: argparse.ArgumentParser | Any) -> None:
     """Add ``--quiet``: the command prints nothing but errors (see
     [`recallkit.cli.main`][recallkit.cli.main])."""

@@ -12,6 +12,7 @@ from recallkit._loading import require
 from recallkit.cli.commands._args import (
     PARAMETERS,
     STATISTICS_PARAMETERS,
+    add_command,
     add_quiet,
     add_statistics,
     check_output_file,
@@ -22,31 +23,30 @@ from recallkit.cli.commands._args import (
 from recallkit.cli.errors import UsageError
 from recallkit.runfiles._atomic import atomic_write
 
+#: The line of ``recallkit compare`` in ``recallkit --help``.
+HELP = "compare two or more runs: every metric, intervals, paired tests"
+#: The paragraph that opens ``recallkit compare --help``.
+DESCRIPTION = """\
+Compare two or more runs (recallkit evaluate --json) on the queries they share, metric by metric:
+each run's value with its bootstrap interval, and for every pair (or each run against --baseline)
+the difference, its paired bootstrap interval, the p-value of a paired test and the p-value
+adjusted for the pairs of the metric; a pair is significant when its adjusted p-value is below
+--alpha. Queries are paired by id and image path, in any order; the runs must hold the same queries
+with the same labels, computed under the same definitions (similarity, tie rule, exclusions: the
+'definitions' record of the run files). A run is named by its tag, else its file's stem (--name to
+choose).
+"""
+#: The examples that close ``recallkit compare --help``.
+EXAMPLES = """\
+examples:
+  recallkit compare finetuned.json baseline.json
+  recallkit compare a.json b.json c.json --baseline a --metrics recall@1 MAP@R \\
+      --json comparison.json --chart differences.svg"""
+
 
 def register(subparsers: Any) -> None:
     """Add the ``compare`` sub-command."""
-    p = subparsers.add_parser(
-        "compare",
-        help="compare two or more runs: every metric, intervals, paired tests",
-        description=(
-            "Compare two or more runs (recallkit evaluate --json) on the queries they share, "
-            "metric by metric: each run's value with its bootstrap interval, and for every "
-            "pair (or each run against --baseline) the difference, its paired bootstrap "
-            "interval, the p-value of a paired test and the p-value adjusted for the pairs of "
-            "the metric; a pair is significant when its adjusted p-value is below --alpha. "
-            "Queries are paired by id and image path, in any order; the runs must hold the same "
-            "queries with the same labels, computed under the same definitions (similarity, "
-            "tie rule, exclusions: the 'definitions' record of the run files). A run is named "
-            "by its tag, else its file's stem (--name to choose)."
-        ),
-        epilog=(
-            "examples:\n"
-            "  recallkit compare finetuned.json baseline.json\n"
-            "  recallkit compare a.json b.json c.json --baseline a --metrics recall@1 MAP@R \\\n"
-            "      --json comparison.json --chart differences.svg"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "compare", HELP, DESCRIPTION, EXAMPLES)
     p.add_argument("a", metavar="A.json", help="a run file")
     p.add_argument("b", metavar="B.json", help="another run file")
     p.add_argument("more", nargs="*", default=[], metavar="C.json", help="more run files")

@@ -8,28 +8,32 @@ from typing import Any
 from recallkit._loading import require
 from recallkit.cli.commands._args import (
     PARAMETERS,
+    add_command,
     add_quiet,
     check_output_folder,
     positive_int,
     seed,
 )
 
+#: The line of ``recallkit demo`` in ``recallkit --help``.
+HELP = "the whole path on real images that ship with scikit-learn (no download)"
+#: The paragraph that opens ``recallkit demo --help``.
+DESCRIPTION = """\
+Write scikit-learn's 1,797 handwritten digits as an image folder, train a small CNN with
+pytorch-metric-learning's MultiSimilarityLoss on digits 0-4 and evaluate digits 5-9 against
+themselves (leave-one-out) after every epoch: prints each report and writes runs.jsonl,
+epoch-N.json, recall.png and grid.png into the --out folder (with --keep-images also digits/ and
+epoch-N.npy).
+"""
+#: The examples that close ``recallkit demo --help``.
+EXAMPLES = """\
+example:
+  recallkit demo --out recallkit-demo --epochs 5"""
+
 
 def register(subparsers: Any) -> None:
     """Add the ``demo`` sub-command."""
-    p = subparsers.add_parser(
-        "demo",
-        help="the whole path on real images that ship with scikit-learn (no download)",
-        description=(
-            "Write scikit-learn's 1,797 handwritten digits as an image folder, train a small "
-            "CNN with pytorch-metric-learning's MultiSimilarityLoss on digits 0-4 and evaluate "
-            "digits 5-9 against themselves (leave-one-out) after every epoch: prints each "
-            "report and writes runs.jsonl, epoch-N.json, recall.png and grid.png into the "
-            "--out folder (with --keep-images also digits/ and epoch-N.npy)."
-        ),
-        epilog="example:\n  recallkit demo --out recallkit-demo --epochs 5",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "demo", HELP, DESCRIPTION, EXAMPLES)
     p.add_argument("--out", default="recallkit-demo", metavar="DIR", help="output folder")
     p.add_argument(
         "--epochs",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from recallkit import options as _options
 from recallkit._loading import require
 from recallkit.cli.commands._args import (
+    add_command,
     add_quiet,
     check_output_file,
     jsonable,
@@ -283,20 +284,19 @@ SECTIONS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
 )
 
 
+#: The line of ``recallkit evaluate`` in ``recallkit --help``.
+HELP = "recall@K of an encoder on query and gallery images"
+#: The paragraph that opens ``recallkit evaluate --help``.
+DESCRIPTION = """\
+Encode query and gallery images (the gallery once, cached), or read saved embeddings, and print
+recall@K (the share of queries with a same-label gallery item among their K nearest; cosine, ties
+to the lower gallery index) and any other metric asked for with --metrics, all from one exact pass.
+"""
+
+
 def register(subparsers: Any) -> None:
     """Add the ``evaluate`` sub-command: its flags are [`SECTIONS`][SECTIONS]."""
-    p = subparsers.add_parser(
-        "evaluate",
-        help="recall@K of an encoder on query and gallery images",
-        description=(
-            "Encode query and gallery images (the gallery once, cached), or read saved "
-            "embeddings, and print recall@K (the share of queries with a same-label gallery "
-            "item among their K nearest; cosine, ties to the lower gallery index) and any "
-            "other metric asked for with --metrics, all from one exact pass."
-        ),
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "evaluate", HELP, DESCRIPTION, EXAMPLES)
     for title, flags in SECTIONS:
         group = p.add_argument_group(title)
         for flag in flags:

@@ -7,34 +7,40 @@ import sys
 from typing import Any
 
 from recallkit._loading import require
-from recallkit.cli.commands._args import PARAMETERS, add_quiet, check_output_file, parse_ks
+from recallkit.cli.commands._args import (
+    PARAMETERS,
+    add_command,
+    add_quiet,
+    check_output_file,
+    parse_ks,
+)
 from recallkit.cli.errors import UsageError
 
 #: How the runs are drawn (recallkit.runner.history_plot.KINDS).
 KINDS = ("auto", "line", "points", "bars")
 
 
+#: The line of ``recallkit plot`` in ``recallkit --help``.
+HELP = "draw a metric across the runs of a history file"
+#: The paragraph that opens ``recallkit plot --help``.
+DESCRIPTION = """\
+Draw metrics over the runs of a history file (written by recallkit evaluate --history FILE --tag
+TAG), in file order, tags on the x axis: a line when the tags read as steps of one training
+(epoch-1, epoch-2, ...; step_500; 3), bars when they name different models (--kind chooses). The
+title and the axes name the metrics; lower-is-better metrics (MnR, MedR) get an axis of their own
+that says so. Runs computed under other definitions than the first run (similarity, tie rule,
+exclusions) are marked * and named in a note; runs that record none, ?.
+"""
+#: The examples that close ``recallkit plot --help``.
+EXAMPLES = """\
+examples:
+  recallkit plot runs.jsonl -o recall.png --ks 1 10
+  recallkit plot models.jsonl -o map.svg --metric MAP@R MnR --kind points"""
+
+
 def register(subparsers: Any) -> None:
     """Add the ``plot`` sub-command."""
-    p = subparsers.add_parser(
-        "plot",
-        help="draw a metric across the runs of a history file",
-        description=(
-            "Draw metrics over the runs of a history file (written by recallkit evaluate "
-            "--history FILE --tag TAG), in file order, tags on the x axis: a line when the tags "
-            "read as steps of one training (epoch-1, epoch-2, ...; step_500; 3), bars when "
-            "they name different models (--kind chooses). The title and the axes name the "
-            "metrics; lower-is-better metrics (MnR, MedR) get an axis of their own that says "
-            "so. Runs computed under other definitions than the first run (similarity, tie "
-            "rule, exclusions) are marked * and named in a note; runs that record none, ?."
-        ),
-        epilog=(
-            "examples:\n"
-            "  recallkit plot runs.jsonl -o recall.png --ks 1 10\n"
-            "  recallkit plot models.jsonl -o map.svg --metric MAP@R MnR --kind points"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "plot", HELP, DESCRIPTION, EXAMPLES)
     p.add_argument("history", metavar="HISTORY", help="a .jsonl history file")
     p.add_argument("-o", "--out", required=True, metavar="FILE", help=".png, .svg or .pdf")
     p.add_argument(

@@ -28,6 +28,7 @@ from recallkit._inputs.pinned import read_file
 from recallkit._loading import Module
 from recallkit.cli.commands import _protocol_io as io
 from recallkit.cli.commands._args import (
+    add_command,
     check_output_file,
     check_output_folder,
     positive_int,
@@ -83,12 +84,8 @@ class Command:
 def register(subparsers: Any) -> None:
     """Add the ``cirr``, ``circo``, ``fashioniq``, ``genecis`` and ``image-text`` sub-commands."""
     for command in COMMANDS:
-        parser = subparsers.add_parser(
-            command.name,
-            help=command.help,
-            description=command.description,
-            epilog=command.epilog,
-            formatter_class=argparse.RawDescriptionHelpFormatter,
+        parser = add_command(
+            subparsers, command.name, command.help, command.description, command.epilog
         )
         for entry in command.options:
             if isinstance(entry, OneOf):

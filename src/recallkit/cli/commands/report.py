@@ -10,6 +10,7 @@ from typing import Any
 from recallkit.cli.commands._args import (
     PARAMETERS,
     STATISTICS_PARAMETERS,
+    add_command,
     add_quiet,
     add_statistics,
     bounded_int,
@@ -25,30 +26,30 @@ from recallkit.runfiles._atomic import atomic_write
 FORMATS = ("markdown", "latex", "csv", "json", "html")
 
 
+#: The line of ``recallkit report`` in ``recallkit --help``.
+HELP = "tables (Markdown, LaTeX, CSV, JSON) and a self-contained HTML report of runs"
+#: The paragraph that opens ``recallkit report --help``.
+DESCRIPTION = """\
+Report one or more runs (recallkit evaluate --json): a runs x metrics table as Markdown, LaTeX
+(booktabs) or CSV, with the best value of each column in bold (by the metric's direction) and
+superscript letters naming the runs a run is significantly better than; the flat JSON {run:
+{metric: value}}; or one HTML file that opens offline, with the metrics, their intervals and tie
+bounds, the differences, recall@K curves, a sortable per-class table, the failures and the
+definitions. Without -o or --out-dir the JSON (or the one --format asked) goes to stdout. A run is
+named by its tag, else its file's stem (--name to choose).
+"""
+#: The examples that close ``recallkit report --help``.
+EXAMPLES = """\
+examples:
+  recallkit report a.json b.json                      # {run: {metric: value}}
+  recallkit report a.json b.json --format markdown    # the table on stdout
+  recallkit report a.json b.json -o table.tex report.html --intervals pm
+  recallkit report a.json b.json c.json --out-dir results/   # every format"""
+
+
 def register(subparsers: Any) -> None:
     """Add the ``report`` sub-command."""
-    p = subparsers.add_parser(
-        "report",
-        help="tables (Markdown, LaTeX, CSV, JSON) and a self-contained HTML report of runs",
-        description=(
-            "Report one or more runs (recallkit evaluate --json): a runs x metrics table as "
-            "Markdown, LaTeX (booktabs) or CSV, with the best value of each column in bold (by "
-            "the metric's direction) and superscript letters naming the runs a run is "
-            "significantly better than; the flat JSON {run: {metric: value}}; or one HTML file "
-            "that opens offline, with the metrics, their intervals and tie bounds, the "
-            "differences, recall@K curves, a sortable per-class table, the failures and the "
-            "definitions. Without -o or --out-dir the JSON (or the one --format asked) goes to "
-            "stdout. A run is named by its tag, else its file's stem (--name to choose)."
-        ),
-        epilog=(
-            "examples:\n"
-            "  recallkit report a.json b.json                      # {run: {metric: value}}\n"
-            "  recallkit report a.json b.json --format markdown    # the table on stdout\n"
-            "  recallkit report a.json b.json -o table.tex report.html --intervals pm\n"
-            "  recallkit report a.json b.json c.json --out-dir results/   # every format"
-        ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = add_command(subparsers, "report", HELP, DESCRIPTION, EXAMPLES)
     p.add_argument("runs", nargs="+", metavar="RUN.json", help="run files")
     p.add_argument(
         "--format",
