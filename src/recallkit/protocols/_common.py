@@ -32,6 +32,26 @@ from recallkit.runfiles._atomic import atomic_write
 PathLike = str | os.PathLike[str]
 
 
+def document(**parts: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Write the docstring parts a protocol's functions share, each written once: a line of the
+    decorated function's docstring that holds only ``{name}`` becomes the part ``name``,
+    indented as the marker is (numpydoc entries or whole sections)."""
+
+    def fill(function: Callable[..., Any]) -> Callable[..., Any]:
+        lines = []
+        for line in (function.__doc__ or "").split("\n"):
+            name = line.strip()[1:-1]
+            if line.strip() == "{" + name + "}" and name in parts:
+                indent = line[: len(line) - len(line.lstrip())]
+                lines.extend(indent + part if part else part for part in parts[name].split("\n"))
+            else:
+                lines.append(line)
+        function.__doc__ = "\n".join(lines)
+        return function
+
+    return fill
+
+
 def protocol_result(
     benchmark: str,
     metrics: Mapping[str, float],
