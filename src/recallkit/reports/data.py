@@ -238,10 +238,7 @@ class Summary:
 
         Parameters
         ----------
-        run : str
-            The run's name.
-        metric : str
-            The metric's name.
+        {run_and_metric}
 
         Returns
         -------
@@ -270,10 +267,7 @@ class Summary:
 
         Parameters
         ----------
-        run : str
-            The run's name.
-        metric : str
-            The metric's name.
+        {run_and_metric}
 
         Returns
         -------
@@ -329,6 +323,16 @@ class Summary:
                 if m in values
             }
         return out
+
+
+# The Parameters entries of the Summary methods that look up one run's metric, written once.
+_RUN_AND_METRIC = """run : str
+            The run's name.
+        metric : str
+            The metric's name."""
+for _method in (Summary.value, Summary.beats):
+    _method.__doc__ = _method.__doc__.replace("{run_and_metric}", _RUN_AND_METRIC)
+del _method
 
 
 def summarize(

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import errno
+import functools
 import hashlib
 import io
 import json
@@ -182,19 +183,18 @@ def encode_cached(
     say = log or (lambda _message: None)
     label = f"{what} embeddings" if what else "embeddings"
     cacheable = cache_dir is not None and all(isinstance(p, str | os.PathLike) for p in paths)
+    encode = functools.partial(
+        encode_images,
+        paths,
+        encoder,
+        batch_size,
+        skip_bad=skip_bad,
+        progress=progress,
+        desc=desc,
+        what=what,
+    )
     if not cacheable:
-        return (
-            encode_images(
-                paths,
-                encoder,
-                batch_size,
-                skip_bad=skip_bad,
-                progress=progress,
-                desc=desc,
-                what=what,
-            ),
-            "off",
-        )
+        return encode(), "off"
     cache = EmbeddingCache(cache_dir)  # type: ignore[arg-type]
     key = cache_key(paths, encoder)
     hit = cache.load(key, len(paths))
@@ -214,15 +214,7 @@ def encode_cached(
         if hit.bad and not skip_bad:
             raise BadImagesError(hit.bad, what=what)
         return hit, "hit"
-    encoding = encode_images(
-        paths,
-        encoder,
-        batch_size,
-        skip_bad=skip_bad,
-        progress=progress,
-        desc=desc,
-        what=what,
-    )
+    encoding = encode()
     meta = {"format": CACHE_FORMAT, **encoder.key_fields(), "what": what}
     try:
         stored = cache.store(key, encoding, meta)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from recallkit.cli.errors import UsageError, warning_text
+from recallkit.options import _positive_flag as positive_flag
 
 #: The largest image side ``--resize`` and ``--crop`` take, far above any model's input size.
 MAX_PIXELS = 2**16
@@ -88,19 +89,12 @@ def bounded_int(option: str, low: int, high: int, what: str) -> Callable[[str], 
 
 
 def positive_int(option: str) -> Callable[[str], int]:
-    """An argparse ``type`` for positive integers that names the option.
+    """An argparse ``type`` for positive integers that names the option (the options' own).
 
     >>> positive_int("--epochs")("3")
     3
     """
-
-    def parse(text: str) -> int:
-        word = text.strip()
-        if not (word.isdigit() and word.isascii()) or int(word) <= 0:
-            raise argparse.ArgumentTypeError(f"{option} takes a positive integer. Got {text!r}.")
-        return int(word)
-
-    return parse
+    return positive_flag(option)
 
 
 def size_in_pixels(option: str) -> Callable[[str], int]:
@@ -188,6 +182,23 @@ def check_output_file(path: str | None, option: str) -> None:
             "name of a file to write."
         )
     _check_parent(target, option, path)
+
+
+def write_error(path: str | Path, error: OSError, what: str = "") -> UsageError:
+    """The one-line error for an output that could not be written: ``Cannot write [what ]'path':
+    reason.``"""
+    named = f"{what} '{path}'" if what else f"'{path}'"
+    return UsageError(f"Cannot write {named}: {error.strerror or error}.")
+
+
+def add_names(parser: argparse.ArgumentParser | Any) -> None:
+    """Add ``--name``: one name per run, for the commands that read run files."""
+    parser.add_argument(
+        "--name",
+        nargs="+",
+        metavar="NAME",
+        help="one name per run, in order (default: each run's tag, else its file's stem)",
+    )
 
 
 def check_output_folder(path: str | None, option: str) -> None:

@@ -13,12 +13,14 @@ from recallkit.cli.commands._args import (
     PARAMETERS,
     STATISTICS_PARAMETERS,
     add_command,
+    add_names,
     add_quiet,
     add_statistics,
     check_output_file,
     metric_names,
     statistics,
     unchanged_inputs,
+    write_error,
 )
 from recallkit.cli.errors import UsageError
 from recallkit.runfiles._atomic import atomic_write
@@ -50,12 +52,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("a", metavar="A.json", help="a run file")
     p.add_argument("b", metavar="B.json", help="another run file")
     p.add_argument("more", nargs="*", default=[], metavar="C.json", help="more run files")
-    p.add_argument(
-        "--name",
-        nargs="+",
-        metavar="NAME",
-        help="one name per run, in order (default: each run's tag, else its file's stem)",
-    )
+    add_names(p)
     p.add_argument(
         "--metrics",
         nargs="+",
@@ -120,9 +117,7 @@ def main(args: argparse.Namespace) -> int:
             with atomic_write(args.json, "w") as handle:
                 handle.write(json.dumps(record, indent=1) + "\n")
         except OSError as error:
-            raise UsageError(
-                f"Cannot write the comparison file '{args.json}': {error.strerror or error}."
-            ) from None
+            raise write_error(args.json, error, "the comparison file") from None
         print(f"comparison file: {args.json}", file=sys.stderr)
     if args.chart is not None:
         from recallkit.reports.figures import difference_figure, save
@@ -130,8 +125,6 @@ def main(args: argparse.Namespace) -> int:
         try:
             save(difference_figure(comparison), args.chart)
         except OSError as error:
-            raise UsageError(
-                f"Cannot write the chart '{args.chart}': {error.strerror or error}."
-            ) from None
+            raise write_error(args.chart, error, "the chart") from None
         print(f"chart: {args.chart}", file=sys.stderr)
     return 0

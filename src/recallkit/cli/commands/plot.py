@@ -13,8 +13,8 @@ from recallkit.cli.commands._args import (
     add_quiet,
     check_output_file,
     parse_ks,
+    write_error,
 )
-from recallkit.cli.errors import UsageError
 
 #: How the runs are drawn (recallkit.runner.history_plot.KINDS).
 KINDS = ("auto", "line", "points", "bars")
@@ -85,8 +85,6 @@ def main(args: argparse.Namespace) -> int:
             log=lambda note: print(f"note: {note}", file=sys.stderr),
         )
     except OSError as error:
-        raise UsageError(
-            f"Cannot write the plot '{args.out}': {error.strerror or error}."
-        ) from None
+        raise write_error(args.out, error, "the plot") from None
     print(f"plot: {out}", file=sys.stderr)
     return 0

@@ -11,6 +11,7 @@ from recallkit.cli.commands._args import (
     PARAMETERS,
     STATISTICS_PARAMETERS,
     add_command,
+    add_names,
     add_quiet,
     add_statistics,
     bounded_int,
@@ -18,6 +19,7 @@ from recallkit.cli.commands._args import (
     check_output_folder,
     metric_names,
     statistics,
+    write_error,
 )
 from recallkit.cli.errors import UsageError
 from recallkit.runfiles._atomic import atomic_write
@@ -72,12 +74,7 @@ def register(subparsers: Any) -> None:
         metavar="DIR",
         help="write each format into DIR: table.md, table.tex, table.csv, table.json, report.html",
     )
-    p.add_argument(
-        "--name",
-        nargs="+",
-        metavar="NAME",
-        help="one name per run, in order (default: each run's tag, else its file's stem)",
-    )
+    add_names(p)
     p.add_argument(
         "--metrics",
         nargs="+",
@@ -193,6 +190,6 @@ def main(args: argparse.Namespace) -> int:
             with atomic_write(path, "w") as handle:
                 handle.write(text)
         except OSError as error:
-            raise UsageError(f"Cannot write '{path}': {error.strerror or error}.") from None
+            raise write_error(path, error) from None
         print(f"{format}: {path}", file=sys.stderr)
     return 0
