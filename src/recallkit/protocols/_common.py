@@ -25,31 +25,27 @@ from recallkit._inputs.pinned import read_file
 from recallkit.engine import memory_budget
 from recallkit.exceptions import Text
 from recallkit.ground_truth import Ranker
-from recallkit.options import Options
+from recallkit.options import Options, fill_docs
 from recallkit.result import Result
 from recallkit.runfiles._atomic import atomic_write
 
 PathLike = str | os.PathLike[str]
 
 
-def document(**parts: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Write the docstring parts a protocol's functions share, each written once: a line of the
-    decorated function's docstring that holds only ``{name}`` becomes the part ``name``,
-    indented as the marker is (numpydoc entries or whole sections)."""
-
-    def fill(function: Callable[..., Any]) -> Callable[..., Any]:
-        lines = []
-        for line in (function.__doc__ or "").split("\n"):
-            name = line.strip()[1:-1]
-            if line.strip() == "{" + name + "}" and name in parts:
-                indent = line[: len(line) - len(line.lstrip())]
-                lines.extend(indent + part if part else part for part in parts[name].split("\n"))
-            else:
-                lines.append(line)
-        function.__doc__ = "\n".join(lines)
-        return function
-
-    return fill
+def document(function: Callable[..., Any], **parts: str) -> None:
+    """Write into ``function``'s docstring the parts a protocol's functions share, each written
+    once: a line that holds only ``{name}`` becomes the part ``name``, indented as the marker is
+    (numpydoc entries or whole sections); an ``{options}`` marker a part brings becomes the
+    engine options' help, as [`accepts`][recallkit.options.accepts] writes it."""
+    lines = []
+    for line in (function.__doc__ or "").split("\n"):
+        name = line.strip()[1:-1]
+        if line.strip() == "{" + name + "}" and name in parts:
+            indent = line[: len(line) - len(line.lstrip())]
+            lines.extend(indent + part if part else part for part in parts[name].split("\n"))
+        else:
+            lines.append(line)
+    function.__doc__ = fill_docs("\n".join(lines), "engine")
 
 
 def protocol_result(

@@ -402,71 +402,7 @@ def _metrics(
     return _result(data, ranks.ranks, t.num_gt, target, ks, divisor, _note(exclude_reference))
 
 
-# The docstring parts the scoring functions share, written once (_common.document).
-_TIES = """\
-Ties: on equal scores the lower reference index (the image earlier in ``image_ids``) ranks
-first.
-
-Parameters
-----------
-"""
-_DATA = """
-data : CIRCOSplit
-    The queries, from [`read_circo`][recallkit.protocols.circo.read_circo]."""
-_EMBEDDINGS = (
-    _TIES
-    + """\
-query : torch.Tensor or numpy.ndarray, shape (n_queries, d)
-    One composed-query embedding per query of ``data``, in file order.
-images : torch.Tensor or numpy.ndarray, shape (n_images, d)
-    One embedding per candidate image, row for row with ``image_ids``.
-image_ids : sequence of int or numpy.ndarray of int, shape (n_images,)
-    The COCO id of each candidate image
-    ([`read_coco_image_ids`][recallkit.protocols.circo.read_coco_image_ids])."""
-    + _DATA
-)
-_SCORES = (
-    _TIES
-    + """\
-scores : torch.Tensor or numpy.ndarray, shape (n_queries, n_images)
-    The similarity of each query to each candidate image (higher is better).
-image_ids : sequence of int or numpy.ndarray of int, shape (n_images,)
-    The COCO id of each candidate image, column for column."""
-    + _DATA
-)
-_AP_PARAMETERS = """\
-ks : sequence of int, default (5, 10, 25, 50)
-    The K of ``mAP@K`` and ``recall@K``.
-divisor : {'min_k_r', 'r'}, default 'min_k_r'
-    What AP@K divides by: ``min(K, R)`` (the official evaluation) or ``R`` (the module's
-    docstring)."""
-_EXCLUDE_REFERENCE = """
-exclude_reference : bool, default False
-    Remove each query's reference image from its candidates (the official evaluation keeps it)."""
-_METRIC_PARAMETERS = _AP_PARAMETERS + _EXCLUDE_REFERENCE
-_RANKING_PARAMETERS = (
-    """\
-k : int, default 50
-    How many ids each list holds (the server takes 50)."""
-    + _EXCLUDE_REFERENCE
-)
-_RESULT = """\
-Returns
--------
-Result
-    A [`recallkit.Result`][recallkit.result.Result]: ``mAP@K`` then ``recall@K`` (in the order
-    of ``ks``), then ``mAP@10[<aspect>]`` for each semantic aspect the queries have;
-    ``per_query`` holds every ground truth's 0-indexed rank, the primary target's rank and each
-    query's AP@K."""
-_RANKINGS = """\
-Returns
--------
-dict of int to list of int
-    ``query id -> `` the top ``k`` image ids, best first."""
-
-
 @accepts(scope="engine")
-@_common.document(embeddings=_EMBEDDINGS, metric_parameters=_METRIC_PARAMETERS, result=_RESULT)
 def circo_metrics(
     query: Any,
     images: Any,
@@ -511,7 +447,6 @@ def circo_metrics(
     return _metrics(func, make, image_ids, data, ks, divisor, exclude_reference)
 
 
-@_common.document(scores=_SCORES, metric_parameters=_METRIC_PARAMETERS, result=_RESULT)
 def circo_metrics_from_scores(
     scores: Any,
     image_ids: Any,
@@ -533,7 +468,6 @@ def circo_metrics_from_scores(
     return _metrics(func, make, image_ids, data, ks, divisor, exclude_reference)
 
 
-@_common.document(ap=_AP_PARAMETERS)
 def circo_metrics_from_predictions(
     predictions: Mapping[Any, Sequence[int]],
     data: CIRCOSplit,
@@ -642,9 +576,6 @@ def _rankings(
 
 
 @accepts(scope="engine")
-@_common.document(
-    embeddings=_EMBEDDINGS, ranking_parameters=_RANKING_PARAMETERS, rankings=_RANKINGS
-)
 def circo_rankings(
     query: Any,
     images: Any,
@@ -676,7 +607,6 @@ def circo_rankings(
     return _rankings(func, make, image_ids, data, k, exclude_reference)
 
 
-@_common.document(scores=_SCORES, ranking_parameters=_RANKING_PARAMETERS, rankings=_RANKINGS)
 def circo_rankings_from_scores(
     scores: Any,
     image_ids: Any,
@@ -735,3 +665,85 @@ def write_circo_submission(path: PathLike, rankings: Mapping[int, Sequence[int]]
         _common.check_ranking(ids, SUBMISSION_SIZE, func, "ids per query", f"query {query_id}")
         payload[str(int(query_id))] = ids
     return _common.write_json(path, payload)
+
+
+# The docstring parts the scoring functions share, written once (_common.document).
+_TIES = """\
+Ties: on equal scores the lower reference index (the image earlier in ``image_ids``) ranks
+first.
+
+Parameters
+----------
+"""
+_DATA = """
+data : CIRCOSplit
+    The queries, from [`read_circo`][recallkit.protocols.circo.read_circo]."""
+_EMBEDDINGS = (
+    _TIES
+    + """\
+query : torch.Tensor or numpy.ndarray, shape (n_queries, d)
+    One composed-query embedding per query of ``data``, in file order.
+images : torch.Tensor or numpy.ndarray, shape (n_images, d)
+    One embedding per candidate image, row for row with ``image_ids``.
+image_ids : sequence of int or numpy.ndarray of int, shape (n_images,)
+    The COCO id of each candidate image
+    ([`read_coco_image_ids`][recallkit.protocols.circo.read_coco_image_ids])."""
+    + _DATA
+)
+_SCORES = (
+    _TIES
+    + """\
+scores : torch.Tensor or numpy.ndarray, shape (n_queries, n_images)
+    The similarity of each query to each candidate image (higher is better).
+image_ids : sequence of int or numpy.ndarray of int, shape (n_images,)
+    The COCO id of each candidate image, column for column."""
+    + _DATA
+)
+_AP_PARAMETERS = """\
+ks : sequence of int, default (5, 10, 25, 50)
+    The K of ``mAP@K`` and ``recall@K``.
+divisor : {'min_k_r', 'r'}, default 'min_k_r'
+    What AP@K divides by: ``min(K, R)`` (the official evaluation) or ``R`` (the module's
+    docstring)."""
+_EXCLUDE_REFERENCE = """
+exclude_reference : bool, default False
+    Remove each query's reference image from its candidates (the official evaluation keeps it)."""
+_METRIC_PARAMETERS = _AP_PARAMETERS + _EXCLUDE_REFERENCE
+_RANKING_PARAMETERS = (
+    """\
+k : int, default 50
+    How many ids each list holds (the server takes 50)."""
+    + _EXCLUDE_REFERENCE
+)
+_RESULT = """\
+Returns
+-------
+Result
+    A [`recallkit.Result`][recallkit.result.Result]: ``mAP@K`` then ``recall@K`` (in the order
+    of ``ks``), then ``mAP@10[<aspect>]`` for each semantic aspect the queries have;
+    ``per_query`` holds every ground truth's 0-indexed rank, the primary target's rank and each
+    query's AP@K."""
+_RANKINGS = """\
+Returns
+-------
+dict of int to list of int
+    ``query id -> `` the top ``k`` image ids, best first."""
+_common.document(
+    circo_metrics, embeddings=_EMBEDDINGS, metric_parameters=_METRIC_PARAMETERS, result=_RESULT
+)
+_common.document(
+    circo_metrics_from_scores, scores=_SCORES, metric_parameters=_METRIC_PARAMETERS, result=_RESULT
+)
+_common.document(circo_metrics_from_predictions, ap=_AP_PARAMETERS)
+_common.document(
+    circo_rankings,
+    embeddings=_EMBEDDINGS,
+    ranking_parameters=_RANKING_PARAMETERS,
+    rankings=_RANKINGS,
+)
+_common.document(
+    circo_rankings_from_scores,
+    scores=_SCORES,
+    ranking_parameters=_RANKING_PARAMETERS,
+    rankings=_RANKINGS,
+)

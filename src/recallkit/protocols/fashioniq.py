@@ -298,31 +298,7 @@ def fashioniq_recall(
     ``metric``, ``chunk_size``, ``device``, ``precision``
     ([`recallkit.Options`][recallkit.options.Options]).
 
-    Ties: on equal scores the lower reference index (the image earlier in the category's
-    ``image_names``) ranks first.
-
-    Parameters
-    ----------
-    queries : mapping of str to torch.Tensor or numpy.ndarray, shape (n_queries, d)
-        Category -> one composed-query embedding per query of ``data[category]``, in file order.
-    galleries : mapping of str to torch.Tensor or numpy.ndarray, shape (n_images, d)
-        Category -> one embedding per image of ``data[category].image_names``.
-    data : mapping of str to FashionIQCategory
-        Category -> its queries and gallery
-        ([`read_fashioniq`][recallkit.protocols.fashioniq.read_fashioniq]).
-    ks : sequence of int, default (10, 50)
-        The K of ``recall@K``.
-    exclude_reference : bool, default False
-        Remove each query's reference (``candidate``) image from its gallery (the literature's
-        codes keep it).
-    {options}
-
-    Returns
-    -------
-    Result
-        A [`recallkit.Result`][recallkit.result.Result]; its ``parts`` hold each category's
-        ``recall@K`` and ranks. With all three categories it has ``mean_recall@K`` for each K and,
-        when ``ks`` include 10 and 50, ``average``.
+    {sections}
 
     Examples
     --------
@@ -355,28 +331,7 @@ def fashioniq_recall_from_scores(
     """[`fashioniq_recall`][fashioniq_recall] from one ``(queries, images)`` similarity matrix per
     category.
 
-    Ties: on equal scores the lower reference index (the image earlier in the category's
-    ``image_names``) ranks first.
-
-    Parameters
-    ----------
-    scores : mapping of str to torch.Tensor or numpy.ndarray, shape (n_queries, n_images)
-        Category -> the similarity of each query to each image of the category (higher is better).
-    data : mapping of str to FashionIQCategory
-        Category -> its queries and gallery
-        ([`read_fashioniq`][recallkit.protocols.fashioniq.read_fashioniq]).
-    ks : sequence of int, default (10, 50)
-        The K of ``recall@K``.
-    exclude_reference : bool, default False
-        Remove each query's reference (``candidate``) image from its gallery (the literature's
-        codes keep it).
-
-    Returns
-    -------
-    Result
-        A [`recallkit.Result`][recallkit.result.Result]; its ``parts`` hold each category's
-        ``recall@K`` and ranks. With all three categories it has ``mean_recall@K`` for each K and,
-        when ``ks`` include 10 and 50, ``average``.
+    {sections}
     """
     func = "fashioniq_recall_from_scores"
 
@@ -384,3 +339,47 @@ def fashioniq_recall_from_scores(
         return Ranker.from_scores(scores[category], func, expect=shapes)
 
     return _recall(func, make, {"scores": scores}, data, ks, exclude_reference)
+
+
+# The docstring parts fashioniq_recall and its from-scores form share (_common.document).
+_TIES = """\
+Ties: on equal scores the lower reference index (the image earlier in the category's
+``image_names``) ranks first.
+
+Parameters
+----------
+"""
+_EMBEDDINGS = (
+    _TIES
+    + """\
+queries : mapping of str to torch.Tensor or numpy.ndarray, shape (n_queries, d)
+    Category -> one composed-query embedding per query of ``data[category]``, in file order.
+galleries : mapping of str to torch.Tensor or numpy.ndarray, shape (n_images, d)
+    Category -> one embedding per image of ``data[category].image_names``."""
+)
+_SCORES = (
+    _TIES
+    + """\
+scores : mapping of str to torch.Tensor or numpy.ndarray, shape (n_queries, n_images)
+    Category -> the similarity of each query to each image of the category (higher is better)."""
+)
+_PARAMETERS = """\
+data : mapping of str to FashionIQCategory
+    Category -> its queries and gallery
+    ([`read_fashioniq`][recallkit.protocols.fashioniq.read_fashioniq]).
+ks : sequence of int, default (10, 50)
+    The K of ``recall@K``.
+exclude_reference : bool, default False
+    Remove each query's reference (``candidate``) image from its gallery (the literature's
+    codes keep it)."""
+_RESULT = """\
+Returns
+-------
+Result
+    A [`recallkit.Result`][recallkit.result.Result]; its ``parts`` hold each category's
+    ``recall@K`` and ranks. With all three categories it has ``mean_recall@K`` for each K and,
+    when ``ks`` include 10 and 50, ``average``."""
+_EMBEDDINGS_SECTIONS = f"{_EMBEDDINGS}\n{_PARAMETERS}\n{{options}}\n\n{_RESULT}"
+_SCORES_SECTIONS = f"{_SCORES}\n{_PARAMETERS}\n\n{_RESULT}"
+_common.document(fashioniq_recall, sections=_EMBEDDINGS_SECTIONS)
+_common.document(fashioniq_recall_from_scores, sections=_SCORES_SECTIONS)

@@ -329,31 +329,7 @@ def image_text_recall(
     ``options``: ``metric``, ``chunk_size``, ``device``, ``precision``
     ([`recallkit.Options`][recallkit.options.Options]).
 
-    Ties: on equal scores the lower reference index ranks first (the lower image row for
-    text→image, the lower caption row for image→text).
-
-    Parameters
-    ----------
-    images : torch.Tensor or numpy.ndarray, shape (n_images, d)
-        The image embeddings, in the split's image order.
-    texts : torch.Tensor or numpy.ndarray, shape (n_captions, d)
-        The caption embeddings, in the split's caption order.
-    caption_image : sequence of int or numpy.ndarray of int, shape (n_captions,)
-        The image row of each caption
-        ([`KarpathySplit.caption_image`][recallkit.protocols.image_text.KarpathySplit]).
-    ks : sequence of int, default (1, 5, 10)
-        The K values, positive and distinct.
-    name : str, default "image-text"
-        The result's title.
-    {options}
-
-    Returns
-    -------
-    Result
-        A [`recallkit.Result`][recallkit.result.Result]: ``i2t_recall@K`` and ``t2i_recall@K`` (in
-        the order of ``ks``), ``i2t_mean_rank``, ``i2t_median_rank``, ``t2i_mean_rank``,
-        ``t2i_median_rank`` (1-indexed) and ``rmean``; ``per_query`` holds the 0-indexed ranks
-        (``i2t_ranks``, ``t2i_ranks``).
+    {sections}
 
     Examples
     --------
@@ -384,27 +360,7 @@ def image_text_recall_from_scores(
 ) -> Result:
     """The same metrics from an ``(n_images, n_captions)`` similarity matrix (higher is better).
 
-    Ties: on equal scores the lower reference index ranks first (the lower image row for
-    text→image, the lower caption row for image→text).
-
-    Parameters
-    ----------
-    scores : torch.Tensor or numpy.ndarray, shape (n_images, n_captions)
-        The similarity of each image to each caption (higher is better).
-    caption_image : sequence of int or numpy.ndarray of int, shape (n_captions,)
-        The image row of each caption.
-    ks : sequence of int, default (1, 5, 10)
-        The K values, positive and distinct.
-    name : str, default "image-text"
-        The result's title.
-
-    Returns
-    -------
-    Result
-        A [`recallkit.Result`][recallkit.result.Result]: ``i2t_recall@K`` and ``t2i_recall@K`` (in
-        the order of ``ks``), ``i2t_mean_rank``, ``i2t_median_rank``, ``t2i_mean_rank``,
-        ``t2i_median_rank`` (1-indexed) and ``rmean``; ``per_query`` holds the 0-indexed ranks
-        (``i2t_ranks``, ``t2i_ranks``).
+    {sections}
 
     Examples
     --------
@@ -428,3 +384,49 @@ def _num_rows(x: Any, func: str, name: str) -> int:
     if shape is None or len(shape) != 2 or shape[0] == 0:
         raise _checks.fail(func, name, "a non-empty 2-D array", f"shape {shape}")
     return int(shape[0])
+
+
+# The docstring parts image_text_recall and its from-scores form share (_common.document).
+_TIES = """\
+Ties: on equal scores the lower reference index ranks first (the lower image row for
+text→image, the lower caption row for image→text).
+
+Parameters
+----------
+"""
+_EMBEDDINGS = (
+    _TIES
+    + """\
+images : torch.Tensor or numpy.ndarray, shape (n_images, d)
+    The image embeddings, in the split's image order.
+texts : torch.Tensor or numpy.ndarray, shape (n_captions, d)
+    The caption embeddings, in the split's caption order.
+caption_image : sequence of int or numpy.ndarray of int, shape (n_captions,)
+    The image row of each caption
+    ([`KarpathySplit.caption_image`][recallkit.protocols.image_text.KarpathySplit])."""
+)
+_SCORES = (
+    _TIES
+    + """\
+scores : torch.Tensor or numpy.ndarray, shape (n_images, n_captions)
+    The similarity of each image to each caption (higher is better).
+caption_image : sequence of int or numpy.ndarray of int, shape (n_captions,)
+    The image row of each caption."""
+)
+_PARAMETERS = """\
+ks : sequence of int, default (1, 5, 10)
+    The K values, positive and distinct.
+name : str, default "image-text"
+    The result's title."""
+_RESULT = """\
+Returns
+-------
+Result
+    A [`recallkit.Result`][recallkit.result.Result]: ``i2t_recall@K`` and ``t2i_recall@K`` (in
+    the order of ``ks``), ``i2t_mean_rank``, ``i2t_median_rank``, ``t2i_mean_rank``,
+    ``t2i_median_rank`` (1-indexed) and ``rmean``; ``per_query`` holds the 0-indexed ranks
+    (``i2t_ranks``, ``t2i_ranks``)."""
+_EMBEDDINGS_SECTIONS = f"{_EMBEDDINGS}\n{_PARAMETERS}\n{{options}}\n\n{_RESULT}"
+_SCORES_SECTIONS = f"{_SCORES}\n{_PARAMETERS}\n\n{_RESULT}"
+_common.document(image_text_recall, sections=_EMBEDDINGS_SECTIONS)
+_common.document(image_text_recall_from_scores, sections=_SCORES_SECTIONS)
