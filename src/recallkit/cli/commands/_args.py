@@ -310,6 +310,9 @@ STATISTICS_PARAMETERS = {
     "names": "--name",
 }
 
+#: The library's parameters -> the options of the commands that read run files (compare, report).
+RUNS_PARAMETERS = {**PARAMETERS, **STATISTICS_PARAMETERS, "runs": "the run files"}
+
 
 def statistics(args: argparse.Namespace) -> dict[str, Any]:
     """The checked options of [`add_statistics`][add_statistics] as keyword arguments of

@@ -10,8 +10,7 @@ from typing import Any
 
 from recallkit._loading import require
 from recallkit.cli.commands._args import (
-    PARAMETERS,
-    STATISTICS_PARAMETERS,
+    RUNS_PARAMETERS,
     add_command,
     add_names,
     add_quiet,
@@ -71,11 +70,7 @@ def register(subparsers: Any) -> None:
         help="also draw each metric's differences with their intervals (.svg, .png or .pdf)",
     )
     add_quiet(p)
-    p.set_defaults(func=main, parameters=COMPARE_PARAMETERS)
-
-
-#: The library's parameters -> the options of ``recallkit compare``.
-COMPARE_PARAMETERS = {**PARAMETERS, **STATISTICS_PARAMETERS, "runs": "the run files"}
+    p.set_defaults(func=main, parameters=RUNS_PARAMETERS)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from recallkit.cli.commands._args import (
-    PARAMETERS,
-    STATISTICS_PARAMETERS,
+    RUNS_PARAMETERS,
     add_command,
     add_names,
     add_quiet,
@@ -109,10 +108,7 @@ def register(subparsers: Any) -> None:
         "folder the run file records, when it lies in the run file's folder)",
     )
     add_quiet(p)
-    p.set_defaults(
-        func=main,
-        parameters={**PARAMETERS, **STATISTICS_PARAMETERS, "runs": "the run files"},
-    )
+    p.set_defaults(func=main, parameters=RUNS_PARAMETERS)
 
 
 def _outputs(args: argparse.Namespace) -> list[tuple[str, Path | None]]:
