@@ -32,6 +32,15 @@ from recallkit.runfiles._atomic import atomic_write
 PathLike = str | os.PathLike[str]
 
 
+#: The ``path`` entry and the Returns section of the functions that write a submission file.
+SUBMISSION_PATH = """path : str or os.PathLike
+    The JSON file to write (replaced atomically)."""
+WRITTEN = """Returns
+-------
+pathlib.Path
+    The path written."""
+
+
 def document(function: Callable[..., Any], **parts: str) -> None:
     """Write into ``function``'s docstring the parts a protocol's functions share, each written
     once: a line that holds only ``{name}`` becomes the part ``name``, indented as the marker is

@@ -639,16 +639,12 @@ def write_circo_submission(path: PathLike, rankings: Mapping[int, Sequence[int]]
 
     Parameters
     ----------
-    path : str or os.PathLike
-        The JSON file to write (replaced atomically).
+    {path}
     rankings : mapping of int to sequence of int
         ``query id -> `` image ids, best first
         ([`circo_rankings`][recallkit.protocols.circo.circo_rankings]).
 
-    Returns
-    -------
-    pathlib.Path
-        The path written.
+    {written}
 
     Examples
     --------
@@ -747,3 +743,4 @@ _common.document(
     ranking_parameters=_RANKING_PARAMETERS,
     rankings=_RANKINGS,
 )
+_common.document(write_circo_submission, path=_common.SUBMISSION_PATH, written=_common.WRITTEN)

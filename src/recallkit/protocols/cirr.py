@@ -616,8 +616,7 @@ def write_cirr_submission(
 
     Parameters
     ----------
-    path : str or os.PathLike
-        The JSON file to write (replaced atomically).
+    {path}
     rankings : mapping of int to sequence of str
         ``pairid -> `` image names, best first (one of the two mappings of
         [`cirr_rankings`][recallkit.protocols.cirr.cirr_rankings]).
@@ -626,10 +625,7 @@ def write_cirr_submission(
     version : str, default 'rc2'
         The dataset version the server expects.
 
-    Returns
-    -------
-    pathlib.Path
-        The path written.
+    {written}
 
     Examples
     --------
@@ -649,3 +645,6 @@ def write_cirr_submission(
         _common.check_ranking(names, limit, func, f"names per query for {metric!r}", where)
         payload[str(int(pairid))] = names
     return _common.write_json(path, payload)
+
+
+_common.document(write_cirr_submission, path=_common.SUBMISSION_PATH, written=_common.WRITTEN)
