@@ -751,9 +751,11 @@ def nearest_neighbors(
     Parameters
     ----------
     query : array_like of shape (n, d)
-        The query embeddings ([`recallkit.typing.Embeddings`][recallkit.typing.Embeddings]).
+        The query embeddings ([`recallkit.typing.Embeddings`][recallkit.typing.Embeddings]), one
+        list per row.
     reference : array_like of shape (m, d)
-        The reference embeddings (a memory map is read block by block).
+        The reference embeddings, whose row indices the lists hold (a memory map is read block
+        by block).
     k : int
         The list length, positive; above ``m`` it is clamped to ``m``, with a warning.
     query_in_reference : bool, default False

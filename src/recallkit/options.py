@@ -270,6 +270,7 @@ precision='float32', lone_queries='skip', average='query')
         Returns
         -------
         Options
+            ``base`` with the keywords applied, every option checked.
 
         Raises
         ------
@@ -311,6 +312,7 @@ precision='float32', lone_queries='skip', average='query')
         Returns
         -------
         Options
+            The options the run was computed under: the defaults, with the record's fields.
 
         Raises
         ------

@@ -1390,12 +1390,13 @@ def load_run(path: str | os.PathLike[str]) -> dict[str, Any]:
     Returns
     -------
     dict
-        The run record.
+        The run record the file holds, checked.
 
     Raises
     ------
     RecordError
-        One line naming the file, the field and (where there is one) the query.
+        When the path is not a regular file, the file is over the size limit, or its record is
+        not a valid run: one line naming the file, the field and (where there is one) the query.
     """
     path = Path(path)
     where = f"The run file '{path}'"
@@ -1429,12 +1430,13 @@ def parse_run(text: str, path: str | os.PathLike[str]) -> dict[str, Any]:
     Returns
     -------
     dict
-        The run record.
+        The run record ``text`` holds, checked.
 
     Raises
     ------
     RecordError
-        One line naming the file, the field and (where there is one) the query.
+        When ``text`` is not JSON, repeats a key, or is not a valid run record: one line naming
+        the file, the field and (where there is one) the query.
     """
     path = Path(path)
     where = f"The run file '{path}'"
