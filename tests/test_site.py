@@ -19,7 +19,6 @@ from __future__ import annotations
 import html
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +27,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 import recallkit
+from tests.browser import chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLE = re.compile(r":(?:func|class|mod|meth|data|attr|obj|exc|ref|py:\w+):(?:`|<code>)")
@@ -90,35 +90,9 @@ def test_every_link_between_pages_names_a_file(site):
     assert bad == []
 
 
-def _missing(what):
-    reason = f"the site's browser test needs {what}"
-    if os.environ.get("RECALLKIT_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"{reason} (RECALLKIT_REQUIRE_BROWSER=1 asks for it)", pytrace=False)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("Playwright's Python package: pip install playwright (in the dev group)")
-    executable = os.environ.get("RECALLKIT_CHROMIUM") or shutil.which("chromium")
-    executable = executable or "/usr/bin/chromium"
-    if not Path(executable).is_file():
-        _missing(
-            f"Chromium at {executable}: apt-get install chromium (Debian), or set "
-            "RECALLKIT_CHROMIUM to a Chromium executable"
-        )
-    args = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
-    args += ["--disable-background-networking", "--disable-component-update"]
-    with sync_playwright() as p:
-        try:
-            launched = p.chromium.launch(executable_path=executable, args=args)
-        except Exception as error:  # a browser that does not start says why
-            _missing(f"a Chromium that starts ({executable}: {str(error).splitlines()[0]})")
-        yield launched
-        launched.close()
+    yield from chromium("the site's browser test")
 
 
 def test_the_site_from_disk_in_a_browser(site, browser):

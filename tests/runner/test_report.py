@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import shutil
-from pathlib import Path
 
 import pytest
 
 from recallkit.reports import summarize, table, write_report
 from recallkit.reports.data import by_class, load_runs
 from recallkit.runfiles.definitions import definitions
+from tests.browser import chromium
 from tests.runner.checks import one_error_line, valid_run
 
 DEFS = definitions("cosine", "ids")
@@ -361,41 +359,9 @@ def pair(tmp_path):
     return write(tmp_path / "alpha.json", valid_run(alpha)), write(tmp_path / "beta.json", beta)
 
 
-def _missing(what):
-    reason = f"the HTML report's browser test needs {what}"
-    if os.environ.get("RECALLKIT_REQUIRE_BROWSER") == "1":
-        pytest.fail(f"{reason} (RECALLKIT_REQUIRE_BROWSER=1 asks for it)", pytrace=False)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("Playwright's Python package: pip install playwright (in the dev group)")
-    executable = os.environ.get("RECALLKIT_CHROMIUM") or shutil.which("chromium")
-    executable = executable or "/usr/bin/chromium"
-    if not Path(executable).is_file():
-        _missing(
-            f"Chromium at {executable}: apt-get install chromium (Debian), or set "
-            "RECALLKIT_CHROMIUM to a Chromium executable"
-        )
-    args = [
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--no-first-run",
-        "--disable-sync",
-    ]
-    with sync_playwright() as p:
-        try:
-            launched = p.chromium.launch(executable_path=executable, args=args)
-        except Exception as error:  # a browser that does not start says why
-            _missing(f"a Chromium that starts ({executable}: {str(error).splitlines()[0]})")
-        yield launched
-        launched.close()
+    yield from chromium("the HTML report's browser test")
 
 
 def _open(browser, path):
