@@ -225,24 +225,17 @@ class Top(Consumer):
         return self.slot(next(self.worker))
 
     def rows(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
-        kernels.top_rows(
-            tile,
-            kind.rs(r0, tile.shape[0], self.tp.a32.dtype),
-            r0,
-            c0,
-            self.ks,
-            self.slack,
-            self.margin(kind),
-            *st,
-            kind.cascade,
-            self.tp.a32,
-            self.tp.b32,
-            self.floors,
-            *self.known,
-        )
+        kernels.top_rows(*self._arguments(st, tile, r0, c0, kind))
 
     def cols(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
-        kernels.top_cols(
+        kernels.top_cols(*self._arguments(st, tile, r0, c0, kind))
+
+    def _arguments(
+        self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind
+    ) -> tuple[Any, ...]:
+        """The arguments ``top_rows`` and ``top_cols`` take alike: the tile, its rows' scales,
+        its place, the list state ``st`` and the filter's bounds."""
+        return (
             tile,
             kind.rs(r0, tile.shape[0], self.tp.a32.dtype),
             r0,
