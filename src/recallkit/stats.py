@@ -20,14 +20,16 @@ method="percentile")``'s interval (to 1e-12), and [`randomization_test`][randomi
 resamples are drawn in batches, so memory holds one batch and one float per resample, never every
 resample at once.
 
-This module needs numpy alone (no torch).
+This module loads numpy alone (no torch); a bootstrap loads numba too, for its compiled draws
+([`recallkit._resampling`][recallkit._resampling]).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -133,8 +135,9 @@ def _sizes(total: int, batch: int | None, width: int) -> Iterator[int]:
 
     ``batch`` given: batches of ``batch`` and the rest, as scipy splits them. ``None``: batches
     of about [`BATCH_ELEMENTS`][BATCH_ELEMENTS] values, the last never of one resample unless
-    ``total`` is 1 (a batch of one resample is reduced by pairwise summation where a wider batch is
-    summed in order, and scipy, given no batch, draws every resample in one batch).
+    ``total`` is 1 (numpy may sum a batch of one resample otherwise than a wider one: some
+    versions sum a wider batch's rows in order, one row pairwise; scipy, given no batch, draws
+    every resample in one batch).
     """
     if batch is None:
         batch = max(2, BATCH_ELEMENTS // max(width, 1))
@@ -147,11 +150,16 @@ def _sizes(total: int, batch: int | None, width: int) -> Iterator[int]:
         yield min(batch, total - start)
 
 
-#: One statistic of the shared draw: the width of its resamples (the values drawn from), the
-#: statistic of each resample of a batch of drawn indices (``reduce(idx)`` of an ``(m, width)``
-#: array of indices), and, for the mean of integer values (recall@K's hits, their differences),
-#: the values, whose resampled sums are exact in any order.
-Job = tuple[int, Callable[[np.ndarray], np.ndarray], np.ndarray | None]
+class Job(NamedTuple):
+    """One statistic of the shared draw: the width of its resamples (the values drawn from) and
+    the statistic of each resample of a batch of drawn indices (``reduce(idx)`` of an ``(m,
+    width)`` array of indices); for a mean, the values averaged, and whether their resampled
+    sums are exact in any order (integers: recall@K's hits, their differences)."""
+
+    width: int
+    reduce: Callable[[np.ndarray], np.ndarray]
+    values: np.ndarray | None = None
+    integral: bool = False
 
 
 def _integral(values: np.ndarray) -> bool:
@@ -168,11 +176,7 @@ def _integral(values: np.ndarray) -> bool:
 
 def _mean_job(values: np.ndarray) -> Job:
     """The mean of the values drawn: ``np.mean(values[idx], axis=-1)``."""
-    return (
-        values.size,
-        lambda idx: np.mean(values[idx], axis=-1),
-        values if _integral(values) else None,
-    )
+    return Job(values.size, lambda idx: np.mean(values[idx], axis=-1), values, _integral(values))
 
 
 def _bootstrap_distributions(
@@ -185,22 +189,60 @@ def _bootstrap_distributions(
     The jobs of one width share their draws: each batch is drawn once and every job of that width
     reduces it, so that ``k`` statistics cost one draw, and each gets the resamples it would get
     alone, bit for bit. The means of integer values are packed several to an int64 word
-    ([`_Packed`][_Packed]), whose sums are exact in any order; the others gather their values
-    (``reduce(idx)``: ``np.mean`` sums each row pairwise, an order nothing else keeps)."""
+    ([`_Packed`][_Packed]), whose sums are exact in any order. Where every job of a width is a
+    mean, one compiled pass ([`recallkit._resampling.Stream`][recallkit._resampling.Stream])
+    makes numpy's draws and sums each word, and averages each float sample as ``np.mean`` does,
+    as it draws: no index is written. Otherwise each batch of indices is drawn (by that pass where
+    it agrees with numpy, else by numpy) and the other statistics gather their values
+    (``reduce(idx)``)."""
     out: list[np.ndarray] = [np.empty(n_resamples) for _ in jobs]
-    for width in dict.fromkeys(job[0] for job in jobs):
-        chosen = [(out[i], job) for i, job in enumerate(jobs) if job[0] == width]
-        gathered = [(theta, reduce) for theta, (_, reduce, exact) in chosen if exact is None]
-        packed = _Packed([(theta, exact) for theta, (_, _, exact) in chosen if exact is not None])
+    for width in dict.fromkeys(job.width for job in jobs):
+        chosen = [(out[i], job) for i, job in enumerate(jobs) if job.width == width]
+        packed = _Packed([(theta, job.values) for theta, job in chosen if job.integral])
+        floats = [(theta, job) for theta, job in chosen if job.values is not None]
+        floats = [(theta, job) for theta, job in floats if not job.integral]
+        gathered = [(theta, job.reduce) for theta, job in chosen if job.values is None]
         rng = np.random.default_rng(seed)
+        stream = None
+        if _compiled_pays(n_resamples * width, len(chosen)):
+            from recallkit import _resampling as compiled
+
+            stream = compiled.Stream(rng, width) if compiled.usable(rng, width) else None
+        if stream is not None and not gathered:
+            matrix = np.stack([job.values for _, job in floats]) if floats else _NO_FLOATS
+            sums, means = stream.sums(n_resamples, packed.matrix(width), matrix)
+            packed.unpack(sums, 0)
+            for f, (theta, _) in enumerate(floats):
+                theta[:] = means[:, f]
+            continue
         start = 0
         for m in _sizes(n_resamples, batch, width):
-            idx = rng.integers(0, width, (m, width))
+            idx = rng.integers(0, width, (m, width)) if stream is None else stream.integers(m)
             packed.add(idx, start)
+            for theta, job in floats:
+                theta[start : start + m] = job.reduce(idx)
             for theta, reduce in gathered:
                 theta[start : start + m] = reduce(idx)
             start += m
     return out
+
+
+_NO_FLOATS = np.zeros((0, 0))
+
+#: What the compiled pass saves per draw and statistic against numpy's draw and gather (about
+#: 0.9 ns on 2 cores of an AMD EPYC, ``benchmarks/bench_stats.py``), and what it costs to start:
+#: numba's import and its first kernel of the process (about 0.7 s), or its kernels alone once
+#: numba runs in the process (about 0.1 s).
+COMPILED_SAVING_S = 0.9e-9
+COMPILED_START_S = (0.7, 0.1)
+
+
+def _compiled_pays(draws: int, statistics: int) -> bool:
+    """Whether the compiled pass costs less than numpy's calls for ``draws`` draws shared by
+    ``statistics`` statistics (a 60,502-query interval with 10,000 resamples: yes; a report of
+    2,000 queries: no, unless numba already runs in the process)."""
+    start = COMPILED_START_S[1] if "numba" in sys.modules else COMPILED_START_S[0]
+    return draws * (1 + statistics) * COMPILED_SAVING_S > start
 
 
 class _Packed:
@@ -226,14 +268,26 @@ class _Packed:
         if word is not None:
             self.words.append((word, fields))
 
+    def matrix(self, width: int) -> np.ndarray:
+        """The words, one row each: a ``(W, width)`` int64 array."""
+        if not self.words:
+            return np.zeros((0, width), dtype=np.int64)
+        return np.stack([word for word, _ in self.words])
+
+    def unpack(self, sums: np.ndarray, start: int) -> None:
+        """The means of the resamples whose word sums are ``sums`` (``(m, W)``), from row
+        ``start``."""
+        m = sums.shape[0]
+        for w, (word, fields) in enumerate(self.words):
+            for theta, shift, bits, offset in fields:
+                field = (sums[:, w] >> shift) & ((1 << bits) - 1)
+                theta[start : start + m] = (field + offset).astype(np.float64) / word.size
+
     def add(self, idx: np.ndarray, start: int) -> None:
         """The means of the resamples ``idx`` (an ``(m, width)`` batch) from row ``start``."""
-        m, width = idx.shape
-        for word, fields in self.words:
-            sums = np.sum(word[idx], axis=-1)
-            for theta, shift, bits, offset in fields:
-                field = (sums >> shift) & ((1 << bits) - 1)
-                theta[start : start + m] = (field + offset).astype(np.float64) / width
+        if self.words:
+            sums = np.stack([np.sum(word[idx], axis=-1) for word, _ in self.words], axis=1)
+            self.unpack(sums, start)
 
 
 def _product(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -276,7 +330,7 @@ def _one(values: Any, statistic: Any, groups: Any, func: str, name: str) -> Job:
         _scalar(reduce, values, func)  # a statistic of the wrong form fails before resampling
     if reduce is np.mean:
         return _mean_job(values)
-    return values.size, lambda idx: _rows(reduce, values[idx], func), None
+    return Job(values.size, lambda idx: _rows(reduce, values[idx], func))
 
 
 def _paired(
@@ -293,10 +347,8 @@ def _paired(
     difference = float(_scalar(reduce, a, func) - _scalar(reduce, b, func))
     if reduce is np.mean:  # one gather: the mean of the differences
         return difference, _mean_job(a - b)
-    return difference, (
-        a.size,
-        lambda idx: _rows(reduce, a[idx], func) - _rows(reduce, b[idx], func),
-        None,
+    return difference, Job(
+        a.size, lambda idx: _rows(reduce, a[idx], func) - _rows(reduce, b[idx], func)
     )
 
 

@@ -1,0 +1,283 @@
+"""numpy's draws of query indices, and the sums of the values they pick, in one compiled pass.
+
+[`recallkit.stats`][recallkit.stats] draws each batch of resamples as scipy does,
+``rng.integers(0, width, (m, width))`` from ``numpy.random.default_rng(seed)``, and sums the
+values each resample picks. At the size of a large test split (60,502 queries, 10,000
+resamples) numpy's draw alone writes 4.8 GB of indices that the gather reads back; here one
+numba kernel makes the same draws and adds each value as it is drawn, so that no index is
+written:
+
+* the draws are numpy's, word for word: PCG64 (``numpy.random.PCG64``: a 128-bit linear
+  congruential state, XSL-RR output), 32-bit words (the low half of each 64-bit output, then the
+  high half), bounded by Lemire's multiply-and-reject as ``Generator.integers`` bounds them for
+  a width below 2**32 (``numpy/random/src/distributions/distributions.c``); the stream starts
+  from the generator's state and leaves the generator where numpy's draws would have left it;
+* integer sums are exact in any order; float means are numpy's own, ``np.mean(values[idx],
+  axis=-1)``: the pairwise summation of ``numpy/_core/src/umath/loops_utils.h`` (blocks of at
+  most 128 summed with eight accumulators, larger ranges split in two at a multiple of 8), then
+  the division by the width.
+
+Both are checked against numpy once per process ([`agrees`][agrees]); where numpy draws or sums
+otherwise (another version), the statistics module uses numpy's own calls.
+
+This module needs numpy and numba (no torch).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+__all__ = ["Stream", "agrees", "usable"]
+
+_MULT_HI = np.uint64(2549297995355413924)  # PCG's default 128-bit multiplier
+_MULT_LO = np.uint64(4865540595714422341)
+_MASK64 = (1 << 64) - 1
+_BLOCK = 128  # numpy's PW_BLOCKSIZE
+
+
+@intrinsic
+def _mulhi(typingctx, a, b):
+    """The high 64 bits of the 128-bit product of two uint64 (one ``mul`` on x86-64)."""
+    if a != types.uint64 or b != types.uint64:
+        return None
+
+    def codegen(context, builder, signature, args):
+        wide = ir.IntType(128)
+        product = builder.mul(builder.zext(args[0], wide), builder.zext(args[1], wide))
+        return builder.trunc(builder.lshr(product, ir.Constant(wide, 64)), ir.IntType(64))
+
+    return types.uint64(types.uint64, types.uint64), codegen
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _step(hi, lo, inc_hi, inc_lo):  # pragma: no cover - compiled
+    """PCG64's next state ``(hi, lo)`` and its 64-bit output (XSL-RR)."""
+    low = lo * _MULT_LO
+    new_lo = low + inc_lo
+    carry = np.uint64(1) if new_lo < low else np.uint64(0)
+    new_hi = _mulhi(lo, _MULT_LO) + lo * _MULT_HI + hi * _MULT_LO + inc_hi + carry
+    x = new_hi ^ new_lo
+    rot = new_hi >> np.uint64(58)
+    return new_hi, new_lo, (x >> rot) | (x << ((np.uint64(64) - rot) & np.uint64(63)))
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _next32(hi, lo, inc_hi, inc_lo, has, kept):  # pragma: no cover - compiled
+    """numpy's next 32-bit word: the high half kept from the last 64-bit output (``has``,
+    ``kept``), else the low half of a new one; returns the new ``hi, lo, has, kept`` and the
+    word."""
+    if has:
+        return hi, lo, False, kept, kept
+    hi, lo, bits = _step(hi, lo, inc_hi, inc_lo)
+    return hi, lo, True, bits >> np.uint64(32), bits & np.uint64(0xFFFFFFFF)
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _bounded(hi, lo, inc_hi, inc_lo, has, kept, span, threshold):  # pragma: no cover
+    """An integer in ``[0, span)`` by Lemire's rejection, as numpy bounds a 32-bit range;
+    returns the new ``hi, lo, has, kept`` and the integer."""
+    hi, lo, has, kept, word = _next32(hi, lo, inc_hi, inc_lo, has, kept)
+    m = word * span
+    while (m & np.uint64(0xFFFFFFFF)) < threshold:
+        hi, lo, has, kept, word = _next32(hi, lo, inc_hi, inc_lo, has, kept)
+        m = word * span
+    return hi, lo, has, kept, np.int64(m >> np.uint64(32))
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _block(values, idx, start, n):  # pragma: no cover - compiled
+    """numpy's sum of at most 128 values ``values[idx[start:start + n]]``: in order from -0.0
+    below 8, else eight accumulators, their pairwise sum, then the rest in order."""
+    if n < 8:
+        res = -0.0
+        for i in range(n):
+            res += values[idx[start + i]]
+        return res
+    r0 = values[idx[start]]
+    r1 = values[idx[start + 1]]
+    r2 = values[idx[start + 2]]
+    r3 = values[idx[start + 3]]
+    r4 = values[idx[start + 4]]
+    r5 = values[idx[start + 5]]
+    r6 = values[idx[start + 6]]
+    r7 = values[idx[start + 7]]
+    i = 8
+    stop = n - n % 8
+    while i < stop:
+        p = start + i
+        r0 += values[idx[p]]
+        r1 += values[idx[p + 1]]
+        r2 += values[idx[p + 2]]
+        r3 += values[idx[p + 3]]
+        r4 += values[idx[p + 4]]
+        r5 += values[idx[p + 5]]
+        r6 += values[idx[p + 6]]
+        r7 += values[idx[p + 7]]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += values[idx[start + i]]
+        i += 1
+    return res
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _pairwise(values, idx, n):  # pragma: no cover - compiled
+    """numpy's pairwise sum of ``values[idx[:n]]``: a range of more than 128 split in two (the
+    first part ``n // 2`` less its remainder modulo 8) and the sums of its parts added. Walked
+    with a stack of ranges (numba's cache does not keep recursive functions)."""
+    starts = np.empty(128, dtype=np.int64)
+    sizes = np.empty(128, dtype=np.int64)
+    joins = np.empty(128, dtype=np.bool_)
+    sums = np.empty(128, dtype=np.float64)
+    starts[0], sizes[0], joins[0] = 0, n, False
+    top, kept = 1, 0
+    while top > 0:
+        top -= 1
+        start, size, join = starts[top], sizes[top], joins[top]
+        if join:  # both parts summed: the first part's sum plus the second's
+            kept -= 1
+            sums[kept - 1] = sums[kept - 1] + sums[kept]
+        elif size <= _BLOCK:
+            sums[kept] = _block(values, idx, start, size)
+            kept += 1
+        else:
+            half = size // 2
+            half -= half % 8
+            starts[top], sizes[top], joins[top] = start, size, True
+            starts[top + 1], sizes[top + 1], joins[top + 1] = start + half, size - half, False
+            starts[top + 2], sizes[top + 2], joins[top + 2] = start, half, False
+            top += 3
+    return sums[0]
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _draw(st, span, threshold, out):  # pragma: no cover - compiled
+    """``out`` (1-D int64) filled with the next draws; ``st`` holds the state's high and low
+    words, the increment's, whether a half word is kept, and that half."""
+    hi, lo, inc_hi, inc_lo, has, kept = st[0], st[1], st[2], st[3], st[4] != 0, st[5]
+    for i in range(out.shape[0]):
+        hi, lo, has, kept, out[i] = _bounded(hi, lo, inc_hi, inc_lo, has, kept, span, threshold)
+    st[0], st[1], st[4], st[5] = hi, lo, np.uint64(has), kept
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _sums(st, span, threshold, words, floats, word_sums, means, idx):  # pragma: no cover
+    """Per resample ``r`` (a row of ``word_sums``): ``span`` draws; ``word_sums[r, w]`` the sum of
+    ``words[w]`` over them, ``means[r, f]`` numpy's mean of ``floats[f]`` over them. One word
+    alone is summed as it is drawn; else ``idx`` (``span`` int64) holds a resample's draws while
+    each word and float sample reads them. ``st`` as in [`_draw`][_draw]."""
+    hi, lo, inc_hi, inc_lo, has, kept = st[0], st[1], st[2], st[3], st[4] != 0, st[5]
+    width = np.int64(span)
+    n_words = words.shape[0]
+    for r in range(word_sums.shape[0]):
+        if floats.shape[0] == 0 and n_words == 1:
+            acc = np.int64(0)
+            word = words[0]
+            for _ in range(width):
+                hi, lo, has, kept, j = _bounded(hi, lo, inc_hi, inc_lo, has, kept, span, threshold)
+                acc += word[j]
+            word_sums[r, 0] = acc
+            continue
+        for i in range(width):
+            hi, lo, has, kept, idx[i] = _bounded(hi, lo, inc_hi, inc_lo, has, kept, span, threshold)
+        for w in range(n_words):
+            acc = np.int64(0)
+            word = words[w]
+            for i in range(width):
+                acc += word[idx[i]]
+            word_sums[r, w] = acc
+        for f in range(floats.shape[0]):
+            means[r, f] = (0.0 + _pairwise(floats[f], idx, width)) / width
+    st[0], st[1], st[4], st[5] = hi, lo, np.uint64(has), kept
+
+
+class Stream:
+    """The draws of a ``numpy.random.Generator`` (PCG64) of integers in ``[0, width)``, made
+    here: each call continues where the last left off, and [`sync`][sync] gives the generator
+    the state its own draws would have left.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        A generator on ``numpy.random.PCG64``.
+    width : int
+        The number of values drawn from, ``1 <= width < 2**32``.
+    """
+
+    def __init__(self, rng: np.random.Generator, width: int) -> None:
+        self.rng, self.width = rng, width
+        state = rng.bit_generator.state
+        s, inc = state["state"]["state"], state["state"]["inc"]
+        kept = (state["has_uint32"], state["uinteger"])
+        self.st = np.array([s >> 64, s & _MASK64, inc >> 64, inc & _MASK64, *kept], dtype=np.uint64)
+        self.span = np.uint64(width)
+        self.threshold = np.uint64(((1 << 32) - width) % width)
+
+    def integers(self, m: int) -> np.ndarray:
+        """``rng.integers(0, width, (m, width))``: an ``(m, width)`` int64 array."""
+        out = np.empty(m * self.width, dtype=np.int64)
+        _draw(self.st, self.span, self.threshold, out)
+        return out.reshape(m, self.width)
+
+    def sums(self, m: int, words: np.ndarray, floats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The next ``m`` resamples' sums of each row of ``words`` (``(W, width)`` int64; exact)
+        and means of each row of ``floats`` (``(F, width)`` float64; ``np.mean(floats[f][idx],
+        axis=-1)`` bit for bit): ``(m, W)`` int64 and ``(m, F)`` float64 arrays."""
+        word_sums = np.empty((m, words.shape[0]), dtype=np.int64)
+        means = np.empty((m, floats.shape[0]), dtype=np.float64)
+        one = words.shape[0] == 1 and floats.shape[0] == 0
+        idx = np.empty(0 if one else self.width, dtype=np.int64)
+        _sums(self.st, self.span, self.threshold, words, floats, word_sums, means, idx)
+        return word_sums, means
+
+    def sync(self) -> None:
+        """Leave the generator where its own draws would have left it."""
+        state = self.rng.bit_generator.state
+        hi, lo, inc_hi, inc_lo, has, word = (int(v) for v in self.st)
+        state["state"] = {"state": (hi << 64) | lo, "inc": (inc_hi << 64) | inc_lo}
+        state["has_uint32"], state["uinteger"] = has, word
+        self.rng.bit_generator.state = state
+
+
+@functools.cache
+def agrees() -> bool:
+    """Whether this numpy draws and averages as [`Stream`][Stream] does, checked once per process
+    on odd and even widths, a draw ending on half a word, and float means of mixed magnitudes."""
+    try:
+        for width, m in ((2, 3), (7, 1), (129, 5), (1001, 3), (4096, 2)):
+            values = np.random.default_rng(width).standard_normal(width) * np.logspace(-3, 3, width)
+            words = np.arange(width, dtype=np.int64)[None, :] * 3
+            ours, theirs = np.random.default_rng(7), np.random.default_rng(7)
+            stream = Stream(ours, width)
+            idx = stream.integers(m)
+            sums, means = stream.sums(m, words, values[None, :])
+            stream.sync()
+            expected = theirs.integers(0, width, (m, width))
+            expected_next = theirs.integers(0, width, (m, width))
+            if not np.array_equal(idx, expected):
+                return False
+            if not np.array_equal(sums[:, 0], np.sum(words[0][expected_next], axis=-1)):
+                return False
+            if not np.array_equal(means[:, 0], np.mean(values[expected_next], axis=-1)):
+                return False
+            if ours.bit_generator.state != theirs.bit_generator.state:
+                return False
+    except Exception:  # numba or the generator's state not as expected: numpy's own draws
+        return False
+    return True
+
+
+def usable(rng: Any, width: int) -> bool:
+    """Whether [`Stream`][Stream] makes ``rng.integers(0, width)``'s draws: a PCG64 generator,
+    ``2 <= width < 2**32`` (numpy draws nothing for a width of 1), and a numpy that agrees
+    ([`agrees`][agrees])."""
+    pcg = isinstance(getattr(rng, "bit_generator", None), np.random.PCG64)
+    return pcg and 2 <= width < 1 << 32 and agrees()
