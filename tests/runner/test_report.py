@@ -12,6 +12,7 @@ Without Playwright or Chromium the browser tests are skipped with the reason, or
 from __future__ import annotations
 
 import io
+import itertools
 import json
 
 import pytest
@@ -470,4 +471,52 @@ def test_without_pillow_or_matplotlib_the_page_has_identities_and_no_figures(
     assert notes == [
         "matplotlib is not installed: the report has no figures (pip install matplotlib)",
         "Pillow is not installed: the failure gallery shows the queries' ids, no thumbnails",
+    ]
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        ["base", "mid", "new"],
+        # Wide tick labels: each panel's title starts left of its axes to stay in the figure.
+        ["a-rather-long-run-name-resnet50-arcface-512d", "b", "$x$_under"],
+    ],
+)
+def test_the_figures_keep_every_text_inside_and_apart(tmp_path, names):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from recallkit.reports.figures import difference_figure, recall_curves
+
+    metrics = ("recall@1", "recall@4", "MnR")
+    runs = [
+        write(tmp_path / f"{tag}.json", record(tag, ranks, LABELS, metrics=metrics))
+        for tag, ranks in (("base", BASE), ("mid", MID), ("new", NEW))
+    ]
+    summary = summarize(runs, names=names)
+    for fig in (recall_curves(summary), difference_figure(summary.comparison)):
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        fig.draw(renderer)
+        page = fig.bbox
+        # What matplotlib itself measures as drawn: each axes with its ticks, labels, titles
+        # and legend, and the figure's title.
+        boxes = [ax.get_tightbbox(renderer) for ax in fig.axes]
+        if fig._suptitle is not None:
+            boxes.insert(0, fig._suptitle.get_window_extent(renderer))
+        for box in boxes:
+            assert page.x0 <= box.x0 and box.x1 <= page.x1, (box, page)
+            assert page.y0 <= box.y0 and box.y1 <= page.y1, (box, page)
+        for upper, lower in itertools.pairwise(boxes):  # stacked top to bottom, apart
+            assert lower.y1 <= upper.y0, (upper, lower)
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            if legend is not None:  # beside the axes, not over them
+                assert legend.get_window_extent(renderer).x0 >= ax.bbox.x1
+    curves, differences = recall_curves(summary), difference_figure(summary.comparison)
+    assert [ax.get_title() for ax in curves.axes] == [
+        "recall@K of 3 runs, bars: 95% bootstrap intervals"
+    ]
+    assert [ax.get_title(loc="left") for ax in differences.axes] == [
+        "recall@1 (higher is better: right of 0, the first run is better)",
+        "recall@4 (higher is better: right of 0, the first run is better)",
+        "MnR (lower is better: left of 0, the first run is better)",
     ]
