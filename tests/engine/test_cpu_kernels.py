@@ -532,3 +532,103 @@ def test_one_pass_split_tail_is_the_torch_split(seed):
                 ]
             assert [int(i) for i in tail_i[r] if i >= 0] == tail
             assert all(tail_s[r, : len(tail)] == (score[r, k - 1] if tail else 0))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_union_kth_is_the_kth_largest_of_the_workers_buffers(seed):
+    """:func:`union_kth` per row: the k-th largest of the workers' buffered scores together
+    (numpy's sort of their concatenation), whatever the floors below which it looks first
+    (floors under, among and above the scores: too few above falls back to every item); ``-inf``
+    with fewer than k items, and where k is 0."""
+    from recallkit.engine.cpu_kernels import union_kth
+
+    rng = np.random.default_rng(seed)
+    workers, rows, cap = 3, 150, 40
+    scores = np.round(rng.standard_normal((workers, rows, cap)), 1).astype(np.float32)  # ties
+    fills = rng.integers(0, cap + 1, (workers, rows)).astype(np.int64)
+    ks = rng.integers(0, 50, rows).astype(np.int64)
+    floors = rng.choice([-np.inf, -1.0, 0.0, 0.5, 3.0], (workers, rows)).astype(np.float32)
+    out = np.empty(rows)
+    union_kth(scores, fills, floors, ks, out)
+    for r in range(rows):
+        items = np.sort(np.concatenate([scores[w, r, : fills[w, r]] for w in range(workers)]))
+        k = ks[r]
+        expected = items[-k] if 0 < k <= len(items) else -np.inf
+        assert out[r] == expected, r
+
+
+@pytest.mark.parametrize("width", [300, 100_000])
+def test_collected_top_items_are_each_rows_items_at_or_above_its_floor_by_column(width):
+    """:func:`collect_top`: every buffered item at or above its row's floor, rows that overflowed
+    left out, flat by row then ascending column; read through a bitmap of the columns (a narrow
+    block) or sorted (a wide one, few items per bitmap word), the same pairs."""
+    from recallkit.engine.cpu_kernels import collect_top
+
+    rng = np.random.default_rng(5)
+    workers, rows, cap = 2, 90, 30
+    scores = rng.standard_normal((workers, rows, cap)).astype(np.float32)
+    cols = np.empty((workers, rows, cap), dtype=np.int64)
+    for r in range(rows):  # distinct columns per row, across the workers
+        picked = rng.choice(min(width, 300), workers * cap, replace=False)
+        cols[:, r] = picked.reshape(workers, cap) * (width // 300)
+    fills = rng.integers(0, cap + 1, (workers, rows)).astype(np.int64)
+    lo = rng.choice([-np.inf, -0.5, 0.0, 1.0, np.inf], rows).astype(np.float32)
+    over = rng.random(rows) < 0.1
+    got_rows, got_cols = collect_top(scores, cols, fills, lo, over, width)
+    expected = [
+        (r, int(cols[w, r, a]))
+        for r in range(rows)
+        if not over[r]
+        for w in range(workers)
+        for a in range(fills[w, r])
+        if scores[w, r, a] >= lo[r]
+    ]
+    assert list(zip(got_rows.tolist(), got_cols.tolist(), strict=True)) == sorted(expected)
+
+
+def test_label_scores_and_best_positive_candidates_come_from_one_scoring():
+    """:func:`label_scores` with a bound: each row's positives (its label's members, less its
+    excluded columns and those sharing its exclusion code) scored as float32 dot products of the
+    rows, ``-inf`` where skipped; and the candidates for its best positive, those within
+    ``2 eps`` of the best score, by row then column (none where every positive is skipped)."""
+    from recallkit.engine.cpu_kernels import label_scores
+    from recallkit.engine.pairs import Groups
+
+    rng = np.random.default_rng(2)
+    n, m, d = 40, 70, 16
+    a = rng.standard_normal((n, d)).astype(np.float32)
+    b = rng.standard_normal((m, d)).astype(np.float32)
+    b[5] = b[3]  # two columns of one label with equal scores
+    q_codes = rng.integers(0, 5, n).astype(np.int64)
+    r_codes = rng.integers(0, 5, m).astype(np.int64)
+    r_codes[5] = r_codes[3]
+    groups = Groups(r_codes)
+    lo, hi = groups.ranges(q_codes)
+    excluded = [np.sort(rng.choice(m, 3, replace=False)) for _ in range(n)]
+    excluded[0] = groups.members[lo[0] : hi[0]]  # a row whose positives are all skipped
+    ex_ptr = np.concatenate([[0], np.cumsum([len(e) for e in excluded])]).astype(np.int64)
+    ex_cols = np.concatenate(excluded).astype(np.int64)
+    qx = rng.integers(-1, 3, n).astype(np.int64)
+    rx = rng.integers(-1, 3, m).astype(np.int64)
+    eps = torch.full((n,), 0.5, dtype=torch.float64)
+    args = (torch.from_numpy(a), torch.from_numpy(b), q_codes, lo, hi, groups.members)
+    (ptr, cols, scores), (rows, local) = label_scores(*args, ex_ptr, ex_cols, (qx, rx), eps)
+    alone, none = label_scores(*args, ex_ptr, ex_cols, (qx, rx))
+    assert none is None
+    assert all(np.array_equal(x, y) for x, y in zip(alone, (ptr, cols, scores), strict=True))
+    expected = []
+    for i in range(n):
+        positives = np.flatnonzero(r_codes == q_codes[i])
+        assert np.array_equal(cols[ptr[i] : ptr[i + 1]], positives)
+        skipped = np.isin(positives, excluded[i]) | ((qx[i] >= 0) & (rx[positives] == qx[i]))
+        row = scores[ptr[i] : ptr[i + 1]]
+        assert np.all(row[skipped] == -np.inf)
+        exact = (a[i].astype(np.float64) * b[positives].astype(np.float64)).sum(1)
+        assert np.allclose(row[~skipped], exact[~skipped], rtol=0, atol=1e-4)
+        if (~skipped).any():
+            best = row.max()
+            expected += [
+                (i, int(j)) for j, s in zip(positives, row, strict=True) if s >= best - 1.0
+            ]
+    assert not any(i == 0 for i, _ in expected)
+    assert list(zip(rows.tolist(), local.tolist(), strict=True)) == expected

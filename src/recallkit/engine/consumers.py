@@ -259,13 +259,13 @@ class Top(Consumer):
         # or of their buffers (reservoirs hold every item at or above a floor below the k-th).
         lists, counts = (self.heaps, self.sizes) if self.heap else (self.scores, self.fills)
         kth = np.empty(len(k), dtype=np.float64)
-        kernels.union_kth(lists, counts, k, kth)
+        kernels.union_kth(lists, counts, self.floors, k, kth)
         torch_dtype = torch.float64 if self.dtype == np.float64 else torch.float32
         lo = filters.top_floor(torch.from_numpy(kth), self.eps, torch_dtype, torch.from_numpy(k))
         lo_np = np.ascontiguousarray(lo.numpy().astype(self.dtype))
         over = self.overs.any(axis=0)
         found_rows, found_cols = kernels.collect_top(
-            self.scores, self.columns, self.fills, lo_np, over
+            self.scores, self.columns, self.fills, lo_np, over, block_rows
         )
         redo = np.flatnonzero(over)
         if not len(redo):

@@ -278,13 +278,15 @@ def _row_scores(space: Space, qf, block: Block, excluded: ChunkExclusions, rows)
 
 
 class _Context:
-    """A chunk's inputs on the CPU: exclusions, targets, the scores kept by step 1."""
+    """A chunk's inputs on the CPU: exclusions, targets, the scores kept by step 1 (a block's
+    scores, or its positives' filter scores)."""
 
     def __init__(self, request: Request, start: int, stop: int) -> None:
         self.request = request
         self.excluded = ChunkExclusions(request.exclusions, start, stop, torch.device("cpu"))
         self.targets = None if request.targets is None else torch.from_numpy(request.targets)
         self.cached: dict[int, torch.Tensor] = {}
+        self.scored: dict[int, tuple[np.ndarray, ...]] = {}  # label scores by block, from step 1
 
 
 class CpuBackend(protocol.Pipeline):
@@ -357,7 +359,7 @@ class CpuBackend(protocol.Pipeline):
             members = positives.groups(block).members
             if self.exact_is_cheaper(positives, block, start, stop):
                 ptr, cols = excluded.csr(block)
-                rows, local = kernels.label_best_candidates(
+                scored, (rows, local) = kernels.label_scores(
                     qf.rows,
                     block.gemm,
                     positives.query_codes[start:stop],
@@ -369,6 +371,8 @@ class CpuBackend(protocol.Pipeline):
                     excluded.codes(block),
                     eps,
                 )
+                if block is space.single:  # the pass's known items ([`_known`][_known])
+                    ctx.scored[i] = scored
             else:
                 scores = block_scores(space, qf, block)
                 _masked(scores, excluded, block)
@@ -377,27 +381,30 @@ class CpuBackend(protocol.Pipeline):
                     ctx.cached[i] = scores
         return rows, local, torch.ones_like(rows, dtype=torch.bool), torch.zeros((), dtype=bool)
 
-    def _known(self, positives: Any, tp: lowp.TilePass, start: int, stop: int, ctx) -> Any:
+    def _known(self, positives: Any, tp: lowp.TilePass, i: int, start: int, stop: int, ctx) -> Any:
         """[`Top`][recallkit.engine.consumers.Top]'s ``known``
-        ([`kernels.label_scores`][kernels.label_scores]): labels on the pass's one block, few
-        enough to score one by one (else ``None``)."""
+        ([`kernels.label_scores`][kernels.label_scores], or the scores step 1 took of the same
+        positives): labels on the pass's one block, few enough to score one by one (else
+        ``None``)."""
         block, qf, excluded = tp.block, tp.qf, ctx.excluded
         labels = isinstance(positives, LabelPositives) and block is tp.space.single
         if not labels or not self.exact_is_cheaper(positives, block, start, stop):
             return None
-        lo, hi = positives.ranges(block, start, stop)
-        ptr, cols = excluded.csr(block)
-        scored = kernels.label_scores(
-            qf.rows,
-            block.gemm,
-            positives.query_codes[start:stop],
-            lo,
-            hi,
-            positives.groups(block).members,
-            ptr,
-            cols,
-            excluded.codes(block),
-        )
+        scored = ctx.scored.pop(i, None)
+        if scored is None:
+            lo, hi = positives.ranges(block, start, stop)
+            ptr, cols = excluded.csr(block)
+            scored, _ = kernels.label_scores(
+                qf.rows,
+                block.gemm,
+                positives.query_codes[start:stop],
+                lo,
+                hi,
+                positives.groups(block).members,
+                ptr,
+                cols,
+                excluded.codes(block),
+            )
         return scored, (positives.query_codes[start:stop], positives.block_codes(block))
 
     def scan(self, space, chunk, block, i, start, stop, ctx, best, where, ks) -> protocol.Scan:
@@ -425,7 +432,7 @@ class CpuBackend(protocol.Pipeline):
         if best is not None:
             window = Window(filters.scaled_centre(best, qf, block.scale), tp)
         if ks is not None:
-            known = self._known(request.positives, tp, start, stop, ctx)
+            known = self._known(request.positives, tp, i, start, stop, ctx)
             top = Top(np.minimum(ks.numpy(), block.rows), tp, torch.get_num_threads(), known)
         consumers = [x for x in (window, top) if x is not None]
         states = run_tiles(tp, excluded, symmetric, consumers, ctx.cached.get(i))

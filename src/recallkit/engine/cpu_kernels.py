@@ -36,11 +36,13 @@ import numpy as np
 import torch
 from llvmlite import ir
 from numba import types
+from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic, overload
 
 WINDOW_CAP = 32
 SENTINEL = int(np.iinfo(np.int64).max)  # ties.SENTINEL: no item
 NO_CODES = np.zeros(0, dtype=np.int64)
+NO_SCORES = np.zeros(0, dtype=np.float64)
 BF16_NEG_INF = np.uint16(0xFF80)  # bfloat16 -inf, as a tile of bfloat16 bits holds it
 
 
@@ -96,32 +98,35 @@ def _exclude(tile, i, j):  # pragma: no cover - compiled
 @numba.njit(nogil=True, cache=True, boundscheck=False)
 def select(values, j):  # pragma: no cover - compiled
     """The ``j``-th smallest (0-indexed) of ``values``, which it reorders: quickselect with a
-    median-of-three pivot and Hoare's partition. The value is the order statistic, the same as
-    ``np.partition(values, j)[j]``; numba compiles ``np.partition`` inside each parallel loop
-    anew (10-20 s a site), this once (a second)."""
+    median-of-three pivot and a branch-free partition (each item moved by arithmetic on the
+    comparison, not by a branch the CPU mispredicts half the time); a pivot that is the range's
+    smallest value splits off its equals instead, so runs of ties still shrink the range. The
+    value is the order statistic, the same as ``np.partition(values, j)[j]``; numba compiles
+    ``np.partition`` inside each parallel loop anew (10-20 s a site), this once (a second)."""
     lo = 0
-    hi = values.shape[0] - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        a, b, c = values[lo], values[mid], values[hi]
+    hi = values.shape[0]  # the range [lo, hi) holds the answer
+    while hi - lo > 1:
+        a, b, c = values[lo], values[(lo + hi - 1) // 2], values[hi - 1]
         pivot = max(min(a, b), min(max(a, b), c))
-        i, e = lo, hi
-        while i <= e:
-            while values[i] < pivot:
-                i += 1
-            while values[e] > pivot:
-                e -= 1
-            if i <= e:
-                values[i], values[e] = values[e], values[i]
-                i += 1
-                e -= 1
-        if j <= e:
-            hi = e
-        elif j >= i:
-            lo = i
-        else:
-            return values[j]
-    return values[j]
+        s = lo
+        for i in range(lo, hi):  # [lo, s) below the pivot, [s, i) not
+            x = values[i]
+            values[i] = values[s]
+            values[s] = x
+            s += x < pivot
+        if j < s:
+            hi = s  # s < hi: the pivot itself is not below the pivot
+            continue
+        if s == lo:  # nothing below the pivot: [lo, s) becomes the pivot's equals
+            for i in range(lo, hi):
+                x = values[i]
+                values[i] = values[s]
+                values[s] = x
+                s += x <= pivot
+            if j < s:
+                return pivot
+        lo = s
+    return values[lo]
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, fastmath=True)
@@ -153,90 +158,45 @@ def _skipped(i, j, p, end, ex_cols, qx, rx):  # pragma: no cover - compiled
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
-def _label_best_numba(
-    a, b, order, lo, hi, members, ex_ptr, ex_cols, qx, rx, eps, count, index
-):  # pragma: no cover
-    cap = index.shape[1]
-    for t in numba.prange(order.shape[0]):
-        i = order[t]
-        p = ex_ptr[i]
-        best = -np.inf
-        # Each positive's filter score once (-inf where skipped; a dot of finite rows is finite).
-        values = np.empty(hi[i] - lo[i])
-        for q in range(lo[i], hi[i]):
-            j = members[q]
-            gone, p = _skipped(i, j, p, ex_ptr[i + 1], ex_cols, qx, rx)
-            v = -np.inf if gone else _dot(a[i], b[j])
-            values[q - lo[i]] = v
-            best = max(best, v)
-        n = 0
-        if best > -np.inf:
-            floor = best - 2.0 * eps[i]
-            for q in range(lo[i], hi[i]):
-                if values[q - lo[i]] >= floor:
-                    if n < cap:
-                        index[t, n] = members[q]
-                    n += 1
-        count[t] = n
-
-
-def label_best_candidates(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    codes: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
-    members: np.ndarray,
-    ex_ptr: np.ndarray,
-    ex_cols: np.ndarray,
-    codes_x: tuple[np.ndarray, np.ndarray] | None,
-    eps: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Candidates for each row's best positive, from the positives' filter scores alone:
-    ``(rows, local columns)``, the positives within ``2 eps[i]`` of the row's best (CPU).
-
-    Row ``i``'s positives are the columns ``members[lo[i]:hi[i]]`` (ascending), less its
-    excluded columns ``ex_cols[ex_ptr[i]:ex_ptr[i+1]]`` (ascending) and the columns whose
-    exclusion code equals its own (``codes_x = (row codes, column codes)``). A pair's filter
-    score is the dot product of its filter rows in any summation order (SIMD), within the
-    filter's error bound like the GEMM's; rows are visited class by class (``codes``) for the
-    cache."""
-    order = np.argsort(codes, kind="stable")
-    e = eps.numpy().astype(np.float64)
-    x, y = a.numpy(), b.numpy()
-    qx, rx = codes_x if codes_x is not None else (NO_CODES, NO_CODES)
-    # Slot t holds row order[t]: up to WINDOW_CAP candidates, all of them counted.
-    count = np.empty(len(order), dtype=np.int64)
-    index = np.empty((len(order), WINDOW_CAP), dtype=np.int64)
-    _label_best_numba(x, y, order, lo, hi, members, ex_ptr, ex_cols, qx, rx, e, count, index)
-    full = count <= WINDOW_CAP
-    t, n = np.nonzero(np.arange(WINDOW_CAP)[None, :] < np.where(full, count, 0)[:, None])
-    rows, cols = [order[t]], [index[t, n]]
-    if not full.all():  # many near-equal positives: those rows again, with room for all
-        over = order[~full]
-        wide = np.empty((len(over), int(count[~full].max())), dtype=np.int64)
-        again = np.empty(len(over), dtype=np.int64)
-        _label_best_numba(x, y, over, lo, hi, members, ex_ptr, ex_cols, qx, rx, e, again, wide)
-        t, n = np.nonzero(np.arange(wide.shape[1])[None, :] < again[:, None])
-        rows.append(over[t])
-        cols.append(wide[t, n])
-    return torch.from_numpy(np.concatenate(rows)), torch.from_numpy(np.concatenate(cols))
-
-
-@numba.njit(parallel=True, cache=True, boundscheck=False)
 def _label_scores_numba(
-    a, b, order, lo, hi, members, ex_ptr, ex_cols, qx, rx, ptr, cols, out
+    a, b, order, lo, hi, members, ex_ptr, ex_cols, qx, rx, eps, ptr, cols, out, count, best
 ):  # pragma: no cover
     for t in numba.prange(order.shape[0]):
         i = order[t]
         p = ex_ptr[i]
         n = ptr[i]
+        top = -np.inf
         for q in range(lo[i], hi[i]):
             j = members[q]
             gone, p = _skipped(i, j, p, ex_ptr[i + 1], ex_cols, qx, rx)
             cols[n] = j
-            out[n] = -np.inf if gone else _dot32(a[i], b[j])
+            v = -np.inf if gone else np.float64(_dot32(a[i], b[j]))
+            out[n] = v
+            top = max(top, v)
             n += 1
+        if eps.shape[0] == 0:
+            continue
+        # The candidates for the row's best positive: within 2 eps of the best filter score,
+        # moved to the front of the row's columns (``best``: their columns, row by row).
+        kept = ptr[i]
+        if top > -np.inf:
+            floor = top - 2.0 * eps[i]
+            for q in range(ptr[i], n):
+                if out[q] >= floor:
+                    best[kept] = cols[q]
+                    kept += 1
+        count[i] = kept - ptr[i]
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _gather_runs(ptr, count, offsets, values, rows, out):  # pragma: no cover - compiled
+    """Row ``i``'s first ``count[i]`` entries of ``values[ptr[i]:]`` to ``out[offsets[i]:]``,
+    ``rows`` set to ``i`` alongside."""
+    for i in numba.prange(count.shape[0]):
+        o = offsets[i]
+        for a in range(count[i]):
+            rows[o + a] = i
+            out[o + a] = values[ptr[i] + a]
 
 
 def label_scores(
@@ -249,21 +209,41 @@ def label_scores(
     ex_ptr: np.ndarray,
     ex_cols: np.ndarray,
     codes_x: tuple[np.ndarray, np.ndarray] | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    eps: torch.Tensor | None = None,
+) -> tuple[tuple[np.ndarray, np.ndarray, np.ndarray], tuple[torch.Tensor, torch.Tensor] | None]:
     """Each row's positives and their filter scores, as ``(ptr, cols, scores)``: row ``i``'s
-    are ``cols[ptr[i]:ptr[i+1]]`` (ascending), scored ``-inf`` where skipped; positives and
-    exclusions as in [`label_best_candidates`][label_best_candidates], a score the float32 dot
-    product of the filter rows in any order ([`_dot32`][_dot32], within the filter's bound)."""
+    are ``cols[ptr[i]:ptr[i+1]]`` (ascending), scored ``-inf`` where skipped; and, with ``eps``,
+    the candidates for each row's best positive from the same scores: ``(rows, local columns)``
+    (CPU tensors, by row then column), the positives within ``2 eps[i]`` of the row's best
+    (else ``None``).
+
+    Row ``i``'s positives are the columns ``members[lo[i]:hi[i]]`` (ascending), less its
+    excluded columns ``ex_cols[ex_ptr[i]:ex_ptr[i+1]]`` (ascending) and the columns whose
+    exclusion code equals its own (``codes_x = (row codes, column codes)``). A score is the
+    float32 dot product of the filter rows in any order ([`_dot32`][_dot32], within the filter's
+    error bound like the GEMM's); rows are visited class by class (``codes``) for the cache."""
     ptr = np.zeros(len(lo) + 1, dtype=np.int64)
     np.cumsum(hi - lo, out=ptr[1:])
-    cols = np.empty(int(ptr[-1]), dtype=np.int64)
-    out = np.empty(int(ptr[-1]), dtype=np.float64)
+    size = int(ptr[-1])
+    cols = np.empty(size, dtype=np.int64)
+    out = np.empty(size, dtype=np.float64)
     order = np.argsort(codes, kind="stable")
     qx, rx = codes_x if codes_x is not None else (NO_CODES, NO_CODES)
+    e = NO_SCORES if eps is None else eps.numpy().astype(np.float64)
+    count = np.zeros(len(lo) if eps is not None else 0, dtype=np.int64)
+    best = np.empty(size if eps is not None else 0, dtype=np.int64)
+    x, y = a.numpy(), b.numpy()
     _label_scores_numba(
-        a.numpy(), b.numpy(), order, lo, hi, members, ex_ptr, ex_cols, qx, rx, ptr, cols, out
+        x, y, order, lo, hi, members, ex_ptr, ex_cols, qx, rx, e, ptr, cols, out, count, best
     )
-    return ptr, cols, out
+    if eps is None:
+        return (ptr, cols, out), None
+    offsets = np.zeros(len(lo) + 1, dtype=np.int64)
+    np.cumsum(count, out=offsets[1:])
+    rows = np.empty(int(offsets[-1]), dtype=np.int64)
+    local = np.empty(int(offsets[-1]), dtype=np.int64)
+    _gather_runs(ptr, count, offsets, best, rows, local)
+    return (ptr, cols, out), (torch.from_numpy(rows), torch.from_numpy(local))
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
@@ -1257,26 +1237,41 @@ def top_cols(
                             fill[r] = f + 1
 
 
+RUN_ROWS = 64  # rows of a parallel loop's one iteration where each needs a buffer of its own
+
+
 @numba.njit(parallel=True, cache=True, boundscheck=False)
-def union_kth(scores, fills, ks, out):  # pragma: no cover - compiled
+def union_kth(scores, fills, floors, ks, out):  # pragma: no cover - compiled
     """Per row, the ``ks[r]``-th largest of the workers' buffers ``scores[w, r, :fills[w, r]]``
-    (``-inf`` when they hold fewer)."""
-    workers, rows, _ = scores.shape
-    for r in numba.prange(rows):
-        k = ks[r]
-        total = 0
-        for w in range(workers):
-            total += fills[w, r]
-        out[r] = -np.inf
-        if k <= 0 or total < k:
-            continue
-        values = np.empty(total, dtype=np.float64)
-        n = 0
-        for w in range(workers):
-            for a in range(fills[w, r]):
-                values[n] = scores[w, r, a]
-                n += 1
-        out[r] = select(values, total - k)
+    (``-inf`` when they hold fewer). Only the items at or above the highest of the row's floors
+    (``floors[w, r]``) are selected from where ``ks[r]`` of them are (the ``ks[r]`` largest are
+    then among them: the same value); rows in runs of [`RUN_ROWS`][RUN_ROWS], one buffer a run."""
+    workers, rows, width = scores.shape
+    for t in numba.prange((rows + RUN_ROWS - 1) // RUN_ROWS):
+        values = np.empty(workers * width, dtype=scores.dtype)
+        for r in range(t * RUN_ROWS, min(rows, (t + 1) * RUN_ROWS)):
+            k = ks[r]
+            out[r] = -np.inf
+            floor = floors[0, r]
+            for w in range(1, workers):
+                floor = max(floor, floors[w, r])
+            n = 0
+            total = 0
+            for w in range(workers):
+                total += fills[w, r]
+                for a in range(fills[w, r]):
+                    v = scores[w, r, a]
+                    values[n] = v
+                    n += v >= floor  # branch-free: kept where at or above the floor
+            if k <= 0 or total < k:
+                continue
+            if n < k:  # fewer than k above the floor: all of them
+                n = 0
+                for w in range(workers):
+                    for a in range(fills[w, r]):
+                        values[n] = scores[w, r, a]
+                        n += 1
+            out[r] = np.float64(select(values[:n], n - k))
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
@@ -1291,35 +1286,75 @@ def _collect_count(scores, fills, lo, over, counts):  # pragma: no cover - compi
         counts[r] = n
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _collect_sorted(scores, cols, fills, lo, r, n, out_rows, out_cols):  # pragma: no cover
+    """Row ``r``'s items at or above ``lo[r]`` from ``n`` on, their columns sorted."""
+    first = n
+    for w in range(scores.shape[0]):
+        for a in range(fills[w, r]):
+            if scores[w, r, a] >= lo[r]:
+                out_rows[n] = r
+                out_cols[n] = cols[w, r, a]
+                n += 1
+    out_cols[first:n] = np.sort(out_cols[first:n])
+    return n
+
+
 @numba.njit(parallel=True, cache=True, boundscheck=False)
-def _collect_fill(scores, cols, fills, lo, over, starts, out_rows, out_cols):  # pragma: no cover
+def _collect_fill(
+    scores, cols, fills, lo, over, starts, width, out_rows, out_cols
+):  # pragma: no cover
+    """The rows' items (counted by [`_collect_count`][_collect_count]) in ascending column order:
+    through a bitmap of the ``width`` columns where it has few words per item (set branch-free,
+    read word by word), else sorted; rows in runs of [`RUN_ROWS`][RUN_ROWS]."""
     workers, rows, _ = scores.shape
-    for r in numba.prange(rows):
-        if over[r]:
-            continue
-        n = starts[r]
-        for w in range(workers):
-            for a in range(fills[w, r]):
-                if scores[w, r, a] >= lo[r]:
-                    out_rows[n] = r
-                    out_cols[n] = cols[w, r, a]
-                    n += 1
-        out_cols[starts[r] : n] = np.sort(out_cols[starts[r] : n])
+    words = (width + 63) >> 6
+    for t in numba.prange((rows + RUN_ROWS - 1) // RUN_ROWS):
+        bits = np.zeros(words, dtype=np.uint64)
+        for r in range(t * RUN_ROWS, min(rows, (t + 1) * RUN_ROWS)):
+            n, stop = starts[r], starts[r + 1]
+            if over[r] or stop == n:
+                continue
+            if words > 4 * (stop - n):
+                _collect_sorted(scores, cols, fills, lo, r, n, out_rows, out_cols)
+                continue
+            low = lo[r]
+            for w in range(workers):
+                for a in range(fills[w, r]):
+                    j = cols[w, r, a]
+                    bits[j >> 6] |= np.uint64(scores[w, r, a] >= low) << np.uint64(j & 63)
+            for q in range(words):
+                b = bits[q]
+                if b:
+                    bits[q] = 0
+                    while b:
+                        if n < stop:
+                            out_rows[n] = r
+                            out_cols[n] = (q << 6) + np.int64(trailing_zeros(b))
+                        n += 1
+                        b &= b - np.uint64(1)
+            if n != stop:  # a column twice (never, by the pass): the row sorted instead
+                _collect_sorted(scores, cols, fills, lo, r, starts[r], out_rows, out_cols)
 
 
 def collect_top(
-    scores: np.ndarray, cols: np.ndarray, fills: np.ndarray, lo: np.ndarray, over: np.ndarray
+    scores: np.ndarray,
+    cols: np.ndarray,
+    fills: np.ndarray,
+    lo: np.ndarray,
+    over: np.ndarray,
+    width: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The workers' buffered items (``(workers, rows, cap)`` scores and columns, ``fills`` used)
     at or above each row's ``lo``, rows not ``over``: flat ``(rows, columns)``, by row then
-    column."""
+    column (columns below ``width``)."""
     counts = np.empty(len(lo), dtype=np.int64)
     _collect_count(scores, fills, lo, over, counts)
     starts = np.zeros(len(lo) + 1, dtype=np.int64)
     np.cumsum(counts, out=starts[1:])
     out_rows = np.empty(int(starts[-1]), dtype=np.int64)
     out_cols = np.empty(int(starts[-1]), dtype=np.int64)
-    _collect_fill(scores, cols, fills, lo, over, starts, out_rows, out_cols)
+    _collect_fill(scores, cols, fills, lo, over, starts, width, out_rows, out_cols)
     return out_rows, out_cols
 
 

@@ -326,6 +326,7 @@ class LabelPositives:
         self.query_codes = np.ascontiguousarray(query_codes, dtype=np.int64)
         self.reference_codes = np.ascontiguousarray(reference_codes, dtype=np.int64)
         self._groups: dict[tuple[int, int], Groups] = {}
+        self._last_ranges: tuple[Any, tuple[np.ndarray, np.ndarray]] | None = None
 
     def groups(self, block: Any) -> Groups:
         key = _block_key(block)
@@ -337,12 +338,16 @@ class LabelPositives:
         return block_codes(self.reference_codes, block)
 
     def pair_count(self, block: Any, start: int, stop: int) -> int:
-        lo, hi = self.groups(block).ranges(self.query_codes[start:stop])
+        lo, hi = self.ranges(block, start, stop)
         return int((hi - lo).sum())
 
     def ranges(self, block: Any, start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per query of ``start:stop``, the range of its positives in the block's members."""
-        return self.groups(block).ranges(self.query_codes[start:stop])
+        """Per query of ``start:stop``, the range of its positives in the block's members (the
+        last chunk's kept: a chunk's steps ask for them several times; not to be written)."""
+        key = (_block_key(block), start, stop)
+        if self._last_ranges is None or self._last_ranges[0] != key:
+            self._last_ranges = (key, self.groups(block).ranges(self.query_codes[start:stop]))
+        return self._last_ranges[1]
 
     def num_relevant(self, exclusions: Exclusions | None, block: Any = None) -> np.ndarray:
         """Positives per query minus the skipped ones: ``|{j : label_j = label_i, j not
