@@ -199,10 +199,48 @@ def _sums(st, span, threshold, words, floats, word_sums, means, idx):  # pragma:
     st[0], st[1], st[4], st[5] = hi, lo, np.uint64(has), kept
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _words(st, out):  # pragma: no cover - compiled
+    """``out`` (1-D uint32) filled with the next raw 32-bit words (``rng.integers(0, 2**32,
+    dtype=numpy.uint32)``'s); ``st`` as in [`_draw`][_draw]."""
+    hi, lo, inc_hi, inc_lo, has, kept = st[0], st[1], st[2], st[3], st[4] != 0, st[5]
+    for i in range(out.shape[0]):
+        hi, lo, has, kept, word = _next32(hi, lo, inc_hi, inc_lo, has, kept)
+        out[i] = np.uint32(word)
+    st[0], st[1], st[4], st[5] = hi, lo, np.uint64(has), kept
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _kept_sums(st, d, sums, starts):  # pragma: no cover - compiled
+    """Per resample ``r``: ``n`` raw 32-bit words (``d`` is ``(n, J)``), pair ``i`` kept where
+    word ``i``'s lowest bit is 1; ``sums[r, j]`` the sum of ``d[i, j]`` over the kept pairs (in
+    index order), ``starts[r]`` the state the resample's words start from (``st``'s six words)."""
+    hi, lo, inc_hi, inc_lo, has, kept = st[0], st[1], st[2], st[3], st[4] != 0, st[5]
+    n, columns = d.shape
+    for r in range(sums.shape[0]):
+        starts[r, 0], starts[r, 1], starts[r, 2], starts[r, 3] = hi, lo, inc_hi, inc_lo
+        starts[r, 4], starts[r, 5] = np.uint64(has), kept
+        if columns == 1:
+            acc = 0.0
+            for i in range(n):
+                hi, lo, has, kept, word = _next32(hi, lo, inc_hi, inc_lo, has, kept)
+                acc += d[i, 0] * np.float64(word & np.uint64(1))
+            sums[r, 0] = acc
+            continue
+        for j in range(columns):
+            sums[r, j] = 0.0
+        for i in range(n):
+            hi, lo, has, kept, word = _next32(hi, lo, inc_hi, inc_lo, has, kept)
+            if word & np.uint64(1):
+                for j in range(columns):
+                    sums[r, j] += d[i, j]
+    st[0], st[1], st[4], st[5] = hi, lo, np.uint64(has), kept
+
+
 class Stream:
-    """The draws of a ``numpy.random.Generator`` (PCG64) of integers in ``[0, width)``, made
-    here: each call continues where the last left off, and [`sync`][sync] gives the generator
-    the state its own draws would have left.
+    """The draws of a ``numpy.random.Generator`` (PCG64) of integers in ``[0, width)`` (and of
+    raw 32-bit words, for swaps), made here: each call continues where the last left off, and
+    [`sync`][sync] gives the generator the state its own draws would have left.
 
     Parameters
     ----------
@@ -238,6 +276,24 @@ class Stream:
         _sums(self.st, self.span, self.threshold, words, floats, word_sums, means, idx)
         return word_sums, means
 
+    def kept_sums(self, m: int, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The next ``m`` resamples of swaps, ``n`` raw 32-bit words each (``d`` is ``(n, J)``
+        float64): per resample the sums of ``d``'s columns over the pairs kept (a word's lowest
+        bit 1), ``(m, J)``, and the state it starts from, ``(m, 6)`` (for
+        [`kept_row`][kept_row])."""
+        sums = np.empty((m, d.shape[1]), dtype=np.float64)
+        starts = np.empty((m, 6), dtype=np.uint64)
+        _kept_sums(self.st, d, sums, starts)
+        return sums, starts
+
+    @staticmethod
+    def kept_row(start: np.ndarray, n: int) -> np.ndarray:
+        """The ``n`` kept flags (1 kept, 0 swapped; uint32) of the resample that starts from
+        ``start`` (a row of [`kept_sums`][kept_sums]'s states)."""
+        out = np.empty(n, dtype=np.uint32)
+        _words(start.copy(), out)
+        return np.bitwise_and(out, 1)
+
     def sync(self) -> None:
         """Leave the generator where its own draws would have left it."""
         state = self.rng.bit_generator.state
@@ -269,6 +325,17 @@ def agrees() -> bool:
             if not np.array_equal(means[:, 0], np.mean(values[expected_next], axis=-1)):
                 return False
             if ours.bit_generator.state != theirs.bit_generator.state:
+                return False
+            d = values[:, None] * np.array([[1.0, -2.0]])
+            sums, starts = stream.kept_sums(m, d)
+            words = theirs.integers(0, 1 << 32, size=(m, width), dtype=np.uint32)
+            kept = np.bitwise_and(words, 1)
+            if not np.array_equal(Stream.kept_row(starts[-1], width), kept[-1]):
+                return False
+            expected = [
+                [np.add.accumulate(np.where(row == 1, c, 0.0))[-1] for c in d.T] for row in kept
+            ]
+            if not np.array_equal(sums, np.array(expected)):
                 return False
     except Exception:  # numba or the generator's state not as expected: numpy's own draws
         return False

@@ -824,17 +824,29 @@ class _MeanNull(_Null):
     def add(self, kept: np.ndarray, sums: np.ndarray | None = None) -> None:
         """Count a batch: ``sums``, when given, is ``kept @ d`` (computed for several pairs at
         once), else computed here."""
-        m, n = kept.shape
-        low, high = self.low, self.high
+        m = kept.shape[0]
         if sums is None:
             sums = np.sum(np.multiply(kept, self.d), axis=1)
+        self.count(sums, lambda k: kept[k], lambda k: m == 1)
+
+    def count(
+        self,
+        sums: np.ndarray,
+        row: Callable[[int], np.ndarray],
+        alone: Callable[[int], bool],
+    ) -> None:
+        """Count resamples from their sums of ``d`` over the kept pairs (in any order); those
+        near a threshold again as scipy computes them, from ``row(k)``, resample ``k``'s kept
+        flags, summed pairwise where ``alone(k)`` (a batch of one resample)."""
+        n = self.n
+        low, high = self.low, self.high
         fast = (2 * sums - self.total) / n
         near = ~(np.abs(fast - high) > self.bound) | ~(np.abs(fast - low) > self.bound)
         self.at_most += int(np.count_nonzero((fast <= high) & ~near))
         self.at_least += int(np.count_nonzero((fast >= low) & ~near))
         for k in np.flatnonzero(near):
-            side_a, side_b = self.sides(kept[k][:, None] == 0)
-            if m == 1:  # one resample in the batch: scipy sums it pairwise
+            side_a, side_b = self.sides(row(k)[:, None] == 0)
+            if alone(k):  # one resample in the batch: scipy sums it pairwise
                 null = np.mean(side_a[:, 0]) - np.mean(side_b[:, 0])
             else:
                 null = (
@@ -864,6 +876,9 @@ def _randomization_p_values(
         d = np.stack([null.d for null in means], axis=1) if len(means) > 1 else None
         exact = n < 64 and (1 << n) <= n_resamples
         total = 1 << n if exact else n_resamples
+        if not exact and len(means) == len(chosen) and _compiled_swaps(means, total, seed, batch):
+            out.update((id(null), null.p_value(total, exact)) for null in chosen)
+            continue
         for kept in _kept(n, total, exact, batch, seed):
             sums = None if d is None else _product(kept.astype(np.float64), d)
             for null in chosen:
@@ -871,6 +886,31 @@ def _randomization_p_values(
                 null.add(kept, None if sums is None or j is None else sums[:, j])
         out.update((id(null), null.p_value(total, exact)) for null in chosen)
     return [out[id(null)] for null in nulls]
+
+
+def _compiled_swaps(means: Sequence[_MeanNull], total: int, seed: int, batch: int | None) -> bool:
+    """Count the means' resamples by the compiled pass, where it pays and agrees with numpy:
+    scipy's swaps drawn and each mean's sums taken as they are drawn
+    ([`Stream.kept_sums`][recallkit._resampling.Stream.kept_sums]); ``False`` where it does not
+    (nothing counted)."""
+    n = means[0].n
+    if not _compiled_pays(total * n, len(means)):
+        return False
+    from recallkit import _resampling as compiled
+
+    rng = np.random.default_rng(seed)
+    if not compiled.usable(rng, 2):
+        return False
+    d = np.ascontiguousarray(np.stack([null.d for null in means], axis=1))
+    sums, starts = compiled.Stream(rng, 2).kept_sums(total, d)
+    alone, start = set(), 0  # the resamples drawn in a batch of their own
+    for m in _sizes(total, batch, n):
+        if m == 1:
+            alone.add(start)
+        start += m
+    for j, null in enumerate(means):
+        null.count(sums[:, j], lambda k: compiled.Stream.kept_row(starts[k], n), alone.__contains__)
+    return True
 
 
 def randomization_test(

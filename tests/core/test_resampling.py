@@ -175,3 +175,43 @@ def test_intervals_equal_scipys_on_either_path(path):
     ).confidence_interval
     got = stats.bootstrap_interval(values, n_resamples=999, seed=6)
     assert got == pytest.approx((scipy.low, scipy.high), abs=1e-12)
+
+
+@pytest.mark.parametrize("n", [9, 130, 1000])
+def test_swaps_are_numpys_words_and_their_sums_add_the_kept_pairs(n):
+    rng = np.random.default_rng(n)
+    d = np.stack([rng.standard_normal(n), rng.integers(-1, 2, n) * 1.0], axis=1)
+    for columns in (d[:, :1], d):  # one pair (summed as drawn) and two
+        stream = _resampling.Stream(np.random.default_rng(3), 2)
+        sums, starts = stream.kept_sums(4, np.ascontiguousarray(columns))
+        words = np.random.default_rng(3).integers(0, 1 << 32, size=(4, n), dtype=np.uint32)
+        kept = words & 1
+        for r in range(4):
+            np.testing.assert_array_equal(_resampling.Stream.kept_row(starts[r], n), kept[r])
+            for j, column in enumerate(columns.T):
+                total = 0.0
+                for i in range(n):
+                    total += column[i] if kept[r, i] else 0.0
+                assert sums[r, j] == total
+
+
+def test_randomization_p_values_equal_on_either_path_and_scipys(path):
+    rng = np.random.default_rng(5)
+    a = rng.choice([0.0, 1 / 3, 0.5, 1.0], size=120)
+    b = np.where(rng.random(120) < 0.5, a, rng.choice([0.0, 0.25, 1.0], size=120))
+    hits_a, hits_b = (rng.random(120) < 0.6) * 1.0, (rng.random(120) < 0.55) * 1.0
+    pairs = [(a, b), (hits_a, hits_b), (a, a)]  # the last: every difference ties the observed
+    for batch in (None, 333):  # batches of 333 leave one resample alone at the end
+        got = stats.randomization_tests(pairs, n_resamples=1000, seed=4, batch=batch)
+        for (x, y), p in zip(pairs, got, strict=True):
+            scipy = sps.permutation_test(
+                (x, y),
+                lambda u, v, axis: np.mean(u, axis=axis) - np.mean(v, axis=axis),
+                permutation_type="samples",
+                vectorized=True,
+                n_resamples=1000,
+                batch=batch,
+                rng=np.random.default_rng(4),
+            ).pvalue
+            assert p == scipy
+            assert p == stats.randomization_test(x, y, n_resamples=1000, seed=4, batch=batch)
