@@ -36,33 +36,41 @@ from numba.extending import intrinsic
 
 __all__ = ["Stream", "agrees", "usable"]
 
-_MULT_HI = np.uint64(2549297995355413924)  # PCG's default 128-bit multiplier
-_MULT_LO = np.uint64(4865540595714422341)
+_MULT = (2549297995355413924 << 64) + 4865540595714422341  # PCG's default 128-bit multiplier
 _MASK64 = (1 << 64) - 1
 _BLOCK = 128  # numpy's PW_BLOCKSIZE
 
 
 @intrinsic
-def _mulhi(typingctx, a, b):
-    """The high 64 bits of the 128-bit product of two uint64 (one ``mul`` on x86-64)."""
-    if a != types.uint64 or b != types.uint64:
+def _lcg(typingctx, hi, lo, inc_hi, inc_lo):
+    """PCG64's state step ``state * multiplier + increment`` modulo 2**128 in LLVM's 128-bit
+    integers (three multiplies on x86-64), the state and increment as (high, low) uint64 halves;
+    returns the new ``(high, low)``."""
+    if any(x != types.uint64 for x in (hi, lo, inc_hi, inc_lo)):
         return None
+    pair = types.UniTuple(types.uint64, 2)
 
     def codegen(context, builder, signature, args):
-        wide = ir.IntType(128)
-        product = builder.mul(builder.zext(args[0], wide), builder.zext(args[1], wide))
-        return builder.trunc(builder.lshr(product, ir.Constant(wide, 64)), ir.IntType(64))
+        wide, half = ir.IntType(128), ir.IntType(64)
+        shift = ir.Constant(wide, 64)
 
-    return types.uint64(types.uint64, types.uint64), codegen
+        def join(h, low):
+            return builder.or_(builder.shl(builder.zext(h, wide), shift), builder.zext(low, wide))
+
+        state = builder.add(
+            builder.mul(join(args[0], args[1]), ir.Constant(wide, _MULT)), join(args[2], args[3])
+        )
+        parts = [builder.trunc(builder.lshr(state, shift), half), builder.trunc(state, half)]
+        return context.make_tuple(builder, pair, parts)
+
+    return pair(types.uint64, types.uint64, types.uint64, types.uint64), codegen
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _step(hi, lo, inc_hi, inc_lo):  # pragma: no cover - compiled
-    """PCG64's next state ``(hi, lo)`` and its 64-bit output (XSL-RR)."""
-    low = lo * _MULT_LO
-    new_lo = low + inc_lo
-    carry = np.uint64(1) if new_lo < low else np.uint64(0)
-    new_hi = _mulhi(lo, _MULT_LO) + lo * _MULT_HI + hi * _MULT_LO + inc_hi + carry
+    """PCG64's next state ``(hi, lo)`` and its 64-bit output (XSL-RR: the halves' xor rotated
+    right by the state's top 6 bits)."""
+    new_hi, new_lo = _lcg(hi, lo, inc_hi, inc_lo)
     x = new_hi ^ new_lo
     rot = new_hi >> np.uint64(58)
     return new_hi, new_lo, (x >> rot) | (x << ((np.uint64(64) - rot) & np.uint64(63)))
