@@ -231,10 +231,10 @@ _NO_FLOATS = np.zeros((0, 0))
 
 #: What the compiled pass saves per draw and statistic against numpy's draw and gather (about
 #: 0.9 ns on 2 cores of an AMD EPYC, ``benchmarks/bench_stats.py``), and what it costs to start:
-#: numba's import and its first kernel of the process (about 0.7 s), or its kernels alone once
+#: numba's import and its first kernels in a process (0.4-0.5 s), or its kernels alone once
 #: numba runs in the process (about 0.1 s).
 COMPILED_SAVING_S = 0.9e-9
-COMPILED_START_S = (0.7, 0.1)
+COMPILED_START_S = (0.5, 0.1)
 
 
 def _compiled_pays(draws: int, statistics: int) -> bool:
