@@ -632,3 +632,46 @@ def test_label_scores_and_best_positive_candidates_come_from_one_scoring():
             ]
     assert not any(i == 0 for i, _ in expected)
     assert list(zip(rows.tolist(), local.tolist(), strict=True)) == expected
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_segment_top_ranks_each_rows_items_by_the_tie_rule(seed):
+    """:func:`segment_top` per row: its k best items by the tie rule (higher score, then lower
+    index; numpy's lexsort), ``-1``/``-inf`` past them, and the tail of the items beyond them
+    tied with the k-th; short rows (sorted by insertion) and long ones (merge sort) alike, rows
+    that ask for nothing or for more than they hold."""
+    from recallkit.engine.cpu_kernels import INSERTION, segment_top
+
+    rng = np.random.default_rng(seed)
+    c = 40
+    sizes = rng.choice([0, 1, 5, INSERTION, INSERTION + 1, 300], c)
+    rows = np.repeat(np.arange(c), sizes).astype(np.int64)
+    glob = np.concatenate([np.sort(rng.choice(1000, n, replace=False)) for n in sizes])
+    glob = glob.astype(np.int64)
+    exact = np.round(rng.standard_normal(len(rows)), 1)  # many ties
+    exact[rng.random(len(rows)) < 0.05] = -np.inf
+    ks = rng.integers(0, 120, c).astype(np.int64)
+    ks[:3] = (0, 400, 1)
+    width = int(ks.max())
+    index, value, tail_index, tail_value = (
+        t.numpy()
+        for t in segment_top(
+            torch.from_numpy(rows),
+            torch.from_numpy(glob),
+            torch.from_numpy(exact),
+            torch.from_numpy(ks),
+            width,
+        )
+    )
+    for i in range(c):
+        s, g = exact[rows == i], glob[rows == i]
+        order = np.lexsort((g, -s))
+        k = min(ks[i], len(s))
+        assert np.array_equal(index[i, :k], g[order[:k]])
+        assert np.array_equal(value[i, :k], s[order[:k]])
+        assert np.all(index[i, k:] == -1) and np.all(value[i, k:] == -np.inf)
+        tied = []
+        if 0 < ks[i] <= len(s):
+            tied = [int(j) for j in g[order[k:]][s[order[k:]] == s[order[k - 1]]]]
+        assert tail_index[i][tail_index[i] >= 0].tolist() == tied
+        assert np.all(tail_value[i][: len(tied)] == (s[order[k - 1]] if tied else 0))

@@ -40,6 +40,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic, overload
 
 WINDOW_CAP = 32
+RUN_ROWS = 64  # rows of a parallel loop's one iteration where each needs a buffer of its own
 SENTINEL = int(np.iinfo(np.int64).max)  # ties.SENTINEL: no item
 NO_CODES = np.zeros(0, dtype=np.int64)
 NO_SCORES = np.zeros(0, dtype=np.float64)
@@ -379,26 +380,57 @@ def _kth_numba(scores, cols, ks, out):  # pragma: no cover - compiled
         out[i] = heap[0]
 
 
+INSERTION = 96  # rows of at most this many items are sorted by insertion (no allocation)
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _ranked_row(exact, glob, lo, n, values, index):  # pragma: no cover - compiled
+    """Items ``lo:lo+n`` (ascending index) into ``values[:n]``/``index[:n]`` by the tie rule:
+    stable insertion on descending score (an item goes after the items it ties with)."""
+    for a in range(n):
+        v = exact[lo + a]
+        g = glob[lo + a]
+        b = a
+        while b > 0 and values[b - 1] < v:
+            values[b] = values[b - 1]
+            index[b] = index[b - 1]
+            b -= 1
+        values[b] = v
+        index[b] = g
+
+
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _segment_top_numba(starts, glob, exact, ks, out_index, out_value, tails):  # pragma: no cover
-    for i in numba.prange(starts.shape[0] - 1):
-        lo = starts[i]
-        hi = starts[i + 1]
-        k = min(ks[i], hi - lo)
-        tails[i] = 0
-        if k <= 0:
-            continue
-        # Stable on -score: items arrive in ascending index, so equal scores keep index order.
-        order = np.argsort(-exact[lo:hi], kind="mergesort")
-        for a in range(k):
-            out_index[i, a] = glob[lo + order[a]]
-            out_value[i, a] = exact[lo + order[a]]
-        if k == ks[i]:
-            kth = exact[lo + order[k - 1]]
-            n = 0
-            while k + n < hi - lo and exact[lo + order[k + n]] == kth:
-                n += 1
-            tails[i] = n
+    rows, width = out_index.shape
+    for t in numba.prange((rows + RUN_ROWS - 1) // RUN_ROWS):
+        values = np.empty(INSERTION, dtype=np.float64)
+        index = np.empty(INSERTION, dtype=np.int64)
+        for i in range(t * RUN_ROWS, min(rows, (t + 1) * RUN_ROWS)):
+            lo = starts[i]
+            hi = starts[i + 1]
+            k = max(min(ks[i], hi - lo), 0)
+            tails[i] = 0
+            for a in range(k, width):  # the padding, written here (not a pass of its own)
+                out_index[i, a] = -1
+                out_value[i, a] = -np.inf
+            if k == 0:
+                continue
+            if hi - lo <= INSERTION:
+                _ranked_row(exact, glob, lo, hi - lo, values, index)
+                sorted_values, sorted_index = values, index
+            else:  # stable on -score: items arrive in ascending index
+                order = np.argsort(-exact[lo:hi], kind="mergesort")
+                sorted_values = exact[lo:hi][order]
+                sorted_index = glob[lo:hi][order]
+            for a in range(k):
+                out_index[i, a] = sorted_index[a]
+                out_value[i, a] = sorted_values[a]
+            if k == ks[i]:
+                kth = sorted_values[k - 1]
+                n = 0
+                while k + n < hi - lo and sorted_values[k + n] == kth:
+                    n += 1
+                tails[i] = n
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
@@ -430,8 +462,8 @@ def segment_top(
         r, glob, exact = r[order], glob[order], exact[order]
     starts = np.zeros(c + 1, dtype=np.int64)
     starts[1:] = np.cumsum(np.bincount(r, minlength=c))
-    out_index = np.full((c, width), -1, dtype=np.int64)
-    out_value = np.full((c, width), -np.inf, dtype=np.float64)
+    out_index = np.empty((c, width), dtype=np.int64)  # every entry written by the kernel
+    out_value = np.empty((c, width), dtype=np.float64)
     tails = np.zeros(c, dtype=np.int64)
     g = np.ascontiguousarray(glob.numpy())
     e = np.ascontiguousarray(exact.numpy())
@@ -1235,9 +1267,6 @@ def top_cols(
                             buf_col[r, f] = row0 + i
                             buf_score[r, f] = s
                             fill[r] = f + 1
-
-
-RUN_ROWS = 64  # rows of a parallel loop's one iteration where each needs a buffer of its own
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
