@@ -311,12 +311,15 @@ def chunk_lists(
     index = part.top_index.cpu().numpy()
     tail = part.tail_index.cpu().numpy()
     codes = query_codes[:, None]
+    # The reference codes and, read at the padding's index -1, a code no query has.
+    lowest = min(reference_codes.min(initial=0), query_codes.min(initial=0))
+    padded = np.append(reference_codes, np.int64(lowest) - 1)
     return (
         index,
         part.top_score.cpu().numpy(),
-        (index >= 0) & (reference_codes[np.maximum(index, 0)] == codes),
+        np.take(padded, index) == codes,
         tail,
-        (tail >= 0) & (reference_codes[np.maximum(tail, 0)] == codes),
+        np.take(padded, tail) == codes,
     )
 
 
