@@ -26,6 +26,7 @@ This module needs numpy and numba (no torch).
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import numba
@@ -208,6 +209,69 @@ def _sums(st, span, threshold, words, floats, word_sums, means, idx):  # pragma:
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
+def _medians(st, span, threshold, codes, uniques, counts, out, idx):  # pragma: no cover
+    """Per resample ``r`` (a row of ``out``): ``span`` draws into ``idx``; ``out[r, q]`` the
+    median of sample ``q``'s values over them as ``np.median`` gives it, from counts: sample
+    ``q``'s value of query ``j`` is ``uniques[q, codes[q, j]]`` (its distinct values, sorted);
+    ``counts`` (as long as ``uniques``' rows) is scratch. ``st`` as in [`_draw`][_draw]."""
+    hi, lo, inc_hi, inc_lo, has, kept = st[0], st[1], st[2], st[3], st[4] != 0, st[5]
+    width = np.int64(span)
+    low, high = (width - 1) // 2, width // 2  # the middle order statistics (one when odd)
+    for r in range(out.shape[0]):
+        for i in range(width):
+            hi, lo, has, kept, idx[i] = _bounded(hi, lo, inc_hi, inc_lo, has, kept, span, threshold)
+        for q in range(codes.shape[0]):
+            counts[:] = 0
+            code = codes[q]
+            for i in range(width):
+                counts[code[idx[i]]] += 1
+            out[r, q] = _middle(counts, uniques[q], low, high)
+    st[0], st[1], st[4], st[5] = hi, lo, np.uint64(has), kept
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _middle(counts, uniques, low, high):  # pragma: no cover - compiled
+    """The median of the values counted (``counts[u]`` of ``uniques[u]``, sorted), as
+    ``np.median`` gives it: the mean of the order statistics ``low`` and ``high`` (one when they
+    are equal), a zero of either sign coming out as 0.0 (numpy's mean adds them to 0.0)."""
+    seen, u = counts[0], 0
+    while seen <= low:
+        u += 1
+        seen += counts[u]
+    a = uniques[u]
+    while seen <= high:
+        u += 1
+        seen += counts[u]
+    b = uniques[u]
+    return 0.0 + a if low == high else (0.0 + (a + b)) / 2.0
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _swapped_medians(st, code_a, code_b, uniques, count_a, count_b, out):  # pragma: no cover
+    """Per resample ``r``: ``n`` raw 32-bit words, pair ``i`` kept where word ``i``'s lowest bit
+    is 1 and swapped where it is 0; ``out[r]`` the medians of both sides (side a holds ``a[i]``
+    where kept and ``b[i]`` where swapped), the values ``uniques[code_a[i]]`` and
+    ``uniques[code_b[i]]``. ``st`` as in [`_draw`][_draw]."""
+    hi, lo, inc_hi, inc_lo, has, kept = st[0], st[1], st[2], st[3], st[4] != 0, st[5]
+    n = code_a.shape[0]
+    low, high = (n - 1) // 2, n // 2
+    for r in range(out.shape[0]):
+        count_a[:] = 0
+        count_b[:] = 0
+        for i in range(n):
+            hi, lo, has, kept, word = _next32(hi, lo, inc_hi, inc_lo, has, kept)
+            if word & np.uint64(1):
+                count_a[code_a[i]] += 1
+                count_b[code_b[i]] += 1
+            else:
+                count_a[code_b[i]] += 1
+                count_b[code_a[i]] += 1
+        out[r, 0] = _middle(count_a, uniques, low, high)
+        out[r, 1] = _middle(count_b, uniques, low, high)
+    st[0], st[1], st[4], st[5] = hi, lo, np.uint64(has), kept
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
 def _words(st, out):  # pragma: no cover - compiled
     """``out`` (1-D uint32) filled with the next raw 32-bit words (``rng.integers(0, 2**32,
     dtype=numpy.uint32)``'s); ``st`` as in [`_draw`][_draw]."""
@@ -284,6 +348,35 @@ class Stream:
         _sums(self.st, self.span, self.threshold, words, floats, word_sums, means, idx)
         return word_sums, means
 
+    def medians(self, m: int, samples: Sequence[np.ndarray]) -> np.ndarray:
+        """The next ``m`` resamples' medians of each sample (1-D float64 arrays of ``width``
+        values; ``np.median(sample[idx], axis=-1)`` bit for bit): an ``(m, len(samples))``
+        array."""
+        uniques, codes = [], []
+        for values in samples:
+            unique, code = np.unique(values, return_inverse=True)
+            uniques.append(unique)
+            codes.append(code.reshape(-1))
+        table = np.zeros((len(samples), max(u.size for u in uniques)))
+        for q, unique in enumerate(uniques):
+            table[q, : unique.size] = unique
+        out = np.empty((m, len(samples)), dtype=np.float64)
+        counts = np.empty(table.shape[1], dtype=np.int64)
+        idx = np.empty(self.width, dtype=np.int64)
+        _medians(self.st, self.span, self.threshold, np.stack(codes), table, counts, out, idx)
+        return out
+
+    def swapped_medians(self, m: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The next ``m`` resamples of swaps of the pairs ``(a[i], b[i])`` (a raw 32-bit word
+        each, as [`kept_sums`][kept_sums] draws them): the medians of both sides, ``(m, 2)``
+        (``np.median`` of each side bit for bit)."""
+        uniques, codes = np.unique(np.concatenate([a, b]), return_inverse=True)
+        codes = codes.reshape(-1)
+        out = np.empty((m, 2), dtype=np.float64)
+        count_a, count_b = (np.empty(uniques.size, dtype=np.int64) for _ in range(2))
+        _swapped_medians(self.st, codes[: a.size], codes[a.size :], uniques, count_a, count_b, out)
+        return out
+
     def kept_sums(self, m: int, d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The next ``m`` resamples of swaps, ``n`` raw 32-bit words each (``d`` is ``(n, J)``
         float64): per resample the sums of ``d``'s columns over the pairs kept (a word's lowest
@@ -313,8 +406,9 @@ class Stream:
 
 @functools.cache
 def agrees() -> bool:
-    """Whether this numpy draws and averages as [`Stream`][Stream] does, checked once per process
-    on odd and even widths, a draw ending on half a word, and float means of mixed magnitudes."""
+    """Whether this numpy draws, averages and takes medians as [`Stream`][Stream] does, checked
+    once per process on odd and even widths, a draw ending on half a word, float means of mixed
+    magnitudes, swaps, and medians of tied values and zeros of either sign."""
     try:
         for width, m in ((2, 3), (7, 1), (129, 5), (1001, 3), (4096, 2)):
             values = np.random.default_rng(width).standard_normal(width) * np.logspace(-3, 3, width)
@@ -345,6 +439,22 @@ def agrees() -> bool:
             ]
             if not np.array_equal(sums, np.array(expected)):
                 return False
+            both = Stream(np.random.default_rng(4), 2).swapped_medians(m, values, values[::-1])
+            swapped = np.random.default_rng(4).integers(0, 1 << 32, (m, width), np.uint32) & 1 == 0
+            side_a = np.where(swapped, values[::-1], values)
+            side_b = np.where(swapped, values, values[::-1])
+            if not np.array_equal(
+                both, np.stack([np.median(side_a, axis=-1), np.median(side_b, axis=-1)], 1)
+            ):
+                return False
+            ties = np.round(values[:, None] * np.array([[1.0, 0.0]]), 0).T
+            ties[1, ::3] = -0.0
+            stream = Stream(np.random.default_rng(9), width)
+            medians = stream.medians(m, list(ties))
+            idx = np.random.default_rng(9).integers(0, width, (m, width))
+            for q, sample in enumerate(ties):
+                if medians[:, q].tobytes() != np.median(sample[idx], axis=-1).tobytes():
+                    return False
     except Exception:  # numba or the generator's state not as expected: numpy's own draws
         return False
     return True

@@ -258,6 +258,8 @@ def _statistic(metric: registry.Metric) -> Callable[..., Any] | str:
     """The metric's summary as the resampling functions take it (over the last axis)."""
     if type(metric).summarize is registry.Metric.summarize:
         return "mean"
+    if type(metric).summarize is registry.MedianRank.summarize:
+        return stats.Median(floor=True)  # MedR's floor(median): the bootstrap counts it
     return lambda x, axis=-1: metric.summarize(np.moveaxis(np.asarray(x), axis, -1))
 
 

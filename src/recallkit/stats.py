@@ -26,10 +26,11 @@ This module loads numpy alone (no torch); a bootstrap loads numba too, for its c
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,7 @@ from recallkit._inputs.values import (
 from recallkit.exceptions import fail
 
 __all__ = [
+    "Median",
     "bootstrap_interval",
     "bootstrap_intervals",
     "holm",
@@ -72,6 +74,60 @@ MARGIN = 32
 
 # ---------------------------------------------------------------------------------------------
 # Argument checks (the numpy-only ones are the validation toolbox's, recallkit._inputs.values).
+
+
+class Median:
+    """The median over an axis (``numpy.median``), floored with ``floor=True``: MedR's summary,
+    ``floor(median)``. A statistic for every function of this module; the bootstrap functions
+    take each resample's median from counts in their compiled pass, where a function given as
+    the statistic gathers and partitions each resample (the same values, bit for bit; so is
+    ``numpy.median`` itself, given as the statistic).
+
+    Parameters
+    ----------
+    floor : bool, default False
+        Whether each median is floored (``numpy.floor``).
+
+    Examples
+    --------
+    >>> float(Median(floor=True)(np.array([1.0, 2.0, 5.0, 8.0])))
+    3.0
+    """
+
+    def __init__(self, floor: bool = False) -> None:
+        self.floor = bool(floor)
+
+    def __call__(self, x: Any, axis: int = -1) -> Any:
+        """The median of ``x`` over ``axis``, floored with ``floor``.
+
+        Parameters
+        ----------
+        x : array_like of float
+            The values.
+        axis : int, default -1
+            The axis reduced.
+
+        Returns
+        -------
+        numpy.float64 or numpy.ndarray
+            ``numpy.median(x, axis=axis)``, floored with ``floor``; its shape is ``x``'s less
+            ``axis``.
+        """
+        out = np.median(x, axis=axis)
+        return np.floor(out) if self.floor else out
+
+    def __repr__(self) -> str:
+        return f"Median(floor={self.floor})"
+
+
+def _as_median(job: Job, reduce: Callable[..., Any], samples: tuple[np.ndarray, ...]) -> Job:
+    """``job`` as a median of ``samples`` where ``reduce`` is one (numpy's or a
+    [`Median`][Median]); else as it is."""
+    if reduce is np.median:
+        return dataclasses.replace(job, medians=samples)
+    if isinstance(reduce, Median):
+        return dataclasses.replace(job, medians=samples, floor=reduce.floor)
+    return job
 
 
 def _pair(
@@ -150,16 +206,22 @@ def _sizes(total: int, batch: int | None, width: int) -> Iterator[int]:
         yield min(batch, total - start)
 
 
-class Job(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class Job:
     """One statistic of the shared draw: the width of its resamples (the values drawn from) and
     the statistic of each resample of a batch of drawn indices (``reduce(idx)`` of an ``(m,
     width)`` array of indices); for a mean, the values averaged, and whether their resampled
-    sums are exact in any order (integers: recall@K's hits, their differences)."""
+    sums are exact in any order (integers: recall@K's hits, their differences); for a median,
+    its samples."""
 
     width: int
     reduce: Callable[[np.ndarray], np.ndarray]
     values: np.ndarray | None = None
     integral: bool = False
+    #: For a median ([`Median`][Median] or ``np.median``): the samples whose medians are taken
+    #: (one; two for a paired difference, the second's subtracted), and whether each is floored.
+    medians: tuple[np.ndarray, ...] = ()
+    floor: bool = False
 
 
 def _integral(values: np.ndarray) -> bool:
@@ -189,32 +251,44 @@ def _bootstrap_distributions(
     The jobs of one width share their draws: each batch is drawn once and every job of that width
     reduces it, so that ``k`` statistics cost one draw, and each gets the resamples it would get
     alone, bit for bit. The means of integer values are packed several to an int64 word
-    ([`_Packed`][_Packed]), whose sums are exact in any order. Where every job of a width is a
-    mean, one compiled pass ([`recallkit._resampling.Stream`][recallkit._resampling.Stream])
-    makes numpy's draws and sums each word, and averages each float sample as ``np.mean`` does,
-    as it draws: no index is written. Otherwise each batch of indices is drawn (by that pass where
-    it agrees with numpy, else by numpy) and the other statistics gather their values
-    (``reduce(idx)``)."""
+    ([`_Packed`][_Packed]), whose sums are exact in any order. Where the work pays numba's start
+    ([`_compiled_pays`][_compiled_pays]), one compiled pass
+    ([`recallkit._resampling.Stream`][recallkit._resampling.Stream]) makes numpy's draws, sums
+    each word and averages each float sample as ``np.mean`` does, as it draws: no index is
+    written; a second pass over the same draws takes each median ([`Median`][Median],
+    ``np.median``) from counts. A function given as the statistic gathers its values from each
+    batch of indices (``reduce(idx)``), drawn again by that pass, or by numpy where it does not
+    pay (and then every statistic of the width is computed so)."""
     out: list[np.ndarray] = [np.empty(n_resamples) for _ in jobs]
     for width in dict.fromkeys(job.width for job in jobs):
         chosen = [(out[i], job) for i, job in enumerate(jobs) if job.width == width]
         packed = _Packed([(theta, job.values) for theta, job in chosen if job.integral])
         floats = [(theta, job) for theta, job in chosen if job.values is not None]
         floats = [(theta, job) for theta, job in floats if not job.integral]
-        gathered = [(theta, job.reduce) for theta, job in chosen if job.values is None]
+        gathered_jobs = [(theta, job) for theta, job in chosen if job.values is None]
+        gathered = [(theta, job.reduce) for theta, job in gathered_jobs]
         rng = np.random.default_rng(seed)
         stream = None
         if _compiled_pays(n_resamples * width, len(chosen)):
             from recallkit import _resampling as compiled
 
             stream = compiled.Stream(rng, width) if compiled.usable(rng, width) else None
-        if stream is not None and not gathered:
+        medians = [(theta, job) for theta, job in gathered_jobs if job.medians]
+        if stream is not None and medians:
+            _compiled_medians(compiled.Stream(np.random.default_rng(seed), width), medians)
+            gathered = [(theta, job.reduce) for theta, job in gathered_jobs if not job.medians]
+        if stream is not None and (packed.words or floats):
             matrix = np.stack([job.values for _, job in floats]) if floats else _NO_FLOATS
             sums, means = stream.sums(n_resamples, packed.matrix(width), matrix)
             packed.unpack(sums, 0)
             for f, (theta, _) in enumerate(floats):
                 theta[:] = means[:, f]
-            continue
+            packed, floats = _Packed([]), []
+            # The other statistics draw the same indices again, from the seed.
+            rng = np.random.default_rng(seed)
+            stream = compiled.Stream(rng, width)
+            if not gathered:
+                continue
         start = 0
         for m in _sizes(n_resamples, batch, width):
             idx = rng.integers(0, width, (m, width)) if stream is None else stream.integers(m)
@@ -228,6 +302,21 @@ def _bootstrap_distributions(
 
 
 _NO_FLOATS = np.zeros((0, 0))
+
+
+def _compiled_medians(stream: Any, medians: Sequence[tuple[np.ndarray, Job]]) -> None:
+    """Each median job's resamples, from one compiled pass over ``stream``'s draws (every
+    sample's median of each resample from counts, numpy's values)."""
+    samples = [values for _, job in medians for values in job.medians]
+    out = stream.medians(len(medians[0][0]), samples)
+    column = 0
+    for theta, job in medians:
+        parts = out[:, column : column + len(job.medians)]
+        column += len(job.medians)
+        if job.floor:
+            parts = np.floor(parts)
+        theta[:] = parts[:, 0] if parts.shape[1] == 1 else parts[:, 0] - parts[:, 1]
+
 
 #: What the compiled pass saves per draw and statistic against numpy's draw and gather (about
 #: 0.9 ns on 2 cores of an AMD EPYC, ``benchmarks/bench_stats.py``), and what it costs to start:
@@ -330,7 +419,8 @@ def _one(values: Any, statistic: Any, groups: Any, func: str, name: str) -> Job:
         _scalar(reduce, values, func)  # a statistic of the wrong form fails before resampling
     if reduce is np.mean:
         return _mean_job(values)
-    return Job(values.size, lambda idx: _rows(reduce, values[idx], func))
+    job = Job(values.size, lambda idx: _rows(reduce, values[idx], func))
+    return _as_median(job, reduce, (values,))
 
 
 def _paired(
@@ -347,9 +437,8 @@ def _paired(
     difference = float(_scalar(reduce, a, func) - _scalar(reduce, b, func))
     if reduce is np.mean:  # one gather: the mean of the differences
         return difference, _mean_job(a - b)
-    return difference, Job(
-        a.size, lambda idx: _rows(reduce, a[idx], func) - _rows(reduce, b[idx], func)
-    )
+    job = Job(a.size, lambda idx: _rows(reduce, a[idx], func) - _rows(reduce, b[idx], func))
+    return difference, _as_median(job, reduce, (a, b))
 
 
 def _each(value: Any, count: int, func: str, name: str, single: Callable[[Any], bool]) -> list:
@@ -867,25 +956,54 @@ def _randomization_p_values(
     nulls: Sequence[_Null], n_resamples: int, seed: int, batch: int | None
 ) -> list[float]:
     """Each null's p-value; the nulls of one length share their swap patterns (drawn once a
-    batch) and, for the mean, one matrix product a batch."""
+    batch) and, for the mean, one matrix product a batch. Where the work pays numba's start,
+    a compiled pass draws the same swaps and counts each median's resamples
+    ([`_compiled_median`][_compiled_median]) and the means' ([`_compiled_swaps`][_compiled_swaps])
+    as it draws."""
     out: dict[int, float] = {}
     for n in dict.fromkeys(null.n for null in nulls):
         chosen = [null for null in nulls if null.n == n]
-        means = [null for null in chosen if isinstance(null, _MeanNull)]
-        column = {id(null): j for j, null in enumerate(means)}
-        d = np.stack([null.d for null in means], axis=1) if len(means) > 1 else None
         exact = n < 64 and (1 << n) <= n_resamples
         total = 1 << n if exact else n_resamples
-        if not exact and len(means) == len(chosen) and _compiled_swaps(means, total, seed, batch):
-            out.update((id(null), null.p_value(total, exact)) for null in chosen)
-            continue
-        for kept in _kept(n, total, exact, batch, seed):
+        rest = chosen
+        if not exact and _compiled_pays(total * n, len(chosen)):
+            rest = [null for null in chosen if not _compiled_median(null, total, seed)]
+            means = [null for null in rest if isinstance(null, _MeanNull)]
+            if len(means) == len(rest) and (
+                not means or _compiled_swaps(means, total, seed, batch)
+            ):
+                rest = []
+        means = [null for null in rest if isinstance(null, _MeanNull)]
+        column = {id(null): j for j, null in enumerate(means)}
+        d = np.stack([null.d for null in means], axis=1) if len(means) > 1 else None
+        for kept in _kept(n, total, exact, batch, seed) if rest else ():
             sums = None if d is None else _product(kept.astype(np.float64), d)
-            for null in chosen:
+            for null in rest:
                 j = column.get(id(null))
                 null.add(kept, None if sums is None or j is None else sums[:, j])
         out.update((id(null), null.p_value(total, exact)) for null in chosen)
     return [out[id(null)] for null in nulls]
+
+
+def _compiled_median(null: _Null, total: int, seed: int) -> bool:
+    """Count a median's resamples ([`Median`][Median], ``np.median``) by the compiled pass,
+    where it agrees with numpy: scipy's swaps drawn and both sides' medians taken from counts
+    ([`Stream.swapped_medians`][recallkit._resampling.Stream.swapped_medians]); ``False`` for
+    another statistic, or where it does not agree (nothing counted)."""
+    if null.reduce is not np.median and not isinstance(null.reduce, Median):
+        return False
+    from recallkit import _resampling as compiled
+
+    rng = np.random.default_rng(seed)
+    if not compiled.usable(rng, 2):
+        return False
+    sides = compiled.Stream(rng, 2).swapped_medians(total, null.a, null.b)
+    if getattr(null.reduce, "floor", False):
+        sides = np.floor(sides)
+    differences = sides[:, 0] - sides[:, 1]
+    null.at_most += int(np.count_nonzero(differences <= null.high))
+    null.at_least += int(np.count_nonzero(differences >= null.low))
+    return True
 
 
 def _compiled_swaps(means: Sequence[_MeanNull], total: int, seed: int, batch: int | None) -> bool:

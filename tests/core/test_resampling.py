@@ -215,3 +215,96 @@ def test_randomization_p_values_equal_on_either_path_and_scipys(path):
             ).pvalue
             assert p == scipy
             assert p == stats.randomization_test(x, y, n_resamples=1000, seed=4, batch=batch)
+
+
+@pytest.mark.parametrize("width", [2, 3, 8, 9, 130, 1001])
+def test_medians_are_numpys_bit_for_bit(width):
+    rng = np.random.default_rng(width)
+    samples = [
+        rng.integers(1, 40, width).astype(np.float64),  # ranks: many ties
+        rng.standard_normal(width),
+        np.where(rng.random(width) < 0.5, 0.0, -0.0),  # zeros of either sign
+        np.where(rng.random(width) < 0.3, -0.0, rng.integers(-2, 3, width) * 1.0),
+    ]
+    stream = _resampling.Stream(np.random.default_rng(1), width)
+    first, second = stream.medians(5, samples), stream.medians(2, samples[:1])
+    theirs = np.random.default_rng(1)
+    idx = theirs.integers(0, width, (5, width))
+    for q, sample in enumerate(samples):
+        assert first[:, q].tobytes() == np.median(sample[idx], axis=-1).tobytes()
+        by_hand = []  # the middle one, or the mean of the middle two, of each sorted resample
+        for row in np.sort(sample[idx], axis=-1):
+            middle = row[(width - 1) // 2 : width // 2 + 1]
+            by_hand.append(0.0 + sum(middle.tolist()) / len(middle))
+        assert first[:, q].tolist() == by_hand
+    idx = theirs.integers(0, width, (2, width))
+    assert second[:, 0].tobytes() == np.median(samples[0][idx], axis=-1).tobytes()
+
+
+def test_a_median_statistic_is_numpys_floored_or_not():
+    x = np.array([[1.0, 2.0, 5.0, 8.0], [3.0, 1.0, 2.0, 9.0]])
+    assert stats.Median()(x).tolist() == [3.5, 2.5]
+    assert stats.Median(floor=True)(x).tolist() == [3.0, 2.0]
+    assert stats.Median(floor=True)(x.T, axis=0).tolist() == [3.0, 2.0]
+    assert repr(stats.Median(floor=True)) == "Median(floor=True)"
+
+
+@pytest.mark.parametrize("statistic", [np.median, stats.Median(), stats.Median(floor=True)])
+def test_median_intervals_equal_on_either_path(path, statistic):
+    rng = np.random.default_rng(21)
+    ranks = rng.integers(1, 60, 301).astype(np.float64)
+    other = rng.integers(1, 80, 301).astype(np.float64)
+    floor = getattr(statistic, "floor", False)
+
+    def brute(x, idx):
+        out = np.median(x[idx], axis=-1)
+        return np.floor(out) if floor else out
+
+    idx = np.random.default_rng(3).integers(0, 301, (400, 301))
+    got = stats.bootstrap_intervals([ranks, ranks], [statistic, "mean"], n_resamples=400, seed=3)
+    theta = brute(ranks, idx)
+    assert got[0] == tuple(float(q) for q in np.quantile(theta, [ALPHA, 1 - ALPHA]))
+    difference, resampled = stats.paired_bootstrap_distribution(
+        ranks, other, statistic, n_resamples=400, seed=3
+    )
+    assert resampled.tobytes() == (brute(ranks, idx) - brute(other, idx)).tobytes()
+    assert difference == float(brute(ranks, np.arange(301)) - brute(other, np.arange(301)))
+
+
+def test_medr_is_resampled_as_its_own_summary():
+    from recallkit import comparison, metrics
+
+    medr = metrics.MedianRank()
+    statistic = comparison._statistic(medr)
+    ranks = np.random.default_rng(0).integers(1, 100, (7, 40)).astype(np.float64)
+    assert isinstance(statistic, stats.Median) and statistic.floor
+    assert statistic(ranks).tolist() == medr.summarize(ranks).tolist()
+    assert statistic(ranks[:, :39]).tolist() == medr.summarize(ranks[:, :39]).tolist()
+
+
+def test_swapped_medians_are_each_sides_numpy_median():
+    rng = np.random.default_rng(2)
+    a, b = rng.integers(1, 30, 101) * 1.0, rng.integers(1, 50, 101) * 1.0
+    got = _resampling.Stream(np.random.default_rng(8), 2).swapped_medians(6, a, b)
+    swapped = np.random.default_rng(8).integers(0, 1 << 32, (6, 101), dtype=np.uint32) & 1 == 0
+    side_a, side_b = np.where(swapped, b, a), np.where(swapped, a, b)
+    assert got[:, 0].tobytes() == np.median(side_a, axis=-1).tobytes()
+    assert got[:, 1].tobytes() == np.median(side_b, axis=-1).tobytes()
+    assert got[:, 0].tolist() == [sorted(row)[50] for row in side_a.tolist()]
+
+
+@pytest.mark.parametrize("statistic", [np.median, stats.Median(floor=True)])
+def test_median_randomization_tests_equal_scipys_on_either_path(path, statistic):
+    rng = np.random.default_rng(13)
+    a, b = rng.integers(1, 20, 140) * 1.0, rng.integers(1, 24, 140) * 1.0
+    scipy = sps.permutation_test(
+        (a, b),
+        lambda u, v, axis: statistic(u, axis=axis) - statistic(v, axis=axis),
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=500,
+        rng=np.random.default_rng(6),
+    ).pvalue
+    assert stats.randomization_test(a, b, statistic, n_resamples=500, seed=6) == scipy
+    got = stats.randomization_tests([(a, b), (a, a)], statistic, n_resamples=500, seed=6)
+    assert got == [scipy, 1.0]
