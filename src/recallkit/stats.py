@@ -12,6 +12,9 @@ or average precision; lone queries dropped beforehand):
   paired randomization test;
 * [`holm`][holm]: Holm's adjustment of several p-values.
 
+The statistic is the mean, the median ([`Median`][Median], floored for MedR), or any function
+``f(x, axis=-1)``.
+
 The resampling is seeded (``numpy.random.default_rng(seed)``) and reproducible, and its results
 equal scipy's with the same seed, resamples and batch: [`bootstrap_interval`][bootstrap_interval]
 and [`paired_bootstrap`][paired_bootstrap] give ``scipy.stats.bootstrap(...,
@@ -21,7 +24,7 @@ resamples are drawn in batches, so memory holds one batch and one float per resa
 resample at once.
 
 This module loads numpy alone (no torch); a bootstrap loads numba too, for its compiled draws
-([`recallkit._resampling`][recallkit._resampling]).
+(``recallkit._resampling``).
 """
 
 from __future__ import annotations
