@@ -743,6 +743,42 @@ def test_untimed_tiles_of_a_pass_run_in_the_previous_pass_choice(monkeypatch):
     assert second.choice.untimed == "torch-bfloat16" and lowp.CHOICES[key] is second.choice
 
 
+def test_after_a_clear_choice_the_next_passes_run_it_untimed_until_one_weighs_again(monkeypatch):
+    # A call's chunks are passes over tiles of one width: once a pass's choice is clear (every
+    # other kind at least CLEAR times slower), the next REWEIGH - 1 passes run the chosen kind
+    # alone (no tile in the slower kind), and the one after weighs again; a close choice is
+    # weighed again at once.
+    key = ("tiles", torch.float32, 3)
+    monkeypatch.setattr(lowp, "CHOICES", {})
+    qf = SimpleNamespace(rows=torch.zeros((2, 3)))
+    block = SimpleNamespace(gemm=torch.zeros((2, 3)))
+    names = ("float32", "onnxruntime")
+    class Space:  # a call's prepared rows, as the passes of one call share them
+        pass
+
+    call, other_call = Space(), Space()
+
+    def weighed(int8_time, space=call):
+        tp = lowp.TilePass(space, qf, block, 0, True, None, names, None)
+        assert tp.names == names and lowp.CHOICES[key] is tp.choice
+        tp.choice.times = {"float32": [1.0, 1.0, 1.0], "onnxruntime": [int8_time] * 3}
+        tp.choice.round = len(names) * 2
+        tp.choice.rounds = [*names, *reversed(names)]
+        assert tp.choice.pick(names) == ("onnxruntime" if int8_time < 1.0 else "float32")
+        return tp
+
+    first = weighed(0.7)  # float32 is 1.43 times slower: clear
+    assert first.choice.settled(names)
+    for _ in range(lowp.REWEIGH - 1):
+        tp = lowp.TilePass(call, qf, block, 0, True, None, names, None)
+        assert tp.names == ("onnxruntime",) and tp.choice.pick(tp.names) == "onnxruntime"
+        assert lowp.CHOICES[key] is first.choice
+    close = weighed(0.9)  # the REWEIGH-th pass weighs again; float32 only 1.11 times slower
+    assert not close.choice.settled(names)
+    weighed(0.7)  # not clear: the next pass weighs at once
+    weighed(0.7, other_call)  # another call weighs its own data, clear choice or not
+
+
 def test_a_tile_runs_in_float32_while_another_thread_prepares_the_chosen_kind(monkeypatch):
     # A worker does not wait while another prepares the sides of the kind a round times: its
     # tile runs in float32, which the round does not time, and the kind is built once.

@@ -87,6 +87,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -1005,6 +1006,15 @@ def usable(kernel: Kernel, w: int) -> str | None:
 
 SAMPLES = 3
 """Full tiles timed with each way of computing them in each round of a [`Choice`][Choice]."""
+CLEAR = 1.2
+"""A choice is clear when every other kind's median tile time is at least this many times the
+chosen kind's ([`Choice.settled`][Choice.settled])."""
+REWEIGH = 4
+"""After a pass whose choice was clear, the next ``REWEIGH - 1`` passes of the same call over
+tiles of the same width and kinds (its next chunks) run the chosen kind untimed; every
+``REWEIGH``-th pass weighs the kinds again, so that the choice follows the data. Weighing costs
+each pass two rounds of ``workers + SAMPLES`` tiles per kind, some in the slowest kind: about 7 %
+of a chunk's time at SOP scale and d = 128, where a chunk is some 60 tiles."""
 AUTO_TILES = 400
 """``precision="auto"`` weighs a low precision only for calls of at least this many full tiles
 (queries × reference, about 20,000² rows): timing costs two rounds of ``workers + SAMPLES``
@@ -1040,6 +1050,8 @@ class Choice:
         self.samples = 0  # times kept in this round
         self.chosen: str | None = None
         self.local = threading.local()  # the round and the tile's place in it, per thread
+        self.reused = 0  # passes since this one that ran its choice untimed
+        self.call: Any = None  # what the pass that made it evaluated (a weak reference)
 
     def pick(self, names: Sequence[str], timed: bool = True, lead: int = 1) -> str:
         """The name for the next tile of the calling thread (whose time it may then
@@ -1075,6 +1087,16 @@ class Choice:
             self.samples += 1
             if self.samples >= SAMPLES:
                 self.round, self.picks, self.samples = self.round + 1, 0, 0
+
+    def settled(self, names: Sequence[str]) -> bool:
+        """Whether this choice was made among ``names``, each of them timed, and clearly: every
+        other name's median time at least [`CLEAR`][CLEAR] times the chosen one's."""
+        with self.lock:
+            if self.chosen is None or not set(names) <= set(self.times):
+                return False
+            best = float(np.median(self.times[self.chosen]))
+            others = [float(np.median(self.times[n])) for n in names if n != self.chosen]
+            return all(t >= CLEAR * best for t in others)
 
     def medians(self) -> dict[str, float]:
         """The median time of each name timed so far."""
@@ -1125,14 +1147,19 @@ class TilePass:
         self.kinds = {"float32": TileKind("float32", "float32", eps32, float32)}
         self.workers = 1  # the threads computing its tiles (set by the pass that runs them)
         self.a32, self.b32 = qf.rows.numpy(), block.gemm.numpy()
-        # Each pass times its own tiles: the fastest kind depends on the data (the windows the
+        # A pass times its own tiles: the fastest kind depends on the data (the windows the
         # filter leaves, which a ranked list's first tiles, before its list fills, make wider
-        # than its later ones), not on the machine alone. The last pass's times are kept for
-        # the report.
+        # than its later ones), not on the machine alone; after a clear choice, the next passes
+        # (a call's next chunks) run it until one weighs again. The last weighed pass's times
+        # are kept for the report.
         key = ("tiles", qf.rows.dtype, qf.rows.shape[1])
         last = CHOICES.get(key)  # its choice runs the untimed tiles (a symmetric pass's diagonal)
         self.choice = Choice(WARM.setdefault(key, set()), None if last is None else last.chosen)
-        if len(names) > 1:
+        if len(names) > 1 and _reusable(last, space, names):
+            last.reused += 1  # a clear choice: this pass runs it, untimed ([`REWEIGH`][REWEIGH])
+            self.names = (last.chosen,)
+        elif len(names) > 1:
+            self.choice.call = _reference(space)
             CHOICES[key] = self.choice
 
     def kind(self, name: str) -> TileKind | None:
@@ -1186,6 +1213,23 @@ class TilePass:
 
         scales = a_side.scale32[first : first + c] if kernel.precision == "int8" else None
         return TileKind(name, kernel.precision, self.eps32 + torch.from_numpy(low), product, scales)
+
+
+def _reference(space: Any) -> Any:
+    """A weak reference to the call's space (``None`` where it takes none)."""
+    try:
+        return weakref.ref(space)
+    except TypeError:
+        return None
+
+
+def _reusable(last: Choice | None, space: Any, names: Sequence[str]) -> bool:
+    """Whether a pass of the call of ``space`` runs ``last``'s choice untimed: made by a pass of
+    the same call (another call's data may favour another kind), clear, and not yet run by
+    ``REWEIGH - 1`` passes."""
+    if last is None or last.call is None or last.call() is not space or space is None:
+        return False
+    return last.reused < REWEIGH - 1 and last.settled(names)
 
 
 def block_side(block: Any, form: str) -> Any:

@@ -345,9 +345,11 @@ class LabelPositives:
         """Per query of ``start:stop``, the range of its positives in the block's members (the
         last chunk's kept: a chunk's steps ask for them several times; not to be written)."""
         key = (_block_key(block), start, stop)
-        if self._last_ranges is None or self._last_ranges[0] != key:
-            self._last_ranges = (key, self.groups(block).ranges(self.query_codes[start:stop]))
-        return self._last_ranges[1]
+        last = self._last_ranges  # read once: another thread's chunk may replace it meanwhile
+        if last is None or last[0] != key:
+            last = (key, self.groups(block).ranges(self.query_codes[start:stop]))
+            self._last_ranges = last
+        return last[1]
 
     def num_relevant(self, exclusions: Exclusions | None, block: Any = None) -> np.ndarray:
         """Positives per query minus the skipped ones: ``|{j : label_j = label_i, j not
