@@ -753,6 +753,7 @@ def test_after_a_clear_choice_the_next_passes_run_it_untimed_until_one_weighs_ag
     qf = SimpleNamespace(rows=torch.zeros((2, 3)))
     block = SimpleNamespace(gemm=torch.zeros((2, 3)))
     names = ("float32", "onnxruntime")
+
     class Space:  # a call's prepared rows, as the passes of one call share them
         pass
 
