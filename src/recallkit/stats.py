@@ -276,20 +276,19 @@ def _bootstrap_distributions(
             from recallkit import _resampling as compiled
 
             stream = compiled.Stream(rng, width) if compiled.usable(rng, width) else None
-        medians = [(theta, job) for theta, job in gathered_jobs if job.medians]
-        if stream is not None and medians:
-            _compiled_medians(compiled.Stream(np.random.default_rng(seed), width), medians)
-            gathered = [(theta, job.reduce) for theta, job in gathered_jobs if not job.medians]
-        if stream is not None and (packed.words or floats):
-            matrix = np.stack([job.values for _, job in floats]) if floats else _NO_FLOATS
-            sums, means = stream.sums(n_resamples, packed.matrix(width), matrix)
-            packed.unpack(sums, 0)
-            for f, (theta, _) in enumerate(floats):
-                theta[:] = means[:, f]
+        if stream is not None:  # each compiled pass makes the seed's draws anew
+            medians = [(theta, job) for theta, job in gathered_jobs if job.medians]
+            if medians:
+                _compiled_medians(compiled.Stream(np.random.default_rng(seed), width), medians)
+            if packed.words or floats:
+                matrix = np.stack([job.values for _, job in floats]) if floats else _NO_FLOATS
+                seeded = compiled.Stream(np.random.default_rng(seed), width)
+                sums, means = seeded.sums(n_resamples, packed.matrix(width), matrix)
+                packed.unpack(sums, 0)
+                for f, (theta, _) in enumerate(floats):
+                    theta[:] = means[:, f]
             packed, floats = _Packed([]), []
-            # The other statistics draw the same indices again, from the seed.
-            rng = np.random.default_rng(seed)
-            stream = compiled.Stream(rng, width)
+            gathered = [(theta, job.reduce) for theta, job in gathered_jobs if not job.medians]
             if not gathered:
                 continue
         start = 0

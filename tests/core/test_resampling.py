@@ -143,11 +143,12 @@ def test_intervals_equal_on_either_path(path, n):
 def test_a_statistic_beside_the_means_draws_the_same_indices(path):
     rng = np.random.default_rng(3)
     a = rng.random(150)
-    got = stats.bootstrap_intervals([a, a], [np.median, "mean"], n_resamples=300, seed=4)
+    got = stats.bootstrap_intervals(
+        [a, a, a], [np.median, "mean", np.max], n_resamples=300, seed=4
+    )  # a median and a mean (compiled, each its own pass) and a function (gathered)
     idx = np.random.default_rng(4).integers(0, 150, (300, 150))
-    for theta, interval in zip(
-        (np.median(a[idx], axis=-1), np.mean(a[idx], axis=-1)), got, strict=True
-    ):
+    expected = (np.median(a[idx], axis=-1), np.mean(a[idx], axis=-1), np.max(a[idx], axis=-1))
+    for theta, interval in zip(expected, got, strict=True):
         assert interval == tuple(float(q) for q in np.quantile(theta, [ALPHA, 1 - ALPHA]))
 
 
