@@ -15,9 +15,14 @@ written:
 * integer sums are exact in any order; float means are numpy's own, ``np.mean(values[idx],
   axis=-1)``: the pairwise summation of ``numpy/_core/src/umath/loops_utils.h`` (blocks of at
   most 128 summed with eight accumulators, larger ranges split in two at a multiple of 8), then
-  the division by the width.
+  the division by the width;
+* a median is taken from the counts of each distinct value in the resample: the middle one or
+  two, averaged as ``np.median`` averages them;
+* the randomization test's swaps are the raw 32-bit words (``rng.integers(0, 2**32,
+  dtype=numpy.uint32)``), a pair kept where a word's lowest bit is 1 (scipy's
+  ``permutation_test``), summed or counted as they are drawn.
 
-Both are checked against numpy once per process ([`agrees`][agrees]); where numpy draws or sums
+All of it is checked against numpy once per process ([`agrees`][agrees]); where numpy draws or sums
 otherwise (another version), the statistics module uses numpy's own calls.
 
 This module needs numpy and numba (no torch).
@@ -319,7 +324,7 @@ class Stream:
     rng : numpy.random.Generator
         A generator on ``numpy.random.PCG64``.
     width : int
-        The number of values drawn from, ``1 <= width < 2**32``.
+        The number of values drawn from, ``2 <= width < 2**32`` ([`usable`][usable]).
     """
 
     def __init__(self, rng: np.random.Generator, width: int) -> None:
