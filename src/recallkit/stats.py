@@ -276,7 +276,7 @@ def _bootstrap_distributions(
             from recallkit import _resampling as compiled
 
             stream = compiled.Stream(rng, width) if compiled.usable(rng, width) else None
-        if stream is not None:  # each compiled pass makes the seed's draws anew
+        if stream is not None:  # each compiled pass draws anew from default_rng(seed)
             medians = [(theta, job) for theta, job in gathered_jobs if job.medians]
             if medians:
                 _compiled_medians(compiled.Stream(np.random.default_rng(seed), width), medians)
