@@ -7,6 +7,8 @@ definition, written independently) with a full stable sort.
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 import torch
@@ -86,6 +88,36 @@ def test_runs_of_pairs_scored_side_by_side_equal_the_definition(metric):
     expected = [s[r, c] if r >= 0 else -np.inf for r, c in zip(rows, cols, strict=True)]
     np.testing.assert_array_equal(got.numpy(), np.array(expected))
     assert torch.equal(got, exact.exact_torch(t, aux, t, aux, rows_t, cols_t, metric))
+
+
+def _fused_dot(q: np.ndarray, r: np.ndarray) -> float:
+    """``Σ_k q_k·r_k`` in index order with each product added by a fused multiply-add (the sum
+    of the exact product and the running total, rounded once: rational arithmetic)."""
+    total = 0.0
+    for a, b in zip(q.tolist(), r.tolist(), strict=True):
+        total = float(Fraction(a) * Fraction(b) + Fraction(total))
+    return total
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_each_product_is_rounded_before_it_is_added_unless_it_is_exact(dtype):
+    # The CPU kernel adds a product of two float32 values in one fused instruction (the product
+    # is exact in float64, so the sum is rounded once either way); float64 values are multiplied,
+    # rounded, then added. Full-precision float64 rows tell the two apart.
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((24, 29)).astype(dtype)
+    t = torch.from_numpy(x)
+    sq = exact.row_sq_norms(t)
+    rows = torch.arange(len(x)).repeat_interleave(len(x))
+    cols = torch.arange(len(x)).repeat(len(x))
+    got = exact.exact_numba(t, sq, t, sq, rows, cols, "dot").numpy().reshape(len(x), len(x))
+    np.testing.assert_array_equal(got, brute.fixed_order_scores64(x, x, "dot"))
+    wide = x.astype(np.float64)
+    fused = np.array([[_fused_dot(a, b) for b in wide] for a in wide])
+    if dtype == np.float32:
+        np.testing.assert_array_equal(got, fused)
+    else:
+        assert (fused != got).sum() > 10  # the fused sums differ: the test tells them apart
 
 
 def brute_sq(x: np.ndarray) -> np.ndarray:
