@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 import pytest
 import torch
 
+from recallkit.engine import cpu_kernels as kernels
 from recallkit.engine.cpu_kernels import RAISE_CLOSE, _raise_floor, select
 
 
@@ -675,3 +677,54 @@ def test_segment_top_ranks_each_rows_items_by_the_tie_rule(seed):
             tied = [int(j) for j in g[order[k:]][s[order[k:]] == s[order[k - 1]]]]
         assert tail_index[i][tail_index[i] >= 0].tolist() == tied
         assert np.all(tail_value[i][: len(tied)] == (s[order[k - 1]] if tied else 0))
+
+
+@numba.njit(cache=False)
+def _masks(row, scale, start):
+    """Every item's bit of ``at_least_mask``, 64 items a mask, as booleans."""
+    out = np.zeros(row.shape[0], dtype=np.bool_)
+    for b in range(0, row.shape[0], kernels.LANES):
+        bits = kernels.at_least_mask(row, b, scale, start)
+        for t in range(kernels.LANES):
+            if (bits >> np.uint64(t)) & np.uint64(1):
+                out[b + t] = True
+    return out
+
+
+@pytest.mark.parametrize("width", [64, 100, 130, 1024])
+@pytest.mark.parametrize("kind", ["float32", "float64", "bfloat16"])
+def test_comparison_masks_are_each_items_scaled_value_against_its_threshold(width, kind):
+    # Values on the thresholds (at or above counts), -inf, rows read with a stride (no vector
+    # load), a scalar threshold and one per item, no scale and a row scale: every bit is the
+    # comparison numpy makes in the same types.
+    rng = np.random.default_rng(width)
+    wide = rng.standard_normal(width).astype(np.float32)
+    wide[::7] = -np.inf
+    if kind == "bfloat16":
+        bits = (wide.view(np.uint32) >> 16).astype(np.uint16)
+        row, values = bits, (bits.astype(np.uint32) << 16).view(np.float32)
+    else:
+        row = wide.astype(kind)
+        values = row
+    thresholds = values.astype(np.float32).copy()
+    thresholds[1::3] = np.nextafter(thresholds[1::3], np.float32(np.inf))  # just above
+    thresholds[::7] = np.float32(-3.0)
+    scale = np.dtype(np.float64 if kind == "float64" else np.float32).type(1.375)
+    limit = thresholds.astype(values.dtype)
+    products = values * scale  # rounded in the row's type: on these thresholds, at or above
+    on_products = products.astype(limit.dtype)
+    on_products[1::3] = np.nextafter(on_products[1::3], limit.dtype.type(np.inf))
+    on_products[::7] = -3.0
+    cases = [
+        (scale, on_products, products >= on_products),
+        (None, np.float32(0.25), values >= np.float32(0.25)),
+        (None, limit, values >= limit),
+        (scale, limit, values * scale >= limit),
+        (scale, np.float32(0.25), values * scale >= np.float32(0.25)),
+    ]
+    for s, start, expected in cases:
+        assert expected.any() and not expected.all()
+        np.testing.assert_array_equal(_masks(row, s, start), expected)
+        strided = np.repeat(row, 2)[::2]  # the same values, read with a stride
+        assert strided.strides[0] != strided.itemsize
+        np.testing.assert_array_equal(_masks(strided, s, start), expected)

@@ -16,6 +16,9 @@ only filter, and the kernels' own arithmetic on them (any summation order, ``fas
 within the filter's error bound. A tile holds float32 (or float64) scores, or the bits of bfloat16
 scores as uint16 (a bfloat16 GEMM's own output, read without a widening copy: half the bytes); the
 kernels read a tile through [`tile_value`][tile_value], which widens such bits to float32 exactly.
+A ranked list's tile kernels find the items at or above a row's floor from one comparison mask per
+64 items ([`at_least_mask`][at_least_mask]: a vector load, compare and mask), then take the set
+bits one by one.
 Exclusions come as CSR (explicit pairs) and as code ranges (ids: the members of the query's id
 group, ascending); a label or id code of ``-1`` matches nothing.
 """
@@ -622,9 +625,6 @@ def kth_largest(scores: np.ndarray, ks: np.ndarray) -> np.ndarray:
 
 
 _BLOCK = 64  # items checked at once (branch-free) when looking for the few near a threshold
-# A top-k tile row with more items above its floor than this lists them in one branch-free pass
-# over the row (a branch an item costs more); with fewer, block by block.
-_MANY_HITS = 16
 # A top-k row whose tile holds more than ``RAISE_HITS k + RAISE_MIN`` items above its floor
 # raises the floor from them first ([`top_rows`][top_rows]): a count costs a fraction of a
 # nanosecond an item, where admitting an item costs a float32 dot product or a reservoir entry. The
@@ -989,6 +989,125 @@ def _threshold(start, j):  # pragma: no cover - compiled
     return lambda start, j: start
 
 
+LANES = 64  # items one comparison mask covers ([`at_least_mask`][at_least_mask])
+
+
+def _float_type(ty: Any) -> ir.Type:
+    """LLVM's float type for numba's float32 or float64."""
+    return ir.DoubleType() if ty == types.float64 else ir.FloatType()
+
+
+def _wider(a: Any, b: Any) -> Any:
+    """The type numba gives an operation on a float32 or float64 ``a`` and ``b``."""
+    return types.float64 if types.float64 in (a, b) else types.float32
+
+
+@intrinsic
+def _mask_lanes(typingctx, row, j, scale, start):
+    """Bit ``t`` set where ``tile_value(row, j + t) * scale >= threshold(start, j + t)`` for
+    ``t < LANES`` (``scale`` ``None``: no product), in the types numba gives the same scalar
+    expressions: one vector load, product and comparison, the comparison's lanes as an integer
+    (the caller keeps ``j + LANES <= len(row)``)."""
+    kinds = (types.float32, types.float64, types.uint16)
+    if not isinstance(row, types.Array) or row.dtype not in kinds:
+        return None
+    if isinstance(start, types.Array) and start.layout != "C":
+        return None
+    value = types.float32 if row.dtype == types.uint16 else row.dtype
+    product = value if isinstance(scale, types.NoneType) else _wider(value, scale)
+    limit = start.dtype if isinstance(start, types.Array) else start
+    if limit not in (types.float32, types.float64):
+        return None
+    common = _wider(product, limit)
+    sig = types.uint64(row, j, scale, start)
+
+    def vector_at(context, builder, aty, array, index, elem):
+        data = context.make_array(aty)(context, builder, array).data
+        ptr = builder.gep(data, [index])
+        vty = ir.VectorType(elem, LANES)
+        return builder.load(builder.bitcast(ptr, vty.as_pointer()), align=1)
+
+    def widen(builder, vec, src, dst):
+        if src == dst:
+            return vec
+        return builder.fpext(vec, ir.VectorType(_float_type(dst), LANES))
+
+    def splat(builder, x, ty):
+        vec = ir.VectorType(ty, LANES)
+        one = builder.insert_element(
+            ir.Constant(vec, ir.Undefined), x, ir.Constant(ir.IntType(32), 0)
+        )
+        return builder.shuffle_vector(
+            one,
+            ir.Constant(vec, ir.Undefined),
+            ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES),
+        )
+
+    def codegen(context, builder, signature, args):
+        row_v, j_v, scale_v, start_v = args
+        if row.dtype == types.uint16:
+            bits = vector_at(context, builder, row, row_v, j_v, ir.IntType(16))
+            wide = builder.shl(
+                builder.zext(bits, ir.VectorType(ir.IntType(32), LANES)),
+                splat(builder, ir.Constant(ir.IntType(32), 16), ir.IntType(32)),
+            )
+            vals = builder.bitcast(wide, ir.VectorType(ir.FloatType(), LANES))
+        else:
+            vals = vector_at(context, builder, row, row_v, j_v, _float_type(value))
+        if not isinstance(scale, types.NoneType):
+            vals = widen(builder, vals, value, product)
+            s = scale_v if scale == product else builder.fpext(scale_v, _float_type(product))
+            vals = builder.fmul(vals, splat(builder, s, _float_type(product)))
+        vals = widen(builder, vals, product, common)
+        if isinstance(start, types.Array):
+            lim = vector_at(context, builder, start, start_v, j_v, _float_type(limit))
+            lim = widen(builder, lim, limit, common)
+        else:
+            x = start_v if limit == common else builder.fpext(start_v, _float_type(common))
+            lim = splat(builder, x, _float_type(common))
+        cmp = builder.fcmp_ordered(">=", vals, lim)
+        return builder.zext(builder.bitcast(cmp, ir.IntType(LANES)), ir.IntType(64))
+
+    return sig, codegen
+
+
+def scaled(row: np.ndarray, j: int, scale: Any) -> Any:
+    """``tile_value(row, j)`` times ``scale`` (``None``: the value itself)."""
+    v = tile_value(row, j)
+    return v if scale is None else v * scale
+
+
+@overload(scaled, inline="always")
+def _scaled(row, j, scale):  # pragma: no cover - compiled
+    if isinstance(scale, types.NoneType):
+        return lambda row, j, scale: tile_value(row, j)
+    return lambda row, j, scale: tile_value(row, j) * scale
+
+
+def at_least_mask(row: np.ndarray, j: int, scale: Any, start: Any) -> int:
+    """The items ``j .. j + LANES - 1`` of ``row`` (those it has) with ``scaled(row, j + t,
+    scale) >= threshold(start, j + t)``, as the bits ``t`` of an integer."""
+    bits = 0
+    for t in range(min(LANES, row.shape[0] - j)):
+        if scaled(row, j + t, scale) >= threshold(start, j + t):
+            bits |= 1 << t
+    return bits
+
+
+@overload(at_least_mask, inline="always")
+def _at_least_mask(row, j, scale, start):  # pragma: no cover - compiled
+    def impl(row, j, scale, start):
+        if j + LANES <= row.shape[0] and row.strides[0] == row.itemsize:
+            return _mask_lanes(row, j, scale, start)
+        bits = np.uint64(0)
+        for t in range(min(LANES, row.shape[0] - j)):
+            if scaled(row, j + t, scale) >= threshold(start, j + t):
+                bits |= np.uint64(1) << np.uint64(t)
+        return bits
+
+    return impl
+
+
 @numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"reassoc"})
 def _at_least(row, scale, start, begin, end):  # pragma: no cover - compiled
     """How many items ``begin..end-1`` of ``row`` times ``scale`` are at or above ``start`` (one
@@ -1030,28 +1149,6 @@ def _counts_cols(row, scale, low, high, tops):  # pragma: no cover - compiled
     return np.int64(inside)
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False, fastmath={"reassoc"})
-def _block_counts(row, scale, start, per):  # pragma: no cover - compiled
-    """The items of ``row`` (times ``scale``) at or above ``start`` (one threshold, or one per
-    item), counted in each block of ``_BLOCK`` into ``per`` (the listing passes skip the empty
-    blocks) as in [`_at_least`][_at_least]; returns their total."""
-    width = row.shape[0]
-    full = width // _BLOCK
-    one, zero = np.float32(1.0), np.float32(0.0)
-    hits = 0
-    for b in range(full):  # a constant trip count
-        c = zero
-        o = b * _BLOCK
-        for j in range(_BLOCK):
-            c += one if tile_value(row, o + j) * scale >= threshold(start, o + j) else zero
-        per[b] = np.int64(c)
-        hits += per[b]
-    if full < per.shape[0]:
-        per[full] = _at_least(row, scale, start, full * _BLOCK, width)
-        hits += per[full]
-    return hits
-
-
 @numba.njit(nogil=True, cache=True, boundscheck=False)
 def top_rows(
     tile,
@@ -1091,8 +1188,6 @@ def top_rows(
     heap_mode = heap.shape[1] > 0
     cap = buf_col.shape[1]
     known = known_q.shape[0] > 0
-    at = np.empty(width, dtype=np.int64)
-    per = np.empty((width + _BLOCK - 1) // _BLOCK, dtype=np.int64)
     for i in range(rows):
         r = row0 + i
         if ks[r] <= 0 or over[r]:
@@ -1101,25 +1196,20 @@ def top_rows(
         row = tile[i]
         scale = np.float64(rs[i])
         start = _down32((np.float64(floor[r]) - margin[r]) / scale)
-        hits = _block_counts(row, np.float32(1.0), start, per)  # ``start`` is in tile units
+        hits = _at_least(row, np.float32(1.0), start, 0, width)  # ``start`` is in tile units
         if hits > RAISE_HITS * ks[r] + RAISE_MIN:
             start, hits = _raise_floor(
                 row, scale, start, hits, ks[r], slack[r], margin[r], r, floor
             )
-        span = width if hits > _MANY_HITS else _BLOCK
-        for b in range(0, width, span):  # the floor only rises: at most ``hits`` to offer
-            if hits <= 0 or over[r]:
+        if hits <= 0:
+            continue
+        for b in range(0, width, LANES):  # the floor only rises: the items at or above it now
+            if over[r]:
                 break
-            if span == _BLOCK and per[b // _BLOCK] == 0:  # none there at a lower start
-                continue
-            end = min(b + span, width)
-            found = 0
-            for j in range(b, end):  # the span's items at or above ``start``, branch-free
-                at[found] = j
-                found += tile_value(row, j) >= start
-            hits -= found
-            for q in range(found):
-                j = at[q]
+            bits = at_least_mask(row, b, None, start)
+            while bits:
+                j = b + trailing_zeros(bits)
+                bits &= bits - np.uint64(1)
                 t = tile_value(row, j)
                 if t >= start and t > -np.inf and not over[r]:
                     if known and known_c[col0 + j] == known_q[r]:  # offered before the pass
@@ -1202,26 +1292,14 @@ def top_cols(
             start[j] = _down32(np.float64(floor[r]) - margin[r])
         else:
             start[j] = np.inf
-    at = np.empty(width, dtype=np.int64)
-    per = np.empty((width + _BLOCK - 1) // _BLOCK, dtype=np.int64)
     for i in range(rows):
         row = tile[i]
         scale = rs[i]
-        hits = _block_counts(row, scale, start, per)
-        span = width if hits > _MANY_HITS else _BLOCK
-        for b in range(0, width, span):
-            if hits <= 0:
-                break
-            if span == _BLOCK and per[b // _BLOCK] == 0:  # none there at a lower start
-                continue
-            end = min(b + span, width)
-            found = 0
-            for j in range(b, end):  # branch-free, as in [`top_rows`][top_rows]
-                at[found] = j
-                found += tile_value(row, j) * scale >= start[j]
-            hits -= found
-            for q in range(found):
-                j = at[q]
+        for b in range(0, width, LANES):
+            bits = at_least_mask(row, b, scale, start)
+            while bits:
+                j = b + trailing_zeros(bits)
+                bits &= bits - np.uint64(1)
                 s = tile_value(row, j) * scale
                 r = col0 + j
                 if s >= start[j] and s > -np.inf and not over[r]:
