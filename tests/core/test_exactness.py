@@ -19,6 +19,7 @@ from recallkit import (
     nearest_neighbors,
     r_precision,
     recall_at_k,
+    retrieval_metrics,
 )
 from recallkit._inputs.io import open_embeddings
 from recallkit.engine import cpu, device, exact, filters, lowp
@@ -586,3 +587,42 @@ def test_top_r_keeps_a_negative_tied_with_the_last_positive_whatever_its_filter_
     assert float(map_at_r(q, reference, [0], labels)) == pytest.approx(2 / 3, abs=1e-15)
     idx, _ = nearest_neighbors(q, reference, 3)
     assert idx.tolist() == [[1, 2, 0]]
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.9])
+def test_lists_read_by_the_metrics_order_items_by_their_exact_scores_within_twice_the_bound(
+    monkeypatch, shift
+):
+    # The metrics' lists score exactly only the candidates within twice the filter's bound of
+    # another. Reference 0 (the query's one positive) scores a little above reference 1 (a
+    # negative), far less than the bound apart; their filter scores are moved apart by up to
+    # 0.9 of the bound each, reference 1 above: still within twice the bound, so both are
+    # scored exactly and reference 0 ranks first (MAP@R 1, recall@1 1).
+    q = np.zeros((1, 8), dtype=np.float32)
+    q[0, 0] = 1.0
+    rng = np.random.default_rng(3)
+    reference = rng.standard_normal((50, 8)).astype(np.float32)
+    reference[:, 0] = -np.abs(reference[:, 0]) - 1.0  # distractors: negative cosine
+    reference[0] = [1, 0.6, 0, 0, 0, 0, 0, 0]
+    reference[1] = [1, np.nextafter(np.float32(0.6), np.float32(1)), 0, 0, 0, 0, 0, 0]
+    labels = np.arange(50) + 1
+    labels[0] = 0
+    s = brute.fixed_order_scores64(q, reference, "cosine")
+    assert 0 < s[0, 0] - s[0, 1] < 1e-7
+    real = cpu.tile_scores
+
+    def moved(qf, block, row0, col0, out):
+        real(qf, block, row0, col0, out)
+        product = filters.Product.plain(qf.rows.dtype)
+        eps = filters.error_bound(product, qf, block.max_norm, 8, block.scale, "cosine").numpy()
+        assert (eps > 1e-7).all()
+        if col0 == 0:
+            out[:, 0] -= (shift * eps[row0 : row0 + out.shape[0]]).astype(out.dtype)
+            out[:, 1] += (shift * eps[row0 : row0 + out.shape[0]]).astype(out.dtype)
+
+    monkeypatch.setattr(cpu, "tile_scores", moved)
+    # The positive's filter score from the tile too (not scored before the pass).
+    monkeypatch.setattr(cpu.CpuBackend, "_known", lambda *args: None)
+    got = retrieval_metrics(q, reference, [0], labels, ["MAP@R", "recall@1"])
+    assert got.per_query["MAP@R"].tolist() == [1.0]
+    assert got.per_query["recall@1"].tolist() == [1.0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numba
 import numpy as np
 import pytest
@@ -728,3 +730,71 @@ def test_comparison_masks_are_each_items_scaled_value_against_its_threshold(widt
         strided = np.repeat(row, 2)[::2]  # the same values, read with a stride
         assert strided.strides[0] != strided.itemsize
         np.testing.assert_array_equal(_masks(strided, s, start), expected)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_rows_ordered_by_filter_score_mark_the_items_within_the_gap_of_a_neighbour(seed):
+    # Rows of 0 to 130 items (past the insertion limit), equal filter scores and scores one
+    # gap apart: the order is by descending score and ``near`` marks exactly the items whose
+    # next or previous score in that order is within the row's gap (equal scores always).
+    from recallkit.engine.cpu_kernels import order_rows
+
+    rng = np.random.default_rng(seed)
+    sizes = [0, 1, 2, 5, 40, 97, 130]
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    filt = (rng.integers(-40, 40, starts[-1]) * np.float32(0.125)).astype(np.float32)
+    filt[::9] = np.nextafter(filt[::9], np.float32(1.0))  # a step far below the gaps
+    gap = rng.choice([0.0, 0.125, 0.3], len(sizes))
+    order, near = order_rows(starts, filt, gap)
+    for r, (a, b) in enumerate(itertools.pairwise(starts)):
+        got = order[a:b]
+        assert sorted(got.tolist()) == list(range(a, b))
+        values = filt[got].astype(np.float64)
+        assert (np.diff(values) <= 0).all()
+        close = np.diff(-values) <= gap[r]
+        want = np.zeros(b - a, dtype=bool)
+        want[:-1] |= close
+        want[1:] |= close
+        assert near[got].tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ranked_rows_from_the_filter_order_are_segment_top_of_the_same_values(seed):
+    # Near items carry other (exact) values inside their run, the rest keep the filter order:
+    # the lists, padding and tails are segment_top's of the same values (the tie rule; its
+    # rows list their items by ascending index, rank_rows' in any order).
+    from recallkit.engine.cpu_kernels import order_rows, rank_rows, segment_top
+
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(0, 120, 30)
+    c = len(sizes)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    total = int(starts[-1])
+    filt = (rng.integers(0, 60, total) * np.float32(0.5)).astype(np.float32)
+    rows = np.repeat(np.arange(c), sizes)
+    glob = np.concatenate([np.sort(rng.permutation(1000)[:n]) for n in sizes]).astype(np.int64)
+    gap = np.full(c, 0.25)
+    # rank_rows reads each row's items in any order: a shuffle within each row.
+    perm = np.concatenate([a + rng.permutation(b - a) for a, b in itertools.pairwise(starts)])
+    order, near = order_rows(starts, filt[perm], gap)
+    value = filt[perm].astype(np.float64)
+    # The near items' "exact" values: within their run, ties kept (equal filter scores stay
+    # equal on some, split on others), never past a neighbouring run.
+    shift = rng.choice([0.0, 0.0, 0.1, -0.1], total)
+    value[near] += shift[near]
+    ks = np.minimum(rng.integers(0, 70, c), np.maximum(sizes, 0)).astype(np.int64)
+    ks[:3] = [0, sizes[1], sizes[2] + 5]
+    width = int(ks.max())
+    got = rank_rows(starts, order, value, glob[perm], near, ks, width)
+    in_index_order = np.empty(total)
+    in_index_order[perm] = value
+    want = segment_top(
+        torch.from_numpy(rows),
+        torch.from_numpy(glob),
+        torch.from_numpy(in_index_order),
+        torch.from_numpy(ks),
+        width,
+    )
+    assert got[2].shape[1] > 0  # tails: items equal to some row's k-th beyond it
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w.numpy())

@@ -261,9 +261,12 @@ def request(
     num_relevant: np.ndarray,
     candidates: np.ndarray,
     keep: int = 0,
+    exact_scores: bool = True,
 ) -> engine.Request:
     """One engine request for every metric: first-hit ranks if a metric reads them, ranked lists
-    as long as the longest any metric reads per query (at least ``keep``, for display)."""
+    as long as the longest any metric reads per query (at least ``keep``, for display).
+    ``exact_scores=False``: the metrics read the lists' order and ties alone, in this process
+    ([`engine.Request`][recallkit.engine.Request])."""
     widths = np.zeros(len(num_relevant), dtype=np.int64)
     for metric in metrics:
         widths = np.maximum(widths, metric.width(num_relevant, candidates))
@@ -275,6 +278,7 @@ def request(
         top_k=widths if lists else None,
         exclusions=exclusions,
         first_hit=any(m.reads == "rank" for m in metrics),
+        exact_scores=exact_scores,
     )
 
 
@@ -477,7 +481,13 @@ def evaluate(
         )
     values = Values(metrics, num_relevant, problem.candidates)
     ask = request(
-        metrics, problem.positives, problem.exclusions, num_relevant, problem.candidates, keep
+        metrics,
+        problem.positives,
+        problem.exclusions,
+        num_relevant,
+        problem.candidates,
+        keep,
+        exact_scores=False,
     )
     codes, ref = problem.positives.query_codes, problem.positives.reference_codes
     kept = np.full((n, keep), -1, dtype=np.int64) if keep else None

@@ -251,9 +251,12 @@ class Top(Consumer):
             *self.known,
         )
 
-    def finish(self, rescore: Any, block_rows: int) -> tuple[np.ndarray, np.ndarray]:
-        """The candidates as flat ``(rows, local columns)``, by row then column; rows whose
-        buffers overflowed are recomputed from their row's scores (``rescore(rows)``)."""
+    def finish(
+        self, rescore: Any, block_rows: int, with_scores: bool = False
+    ) -> tuple[np.ndarray, ...]:
+        """The candidates as flat ``(rows, local columns)``, by row then column, and with
+        ``with_scores`` their float32 filter scores third; rows whose buffers overflowed are
+        recomputed from their row's scores (``rescore(rows)``)."""
         k = self.ks
         # The k-th best filter score of each row: the k-th largest of the workers' top-k lists,
         # or of their buffers (reservoirs hold every item at or above a floor below the k-th).
@@ -264,12 +267,12 @@ class Top(Consumer):
         lo = filters.top_floor(torch.from_numpy(kth), self.eps, torch_dtype, torch.from_numpy(k))
         lo_np = np.ascontiguousarray(lo.numpy().astype(self.dtype))
         over = self.overs.any(axis=0)
-        found_rows, found_cols = kernels.collect_top(
-            self.scores, self.columns, self.fills, lo_np, over, block_rows
+        found = kernels.collect_top(
+            self.scores, self.columns, self.fills, lo_np, over, block_rows, with_scores
         )
         redo = np.flatnonzero(over)
         if not len(redo):
-            return found_rows, found_cols
+            return found
         # Many near-equal scores: those rows in two passes over their scores.
         scores = rescore(redo).numpy()
         kb = k[redo]
@@ -280,7 +283,10 @@ class Top(Consumer):
         _, wr, _, wj = kernels.window(
             scores, row_lo, np.full_like(row_lo, np.inf), cap=int(kb.max()) + kernels.WINDOW_CAP
         )
-        rows_all = np.concatenate([found_rows, redo[wr]])
-        cols_all = np.concatenate([found_cols, wj])
+        rows_all = np.concatenate([found[0], redo[wr]])
+        cols_all = np.concatenate([found[1], wj])
         order = np.lexsort((cols_all, rows_all))
-        return rows_all[order], cols_all[order]
+        if not with_scores:
+            return rows_all[order], cols_all[order]
+        scores_all = np.concatenate([found[2], scores[wr, wj].astype(found[2].dtype)])
+        return rows_all[order], cols_all[order], scores_all[order]

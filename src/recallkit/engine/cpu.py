@@ -55,7 +55,7 @@ from recallkit.engine.consumers import (
     window_state_bytes,
 )
 from recallkit.engine.cpu_kernels import LIMIT_STATE, pool, single_threaded
-from recallkit.engine.pairs import ChunkExclusions, LabelPositives, Pairs, locals_of
+from recallkit.engine.pairs import ChunkExclusions, LabelPositives, Pairs, globals_of, locals_of
 from recallkit.engine.protocol import ChunkResult, Reducer, Request
 from recallkit.engine.space import Block, Rows, Space, chunk_rows, chunks, memory_budget
 
@@ -265,6 +265,19 @@ def run_tiles(
         return [job.result() for job in jobs]
 
 
+def _estimates(
+    rows: np.ndarray, scores: np.ndarray, qf: filters.QueryFilter, block: Block, eps32
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Candidates' exact scores as their filter scores estimate them (float64: the filter over
+    ``scale_i · block scale``), their filter scores, and per chunk row the gap within which two
+    filter scores could rank in the other order or tie by their exact scores: twice float32's
+    bound ``eps32``, widened by a part in 2**20."""
+    factor = qf.scale.to(torch.float64).numpy() * float(block.scale)
+    estimate = scores.astype(np.float64) / factor[rows]
+    gap = 2.0 * eps32.to(torch.float64).numpy() * (1.0 + 2.0**-20)
+    return estimate, scores, gap
+
+
 def _row_scores(space: Space, qf, block: Block, excluded: ChunkExclusions, rows) -> torch.Tensor:
     """float32 filter scores of some chunk rows against ``block`` (skipped pairs ``-inf``), for
     the rare rows whose tiled pass overflowed."""
@@ -287,6 +300,7 @@ class _Context:
         self.targets = None if request.targets is None else torch.from_numpy(request.targets)
         self.cached: dict[int, torch.Tensor] = {}
         self.scored: dict[int, tuple[np.ndarray, ...]] = {}  # label scores by block, from step 1
+        self.estimates = False  # the lists' scores may be estimates ([`CpuBackend._ranked`])
 
 
 class CpuBackend(protocol.Pipeline):
@@ -446,9 +460,36 @@ class CpuBackend(protocol.Pipeline):
             above, wr, wt, wj = window.finish(list(per_consumer[0]), rescore)
             out.window = tuple(torch.from_numpy(t) for t in (above, wr, wj, wt))
         if top is not None:
-            tr, tj = top.finish(rescore, block.rows)
+            estimate = ctx.estimates and block is space.single
+            found = top.finish(rescore, block.rows, estimate)
+            tr, tj = found[0], found[1]
             out.top = (torch.from_numpy(tr), torch.from_numpy(tj), None, 0)
+            if estimate:
+                out.estimates = _estimates(tr, found[2], qf, block, tp.eps32)
         return out
+
+    def _ranked(self, space, chunk, block, scan, c, ks) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block's ranked lists (as every back end ranks them); with the scan's estimates,
+        only the candidates within twice the filter's bound of the next or the previous one of
+        their row are scored exactly: the others rank by their filter scores, in the same order
+        ([`kernels.order_rows`][kernels.order_rows], [`kernels.rank_rows`][kernels.rank_rows])."""
+        if scan.estimates is None:
+            return super()._ranked(space, chunk, block, scan, c, ks)
+        rows, local = scan.top[0], scan.top[1]
+        value, filt, gap = scan.estimates
+        glob = globals_of(block, local).numpy()
+        starts = np.zeros(c + 1, dtype=np.int64)
+        np.cumsum(np.bincount(rows.numpy(), minlength=c), out=starts[1:])
+        order, near = kernels.order_rows(starts, filt, gap)
+        if near.any():
+            pick = torch.from_numpy(near)
+            value[near] = self.exact(space, chunk, block, rows[pick], local[pick]).numpy()
+        k = ks.numpy()
+        parts = kernels.rank_rows(starts, order, value, glob, near, k, int(k.max(initial=0)))
+        index, score, tail_i, tail_v = (torch.from_numpy(t) for t in parts)
+        if tail_i.shape[1] == 0:
+            return index, score
+        return torch.cat([index, tail_i], 1), torch.cat([score, tail_v], 1)
 
     def rank(self, rows, glob, scores, top, c, ks) -> tuple[torch.Tensor, torch.Tensor]:
         """The candidates' lists (``rows`` sorted), each ``(top-k, tail)`` side by side."""
@@ -460,6 +501,7 @@ class CpuBackend(protocol.Pipeline):
 
     def _chunk(self, space, chunk, start, stop, request, reducer) -> ChunkResult:
         ctx = _Context(request, start, stop)
+        ctx.estimates = not request.exact_scores and reducer is None
         fields, _ = self.chunk_fields(space, chunk, start, stop, request, reducer, ctx)
         out = {n: v if n.startswith(("top_", "tail_")) else v.numpy() for n, v in fields.items()}
         return ChunkResult(start, stop, **out)

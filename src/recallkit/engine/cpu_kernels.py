@@ -64,6 +64,24 @@ def _widen_bf16(typingctx, bits):
     return types.float32(types.uint16), codegen
 
 
+@intrinsic
+def _ordered_bits(typingctx, x):
+    """A float32's bits as a uint64 that orders as the float does (sign bit flipped for a
+    positive value, every bit for a negative one; not NaN)."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        u = builder.bitcast(args[0], ir.IntType(32))
+        negative = builder.icmp_signed("<", u, ir.Constant(ir.IntType(32), 0))
+        flipped = builder.select(
+            negative, builder.not_(u), builder.or_(u, ir.Constant(ir.IntType(32), 1 << 31))
+        )
+        return builder.zext(flipped, ir.IntType(64))
+
+    return types.uint64(types.float32), codegen
+
+
 def tile_value(row: np.ndarray, j: int) -> Any:
     """``row[j]`` as a score: a bfloat16 tile's bits (uint16) widened to float32 (exact), any
     other tile's value as it is."""
@@ -1451,18 +1469,166 @@ def collect_top(
     lo: np.ndarray,
     over: np.ndarray,
     width: int,
-) -> tuple[np.ndarray, np.ndarray]:
+    with_scores: bool = False,
+) -> tuple[np.ndarray, ...]:
     """The workers' buffered items (``(workers, rows, cap)`` scores and columns, ``fills`` used)
     at or above each row's ``lo``, rows not ``over``: flat ``(rows, columns)``, by row then
-    column (columns below ``width``)."""
+    column (columns below ``width``); with ``with_scores``, by row, each row's items in buffer
+    order, and their buffered scores third."""
     counts = np.empty(len(lo), dtype=np.int64)
     _collect_count(scores, fills, lo, over, counts)
     starts = np.zeros(len(lo) + 1, dtype=np.int64)
     np.cumsum(counts, out=starts[1:])
     out_rows = np.empty(int(starts[-1]), dtype=np.int64)
     out_cols = np.empty(int(starts[-1]), dtype=np.int64)
-    _collect_fill(scores, cols, fills, lo, over, starts, width, out_rows, out_cols)
-    return out_rows, out_cols
+    if not with_scores:
+        _collect_fill(scores, cols, fills, lo, over, starts, width, out_rows, out_cols)
+        return out_rows, out_cols
+    out_scores = np.empty(int(starts[-1]), dtype=scores.dtype)
+    _collect_scores(scores, cols, fills, lo, over, starts, out_rows, out_cols, out_scores)
+    return out_rows, out_cols, out_scores
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _collect_scores(
+    scores, cols, fills, lo, over, starts, out_rows, out_cols, out_scores
+):  # pragma: no cover - compiled
+    """The rows' items (counted by [`_collect_count`][_collect_count]) with their buffered
+    scores, in buffer order."""
+    workers, rows, _ = scores.shape
+    for r in numba.prange(rows):
+        n = starts[r]
+        if over[r] or starts[r + 1] == n:
+            continue
+        for w in range(workers):
+            for q in range(fills[w, r]):
+                s = scores[w, r, q]
+                if s >= lo[r]:
+                    out_rows[n] = r
+                    out_cols[n] = cols[w, r, q]
+                    out_scores[n] = s
+                    n += 1
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _before(value, glob, p, q):  # pragma: no cover - compiled
+    """Whether item ``p`` ranks before item ``q`` by the tie rule: a higher score, or an equal
+    one and a lower index."""
+    return value[p] > value[q] or (value[p] == value[q] and glob[p] < glob[q])
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _insert(order, lo, hi, value, glob):  # pragma: no cover - compiled
+    """``order[lo:hi]`` (item positions) sorted by the tie rule, by insertion."""
+    for a in range(lo + 1, hi):
+        p = order[a]
+        b = a
+        while b > lo and _before(value, glob, p, order[b - 1]):
+            order[b] = order[b - 1]
+            b -= 1
+        order[b] = p
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _order_rows(starts, filt, gap, order, near):  # pragma: no cover - compiled
+    rows = starts.shape[0] - 1
+    for t in numba.prange((rows + RUN_ROWS - 1) // RUN_ROWS):
+        keys = np.empty(INSERTION, dtype=np.uint64)
+        for r in range(t * RUN_ROWS, min(rows, (t + 1) * RUN_ROWS)):
+            a, b = starts[r], starts[r + 1]
+            n = b - a
+            if keys.shape[0] < n:
+                keys = np.empty(n, dtype=np.uint64)
+            for i in range(n):  # the score's bits in ascending order, the item below them
+                keys[i] = (_ordered_bits(np.float32(filt[a + i])) << np.uint64(32)) | np.uint64(i)
+            row = keys[:n]
+            row.sort()
+            for i in range(n):  # descending
+                order[a + i] = a + np.int64(row[n - 1 - i] & np.uint64(0xFFFFFFFF))
+            for i in range(a, b - 1):
+                p, q = order[i], order[i + 1]
+                if np.float64(filt[p]) - np.float64(filt[q]) <= gap[r]:
+                    near[p] = True
+                    near[q] = True
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _rank_rows(
+    starts, order, value, glob, near, ks, out_index, out_value, tails, tail_index
+):  # pragma: no cover - compiled
+    rows, width = out_index.shape
+    for r in numba.prange(rows):
+        a, b = starts[r], starts[r + 1]
+        t = a
+        while t < b:  # each run of near items, scored exactly, sorted again among itself
+            if not near[order[t]]:
+                t += 1
+                continue
+            u = t
+            while u < b and near[order[u]]:
+                u += 1
+            _insert(order, t, u, value, glob)
+            t = u
+        k = max(min(ks[r], b - a), 0)
+        for i in range(width):
+            if i < k:
+                out_index[r, i] = glob[order[a + i]]
+                out_value[r, i] = value[order[a + i]]
+            else:
+                out_index[r, i] = -1
+                out_value[r, i] = -np.inf
+        tails[r] = 0
+        if k > 0 and k == ks[r]:
+            kth = value[order[a + k - 1]]
+            n = 0
+            while a + k + n < b and value[order[a + k + n]] == kth:
+                if n < tail_index.shape[1]:
+                    tail_index[r, n] = glob[order[a + k + n]]
+                n += 1
+            tails[r] = n
+
+
+def order_rows(
+    starts: np.ndarray, filt: np.ndarray, gap: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's items (``starts[r]:starts[r + 1]`` of the flat arrays) by descending float32
+    filter score ``filt`` (equal scores in any order): the order of their positions; and which
+    items lie within ``gap[r]`` (float64) of the next or the previous item of that order
+    (``near``, a bool per item: every item of equal score among them)."""
+    order = np.empty(filt.shape[0], dtype=np.int64)
+    near = np.zeros(filt.shape[0], dtype=np.bool_)
+    _order_rows(starts, filt, gap, order, near)
+    return order, near
+
+
+def rank_rows(
+    starts: np.ndarray,
+    order: np.ndarray,
+    value: np.ndarray,
+    glob: np.ndarray,
+    near: np.ndarray,
+    ks: np.ndarray,
+    width: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """[`segment_top`][segment_top]'s lists from [`order_rows`][order_rows]'s order once the
+    ``near`` items' values are exact (the others' estimates keep the order of their filter
+    scores): each run of near items in the order sorted again by the tie rule (a higher value,
+    then a lower index ``glob``), then per row the ``ks[r]`` first items (``(c, width)``
+    indices and values, ``-1``/``-inf`` padding) and the tail of items equal to the ``k``-th
+    (indices, values)."""
+    c = ks.shape[0]
+    out_index = np.empty((c, width), dtype=np.int64)
+    out_value = np.empty((c, width), dtype=np.float64)
+    tails = np.zeros(c, dtype=np.int64)
+    tail_index = np.full((c, 0), -1, dtype=np.int64)
+    _rank_rows(starts, order, value, glob, near, ks, out_index, out_value, tails, tail_index)
+    t = int(tails.max(initial=0))
+    if t:
+        tail_index = np.full((c, t), -1, dtype=np.int64)
+        _rank_rows(starts, order, value, glob, near, ks, out_index, out_value, tails, tail_index)
+    kth = out_value[np.arange(c), np.clip(ks - 1, 0, max(width - 1, 0))] if width else out_value
+    tail_value = np.where(tail_index >= 0, kth[:, None] if width else 0.0, -np.inf)
+    return out_index, out_value, tail_index, tail_value.astype(np.float64)
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)

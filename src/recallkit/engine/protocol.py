@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -49,7 +49,10 @@ class Request:
     With ``first_hit=False`` the label ``positives`` are no threshold: they only let a back
     end start each list from its k-th positive when ``top_k`` is at most each query's number
     of positives (a cheaper pass). ``lists_on_device`` keeps the ranked lists where the work
-    runs (else they come back as CPU tensors).
+    runs (else they come back as CPU tensors). With ``exact_scores=False`` the lists' order and
+    ties are the exact ones but a back end may give an item that no other candidate of its row
+    could tie or pass its filter's estimate of its score (``top_score``), not the exact score:
+    for a caller that reads the order and the ties alone, on one process.
     """
 
     positives: LabelPositives | Pairs | None = None
@@ -58,6 +61,7 @@ class Request:
     exclusions: Exclusions | None = None
     first_hit: bool = True
     lists_on_device: bool = False
+    exact_scores: bool = True
 
     @property
     def thresholds(self) -> bool:
@@ -234,6 +238,7 @@ class Scan:
     window: tuple[torch.Tensor, ...] | None
     top: tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None
     flag: torch.Tensor
+    estimates: tuple[torch.Tensor, Any] | None = None  # a back end's own: scores it may keep
 
 
 class Pipeline:
