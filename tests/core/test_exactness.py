@@ -626,3 +626,28 @@ def test_lists_read_by_the_metrics_order_items_by_their_exact_scores_within_twic
     got = retrieval_metrics(q, reference, [0], labels, ["MAP@R", "recall@1"])
     assert got.per_query["MAP@R"].tolist() == [1.0]
     assert got.per_query["recall@1"].tolist() == [1.0]
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_closer_scores_lie_within_their_bounds_of_the_exact_scores(metric, dtype):
+    # Summed in any order, vectorised: within the bound of the definition's scores, on rows
+    # with cancellation (large opposite terms), near ties and ordinary rows; the bound stays
+    # far below float32's filter bound (a part in 10**12 of the norms here).
+    rng = np.random.default_rng(8)
+    x, _ = _near_ties(8, n=200, d=40)
+    x = x.astype(dtype)
+    x[:20] = (rng.standard_normal((20, 40)) * 1e3).astype(dtype)
+    x[20:40] = x[:20] * -1 + rng.standard_normal((20, 40)).astype(dtype)  # cancellation
+    t = torch.from_numpy(x)
+    sq = exact.row_sq_norms(t)
+    norm = exact.row_norms(sq)
+    aux = norm if metric == "cosine" else sq
+    rows = np.repeat(np.arange(len(x)), len(x))
+    cols = np.tile(np.arange(len(x)), len(x))
+    got, bound = exact.close_scores(t, t, aux, aux, norm, norm, rows, cols, metric)
+    want = brute.fixed_order_scores64(x, x, metric).reshape(-1)
+    assert (np.abs(got - want) <= bound).all()
+    assert (got != want).any()  # another order of additions: not the same bits everywhere
+    scale = norm.numpy()[rows] * norm.numpy()[cols]
+    assert (bound <= 1e-12 * (scale if metric != "cosine" else 1.0) * 10).all()

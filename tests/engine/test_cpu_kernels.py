@@ -798,3 +798,39 @@ def test_ranked_rows_from_the_filter_order_are_segment_top_of_the_same_values(se
     assert got[2].shape[1] > 0  # tails: items equal to some row's k-th beyond it
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w.numpy())
+
+
+def test_runs_split_by_closer_scores_mark_the_items_their_bounds_cannot_order():
+    # Runs of near items (in order_rows' order) sorted by their closer values; an item is
+    # marked when the next or the previous one of its run lies within their two bounds.
+    from recallkit.engine.cpu_kernels import order_rows, split_runs
+
+    rng = np.random.default_rng(2)
+    sizes = [0, 3, 12, 40, 100]
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    total = int(starts[-1])
+    filt = (rng.integers(0, 25, total) * np.float32(0.5)).astype(np.float32)
+    gap = np.full(len(sizes), 0.25)
+    order, near = order_rows(starts, filt, gap)
+    value = filt.astype(np.float64) + rng.choice([0.0, 0.01, 0.02, 0.05], total)
+    bound = rng.choice([0.0, 0.004, 0.006], total)
+    glob = rng.permutation(total).astype(np.int64)
+    closer = split_runs(starts, order, near, value, glob, bound)
+    want = np.zeros(total, dtype=bool)
+    for a, b in itertools.pairwise(starts):
+        t = a
+        while t < b:
+            if not near[order[t]]:
+                t += 1
+                continue
+            u = t
+            while u < b and near[order[u]]:
+                u += 1
+            run = sorted(order[t:u], key=lambda p: (-value[p], glob[p]))
+            assert order[t:u].tolist() == run  # sorted in place
+            for p, q in itertools.pairwise(run):
+                if value[p] - value[q] <= bound[p] + bound[q]:
+                    want[p] = want[q] = True
+            t = u
+    assert want.any() and (near & ~want).any()
+    np.testing.assert_array_equal(closer, want)

@@ -471,8 +471,12 @@ class CpuBackend(protocol.Pipeline):
     def _ranked(self, space, chunk, block, scan, c, ks) -> tuple[torch.Tensor, torch.Tensor]:
         """The block's ranked lists (as every back end ranks them); with the scan's estimates,
         only the candidates within twice the filter's bound of the next or the previous one of
-        their row are scored exactly: the others rank by their filter scores, in the same order
-        ([`kernels.order_rows`][kernels.order_rows], [`kernels.rank_rows`][kernels.rank_rows])."""
+        their row are scored again, in float64 summed in any order
+        ([`exact.close_scores`][exact.close_scores]), and of those only the ones within their
+        bounds of a neighbour exactly: the others rank by their filter or float64 scores, in the
+        same order ([`kernels.order_rows`][kernels.order_rows],
+        [`kernels.split_runs`][kernels.split_runs], [`kernels.rank_rows`][kernels.rank_rows]).
+        """
         if scan.estimates is None:
             return super()._ranked(space, chunk, block, scan, c, ks)
         rows, local = scan.top[0], scan.top[1]
@@ -481,9 +485,27 @@ class CpuBackend(protocol.Pipeline):
         starts = np.zeros(c + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows.numpy(), minlength=c), out=starts[1:])
         order, near = kernels.order_rows(starts, filt, gap)
-        if near.any():
-            pick = torch.from_numpy(near)
-            value[near] = self.exact(space, chunk, block, rows[pick], local[pick]).numpy()
+        if near.any():  # closer scores first, then the exact scores of those they cannot rank
+            pick = np.flatnonzero(near)
+            r, j = rows.numpy()[pick], local.numpy()[pick]
+            closer, bound = exact.close_scores(
+                chunk.raw,
+                block.data,
+                chunk.aux(space.metric),
+                block.aux(space.metric),
+                chunk.norm,
+                block.norm,
+                r,
+                j,
+                space.metric,
+            )
+            value[pick] = closer
+            spread = np.zeros_like(value)
+            spread[pick] = bound
+            tied = kernels.split_runs(starts, order, near, value, glob, spread)
+            if tied.any():
+                pick = torch.from_numpy(tied)
+                value[tied] = self.exact(space, chunk, block, rows[pick], local[pick]).numpy()
         k = ks.numpy()
         parts = kernels.rank_rows(starts, order, value, glob, near, k, int(k.max(initial=0)))
         index, score, tail_i, tail_v = (torch.from_numpy(t) for t in parts)

@@ -1553,6 +1553,45 @@ def _order_rows(starts, filt, gap, order, near):  # pragma: no cover - compiled
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
+def _split_runs(starts, order, near, value, glob, bound, closer):  # pragma: no cover - compiled
+    rows = starts.shape[0] - 1
+    for r in numba.prange(rows):
+        a, b = starts[r], starts[r + 1]
+        t = a
+        while t < b:
+            if not near[order[t]]:
+                t += 1
+                continue
+            u = t
+            while u < b and near[order[u]]:
+                u += 1
+            _insert(order, t, u, value, glob)
+            for i in range(t, u - 1):
+                p, q = order[i], order[i + 1]
+                if value[p] - value[q] <= bound[p] + bound[q]:
+                    closer[p] = True
+                    closer[q] = True
+            t = u
+
+
+def split_runs(
+    starts: np.ndarray,
+    order: np.ndarray,
+    near: np.ndarray,
+    value: np.ndarray,
+    glob: np.ndarray,
+    bound: np.ndarray,
+) -> np.ndarray:
+    """The ``near`` items of [`order_rows`][order_rows]'s order that their closer scores
+    ``value`` (each within ``bound`` of its exact score) cannot rank: each run of near items
+    sorted by ``value`` (in place, by the tie rule), the items within the sum of their bounds
+    of the next or the previous one of their run (a bool per item)."""
+    closer = np.zeros(value.shape[0], dtype=np.bool_)
+    _split_runs(starts, order, near, value, glob, bound, closer)
+    return closer
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
 def _rank_rows(
     starts, order, value, glob, near, ks, out_index, out_value, tails, tail_index
 ):  # pragma: no cover - compiled
