@@ -1552,26 +1552,31 @@ def _order_rows(starts, filt, gap, order, near):  # pragma: no cover - compiled
                     near[q] = True
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _near_run(order, near, t, b):  # pragma: no cover - compiled
+    """The next run of ``near`` items of ``order[t:b]``: ``(start, end)``, ``(b, b)`` if none."""
+    while t < b and not near[order[t]]:
+        t += 1
+    u = t
+    while u < b and near[order[u]]:
+        u += 1
+    return t, u
+
+
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _split_runs(starts, order, near, value, glob, bound, closer):  # pragma: no cover - compiled
     rows = starts.shape[0] - 1
     for r in numba.prange(rows):
         a, b = starts[r], starts[r + 1]
-        t = a
+        t, u = _near_run(order, near, a, b)
         while t < b:
-            if not near[order[t]]:
-                t += 1
-                continue
-            u = t
-            while u < b and near[order[u]]:
-                u += 1
             _insert(order, t, u, value, glob)
             for i in range(t, u - 1):
                 p, q = order[i], order[i + 1]
                 if value[p] - value[q] <= bound[p] + bound[q]:
                     closer[p] = True
                     closer[q] = True
-            t = u
+            t, u = _near_run(order, near, u, b)
 
 
 def split_runs(
@@ -1598,16 +1603,10 @@ def _rank_rows(
     rows, width = out_index.shape
     for r in numba.prange(rows):
         a, b = starts[r], starts[r + 1]
-        t = a
+        t, u = _near_run(order, near, a, b)
         while t < b:  # each run of near items, scored exactly, sorted again among itself
-            if not near[order[t]]:
-                t += 1
-                continue
-            u = t
-            while u < b and near[order[u]]:
-                u += 1
             _insert(order, t, u, value, glob)
-            t = u
+            t, u = _near_run(order, near, u, b)
         k = max(min(ks[r], b - a), 0)
         for i in range(width):
             if i < k:
