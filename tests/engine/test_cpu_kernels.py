@@ -733,18 +733,23 @@ def test_comparison_masks_are_each_items_scaled_value_against_its_threshold(widt
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_rows_ordered_by_filter_score_mark_the_items_within_the_gap_of_a_neighbour(seed):
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_rows_ordered_by_filter_score_mark_the_items_within_the_gap_of_a_neighbour(seed, dtype):
     # Rows of 0 to 130 items (past the insertion limit), equal filter scores and scores one
     # gap apart: the order is by descending score and ``near`` marks exactly the items whose
     # next or previous score in that order is within the row's gap (equal scores always).
+    # float64 scores 1e-10 apart, equal once rounded to float32, keep their own order.
     from recallkit.engine.cpu_kernels import order_rows
 
     rng = np.random.default_rng(seed)
     sizes = [0, 1, 2, 5, 40, 97, 130]
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    filt = (rng.integers(-40, 40, starts[-1]) * np.float32(0.125)).astype(np.float32)
-    filt[::9] = np.nextafter(filt[::9], np.float32(1.0))  # a step far below the gaps
+    filt = (rng.integers(-40, 40, starts[-1]) * 0.125).astype(dtype)
+    filt[::9] = np.nextafter(filt[::9], dtype(1.0))  # a step far below the gaps
     gap = rng.choice([0.0, 0.125, 0.3], len(sizes))
+    if dtype == np.float64:
+        filt[::5] += rng.integers(1, 9, len(filt[::5])) * 1e-10
+        gap = rng.choice([0.0, 1e-12], len(sizes))
     order, near = order_rows(starts, filt, gap)
     for r, (a, b) in enumerate(itertools.pairwise(starts)):
         got = order[a:b]

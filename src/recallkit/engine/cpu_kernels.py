@@ -1629,13 +1629,21 @@ def _rank_rows(
 def order_rows(
     starts: np.ndarray, filt: np.ndarray, gap: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's items (``starts[r]:starts[r + 1]`` of the flat arrays) by descending float32
-    filter score ``filt`` (equal scores in any order): the order of their positions; and which
-    items lie within ``gap[r]`` (float64) of the next or the previous item of that order
-    (``near``, a bool per item: every item of equal score among them)."""
+    """Each row's items (``starts[r]:starts[r + 1]`` of the flat arrays) by descending filter
+    score ``filt`` (float32 or float64; equal scores in any order): the order of their
+    positions; and which items lie within ``gap[r]`` (float64) of the next or the previous item
+    of that order (``near``, a bool per item: every item of equal score among them)."""
     order = np.empty(filt.shape[0], dtype=np.int64)
     near = np.zeros(filt.shape[0], dtype=np.bool_)
-    _order_rows(starts, filt, gap, order, near)
+    if filt.dtype == np.float32:  # the scores' bits and the item's place, one sort key
+        _order_rows(starts, filt, gap, order, near)
+        return order, near
+    rows = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
+    order = np.lexsort((-filt, rows)).astype(np.int64)
+    close = filt[order[:-1]].astype(np.float64) - filt[order[1:]] <= gap[rows[order[1:]]]
+    close &= rows[order[:-1]] == rows[order[1:]]
+    near[order[:-1][close]] = True
+    near[order[1:][close]] = True
     return order, near
 
 

@@ -238,7 +238,7 @@ class Scan:
     window: tuple[torch.Tensor, ...] | None
     top: tuple[torch.Tensor, torch.Tensor, torch.Tensor, int] | None
     flag: torch.Tensor
-    estimates: tuple[torch.Tensor, Any] | None = None  # a back end's own: scores it may keep
+    estimates: tuple[Any, ...] | None = None  # a back end's own: the scores it may keep
 
 
 class Pipeline:
