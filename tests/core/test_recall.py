@@ -302,3 +302,22 @@ def test_real_valued_data_matches_float64_brute_force(metric, backend):
             x, x, labels, labels, ks=(1,), query_in_reference=True, metric=metric, chunk_size=chunk
         )
         np.testing.assert_array_equal(got.first_hit_ranks, expected)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
+def test_float32_rows_with_an_infinity_are_named_and_the_largest_finite_values_pass(metric):
+    # float32 rows are checked from their float64 sums of squares: infinities and NaN in rows
+    # 3 and 5 are named (the first), rows of float32's largest values are finite and pass.
+    x = np.eye(8, dtype=np.float32)
+    x[3, 1] = np.inf
+    x[5, 0] = -np.inf
+    with pytest.raises(ValueError, match=r"'query' parameter .* non-finite value in row 3"):
+        recall_at_k(x, np.eye(8, dtype=np.float32), range(8), range(8), metric=metric)
+    x[3, 1] = np.nan
+    with pytest.raises(ValueError, match=r"'reference' parameter .* non-finite value in row 3"):
+        recall_at_k(np.eye(8, dtype=np.float32), x, range(8), range(8), metric=metric)
+    big = np.full((4, 8), np.finfo(np.float32).max, dtype=np.float32)
+    big[2:] *= -1
+    labels = [0, 0, 1, 1]
+    result = recall_at_k(big, big, labels, labels, ks=(1,), query_in_reference=True, metric=metric)
+    assert float(result) == 1.0

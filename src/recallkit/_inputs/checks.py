@@ -166,6 +166,17 @@ def check_finite_rows(block: torch.Tensor, offset: int, name: str, func: str) ->
         raise fail(func, name, "finite (no NaN or infinity)", f"a non-finite value in row {row}")
 
 
+def check_finite_squares(sq: torch.Tensor, offset: int, name: str, func: str) -> None:
+    """[`check_finite_rows`][check_finite_rows] of float32 rows from their float64 sums of
+    squares ``sq``: a sum is finite exactly when its row is (a finite float32 square is below
+    2**256, a sum of fewer than 2**700 of them below float64's largest value), read in one pass
+    over the rows' norms instead of their values."""
+    bad = ~torch.isfinite(sq)
+    if bool(bad.any()):
+        row = int(torch.nonzero(bad)[0, 0]) + offset
+        raise fail(func, name, "finite (no NaN or infinity)", f"a non-finite value in row {row}")
+
+
 def check_zero_rows(norms: torch.Tensor, offset: int, name: str, func: str) -> None:
     """Raise if a row norm is zero: cosine similarity is undefined for a zero vector."""
     zero = norms == 0

@@ -254,9 +254,9 @@ class Top(Consumer):
     def finish(
         self, rescore: Any, block_rows: int, with_scores: bool = False
     ) -> tuple[np.ndarray, ...]:
-        """The candidates as flat ``(rows, local columns)``, by row then column, and with
-        ``with_scores`` their float32 filter scores third; rows whose buffers overflowed are
-        recomputed from their row's scores (``rescore(rows)``)."""
+        """The candidates as flat ``(rows, local columns)``, by row then column; with
+        ``with_scores``, by row, and their filter scores third. Rows whose buffers overflowed
+        are recomputed from their row's scores (``rescore(rows)``)."""
         k = self.ks
         # The k-th best filter score of each row: the k-th largest of the workers' top-k lists,
         # or of their buffers (reservoirs hold every item at or above a floor below the k-th).

@@ -79,7 +79,8 @@ def prepare_rows(
     zero rows; under cosine, rows of extreme magnitude are rescaled
     ([`exact.cosine_rows`][exact.cosine_rows])."""
     raw = x.to(device=device, dtype=work_dtype(x.dtype)).contiguous()
-    _checks.check_finite_rows(raw, offset, name, func)
+    if raw.dtype != torch.float32:  # float32 rows: from their squared norms, below
+        _checks.check_finite_rows(raw, offset, name, func)
     if metric == "cosine":
         raw = exact.cosine_rows(raw)
     elif raw.dtype == torch.float64 and raw.numel():
@@ -97,6 +98,8 @@ def prepare_rows(
                 f"a larger value in row {row}",
             )
     rows = Rows.of(raw)
+    if raw.dtype == torch.float32:
+        _checks.check_finite_squares(rows.sq, offset, name, func)
     if metric == "cosine":
         _checks.check_zero_rows(rows.sq, offset, name, func)
     return rows
