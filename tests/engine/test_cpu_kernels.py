@@ -768,7 +768,7 @@ def test_ranked_rows_from_the_filter_order_are_segment_top_of_the_same_values(se
     # Near items carry other (exact) values inside their run, the rest keep the filter order:
     # the lists, padding and tails are segment_top's of the same values (the tie rule; its
     # rows list their items by ascending index, rank_rows' in any order).
-    from recallkit.engine.cpu_kernels import order_rows, rank_rows, segment_top
+    from recallkit.engine.cpu_kernels import INSERTION, order_rows, rank_rows, segment_top
 
     rng = np.random.default_rng(seed)
     sizes = rng.integers(0, 120, 30)
@@ -776,6 +776,9 @@ def test_ranked_rows_from_the_filter_order_are_segment_top_of_the_same_values(se
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     total = int(starts[-1])
     filt = (rng.integers(0, 60, total) * np.float32(0.5)).astype(np.float32)
+    long = int(np.argmax(sizes))  # one run of near items past the insertion limit
+    filt[starts[long] : starts[long + 1]] = np.float32(7.5)
+    assert sizes[long] > INSERTION
     rows = np.repeat(np.arange(c), sizes)
     glob = np.concatenate([np.sort(rng.permutation(1000)[:n]) for n in sizes]).astype(np.int64)
     gap = np.full(c, 0.25)
@@ -815,6 +818,7 @@ def test_runs_split_by_closer_scores_mark_the_items_their_bounds_cannot_order():
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     total = int(starts[-1])
     filt = (rng.integers(0, 25, total) * np.float32(0.5)).astype(np.float32)
+    filt[starts[4] :] = np.float32(3.0)  # a run of 100 near items: past the insertion limit
     gap = np.full(len(sizes), 0.25)
     order, near = order_rows(starts, filt, gap)
     value = filt.astype(np.float64) + rng.choice([0.0, 0.01, 0.02, 0.05], total)

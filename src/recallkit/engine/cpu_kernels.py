@@ -1519,7 +1519,14 @@ def _before(value, glob, p, q):  # pragma: no cover - compiled
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _insert(order, lo, hi, value, glob):  # pragma: no cover - compiled
-    """``order[lo:hi]`` (item positions) sorted by the tie rule, by insertion."""
+    """``order[lo:hi]`` (item positions) sorted by the tie rule: by insertion up to
+    [`INSERTION`][INSERTION] items, else stable on the index, then stable on the value (a run of
+    many tied items stays ``n log n``)."""
+    if hi - lo > INSERTION:
+        run = order[lo:hi].copy()
+        run = run[np.argsort(glob[run], kind="mergesort")]
+        order[lo:hi] = run[np.argsort(-value[run], kind="mergesort")]
+        return
     for a in range(lo + 1, hi):
         p = order[a]
         b = a
