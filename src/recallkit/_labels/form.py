@@ -20,7 +20,7 @@ first differing value.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from recallkit import _averaging as averaging
 from recallkit import engine
 from recallkit._inputs import checks as _checks
 from recallkit._inputs.codes import dense_codes
+from recallkit._labels import first_hits
 from recallkit.exceptions import LoneQueriesWarning, RecallkitWarning, Text, fail, warn
 from recallkit.metrics import Metric, Ranked, Recall, rank_bounds
 from recallkit.options import Options, changed_values, check_flag
@@ -489,11 +490,16 @@ def evaluate(
         keep,
         exact_scores=False,
     )
+    from_lists = first_hits.worth_it(problem, ask)
+    if from_lists:  # the first-hit ranks from the lists ([`first_hits`][first_hits])
+        ask = replace(ask, first_hit=False)
     codes, ref = problem.positives.query_codes, problem.positives.reference_codes
     kept = np.full((n, keep), -1, dtype=np.int64) if keep else None
     for part in engine.run(space, ask):
         a, b = part.start, part.stop
         lists = chunk_lists(part, codes[a:b], ref) if ask.lists else None
+        if from_lists:
+            part = first_hits.read(problem, a, part, lists)
         if kept is not None:
             width = min(keep, lists[0].shape[1])
             kept[a:b, :width] = lists[0][:, :width]

@@ -60,6 +60,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+import numpy as np
 import torch
 
 from recallkit.engine import exact, filters, jit
@@ -239,6 +240,36 @@ def run(space: Space, request: Request, chunk_size: int | None = None) -> Iterat
             return
         _start_numba(space)
     yield from backend.run(space, request, chunk_size)
+
+
+def filter_scores(space: Space, rows: np.ndarray) -> torch.Tensor:
+    """Queries ``rows`` (int64)' filter scores against the space's one block (``space.single``),
+    ``(len(rows), num_reference)`` in the filter's type: each row a positive multiple of the
+    row's exact scores, within the filter's bound of it. An estimate of the order, for a choice
+    of path (never a rank); no pair is skipped."""
+    block = space.single
+    chunk = space.query[torch.from_numpy(rows).to(space.device)]
+    qf = filters.query_filter(
+        chunk.raw, chunk.sq, chunk.norm, space.metric, block.scale, block.gemm.dtype, True
+    )
+    return qf.rows @ block.gemm.T
+
+
+def exact_rows(space: Space, rows: np.ndarray) -> torch.Tensor:
+    """The exact scores (float64, [`exact`][recallkit.engine.exact]'s definition) of queries
+    ``rows`` (int64) against every item of the space's one block (``space.single``),
+    ``(len(rows), num_reference)``, no pair skipped: numba's kernel where this process runs
+    numba, else torch's (the same bits)."""
+    block = space.single
+    device = space.device
+    chunk = space.query[torch.from_numpy(rows).to(device)]
+    r = torch.arange(len(rows), device=device).repeat_interleave(block.rows)
+    c = torch.arange(block.rows, device=device).repeat(len(rows))
+    metric = space.metric
+    args = (chunk.raw, chunk.aux(metric), block.data, block.aux(metric), r, c, metric)
+    numba = device.type == "cpu" and forced_backend() in (None, "numba") and jit.allowed()
+    scores = exact.exact_numba(*args) if numba else exact.exact_torch(*args)
+    return scores.view(len(rows), block.rows)
 
 
 def run_chunk(

@@ -87,6 +87,14 @@ class Pairs:
     def counts(self) -> torch.Tensor:
         return self.indptr[1:] - self.indptr[:-1]
 
+    def subset(self, rows: np.ndarray) -> Pairs:
+        """The pairs of queries ``rows`` (an int64 array), as queries ``0..len(rows)-1``."""
+        counts = self.counts().numpy()[rows]
+        indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        starts = self.indptr.numpy()[rows]
+        take = np.repeat(starts - indptr[:-1], counts) + np.arange(indptr[-1])
+        return Pairs(torch.from_numpy(indptr), self.indices[torch.from_numpy(take)], len(rows))
+
     def expand(
         self, start: int, stop: int, device: torch.device
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -178,6 +186,13 @@ class Exclusions:
     @property
     def has_codes(self) -> bool:
         return self.query_codes is not None
+
+    def subset(self, rows: np.ndarray) -> Exclusions:
+        """The exclusions of queries ``rows`` (an int64 array), as queries ``0..len(rows)-1``."""
+        pairs = None if self.pairs is None else self.pairs.subset(rows)
+        if self.query_codes is None:
+            return Exclusions(pairs)
+        return Exclusions(pairs, self.query_codes[rows], self.reference_codes)
 
     def groups(self, block: Any) -> Groups:
         """The block's reference positions grouped by exclusion code."""

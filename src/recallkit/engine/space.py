@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -194,6 +194,12 @@ class Space:
 
     def chunk(self, start: int, stop: int) -> Rows:
         return self.query[start:stop]
+
+    def subset(self, rows: np.ndarray) -> Space:
+        """The space of queries ``rows`` (an int64 array) against the same reference."""
+        index = torch.from_numpy(rows).to(self.query.raw.device)
+        query = Rows(self.query.raw[index], self.query.sq[index], self.query.norm[index])
+        return replace(self, query=query, query_is_reference=False, extra={})
 
     def blocks(self) -> Iterator[Block]:
         if self.single is not None:
