@@ -106,18 +106,28 @@ def test_reading_the_lists_gives_the_counts_result(from_lists, monkeypatch):
 
 def test_fields_read_by_hand():
     """Row 0: its first relevant item third, tied with the items around it and one in the
-    tail; row 1: its first item; row 2: lone (no relevant item)."""
-    index = np.array([[3, 1, 5, 8], [0, 2, -1, -1], [6, 7, -1, -1]])
+    tail; row 1: its first item; row 2: lone (no relevant item); row 3: tied with the next
+    item only; row 4: tied with the tail only."""
+    index = np.array([[3, 1, 5, 8], [0, 2, -1, -1], [6, 7, -1, -1], [2, 4, 6, 8], [5, 6, -1, -1]])
+    inf = -np.inf
     score = np.array(
-        [[0.9, 0.5, 0.5, 0.5], [0.8, 0.7, -np.inf, -np.inf], [0.4, 0.3, -np.inf, -np.inf]]
+        [
+            [0.9, 0.5, 0.5, 0.5],
+            [0.8, 0.7, inf, inf],
+            [0.4, 0.3, inf, inf],
+            [0.9, 0.6, 0.6, 0.2],
+            [0.9, 0.5, inf, inf],
+        ]
     )
-    relevant = np.array([[0, 0, 1, 1], [1, 0, 0, 0], [0, 0, 0, 0]], dtype=bool)
-    tail_index = np.array([[9], [-1], [-1]])
-    tail_score = np.array([[0.5], [-np.inf], [-np.inf]])
-    tail_relevant = np.array([[1], [0], [0]], dtype=bool)
+    relevant = np.array(
+        [[0, 0, 1, 1], [1, 0, 0, 0], [0, 0, 0, 0], [0, 1, 0, 1], [0, 1, 0, 0]], dtype=bool
+    )
+    tail_index = np.array([[9], [-1], [-1], [-1], [7]])
+    tail_score = np.array([[0.5], [inf], [inf], [inf], [0.5]])
+    tail_relevant = np.array([[1], [0], [0], [0], [0]], dtype=bool)
     part = engine.ChunkResult(
         0,
-        3,
+        5,
         top_index=torch.from_numpy(index),
         top_score=torch.from_numpy(score),
         tail_index=torch.from_numpy(tail_index),
@@ -125,14 +135,14 @@ def test_fields_read_by_hand():
     )
 
     class Problem:
-        num_relevant = np.array([3, 1, 0])
+        num_relevant = np.array([3, 1, 0, 2, 1])
 
     lists = (index, score, relevant, tail_index, tail_relevant)
     out = first_hits.read(Problem(), 0, part, lists)
-    assert out.ranks.tolist() == [[2], [0], [-1]]
-    assert out.ties_before.tolist() == [[1], [0], [0]]
-    assert out.ties.tolist() == [[3], [0], [0]]  # the group of 0.5: four items, itself excluded
-    assert out.tied_positives.tolist() == [2, 0, 0]
+    assert out.ranks.tolist() == [[2], [0], [-1], [1], [1]]
+    assert out.ties_before.tolist() == [[1], [0], [0], [0], [0]]
+    assert out.ties.tolist() == [[3], [0], [0], [1], [1]]  # row 0: four items of 0.5, less itself
+    assert out.tied_positives.tolist() == [2, 0, 0, 0, 0]
 
 
 def _problem(x, labels):

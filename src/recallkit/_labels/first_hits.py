@@ -113,22 +113,34 @@ def read(
     counted for the queries whose lists hold no relevant item."""
     index, score, relevant, tail_index, tail_relevant = lists
     tail_score = _numpy(part.tail_score)
-    c = len(index)
+    c, width = index.shape
     num_relevant = problem.num_relevant[start : start + c]
     rows = np.arange(c)
-    found = relevant.any(axis=1)
-    at = np.argmax(relevant, axis=1)  # the first relevant item in the tie rule's order
-    best = np.where(found, score[rows, at], np.inf)[:, None]  # inf: no group
-    group = (index >= 0) & (score == best)
-    tail_group = (tail_index >= 0) & (tail_score == best)
-    size = group.sum(axis=1) + tail_group.sum(axis=1)
-    positives = (group & relevant).sum(axis=1) + (tail_group & tail_relevant).sum(axis=1)
+    at = np.argmax(relevant, axis=1) if width else np.zeros(c, dtype=np.int64)
+    found = relevant[rows, at] if width else np.zeros(c, dtype=bool)
     fields = {
         "ranks": np.where(found, at, -1)[:, None],
-        "ties_before": np.where(found, at - np.argmax(group, axis=1), 0)[:, None],
-        "ties": np.where(found, size - 1, 0)[:, None],
-        "tied_positives": np.where(found, positives - 1, 0),
+        "ties_before": np.zeros((c, 1), dtype=np.int64),
+        "ties": np.zeros((c, 1), dtype=np.int64),
+        "tied_positives": np.zeros(c, dtype=np.int64),
     }
+    if width:
+        # Ties only where an equal score lies beside the item (the lists are in score order)
+        # or in the tail (every item tied with the k-th).
+        best = score[rows, at]
+        tied = (at > 0) & (score[rows, np.maximum(at - 1, 0)] == best)
+        tied |= (at + 1 < width) & (score[rows, np.minimum(at + 1, width - 1)] == best)
+        if tail_index.shape[1]:
+            tied |= (tail_index[:, 0] >= 0) & (tail_score[:, 0] == best)
+        t = np.flatnonzero(found & tied)
+        if len(t):
+            group = (index[t] >= 0) & (score[t] == best[t, None])
+            tail_group = (tail_index[t] >= 0) & (tail_score[t] == best[t, None])
+            size = group.sum(axis=1) + tail_group.sum(axis=1)
+            hits = (group & relevant[t]).sum(axis=1) + (tail_group & tail_relevant[t]).sum(axis=1)
+            fields["ties_before"][t, 0] = at[t] - np.argmax(group, axis=1)
+            fields["ties"][t, 0] = size - 1
+            fields["tied_positives"][t] = hits - 1
     missing = np.flatnonzero(~found & (num_relevant > 0))
     if len(missing):
         again = counted(problem, start + missing)

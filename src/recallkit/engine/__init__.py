@@ -245,8 +245,8 @@ def run(space: Space, request: Request, chunk_size: int | None = None) -> Iterat
 def filter_scores(space: Space, rows: np.ndarray) -> torch.Tensor:
     """The filter scores of queries ``rows`` (int64) against the space's one block
     (``space.single``), ``(len(rows), num_reference)`` in the filter's type: each row a positive
-    multiple of the row's exact scores, within the filter's bound of it. An estimate of the order, for a choice
-    of path (never a rank); no pair is skipped."""
+    multiple of the row's exact scores, within the filter's bound of it. An estimate of the
+    order, for a choice of path (never a rank); no pair is skipped."""
     block = space.single
     chunk = space.query[torch.from_numpy(rows).to(space.device)]
     qf = filters.query_filter(
