@@ -228,3 +228,28 @@ def test_filter_scores_are_a_positive_multiple_of_the_exact_ones():
     per_row = (got / np.where(exact != 0, exact, np.nan))[:, :1]
     assert (ratio > 0).all()
     assert np.allclose(got, per_row * exact, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_every_metric_of_the_registry_from_lists(backend, from_lists, monkeypatch):
+    """Every registered metric (those reading first-hit ranks beside those reading lists), on
+    exact and often tied scores, is the definition's value with the ranks read from the lists."""
+    from tests import registry_cases
+
+    monkeypatch.setenv("RECALLKIT_BACKEND", backend)
+    cases = registry_cases.cases((1, 3))
+    names = [name for name, _, _ in cases]
+    for seed, metric in enumerate(("cosine", "dot", "euclidean")):
+        x, labels = _data(seed + 10, 60)
+        n = len(x)
+        s = brute.fixed_order_scores64(x, x, metric)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = recallkit.retrieval_metrics(
+                x, x, labels, labels, names, metric=metric, query_in_reference=True
+            )
+        lists = brute.relevance_lists(s, labels, labels, brute.excluded_sets(n, n, True))
+        for name, family, k in cases:
+            want = [brute.metric(family, k, rel, r, c) for rel, r, c in lists]
+            assert np.array_equal(got.per_query[name], want, equal_nan=True), (name, metric)
+    assert from_lists
