@@ -100,7 +100,7 @@ def counted(problem: Any, rows: np.ndarray) -> dict[str, np.ndarray]:
         parts = engine.run(space.subset(rows), ask)
     for part in parts:
         for name in FIELDS:
-            out[name][part.start : part.stop] = _numpy(getattr(part, name))
+            out[name][part.start : part.stop] = np.asarray(getattr(part, name))
     return out
 
 
@@ -112,7 +112,7 @@ def read(
     chunk's lists as [`form.chunk_lists`][recallkit._labels.form.chunk_lists] gives them), and
     counted for the queries whose lists hold no relevant item."""
     index, score, relevant, tail_index, tail_relevant = lists
-    tail_score = _numpy(part.tail_score)
+    tail_score = part.tail_score.cpu().numpy()  # as chunk_lists reads the lists
     c, width = index.shape
     num_relevant = problem.num_relevant[start : start + c]
     rows = np.arange(c)
@@ -147,7 +147,3 @@ def read(
         for name in FIELDS:
             fields[name][missing] = again[name]
     return replace(part, **fields)
-
-
-def _numpy(x: Any) -> np.ndarray:
-    return x.cpu().numpy() if hasattr(x, "cpu") else np.asarray(x)
