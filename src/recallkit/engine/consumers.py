@@ -16,6 +16,7 @@ import torch
 
 from recallkit.engine import cpu_kernels as kernels
 from recallkit.engine import filters, lowp
+from recallkit.engine.pairs import LabelPositives
 from recallkit.engine.protocol import Request
 
 EXTRA = 64  # a top-k buffer holds 2 k + EXTRA items
@@ -176,11 +177,17 @@ class Top(Consumer):
     it, not once ``k`` items are found. Each worker keeps its own lists and floors (the known
     items are the first's); a row's floor in a tile is the highest of the workers'
     ([`kernels.top_rows`][kernels.top_rows]), and a row's first tile may raise it from its own
-    values."""
+    values. With ``sampled`` (the block's items in no order of their labels,
+    [`tiles_sample`][tiles_sample]) that tile is taken for a sample of the block and the floor
+    raised to a likely bound; a row it proves wrong for is computed again ([`finish`][finish]),
+    so the candidates are the same."""
 
-    def __init__(self, ks: np.ndarray, tp: lowp.TilePass, workers: int, known=None) -> None:
+    def __init__(
+        self, ks: np.ndarray, tp: lowp.TilePass, workers: int, known=None, sampled: bool = False
+    ) -> None:
         c = len(ks)
         self.ks, self.tp = ks, tp
+        self.sample_of = tp.block.rows if sampled else 0  # the columns a tile samples
         self.eps = tp.eps32
         self.kmax = kmax = int(ks.max(initial=0))
         self.dtype = dtype = tp.a32.dtype
@@ -225,7 +232,7 @@ class Top(Consumer):
         return self.slot(next(self.worker))
 
     def rows(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
-        kernels.top_rows(*self._arguments(st, tile, r0, c0, kind))
+        kernels.top_rows(*self._arguments(st, tile, r0, c0, kind), self.sample_of)
 
     def cols(self, st: Any, tile: np.ndarray, r0: int, c0: int, kind: lowp.TileKind) -> None:
         kernels.top_cols(*self._arguments(st, tile, r0, c0, kind))
@@ -266,7 +273,10 @@ class Top(Consumer):
         torch_dtype = torch.float64 if self.dtype == np.float64 else torch.float32
         lo = filters.top_floor(torch.from_numpy(kth), self.eps, torch_dtype, torch.from_numpy(k))
         lo_np = np.ascontiguousarray(lo.numpy().astype(self.dtype))
-        over = self.overs.any(axis=0)
+        # A row whose window reaches below its highest floor (one raised from a tile taken for a
+        # sample, ``sampled``, that proved too high) is computed again from its scores: every
+        # item at or above the highest floor is in the buffers, so no other row lacks one.
+        over = self.overs.any(axis=0) | ((k > 0) & (lo_np < self.floors.max(axis=0)))
         found = kernels.collect_top(
             self.scores, self.columns, self.fills, lo_np, over, block_rows, with_scores
         )
@@ -290,3 +300,75 @@ class Top(Consumer):
             return rows_all[order], cols_all[order]
         scores_all = np.concatenate([found[2], scores[wr, wj].astype(found[2].dtype)])
         return rows_all[order], cols_all[order], scores_all[order]
+
+
+#: Chunks of fewer rows offer their positives before the pass without asking
+#: ([`seeds_pay`][seeds_pay]): the sample would cost about what it decides.
+SEED_MIN_ROWS = 1024
+#: Rows of the chunk, evenly spaced, whose filter scores decide [`seeds_pay`][seeds_pay].
+SEED_SAMPLE = 32
+
+
+def seeds_pay(tp: lowp.TilePass, positives: Any, ks: np.ndarray, start: int, stop: int) -> bool:
+    """Whether offering each row's positives to [`Top`][Top] before the pass pays for scoring
+    them one by one. A row's floor then starts at its ``k``-th best positive, ranked ``ρ`` among
+    all items. Without it the floor rises as a running top-k of items in no particular order:
+    about ``k (1 + ln(n / k))`` items enter its list over a block of ``n``. The positives pay
+    where ``ρ`` is below that (trained embeddings that rank most positives first) and cost a
+    dot product each where it is not (the positives spread over the ranking).
+
+    Decided on an evenly spaced sample of [`SEED_SAMPLE`][SEED_SAMPLE] rows with ``k > 0``: their
+    filter scores against the block (``(SEED_SAMPLE, n)``, one small GEMM; the pair a row skips,
+    such as itself, is counted like any item: a choice of path, never a value). The positives pay
+    where they do for at least half the sample. ``positives``: the chunk's
+    [`LabelPositives`][recallkit.engine.pairs.LabelPositives]; ``ks``: ``(c,)`` int64, the
+    chunk's list lengths; ``start:stop``: the chunk's query rows. Chunks of fewer than
+    [`SEED_MIN_ROWS`][SEED_MIN_ROWS] rows always offer them."""
+    rows = np.flatnonzero(ks > 0)
+    if stop - start < SEED_MIN_ROWS or len(rows) < SEED_SAMPLE:
+        return True
+    sample = rows[np.linspace(0, len(rows) - 1, SEED_SAMPLE).astype(np.int64)]
+    block = tp.block
+    with filters.no_autocast(block.gemm.device):
+        product = tp.qf.rows[torch.from_numpy(sample)] @ block.gemm.T
+    scores = product.float().numpy()
+    lo, hi = positives.ranges(block, start, stop)
+    members = positives.groups(block).members
+    n = block.rows
+    pays = 0
+    for i, r in enumerate(sample):
+        k = int(ks[r])
+        own = scores[i, members[lo[r] : hi[r]]]
+        if len(own) < k:  # no k-th best positive: the floor starts nowhere
+            continue
+        kth = np.partition(own, len(own) - k)[len(own) - k]
+        pays += int(np.count_nonzero(scores[i] >= kth)) <= k * (1.0 + np.log(n / k))
+    return 2 * pays >= SEED_SAMPLE
+
+
+#: A block's items are taken to lie in no order of their labels ([`tiles_sample`][tiles_sample])
+#: while two items of one label share a tile at most this many times as often as at random.
+SPREAD = 1.5
+
+
+def tiles_sample(positives: Any, block: Any, tile: int) -> bool:
+    """Whether each tile of ``tile`` columns is a fair sample of the block's items for
+    [`Top`][Top]'s ``sampled``: labels (``positives`` a
+    [`LabelPositives`][recallkit.engine.pairs.LabelPositives]) spread over the tiles, two items
+    of one label sharing a tile at most [`SPREAD`][SPREAD] times as often as two items at random
+    (about ``1 / tiles``). A block in the order of its labels (a dataset listed class by class)
+    is not: a tile there holds a few classes, often related ones, whose items rank high."""
+    if not isinstance(positives, LabelPositives):
+        return False
+    tiles = -(-block.rows // tile)
+    groups = positives.groups(block)
+    sizes = np.diff(groups.starts)
+    labelled = np.repeat(groups.uniq >= 0, sizes)
+    if tiles < 2 or not labelled.any():
+        return False
+    group = np.repeat(np.arange(len(sizes)), sizes)[labelled]
+    counts = np.bincount(group * tiles + groups.members[labelled] // tile)
+    together = float(np.sum(counts * (counts - 1.0)))  # ordered pairs of one label in one tile
+    sizes = sizes[groups.uniq >= 0]
+    pairs = float(np.sum(sizes * (sizes - 1.0)))
+    return pairs > 0 and together <= SPREAD * pairs / tiles

@@ -50,7 +50,9 @@ from recallkit.engine.consumers import (
     Consumer,
     Top,
     Window,
+    seeds_pay,
     state_bytes,
+    tiles_sample,
     top_state_bytes,
     window_state_bytes,
 )
@@ -395,16 +397,20 @@ class CpuBackend(protocol.Pipeline):
                     ctx.cached[i] = scores
         return rows, local, torch.ones_like(rows, dtype=torch.bool), torch.zeros((), dtype=bool)
 
-    def _known(self, positives: Any, tp: lowp.TilePass, i: int, start: int, stop: int, ctx) -> Any:
+    def _known(
+        self, positives: Any, tp: lowp.TilePass, ks: np.ndarray, i: int, start: int, stop: int, ctx
+    ) -> Any:
         """[`Top`][recallkit.engine.consumers.Top]'s ``known``
         ([`kernels.label_scores`][kernels.label_scores], or the scores step 1 took of the same
-        positives): labels on the pass's one block, few enough to score one by one (else
-        ``None``)."""
+        positives): labels on the pass's one block, few enough to score one by one, where they
+        pay ([`seeds_pay`][recallkit.engine.consumers.seeds_pay]); else ``None``."""
         block, qf, excluded = tp.block, tp.qf, ctx.excluded
         labels = isinstance(positives, LabelPositives) and block is tp.space.single
         if not labels or not self.exact_is_cheaper(positives, block, start, stop):
             return None
         scored = ctx.scored.pop(i, None)
+        if not seeds_pay(tp, positives, ks, start, stop):
+            return None
         if scored is None:
             lo, hi = positives.ranges(block, start, stop)
             ptr, cols = excluded.csr(block)
@@ -446,8 +452,10 @@ class CpuBackend(protocol.Pipeline):
         if best is not None:
             window = Window(filters.scaled_centre(best, qf, block.scale), tp)
         if ks is not None:
-            known = self._known(request.positives, tp, i, start, stop, ctx)
-            top = Top(np.minimum(ks.numpy(), block.rows), tp, torch.get_num_threads(), known)
+            lengths = np.minimum(ks.numpy(), block.rows)
+            known = self._known(request.positives, tp, lengths, i, start, stop, ctx)
+            sampled = tiles_sample(request.positives, block, TILE)
+            top = Top(lengths, tp, torch.get_num_threads(), known, sampled)
         consumers = [x for x in (window, top) if x is not None]
         states = run_tiles(tp, excluded, symmetric, consumers, ctx.cached.get(i))
         per_consumer = list(zip(*states, strict=True)) if states else [[]] * len(consumers)

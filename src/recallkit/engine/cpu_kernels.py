@@ -651,6 +651,9 @@ RAISE_HITS = 2
 RAISE_MIN = 32
 RAISE_CLOSE = 8
 RAISE_STEPS = 14
+# Items above its floor that a tile taken for a sample keeps beyond twice its expected share of
+# a row's top k ([`top_rows`][top_rows]'s ``columns``).
+SAMPLE_EXTRA = 8
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -1189,6 +1192,7 @@ def top_rows(
     floors,
     known_q,
     known_c,
+    columns=0,
 ):  # pragma: no cover
     """Running top-k candidates of the tile's rows (row ``i`` worth ``rs[i]`` times its values):
     a heap per row (``heap`` not empty, [`_offer`][_offer]) or a reservoir (as faiss's: every item
@@ -1201,7 +1205,14 @@ def top_rows(
     A row with many more items above its floor than ``k`` (its first tiles, while its floor is
     still low) first raises the floor from its values ([`_raise_floor`][_raise_floor]). Items
     offered before the pass ([`seed_top`][seed_top]) are skipped: those whose code ``known_c[col]``
-    equals the row's ``known_q[r]`` (both empty: none)."""
+    equals the row's ``known_q[r]`` (both empty: none).
+
+    ``columns > 0`` (the block's items; the tile's columns a sample of them in no particular
+    order) lets that raise take the tile for a sample: the floor rises until ``2 ⌈k w / columns⌉
+    + SAMPLE_EXTRA`` of the tile's ``w`` items are at or above it, where about ``k w / columns``
+    lie above the row's k-th score. The floor is then a likely lower bound, not a proven one:
+    the caller checks each row once the pass ends
+    ([`Top.finish`][recallkit.engine.consumers.Top.finish])."""
     rows, width = tile.shape
     heap_mode = heap.shape[1] > 0
     cap = buf_col.shape[1]
@@ -1216,9 +1227,11 @@ def top_rows(
         start = _down32((np.float64(floor[r]) - margin[r]) / scale)
         hits = _at_least(row, np.float32(1.0), start, 0, width)  # ``start`` is in tile units
         if hits > RAISE_HITS * ks[r] + RAISE_MIN:
-            start, hits = _raise_floor(
-                row, scale, start, hits, ks[r], slack[r], margin[r], r, floor
-            )
+            want = ks[r]
+            if columns > 0:  # the tile as a sample of the block
+                share = (ks[r] * width + columns - 1) // columns
+                want = min(want, 2 * share + SAMPLE_EXTRA)
+            start, hits = _raise_floor(row, scale, start, hits, want, slack[r], margin[r], r, floor)
         if hits <= 0:
             continue
         for b in range(0, width, LANES):  # the floor only rises: the items at or above it now

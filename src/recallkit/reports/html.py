@@ -52,6 +52,7 @@ from recallkit.reports.data import (
     query_at,
 )
 from recallkit.reports.tables import legend
+from recallkit.runfiles.definitions import _version
 
 __all__ = ["PAGE_SIZE", "render_html"]
 
@@ -1077,9 +1078,3 @@ def _subtitle(summary: Summary) -> str:
     if len(summary.runs) > 1:
         parts.append(f"{len(summary.runs)} runs")
     return " · ".join(parts)
-
-
-def _version() -> str:
-    from recallkit import __version__
-
-    return __version__

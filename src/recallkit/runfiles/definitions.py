@@ -53,7 +53,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from importlib import metadata
 from typing import Any
 
 from recallkit import options as _options
@@ -98,10 +97,11 @@ NOT_DEFINITIONS = ("id", "recallkit")
 
 
 def _version() -> str:
-    try:
-        return metadata.version("recallkit")
-    except metadata.PackageNotFoundError:  # pragma: no cover - a source tree without install
-        return "unknown"
+    """The package's version (``recallkit.__version__``, the installed distribution's: a test
+    holds them equal), read without the installed metadata: a call takes no file reads."""
+    from recallkit import __version__
+
+    return __version__
 
 
 def _shown(value: Any) -> str:
