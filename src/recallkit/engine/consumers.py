@@ -332,17 +332,20 @@ def seeds_pay(tp: lowp.TilePass, positives: Any, ks: np.ndarray, start: int, sto
     with filters.no_autocast(block.gemm.device):
         product = tp.qf.rows[torch.from_numpy(sample)] @ block.gemm.T
     scores = product.float().numpy()
+    groups = positives.groups(block)
     lo, hi = positives.ranges(block, start, stop)
-    members = positives.groups(block).members
+    owner, members = groups.expand(lo[sample], hi[sample])  # by sample row
+    if not len(owner):
+        return False
+    own = scores[owner, members]
+    ordered = np.lexsort((-own, owner))  # each row's positives, best first
+    first = np.searchsorted(owner, np.arange(SEED_SAMPLE))
+    k = ks[sample]
+    has = (hi - lo)[sample] >= k  # else no k-th best positive: the floor starts nowhere
+    kth = np.where(has, own[ordered[np.minimum(first + k - 1, len(own) - 1)]], np.inf)
     n = block.rows
-    pays = 0
-    for i, r in enumerate(sample):
-        k = int(ks[r])
-        own = scores[i, members[lo[r] : hi[r]]]
-        if len(own) < k:  # no k-th best positive: the floor starts nowhere
-            continue
-        kth = np.partition(own, len(own) - k)[len(own) - k]
-        pays += int(np.count_nonzero(scores[i] >= kth)) <= k * (1.0 + np.log(n / k))
+    pays = has & (np.count_nonzero(scores >= kth[:, None], axis=1) <= k * (1.0 + np.log(n / k)))
+    pays = int(pays.sum())
     return 2 * pays >= SEED_SAMPLE
 
 
