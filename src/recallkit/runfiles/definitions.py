@@ -50,9 +50,11 @@ This module uses the standard library, [`recallkit.options`][recallkit.options] 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
+from importlib import metadata
 from typing import Any
 
 from recallkit import options as _options
@@ -96,12 +98,13 @@ OPTIONAL = ("average", "metric_parameters")
 NOT_DEFINITIONS = ("id", "recallkit")
 
 
+@functools.cache
 def _version() -> str:
-    """The package's version (``recallkit.__version__``, the installed distribution's: a test
-    holds them equal), read without the installed metadata: a call takes no file reads."""
-    from recallkit import __version__
-
-    return __version__
+    """The installed distribution's version, read once a process (every call writes it)."""
+    try:
+        return metadata.version("recallkit")
+    except metadata.PackageNotFoundError:  # pragma: no cover - a source tree without install
+        return "unknown"
 
 
 def _shown(value: Any) -> str:
