@@ -135,11 +135,21 @@ def test_a_sample_that_misleads_is_caught(watched, monkeypatch):
 
 def test_sampled_raise_stops_near_its_share():
     """``top_rows`` with ``columns``: a row of 1,000 distinct values, k = 200 of a block of
-    10,000 columns, raises its floor until 2 ⌈200 · 1000 / 10000⌉ + SAMPLE_EXTRA = 48 of them
-    (at most RAISE_CLOSE more) are at or above it plus the slack; without, until 200."""
+    10,000 columns (μ = 200 · 1000 / 10000 = 20 of the row's top k in the tile on average),
+    raises its floor until ⌈20 + 4 √20⌉ + 2 = 40 of them (at most RAISE_CLOSE more) are at or
+    above it plus the slack; without, until 200."""
     rng = np.random.default_rng(1)
     n, width, k = 4, 1000, 200
     tile = rng.permutation(np.arange(width * n, dtype=np.float32)).reshape(n, width) / 1024
+    # The raise's first range, every RAISE_STRIDE-th value, too narrow: row 1's are its largest
+    # (fewer than k items at or above their smallest), row 2's its smallest (k or more above
+    # their largest).
+    every = np.arange(0, width, kernels.RAISE_STRIDE)
+    for r, largest in ((1, True), (2, False)):
+        ranked = np.sort(tile[r])[::-1] if largest else np.sort(tile[r])
+        rest = np.setdiff1d(np.arange(width), every)
+        tile[r, every] = ranked[: len(every)]
+        tile[r, rest] = rng.permutation(ranked[len(every) :])
     ks = np.full(n, k, dtype=np.int64)
     slack = np.full(n, 1e-6)
     above = {}
@@ -173,8 +183,8 @@ def test_sampled_raise_stops_near_its_share():
         )
         above[columns] = (tile >= floor[:, None].astype(np.float64) + slack[:, None]).sum(axis=1)
         assert np.array_equal(state[5], (tile >= floor[:, None]).sum(axis=1))  # all kept
-    want = 2 * -(-k * width // 10_000) + kernels.SAMPLE_EXTRA
-    assert want == 48
+    want = 40
+    assert (kernels.SAMPLE_SPREAD, kernels.SAMPLE_EXTRA) == (4.0, 2)
     assert ((above[10_000] >= want) & (above[10_000] <= want + kernels.RAISE_CLOSE)).all()
     assert ((above[0] >= k) & (above[0] <= k + kernels.RAISE_CLOSE)).all()
 

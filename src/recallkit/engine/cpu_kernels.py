@@ -651,9 +651,14 @@ RAISE_HITS = 2
 RAISE_MIN = 32
 RAISE_CLOSE = 8
 RAISE_STEPS = 14
-# Items above its floor that a tile taken for a sample keeps beyond twice its expected share of
-# a row's top k ([`top_rows`][top_rows]'s ``columns``).
-SAMPLE_EXTRA = 8
+# The values the raise's first range is taken from: every ``RAISE_STRIDE``-th of the row.
+RAISE_STRIDE = 8
+# A tile taken for a sample ([`top_rows`][top_rows]'s ``columns``) keeps above a row's floor its
+# expected share ``μ`` of the row's top k plus ``SAMPLE_SPREAD`` standard deviations (``√μ`` at
+# most) plus ``SAMPLE_EXTRA`` items: more of the top k fall in the tile about once in 10^4 rows
+# (a Poisson tail), and only such a row is computed again.
+SAMPLE_SPREAD = 4.0
+SAMPLE_EXTRA = 2
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
@@ -960,24 +965,46 @@ def _shared_floor(floors, floor, r):  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
+def _value_range(row, step):  # pragma: no cover - compiled
+    """The largest of ``row[::step]`` and its smallest above ``-inf`` (``inf`` if none)."""
+    top = -np.inf
+    bottom = np.inf
+    for j in range(0, row.shape[0], step):
+        v = tile_value(row, j)
+        top = max(top, v)
+        if v > -np.inf:
+            bottom = min(bottom, v)
+    return top, bottom
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False)
 def _raise_floor(row, scale, start, hits, k, slack, margin, r, floor):  # pragma: no cover
     """Row ``r`` of a tile with ``hits > k`` items at or above ``start``: a threshold ``v`` with
     at least ``k`` of its items at or above it, by bisection between ``start`` and the row's
     largest value (each step one branch-free count). Their float32 scores are at least
     ``v scale - margin``, so the row's ``k``-th float32 score is too: the floor rises to that
-    less the slack. Returns the new ``start`` and its count of items."""
+    less the slack. Returns the new ``start`` and its count of items.
+
+    The bisection starts from the range of every [`RAISE_STRIDE`][RAISE_STRIDE]-th value (a
+    scan of them all costs more than the counts), widened to the row's own where a count shows
+    it too narrow: fewer than ``k`` items at or above its smallest value, or ``k`` or more at
+    or above its largest."""
     width = row.shape[0]
-    top = -np.inf
-    bottom = np.inf
-    for j in range(width):
-        v = tile_value(row, j)
-        top = max(top, v)
-        if v > -np.inf:
-            bottom = min(bottom, v)
+    top, bottom = _value_range(row, RAISE_STRIDE)
     lo = max(start, _down32(np.float64(bottom)))  # finite (``start`` is -inf while the floor is)
     count = _at_least(row, np.float32(1.0), lo, 0, width)
-    if count < k:
-        return start, hits
+    if count < k:  # the row's smallest value instead
+        top, bottom = _value_range(row, 1)
+        lo = max(start, _down32(np.float64(bottom)))
+        count = _at_least(row, np.float32(1.0), lo, 0, width)
+        if count < k:
+            return start, hits
+    else:
+        high = _down32(np.float64(top))
+        c = _at_least(row, np.float32(1.0), high, 0, width)
+        if c >= k and high > lo:  # k or more above the sample's largest: the row's largest
+            lo, count = high, c
+            top = _value_range(row, 1)[0]
     hi = top
     for _ in range(RAISE_STEPS):
         if count <= k + RAISE_CLOSE:
@@ -1208,9 +1235,10 @@ def top_rows(
     equals the row's ``known_q[r]`` (both empty: none).
 
     ``columns > 0`` (the block's items; the tile's columns a sample of them in no particular
-    order) lets that raise take the tile for a sample: the floor rises until ``2 ⌈k w / columns⌉
-    + SAMPLE_EXTRA`` of the tile's ``w`` items are at or above it, where about ``k w / columns``
-    lie above the row's k-th score. The floor is then a likely lower bound, not a proven one:
+    order) lets that raise take the tile for a sample: ``μ = k w / columns`` of the tile's ``w``
+    items lie at or above the row's k-th score on average, and the floor rises until
+    ``⌈μ + SAMPLE_SPREAD √μ⌉ + SAMPLE_EXTRA`` of them are at or above it (and at most ``k``).
+    The floor is then a likely lower bound, not a proven one:
     the caller checks each row once the pass ends
     ([`Top.finish`][recallkit.engine.consumers.Top.finish])."""
     rows, width = tile.shape
@@ -1229,8 +1257,9 @@ def top_rows(
         if hits > RAISE_HITS * ks[r] + RAISE_MIN:
             want = ks[r]
             if columns > 0:  # the tile as a sample of the block
-                share = (ks[r] * width + columns - 1) // columns
-                want = min(want, 2 * share + SAMPLE_EXTRA)
+                share = np.float64(ks[r]) * width / columns
+                spread = share + SAMPLE_SPREAD * np.sqrt(share)
+                want = min(want, np.int64(np.ceil(spread)) + SAMPLE_EXTRA)
             start, hits = _raise_floor(row, scale, start, hits, want, slack[r], margin[r], r, floor)
         if hits <= 0:
             continue
