@@ -295,7 +295,9 @@ class Top(Consumer):
         )
         rows_all = np.concatenate([found[0], redo[wr]])
         cols_all = np.concatenate([found[1], wj])
-        order = np.lexsort((cols_all, rows_all))
+        # Two runs by row (by column within one where ``found`` is), rows in one or the other:
+        # a stable merge on the row keeps each row's items in their order.
+        order = np.argsort(rows_all, kind="stable")
         if not with_scores:
             return rows_all[order], cols_all[order]
         scores_all = np.concatenate([found[2], scores[wr, wj].astype(found[2].dtype)])
