@@ -323,11 +323,13 @@ def seeds_pay(tp: lowp.TilePass, positives: Any, ks: np.ndarray, start: int, sto
     filter scores against the block (``(SEED_SAMPLE, n)``, one small GEMM; the pair a row skips,
     such as itself, is counted like any item: a choice of path, never a value). The positives pay
     where they do for at least half the sample. ``positives``: the chunk's
-    [`LabelPositives`][recallkit.engine.pairs.LabelPositives]; ``ks``: ``(c,)`` int64, the
-    chunk's list lengths; ``start:stop``: the chunk's query rows. Chunks of fewer than
-    [`SEED_MIN_ROWS`][SEED_MIN_ROWS] rows always offer them."""
+    [`LabelPositives`][recallkit.engine.pairs.LabelPositives] (other positives: ``True``, as
+    [`Top`][Top] takes none of them); ``ks``: ``(c,)`` int64, the chunk's list lengths;
+    ``start:stop``: the chunk's query rows. Chunks of fewer than [`SEED_MIN_ROWS`][SEED_MIN_ROWS]
+    rows always offer them."""
     rows = np.flatnonzero(ks > 0)
-    if stop - start < SEED_MIN_ROWS or len(rows) < SEED_SAMPLE:
+    labels = isinstance(positives, LabelPositives)
+    if not labels or stop - start < SEED_MIN_ROWS or len(rows) < SEED_SAMPLE:
         return True
     sample = rows[np.linspace(0, len(rows) - 1, SEED_SAMPLE).astype(np.int64)]
     block = tp.block

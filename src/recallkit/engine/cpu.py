@@ -296,8 +296,11 @@ class _Context:
     """A chunk's inputs on the CPU: exclusions, targets, the scores kept by step 1 (a block's
     scores, or its positives' filter scores)."""
 
-    def __init__(self, request: Request, start: int, stop: int) -> None:
+    def __init__(self, request: Request, start: int, stop: int, floors=None) -> None:
         self.request = request
+        # Where each block's top-k floors start ([`CpuBackend._floors`]), shared by the call's
+        # chunks: decided on the first.
+        self.floors: dict[tuple[int, int], tuple[bool, bool]] = {} if floors is None else floors
         self.excluded = ChunkExclusions(request.exclusions, start, stop, torch.device("cpu"))
         self.targets = None if request.targets is None else torch.from_numpy(request.targets)
         self.cached: dict[int, torch.Tensor] = {}
@@ -397,20 +400,30 @@ class CpuBackend(protocol.Pipeline):
                     ctx.cached[i] = scores
         return rows, local, torch.ones_like(rows, dtype=torch.bool), torch.zeros((), dtype=bool)
 
-    def _known(
-        self, positives: Any, tp: lowp.TilePass, ks: np.ndarray, i: int, start: int, stop: int, ctx
-    ) -> Any:
+    def _floors(
+        self, positives: Any, tp: lowp.TilePass, ks: np.ndarray, start: int, stop: int, ctx
+    ) -> tuple[bool, bool]:
+        """Where the block's top-k floors start: whether its positives are offered before the
+        pass ([`seeds_pay`][recallkit.engine.consumers.seeds_pay]) and whether a tile is taken
+        for a sample ([`tiles_sample`][recallkit.engine.consumers.tiles_sample]). Properties of
+        the embeddings and labels, decided on the call's first chunk for all."""
+        key = (tp.block.offset, tp.block.rows)
+        if key not in ctx.floors:
+            seeds = seeds_pay(tp, positives, ks, start, stop)
+            ctx.floors[key] = (seeds, tiles_sample(positives, tp.block, TILE))
+        return ctx.floors[key]
+
+    def _known(self, positives: Any, tp: lowp.TilePass, i: int, start: int, stop: int, ctx) -> Any:
         """[`Top`][recallkit.engine.consumers.Top]'s ``known``
         ([`kernels.label_scores`][kernels.label_scores], or the scores step 1 took of the same
-        positives): labels on the pass's one block, few enough to score one by one, where they
-        pay ([`seeds_pay`][recallkit.engine.consumers.seeds_pay]); else ``None``."""
+        positives): labels on the pass's one block, few enough to score one by one (else
+        ``None``). Asked only where they pay
+        ([`_floors`][recallkit.engine.cpu.CpuBackend._floors])."""
         block, qf, excluded = tp.block, tp.qf, ctx.excluded
         labels = isinstance(positives, LabelPositives) and block is tp.space.single
         if not labels or not self.exact_is_cheaper(positives, block, start, stop):
             return None
         scored = ctx.scored.pop(i, None)
-        if not seeds_pay(tp, positives, ks, start, stop):
-            return None
         if scored is None:
             lo, hi = positives.ranges(block, start, stop)
             ptr, cols = excluded.csr(block)
@@ -453,8 +466,8 @@ class CpuBackend(protocol.Pipeline):
             window = Window(filters.scaled_centre(best, qf, block.scale), tp)
         if ks is not None:
             lengths = np.minimum(ks.numpy(), block.rows)
-            known = self._known(request.positives, tp, lengths, i, start, stop, ctx)
-            sampled = tiles_sample(request.positives, block, TILE)
+            seeds, sampled = self._floors(request.positives, tp, lengths, start, stop, ctx)
+            known = self._known(request.positives, tp, i, start, stop, ctx) if seeds else None
             top = Top(lengths, tp, torch.get_num_threads(), known, sampled)
         consumers = [x for x in (window, top) if x is not None]
         states = run_tiles(tp, excluded, symmetric, consumers, ctx.cached.get(i))
@@ -529,8 +542,8 @@ class CpuBackend(protocol.Pipeline):
             return index, value
         return torch.cat([index, tail_i], 1), torch.cat([value, tail_v], 1)
 
-    def _chunk(self, space, chunk, start, stop, request, reducer) -> ChunkResult:
-        ctx = _Context(request, start, stop)
+    def _chunk(self, space, chunk, start, stop, request, reducer, floors=None) -> ChunkResult:
+        ctx = _Context(request, start, stop, floors)
         ctx.estimates = not request.exact_scores and reducer is None
         fields, _ = self.chunk_fields(space, chunk, start, stop, request, reducer, ctx)
         out = {n: v if n.startswith(("top_", "tail_")) else v.numpy() for n, v in fields.items()}
@@ -563,8 +576,10 @@ class CpuBackend(protocol.Pipeline):
         rows = chunk_rows(space, size, state_bytes(request), self.score_bytes)
         if self._one_chunk(space, request, size):
             rows = max(space.num_query, 1)
+        floors: dict = {}  # the call's, shared by its chunks
         for start, stop in chunks(space.num_query, rows):
-            yield self._chunk(space, space.chunk(start, stop), start, stop, request, None)
+            chunk = space.chunk(start, stop)
+            yield self._chunk(space, chunk, start, stop, request, None, floors)
 
     def run_chunk(
         self, space: Space, chunk: Rows, request: Request, reducer: Reducer | None
