@@ -252,7 +252,7 @@ def filter_scores(space: Space, rows: np.ndarray) -> torch.Tensor:
     qf = filters.query_filter(
         chunk.raw, chunk.sq, chunk.norm, space.metric, block.scale, block.gemm.dtype, True
     )
-    return qf.rows @ block.gemm.T
+    return (block.gemm @ qf.rows.T).T  # the tall product: half the time of the wide one
 
 
 def exact_rows(space: Space, rows: np.ndarray) -> torch.Tensor:

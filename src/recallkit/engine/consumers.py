@@ -334,7 +334,7 @@ def seeds_pay(tp: lowp.TilePass, positives: Any, ks: np.ndarray, start: int, sto
     sample = rows[np.linspace(0, len(rows) - 1, SEED_SAMPLE).astype(np.int64)]
     block = tp.block
     with filters.no_autocast(block.gemm.device):
-        product = tp.qf.rows[torch.from_numpy(sample)] @ block.gemm.T
+        product = (block.gemm @ tp.qf.rows[torch.from_numpy(sample)].T).T  # as filter_scores
     scores = product.float().numpy()
     groups = positives.groups(block)
     lo, hi = positives.ranges(block, start, stop)
