@@ -18,7 +18,7 @@ from types import MappingProxyType
 import numpy as np
 
 from recallkit._loading import require
-from recallkit.exceptions import RecallkitError
+from recallkit.exceptions import RecallkitError, Text
 
 __all__ = [
     "BENCHMARK_INFO",
@@ -51,6 +51,9 @@ class DatasetFileNotFoundError(DatasetError, FileNotFoundError):
     text : str or Text
         The message, naming the file (as [`RecallkitError`][recallkit.exceptions.RecallkitError]).
     """
+
+    def __init__(self, text: str | Text) -> None:  # the signature the docs read, written out
+        super().__init__(text)
 
 
 @dataclasses.dataclass(frozen=True)
