@@ -14,6 +14,12 @@ floor and to PML's ``AccuracyCalculator`` within each round (min and median of t
   its default faiss k-NN and on recallkit's ``ExactKNN``;
 * faiss ``IndexFlatIP`` searched for 9 neighbours and recall@1, 2, 4, 8 from them.
 
+Before the rounds, every method runs untimed until ``precision="auto"`` has chosen its kind of
+tile for each call of the setting (a call of this size weighs the kinds pass by pass across the
+calls of its shape, as an evaluation after every epoch repeats it: the first calls of a process,
+about a dozen here); the count of those calls and ``cpu.precision_report`` are printed after
+each table.
+
 Every method evaluates the test split against itself, leave-one-out; the values are checked
 equal (recall@K with faiss's, precision@1, MAP@R and R-precision with PML's on ``ExactKNN``
 exactly, and with PML's default faiss k-NN to within float32 near-ties).
@@ -39,7 +45,7 @@ from typing import Any
 import faiss
 import numpy as np
 import torch
-from bench_recall import cpu_model, make_data
+from bench_recall import cpu_model, make_data, settle
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 from threadpoolctl import threadpool_limits
 
@@ -114,6 +120,10 @@ def run(name: str, rows: int, classes: int, dim: int, rounds: int, pool, workers
         "faiss IndexFlatIP k=9, recall@K": lambda: faiss_recall(x, labels),
     }
     values = {label: fn() for label, fn in cases.items()}  # a first call each, not timed
+    # ``auto`` weighs its kinds of tile across the calls of one shape (a call of this size has
+    # too few tiles to weigh within itself): the calls before it has chosen are an evaluation's
+    # first epochs, run here untimed.
+    warm = 1 + settle([fn for label, fn in cases.items() if not label.startswith("GEMM")], dim)
     times: dict[str, list[float]] = {label: [] for label in cases}
     for _ in range(rounds):
         for label, fn in cases.items():
@@ -139,6 +149,7 @@ def run(name: str, rows: int, classes: int, dim: int, rounds: int, pool, workers
             f"{min(to_floor):8.2f}{statistics.median(to_floor):8.2f}"
             f"{min(to_pml):8.2f}{statistics.median(to_pml):8.2f}"
         )
+    print(f"untimed calls before the rounds: {warm}; " + lowp.precision_report(dim))
     rk = values["recallkit.retrieval_metrics (one pass)"]
     exact, fast = (
         values["PML AccuracyCalculator (ExactKNN)"],

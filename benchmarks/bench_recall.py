@@ -5,8 +5,8 @@ Prints the processor and the instructions the precision choice looks for, then p
 wall time, the ratio to the float32 GEMM floor (the same n × n similarity multiplication alone:
 torch, numpy's BLAS chunked, numpy's BLAS on row slices of one thread each; the fastest is the
 floor), the peak resident memory beyond the inputs, and whether the methods agree where their
-tie rules allow. The tile floors are the engine's own tile products on 1024 × 1024 tiles, one
-thread per tile, as the tile pass issues them (float32: its BLAS choice; each low-precision
+tie rules allow. The tile floors are the engine's own tile products on its tiles (``cpu.TILE``),
+one thread per tile, as the tile pass issues them (float32: its BLAS choice; each low-precision
 kernel of ``lowp.KERNELS`` that runs here and passes its self-check), timed on a sample of the
 tiles and scaled to all of them.
 
@@ -185,7 +185,7 @@ def gemm_floor_numpy_split(x: np.ndarray, rows: int) -> float:
 
 
 def gemm_floor_tiles(x: np.ndarray, way: str, sample: int) -> tuple[float, int, int]:
-    """The n × n product as the tile pass issues it, on 1024 × 1024 tiles, one tile per worker
+    """The n × n product as the tile pass issues it, on ``cpu.TILE`` tiles, one tile per worker
     thread, each thread single-threaded: ``way`` "float32" (the engine's BLAS choice,
     ``cpu.tile_scores``) or a low-precision kernel of ``lowp.KERNELS`` (its sides prepared
     first, not timed), into the tiles the engine uses (``lowp.tile_dtype``: a bfloat16 product
@@ -265,6 +265,30 @@ def naive_recall(x: np.ndarray, labels: np.ndarray, ks: tuple[int, ...]) -> dict
     }
 
 
+SETTLE_CALLS = 24
+
+
+def settle(calls: list[Callable[[], Any]], dim: int) -> int:
+    """Runs ``calls`` in turn until ``precision="auto"`` has chosen its kind of tile for every
+    call of this width that weighs them across calls (a call of fewer than
+    ``lowp.AUTO_TILES`` full tiles, as an evaluation after every epoch repeats it), at most
+    [`SETTLE_CALLS`][SETTLE_CALLS] times; returns how many times. Those calls are an
+    evaluation's first epochs: the timings that follow are the later ones'."""
+
+    def weighing() -> bool:
+        return any(
+            len(key) == 4 and key[2] == dim and made.chosen is None
+            for key, made in lowp.CHOICES.items()
+        )
+
+    done = 0
+    while done < SETTLE_CALLS and (done == 0 or weighing()):
+        for call in calls:
+            call()
+        done += 1
+    return done
+
+
 def run_scale(
     name: str,
     with_naive: bool,
@@ -333,7 +357,7 @@ def run_dim(
             continue
         seconds, timed, total = gemm_floor_tiles(x, way, sample)
         low_floors[way] = seconds
-        label = f"GEMM floor {way}, 1024² tiles ({timed}/{total} timed)"
+        label = f"GEMM floor {way}, {cpu.TILE}² tiles ({timed}/{total} timed)"
         ratio = seconds / low_floors["float32"]
         print(
             f"{label:<52}{seconds:9.2f}{seconds / floor:9.2f}{'':>10}  scaled; "
@@ -371,6 +395,18 @@ def run_dim(
         alternate(xt, labels, precisions, rounds, fastest, setting != "hard")
         print(cpu.precision_report(dim))
         return
+    names = [f"recall@{k}" for k in KS] + ["MAP@R", "R-precision"]
+    kw: dict[str, Any] = {"query_in_reference": True}
+    untimed = settle(
+        [
+            lambda: recall("auto"),
+            lambda: recallkit.map_at_r(xt, xt, labels, labels, **kw),
+            lambda: recallkit.r_precision(xt, xt, labels, labels, **kw),
+            lambda: recallkit.retrieval_metrics(xt, xt, labels, labels, names, **kw),
+        ],
+        dim,
+    )
+    print(f"({untimed} untimed calls of each auto method first, until auto chose its tiles)")
     rk = row("recallkit.recall_at_k precision=auto", lambda: recall("auto"), floor)
     agree = []
     for precision in precisions:
@@ -392,7 +428,6 @@ def run_dim(
         lambda: float(recallkit.r_precision(xt, xt, labels, labels, query_in_reference=True)),
         floor,
     )
-    names = [f"recall@{k}" for k in KS] + ["MAP@R", "R-precision"]
     both = row(
         "recallkit.retrieval_metrics recall@K+MAP@R+R-prec",
         lambda: dict(

@@ -233,7 +233,8 @@ precision='float32', lone_queries='skip', average='query')
     precision: str = _option(
         "auto",
         "the filter GEMM's type: 'auto' (default: float32 on CUDA; on the CPU the fastest of "
-        "the precisions whose kernels pass their start-up check, timed on the first tiles), "
+        "the precisions whose kernels pass their start-up check, timed on the first tiles, or "
+        "pass by pass over the first calls of a smaller call's shape), "
         "'float32', 'bfloat16', 'float16' (CUDA) or 'int8'; a lower precision is a wider filter "
         "whose window is scored again exactly, so the results are identical in every precision",
         choices=PRECISIONS,

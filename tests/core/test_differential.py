@@ -180,3 +180,58 @@ def test_ranked_lists_over_several_tiles_and_both_workers(precision, monkeypatch
             for i in range(n)
         ]
         assert np.array_equal(got.per_query["MAP@R"], want, equal_nan=True)
+
+
+def test_auto_weighs_a_small_call_pass_by_pass_and_every_pass_is_the_definition(monkeypatch):
+    """A call of 16 full tiles (1,024 rows in tiles of 256) under ``auto`` runs each of its
+    passes in one kind of tile, weighed across the calls of its shape (here float32 and
+    bfloat16, which runs on every CPU): every call gives the brute force's values, whichever
+    kind its pass ran, and once both kinds are timed twice the choice runs in the next calls."""
+    from recallkit.engine import cpu, lowp
+
+    monkeypatch.setenv("RECALLKIT_BACKEND", "numba")
+    monkeypatch.setattr(cpu, "TILE", 256)
+    monkeypatch.setattr(lowp, "CHOICES", {})
+    monkeypatch.setattr(lowp, "WARM", {})
+    both = ("float32", "torch-bfloat16")
+    monkeypatch.setattr(lowp, "tile_kinds", lambda *a: ("float32",) if a[3] else both)
+    ran = []
+    real_passed = lowp.TilePass.passed
+
+    def passed(tp, seconds):
+        if tp.space.num_query == n:
+            ran.append(tp.names[0])
+        real_passed(tp, seconds)
+
+    monkeypatch.setattr(lowp.TilePass, "passed", passed)
+    n, d = 1_024, 8
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 16, n)
+    x = (rng.standard_normal((16, d))[labels] + 0.8 * rng.standard_normal((n, d))).astype(
+        np.float32
+    )
+    s = brute.fixed_order_scores64(x, x, "cosine")
+    np.fill_diagonal(s, -np.inf)
+    order = np.lexsort((np.broadcast_to(np.arange(n), s.shape), -s), axis=1)[:, : n - 1]
+    relevant = labels[order] == labels[:, None]
+    want_map = [
+        brute.metric(
+            "map_at_r", None, list(relevant[i]), int((labels == labels[i]).sum()) - 1, n - 1
+        )
+        for i in range(n)
+    ]
+    want_first = np.where(relevant.any(axis=1), relevant.argmax(axis=1), -1)
+    for _ in range(8):
+        got = recallkit.retrieval_metrics(
+            x, x, labels, labels, ["recall@1", "MAP@R"], query_in_reference=True
+        )
+        assert np.array_equal(got.per_query["MAP@R"], want_map, equal_nan=True)
+        assert got.first_hit_ranks.tolist() == want_first.tolist()
+    f32, bf16 = both
+    assert ran[:6] == [f32, f32, bf16, bf16, bf16, f32]  # first passes of a kind: warm-ups
+    key = ("tiles", torch.float32, d, (n, n, "lists, symmetric"))
+    chosen = lowp.CHOICES[key].chosen
+    assert chosen in both and ran[6:] == [chosen] * (len(ran) - 6)
+    assert "median pass times of the calls of 1,024 × 1,024 rows (lists, symmetric)" in (
+        cpu.precision_report(d)
+    )

@@ -780,6 +780,64 @@ def test_after_a_clear_choice_the_next_passes_run_it_untimed_until_one_weighs_ag
     weighed(0.7, other_call)  # another call weighs its own data, clear choice or not
 
 
+def test_a_small_call_weighs_its_kinds_pass_by_pass_across_its_calls(monkeypatch):
+    # A call of fewer than AUTO_TILES full tiles has too few tiles to weigh the kinds tile by
+    # tile: each pass runs one kind in all its tiles and its whole time is that kind's sample,
+    # in rounds forward then backward across the calls of one shape and request (a kind's first
+    # pass in the process warms it up, untimed); the kind of least median time then runs
+    # SMALL_REWEIGH passes, and the next pass weighs again.
+    monkeypatch.setattr(lowp, "CHOICES", {})
+    monkeypatch.setattr(lowp, "WARM", {})
+    qf = SimpleNamespace(rows=torch.zeros((2, 3)))
+    block = SimpleNamespace(gemm=torch.zeros((2, 3)))
+    names = ("float32", "torch-bfloat16", "onnxruntime")
+    seconds = {"float32": 3.0, "torch-bfloat16": 1.0, "onnxruntime": 2.0}
+    cub = (5924, 5924, "lists, symmetric")
+
+    def call(shape=cub, kinds=names):
+        tp = lowp.TilePass(None, qf, block, 0, True, None, kinds, None, repeated=shape)
+        (name,) = tp.names  # every tile of the pass in one kind, not timed tile by tile
+        assert tp.choice.pick(tp.names) == name and tp.choice.rounds == []
+        tp.passed(seconds[name])
+        return name
+
+    f32, bf16, ort = names
+    assert [call() for _ in range(9)] == [f32, f32, bf16, bf16, ort, ort, ort, bf16, f32]
+    made = lowp.CHOICES[("tiles", torch.float32, 3, cub)]
+    assert {n: len(t) for n, t in made.times.items()} == dict.fromkeys(names, 2)
+    assert made.medians() == seconds and made.chosen is None  # the next pass chooses
+    assert [call() for _ in range(lowp.SMALL_REWEIGH)] == [bf16] * lowp.SMALL_REWEIGH
+    assert made.times["torch-bfloat16"] == [1.0, 1.0]  # the chosen kind's passes are not timed
+    assert lowp.CHOICES[("tiles", torch.float32, 3, cub)] is made
+    assert call() == f32  # weighs again, the kinds warm: each pass timed
+    assert lowp.CHOICES[("tiles", torch.float32, 3, cub)] is not made
+    # Another shape or request weighs on its own; so do other kinds on the same key.
+    assert call((8131, 8131, "counts, symmetric")) == f32
+    assert lowp.CHOICES[("tiles", torch.float32, 3, cub)].times == {"float32": [3.0]}
+    assert call(kinds=(f32, bf16)) == f32
+    assert lowp.CHOICES[("tiles", torch.float32, 3, cub)].rounds == [f32, bf16, bf16, f32]
+
+
+def test_only_calls_of_enough_tiles_weigh_and_only_small_ones_across_calls():
+    from recallkit.engine import cpu
+
+    t = cpu.TILE
+    small = SimpleNamespace(num_query=4 * t - 1, num_reference=4 * t - 1, options=None)
+    small.options = SimpleNamespace(precision="auto")
+    qf = SimpleNamespace(rows=torch.zeros((2, 3)))
+    assert lowp.full_tiles(small, t) == 9 < lowp.WEIGH_TILES
+    assert lowp.tile_kinds(small, qf, None, False, t) == ("float32",)
+    cub = SimpleNamespace(num_query=5924, num_reference=5924)
+    assert lowp.full_tiles(cub, t) == (5924 // t) ** 2 >= lowp.WEIGH_TILES
+    assert lowp.repeated(cub, t, True, False, True) == (5924, 5924, "lists, symmetric")
+    assert lowp.repeated(cub, t, False, True, True) == (5924, 5924, "counts and lists")
+    sop = SimpleNamespace(num_query=20 * t, num_reference=20 * t)
+    assert (
+        lowp.full_tiles(sop, t) == lowp.AUTO_TILES
+        and lowp.repeated(sop, t, True, True, False) is None
+    )
+
+
 def test_a_tile_runs_in_float32_while_another_thread_prepares_the_chosen_kind(monkeypatch):
     # A worker does not wait while another prepares the sides of the kind a round times: its
     # tile runs in float32, which the round does not time, and the kind is built once.

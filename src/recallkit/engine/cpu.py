@@ -1,23 +1,26 @@
 """The CPU back end: filter scores produced tile by tile and consumed while in cache.
 
 A chunk's filter scores against a block are computed as ``TILE × TILE`` tiles, each a
-single-threaded GEMM into a worker's own buffer (4 MiB of float32, 2 MiB of a bfloat16 GEMM's
-own output: in the L2 or nearby L3 of x86 servers), skipped pairs ``-inf``; the numba kernels
-of [`recallkit.engine.cpu_kernels`][recallkit.engine.cpu_kernels] consume the tile at once. The
-score matrix is never written to memory, which is what a GEMM of small inner dimension (d = 128)
-spends most of its time on. One pass over the tiles feeds every consumer a request needs: the window
-counts of the thresholds and the running top-k of the ranked lists read the same tiles.
+single-threaded GEMM into a worker's own buffer (2.25 MiB of float32, half that of a bfloat16 GEMM's
+own output: in the L2 or nearby L3 of x86 servers), skipped pairs ``-inf``; the numba kernels of
+[`recallkit.engine.cpu_kernels`][recallkit.engine.cpu_kernels] consume the tile at once. The score
+matrix is never written to memory, which is what a GEMM of small inner dimension (d = 128) spends
+most of its time on. One pass over the tiles feeds every consumer a request needs: the window counts
+of the thresholds and the running top-k of the ranked lists read the same tiles.
 
-A tile is computed by the fastest of the ways the request allows, timed on the first full tiles
-of each pass from the GEMM to the last consumer, in rounds that give every worker's tiles to one
-way at a time ([`recallkit.engine.lowp.Choice`][recallkit.engine.lowp.Choice]); then the pass keeps
-the fastest: float32 (numpy's or torch's BLAS, whichever is faster here), or a low-precision kernel
-of [`recallkit.engine.lowp`][recallkit.engine.lowp] (int8 through ONNX Runtime, bfloat16) that
-passed its self-check. A low-precision tile is a cascade inside the tile kernels: an item its wider
-window cannot rule out is scored in float32 at once (the dot product of the float32 filter rows) and
+A tile is computed by the fastest of the ways the request allows, timed on the first full tiles of
+each pass from the GEMM to the last consumer, in rounds that give every worker's tiles to one way at
+a time ([`recallkit.engine.lowp.Choice`][recallkit.engine.lowp.Choice]); then the pass keeps the
+fastest. A call too small for that (fewer than [`lowp.AUTO_TILES`][recallkit.engine.lowp.AUTO_TILES]
+full tiles) runs each pass in one way, weighed pass by pass across the calls of its shape
+([`recallkit.engine.lowp.TilePass`][recallkit.engine.lowp.TilePass]): the ways are float32 (numpy's
+or torch's BLAS, whichever is faster here), or a low-precision kernel of
+[`recallkit.engine.lowp`][recallkit.engine.lowp] (int8 through ONNX Runtime, bfloat16) that passed
+its self-check. A low-precision tile is a cascade inside the tile kernels: an item its wider window
+cannot rule out is scored in float32 at once (the dot product of the float32 filter rows) and
 decided by float32's window, so the counts, windows and lists are float32's and tiles of different
-kinds mix freely within a pass. Rows a low-precision side cannot hold
-([`lowp.holds`][lowp.holds]) run in float32.
+kinds mix freely within a pass. Rows a low-precision side cannot hold ([`lowp.holds`][lowp.holds])
+run in float32.
 
 Symmetric problems (leave-one-out on one tensor, cosine or dot, exclusions symmetric) compute
 each off-diagonal tile once and read it twice, as rows and transposed: half the GEMM (the
@@ -79,7 +82,11 @@ __all__ = [
 ]
 precision_report = lowp.precision_report
 _LIMIT_STATE = LIMIT_STATE  # the process-wide BLAS limit's users (tests read it)
-TILE = 1024
+TILE = 768
+"""The side of a tile. On 2 cores of an AMD EPYC, tiles of 768 took 0.93–0.99× the time of
+tiles of 1,024 in every call measured (CUB, Cars and SOP scale, d = 128 and 512, float32,
+bfloat16 and int8; alternated in one process): a tile and the filter rows it reads stay closer
+to the core, and a call's last tiles leave less of one worker idle."""
 
 
 # What a pass costs numba on its first use, measured on 2 cores of an Intel Xeon
@@ -117,9 +124,8 @@ def first_compile(request: Request, space: Space) -> list[tuple[Any, float]]:
         groups.append((kernels.top_rows, LIST_SECONDS))
         if columns:
             groups.append((kernels.top_cols, LIST_COLUMN_SECONDS))
-    tiles = (space.num_query // TILE) * (space.num_reference // TILE)
     precision = space.options.precision
-    weighed = precision == "auto" and tiles >= lowp.AUTO_TILES
+    weighed = precision == "auto" and lowp.full_tiles(space, TILE) >= lowp.WEIGH_TILES
     if precision in ("bfloat16", "int8") or (weighed and len(lowp.worth_timing()) > 1):
         groups.append((lowp.NUMBA_KERNELS["quantise"], LOW_SECONDS))
     return groups
@@ -460,6 +466,7 @@ class CpuBackend(protocol.Pipeline):
             self._bound(space, qf, block),
             lowp.tile_kinds(space, qf, block, cached, TILE),
             lambda r0, c0, out: tile_scores(qf, block, r0, c0, out),
+            repeated=lowp.repeated(space, TILE, symmetric, best is not None, ks is not None),
         )
         window = top = None
         if best is not None:
@@ -470,6 +477,7 @@ class CpuBackend(protocol.Pipeline):
             known = self._known(request.positives, tp, i, start, stop, ctx) if seeds else None
             top = Top(lengths, tp, torch.get_num_threads(), known, sampled)
         consumers = [x for x in (window, top) if x is not None]
+        began = time.perf_counter()
         states = run_tiles(tp, excluded, symmetric, consumers, ctx.cached.get(i))
         per_consumer = list(zip(*states, strict=True)) if states else [[]] * len(consumers)
 
@@ -487,6 +495,7 @@ class CpuBackend(protocol.Pipeline):
             out.top = (torch.from_numpy(tr), torch.from_numpy(tj), None, 0)
             if estimate:
                 out.estimates = _estimates(tr, found[2], qf, block, tp.eps32)
+        tp.passed(time.perf_counter() - began)
         return out
 
     def _ranked(self, space, chunk, block, scan, c, ks) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,7 +1,7 @@
 """Low-precision (int8, bfloat16) filter tiles for the CPU, with rigorous per-row error bounds.
 
 The CPU engine's filter is a GEMM over the filter rows (unit rows for cosine; rows scaled by a
-power of two for dot and euclidean) in tiles ``A (<=1024, w) @ B (<=1024, w).T``; only items
+power of two for dot and euclidean) in tiles ``A (<=768, w) @ B (<=768, w).T``; only items
 within the filter's error bound of a decision are scored again. A tile can be computed in low
 precision first: the items its wider window cannot rule out are scored in float32 at once (the
 float32 dot product of the same filter rows), and float32's window in float64 (a cascade). This
@@ -1015,11 +1015,21 @@ tiles of the same width and kinds (its next chunks) run the chosen kind untimed;
 ``REWEIGH``-th pass weighs the kinds again, so that the choice follows the data. Weighing costs
 each pass two rounds of ``workers + SAMPLES`` tiles per kind, some in the slowest kind: about 7 %
 of a chunk's time at SOP scale and d = 128, where a chunk is some 60 tiles."""
+WEIGH_TILES = 16
+"""``precision="auto"`` weighs a low precision for calls of at least this many full tiles
+(queries × reference: 3,072² rows in tiles of 768); smaller calls run float32: they gain less
+from a faster tile than a low precision's first use in a process costs (compiling its kernels,
+opening its sessions)."""
 AUTO_TILES = 400
-"""``precision="auto"`` weighs a low precision only for calls of at least this many full tiles
-(queries × reference, about 20,000² rows): timing costs two rounds of ``workers + SAMPLES``
-tiles per kind ([`Choice`][Choice]), some of them in the slowest kind, and the tiles after the
-timing must pay for that and for the sides' preparation."""
+"""Calls of at least this many full tiles (about 15,000² rows) weigh within each call, each on
+its own data: timing costs two rounds of ``workers + SAMPLES`` tiles per kind
+([`Choice`][Choice]), some of them in the slowest kind, and the tiles after the timing pay for
+it. Smaller calls (from [`WEIGH_TILES`][WEIGH_TILES]) have too few tiles for that: they weigh
+pass by pass across the calls of the same shape and request, as an evaluation after every epoch
+repeats them ([`TilePass`][TilePass]'s ``repeated``)."""
+SMALL_REWEIGH = 32
+"""A choice weighed across calls runs in the next ``SMALL_REWEIGH`` passes of the same shape and
+request; the one after weighs again, so that the choice follows the embeddings as they train."""
 
 
 class Choice:
@@ -1039,8 +1049,11 @@ class Choice:
     ``untimed`` (the choice of the previous pass over the same kind of tiles) when it is one of
     the names, else in the first name."""
 
-    def __init__(self, warm: set[str] | None = None, untimed: str | None = None) -> None:
+    def __init__(
+        self, warm: set[str] | None = None, untimed: str | None = None, samples: int = SAMPLES
+    ) -> None:
         self.untimed = untimed
+        self.per_round = samples  # times a round keeps
         self.lock = threading.Lock()
         self.times: dict[str, list[float]] = {}
         self.warm: set[str] = set() if warm is None else warm
@@ -1085,7 +1098,7 @@ class Choice:
                 return  # among the round's first tiles
             self.times.setdefault(name, []).append(seconds)
             self.samples += 1
-            if self.samples >= SAMPLES:
+            if self.samples >= self.per_round:
                 self.round, self.picks, self.samples = self.round + 1, 0, 0
 
     def settled(self, names: Sequence[str]) -> bool:
@@ -1137,9 +1150,14 @@ class TileKind:
 
 class TilePass:
     """The filter of a chunk against one block (``qf``, its float32 bound ``eps32``) and the
-    kinds of tile it may use, built when first needed."""
+    kinds of tile it may use, built when first needed. ``repeated``: for a call of fewer than
+    [`AUTO_TILES`][AUTO_TILES] full tiles, what its calls have in common (shape and request), the
+    key its kinds are weighed under across calls (``_across``); ``None``: weighed within
+    the call."""
 
-    def __init__(self, space, qf, block, first, symmetric, eps32, names, float32) -> None:
+    def __init__(
+        self, space, qf, block, first, symmetric, eps32, names, float32, repeated=None
+    ) -> None:
         self.space, self.qf, self.block, self.first = space, qf, block, first
         self.float32 = float32
         self.symmetric, self.eps32, self.names = symmetric, eps32, names
@@ -1150,17 +1168,48 @@ class TilePass:
         # A pass times its own tiles: the fastest kind depends on the data (the windows the
         # filter leaves, which a ranked list's first tiles, before its list fills, make wider
         # than its later ones), not on the machine alone; after a clear choice, the next passes
-        # (a call's next chunks) run it until one weighs again. The last weighed pass's times
-        # are kept for the report.
+        # (a call's next chunks) run it until one weighs again; a small call's passes go on
+        # with the weighing of the earlier calls of its shape. The weighed passes' times are
+        # kept for the report.
         key = ("tiles", qf.rows.dtype, qf.rows.shape[1])
         last = CHOICES.get(key)  # its choice runs the untimed tiles (a symmetric pass's diagonal)
-        self.choice = Choice(WARM.setdefault(key, set()), None if last is None else last.chosen)
-        if len(names) > 1 and _reusable(last, space, names):
+        warm = WARM.setdefault(key, set())
+        self.choice = Choice(warm, None if last is None else last.chosen)
+        self.weighing: Choice | None = None  # a small call's choice, weighed pass by pass
+        if len(names) > 1 and repeated is not None:
+            self._across((*key, repeated), warm, names)
+        elif len(names) > 1 and _reusable(last, space, names):
             last.reused += 1  # a clear choice: this pass runs it, untimed ([`REWEIGH`][REWEIGH])
             self.names = (last.chosen,)
         elif len(names) > 1:
             self.choice.call = _reference(space)
             CHOICES[key] = self.choice
+
+    def _across(self, key: tuple, warm: set[str], names: Sequence[str]) -> None:
+        """A small call's kind, weighed pass by pass across the passes of the same ``key``
+        (width, shape and request; one call has too few tiles to weigh the kinds tile by tile).
+        Each pass runs one kind in all its tiles, and its whole time (the tiles, their
+        consumers, the lists' finish: [`passed`][passed]) is that kind's sample: a kind then
+        costs what it costs on its own (a ranked list's floors rise with its tiles, and a low
+        precision's wider window admits more items; tiles timed beside another kind's lists
+        would miss both). The rounds are a [`Choice`][Choice]'s with one pass each, the names in
+        their order, then in reverse; a kind's first pass in the process warms it up. The choice
+        then runs in the next [`SMALL_REWEIGH`][SMALL_REWEIGH] passes, and the one after weighs
+        again."""
+        last = CHOICES.get(key)
+        same = last is not None and (not last.rounds or set(last.rounds) == set(names))
+        if not same or (last.chosen is not None and last.reused >= SMALL_REWEIGH - 1):
+            last = CHOICES[key] = Choice(warm, samples=1)
+        elif last.chosen is not None:
+            last.reused += 1
+        self.weighing = last
+        self.names = (last.pick(names, lead=0),)
+
+    def passed(self, seconds: float) -> None:
+        """The pass's whole time: its kind's sample where the pass weighs across calls
+        (``_across``)."""
+        if self.weighing is not None:
+            self.weighing.record(self.names[0], seconds)
 
     def kind(self, name: str) -> TileKind | None:
         """The kind ``name``, its sides prepared on first use; ``None`` (not waiting) while
@@ -1262,16 +1311,29 @@ def choose_blas(dtype: torch.dtype, width: int, ieee: bool) -> str:
     return choice("blas", dtype, width).pick(tuple(BLAS))
 
 
+def full_tiles(space: Any, tile: int) -> int:
+    """The full ``tile × tile`` tiles of a call's queries against its reference."""
+    return (space.num_query // tile) * (space.num_reference // tile)
+
+
+def repeated(space: Any, tile: int, symmetric: bool, window: bool, top: bool) -> tuple | None:
+    """What the calls a small pass belongs to have in common, the key its kinds of tile are
+    weighed under across calls ([`TilePass`][TilePass]): the shape, and what the pass keeps
+    (counts, lists or both; read from both sides of a tile where ``symmetric``). ``None`` for a
+    call of [`AUTO_TILES`][AUTO_TILES] full tiles or more, which weighs within itself."""
+    if full_tiles(space, tile) >= AUTO_TILES:
+        return None
+    kept = " and ".join(n for n, used in (("counts", window), ("lists", top)) if used)
+    return (space.num_query, space.num_reference, kept + (", symmetric" if symmetric else ""))
+
+
 def tile_kinds(space: Any, qf: Any, block: Any, cached: bool, tile: int) -> tuple[str, ...]:
     """The kinds of tile a pass may use: float32, or the low-precision kernels the request
     allows that run here, passed their self-check and hold the rows (else float32)."""
     precision = space.options.precision  # float16: refused by engine.backend_for
     if cached or qf.rows.dtype != torch.float32 or precision == "float32":
         return ("float32",)
-    if (
-        precision == "auto"
-        and (space.num_query // tile) * (space.num_reference // tile) < AUTO_TILES
-    ):
+    if precision == "auto" and full_tiles(space, tile) < WEIGH_TILES:
         return ("float32",)
     width = qf.rows.shape[1]
     if precision == "auto":
@@ -1318,10 +1380,19 @@ def precision_report(width: int) -> str:
             reason = f"no {kernel.precision} instructions here ({' or '.join(kernel.flags)})"
         reason = reason or usable(kernel, width)
         lines.append(f"  {kernel.name} ({kernel.precision}): {reason or 'usable'}")
-    times = choice("tiles", torch.float32, width).medians()
-    if times:
+    for key, made in list(CHOICES.items()):
+        times = made.medians()
+        if key[:3] != ("tiles", torch.float32, width) or not times:
+            continue
         shown = ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in sorted(times.items()))
-        lines.append(f"  median tile times of the last pass that weighed them: {shown}")
+        if len(key) == 3:
+            lines.append(f"  median tile times of the last pass that weighed them: {shown}")
+        else:
+            rows, cols, what = key[3]
+            lines.append(
+                f"  median pass times of the calls of {rows:,} × {cols:,} rows ({what}): "
+                f"{shown}; {made.chosen or 'none yet'} chosen"
+            )
     return "\n".join(lines)
 
 
