@@ -243,7 +243,7 @@ class Ranked:
         return np.where(inside > 0, out, 0)
 
     def take(self, rows: np.ndarray) -> Ranked:
-        """The queries ``rows`` (a mask or indices) of this chunk."""
+        """The queries ``rows`` (a mask, indices or a slice) of this chunk."""
 
         def part(a: np.ndarray | None) -> np.ndarray | None:
             return None if a is None else a[rows]

@@ -6,6 +6,7 @@ tests/distributed/test_sharded.py)."""
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 
 import numpy as np
@@ -235,3 +236,37 @@ def test_auto_weighs_a_small_call_pass_by_pass_and_every_pass_is_the_definition(
     assert "median pass times of the calls of 1,024 × 1,024 rows (lists, symmetric)" in (
         cpu.precision_report(d)
     )
+
+
+def test_a_chunk_of_many_queries_computes_its_values_in_two_halves_at_once(monkeypatch):
+    """A chunk of at least ``HALVES_ROWS`` queries computes its per-query values in two halves,
+    the first on a thread of its own: every metric's values are still the brute force's (tied
+    integer scores, so the tie bounds differ too), and the first half did run on that thread."""
+    from recallkit._labels import form
+
+    monkeypatch.setenv("RECALLKIT_BACKEND", "numba")
+    rng = np.random.default_rng(4)
+    n, d = form.HALVES_ROWS + 52, 5
+    x = rng.integers(-3, 4, size=(n, d)).astype(np.float32)
+    x[x.sum(axis=1) == 0, 0] = 1.0
+    labels = rng.integers(0, 40, n)
+    threads = []
+    real = form.Values._add
+
+    def spy(values, start, stop, chunk):
+        threads.append((start, stop, threading.current_thread().name))
+        real(values, start, stop, chunk)
+
+    monkeypatch.setattr(form.Values, "_add", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = recallkit.retrieval_metrics(x, x, labels, labels, NAMES, query_in_reference=True)
+    half = n // 2
+    assert sorted(threads)[0][:2] == (0, half) and sorted(threads)[1][:2] == (half, n)
+    assert {name.split("_")[0] for _, _, name in threads} == {"recallkit-values", "MainThread"}
+    s = brute.fixed_order_scores64(x, x, "cosine")
+    lists = brute.relevance_lists(s, labels, labels, brute.excluded_sets(n, n, True))
+    for name, (kind, k) in zip(NAMES, KINDS, strict=True):
+        want = [brute.metric(kind, k, rel, r, c) for rel, r, c in lists]
+        assert np.array_equal(got.per_query[name], want, equal_nan=True), name
+    assert any(got.bounds[name][0] != got.bounds[name][1] for name in NAMES)

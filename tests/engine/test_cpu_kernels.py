@@ -742,11 +742,13 @@ def test_rows_ordered_by_filter_score_mark_the_items_within_the_gap_of_a_neighbo
     from recallkit.engine.cpu_kernels import order_rows
 
     rng = np.random.default_rng(seed)
-    sizes = [0, 1, 2, 5, 40, 97, 130]
+    sizes = [0, 1, 2, 5, 40, 97, 130, 300]
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     filt = (rng.integers(-40, 40, starts[-1]) * 0.125).astype(dtype)
     filt[::9] = np.nextafter(filt[::9], dtype(1.0))  # a step far below the gaps
+    filt[starts[-2] :] = rng.standard_normal(300)  # every bit of the scores differs somewhere
     gap = rng.choice([0.0, 0.125, 0.3], len(sizes))
+    gap[-1] = 1e-3
     if dtype == np.float64:
         filt[::5] += rng.integers(1, 9, len(filt[::5])) * 1e-10
         gap = rng.choice([0.0, 1e-12], len(sizes))

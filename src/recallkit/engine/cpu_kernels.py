@@ -1578,20 +1578,50 @@ def _insert(order, lo, hi, value, glob):  # pragma: no cover - compiled
         order[b] = p
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False)
+def _radix_high(keys, spare, n):  # pragma: no cover - compiled
+    """``keys[:n]`` sorted by their high 32 bits, ascending and stable (equal high bits keep their
+    order): four passes of 8 bits from the lowest, a pass skipped where every key has the same
+    digit. Returns the array that holds the result (``keys`` or ``spare``, of at least ``n``).
+    About half numba's quicksort's time on the lists' 60–90 items a row."""
+    counts = np.empty(256, dtype=np.int64)
+    source, target = keys, spare
+    for shift in range(32, 64, 8):
+        counts[:] = 0
+        for i in range(n):
+            counts[(source[i] >> np.uint64(shift)) & np.uint64(255)] += 1
+        if counts[(source[0] >> np.uint64(shift)) & np.uint64(255)] == n:
+            continue
+        total = 0
+        for d in range(256):
+            c = counts[d]
+            counts[d] = total
+            total += c
+        for i in range(n):
+            d = (source[i] >> np.uint64(shift)) & np.uint64(255)
+            target[counts[d]] = source[i]
+            counts[d] += 1
+        source, target = target, source
+    return source
+
+
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _order_rows(starts, filt, gap, order, near):  # pragma: no cover - compiled
     rows = starts.shape[0] - 1
     for t in numba.prange((rows + RUN_ROWS - 1) // RUN_ROWS):
         keys = np.empty(INSERTION, dtype=np.uint64)
+        spare = np.empty(INSERTION, dtype=np.uint64)
         for r in range(t * RUN_ROWS, min(rows, (t + 1) * RUN_ROWS)):
             a, b = starts[r], starts[r + 1]
             n = b - a
+            if n == 0:
+                continue
             if keys.shape[0] < n:
                 keys = np.empty(n, dtype=np.uint64)
+                spare = np.empty(n, dtype=np.uint64)
             for i in range(n):  # the score's bits in ascending order, the item below them
                 keys[i] = (_ordered_bits(np.float32(filt[a + i])) << np.uint64(32)) | np.uint64(i)
-            row = keys[:n]
-            row.sort()
+            row = _radix_high(keys, spare, n)
             for i in range(n):  # descending
                 order[a + i] = a + np.int64(row[n - 1 - i] & np.uint64(0xFFFFFFFF))
             for i in range(a, b - 1):
