@@ -784,36 +784,42 @@ def test_a_small_call_weighs_its_kinds_pass_by_pass_across_its_calls(monkeypatch
     # A call of fewer than AUTO_TILES full tiles has too few tiles to weigh the kinds tile by
     # tile: each pass runs one kind in all its tiles and its whole time is that kind's sample,
     # in rounds forward then backward across the calls of one shape and request (a kind's first
-    # pass in the process warms it up, untimed); the kind of least median time then runs
-    # SMALL_REWEIGH passes, and the next pass weighs again.
+    # pass in the process warms it up, untimed); the kind of least time (a load only adds time
+    # to a pass) then runs SMALL_REWEIGH passes, and the next pass weighs again.
     monkeypatch.setattr(lowp, "CHOICES", {})
     monkeypatch.setattr(lowp, "WARM", {})
     qf = SimpleNamespace(rows=torch.zeros((2, 3)))
     block = SimpleNamespace(gemm=torch.zeros((2, 3)))
     names = ("float32", "torch-bfloat16", "onnxruntime")
-    seconds = {"float32": 3.0, "torch-bfloat16": 1.0, "onnxruntime": 2.0}
+    # Each kind's pass times in turn, its first a warm-up (not kept): bfloat16 has the least
+    # time (its second pass met a load), onnxruntime the least median.
+    seconds = {"float32": [9.0, 3.0, 3.0], "torch-bfloat16": [9.0, 1.0, 5.0]}
+    seconds["onnxruntime"] = [9.0, 2.0, 2.0]
     cub = (5924, 5924, "lists, symmetric")
 
     def call(shape=cub, kinds=names):
         tp = lowp.TilePass(None, qf, block, 0, True, None, kinds, None, repeated=shape)
         (name,) = tp.names  # every tile of the pass in one kind, not timed tile by tile
         assert tp.choice.pick(tp.names) == name and tp.choice.rounds == []
-        tp.passed(seconds[name])
+        tp.passed(seconds[name].pop(0) if seconds[name] else 0.5)
         return name
 
     f32, bf16, ort = names
     assert [call() for _ in range(9)] == [f32, f32, bf16, bf16, ort, ort, ort, bf16, f32]
     made = lowp.CHOICES[("tiles", torch.float32, 3, cub)]
-    assert {n: len(t) for n, t in made.times.items()} == dict.fromkeys(names, 2)
-    assert made.medians() == seconds and made.chosen is None  # the next pass chooses
+    assert made.times == {f32: [3.0, 3.0], bf16: [1.0, 5.0], ort: [2.0, 2.0]}
+    assert made.medians() == {f32: 3.0, bf16: 1.0, ort: 2.0}  # the least of each
+    assert made.chosen is None  # the next pass chooses
     assert [call() for _ in range(lowp.SMALL_REWEIGH)] == [bf16] * lowp.SMALL_REWEIGH
-    assert made.times["torch-bfloat16"] == [1.0, 1.0]  # the chosen kind's passes are not timed
+    assert made.times[bf16] == [1.0, 5.0]  # the chosen kind's passes are not timed
     assert lowp.CHOICES[("tiles", torch.float32, 3, cub)] is made
     assert call() == f32  # weighs again, the kinds warm: each pass timed
     assert lowp.CHOICES[("tiles", torch.float32, 3, cub)] is not made
     # Another shape or request weighs on its own; so do other kinds on the same key.
     assert call((8131, 8131, "counts, symmetric")) == f32
-    assert lowp.CHOICES[("tiles", torch.float32, 3, cub)].times == {"float32": [3.0]}
+    other = lowp.CHOICES[("tiles", torch.float32, 3, (8131, 8131, "counts, symmetric"))]
+    assert other.times == {}  # its first float32 pass warms its own kernels up
+    assert lowp.CHOICES[("tiles", torch.float32, 3, cub)].times == {"float32": [0.5]}
     assert call(kinds=(f32, bf16)) == f32
     assert lowp.CHOICES[("tiles", torch.float32, 3, cub)].rounds == [f32, bf16, bf16, f32]
 

@@ -1042,7 +1042,9 @@ class Choice:
     first ``lead`` tiles (the number of workers) are not timed, since the other workers may still
     run the previous round's name; its next ``SAMPLES`` are. The names are timed in their order,
     then in reverse order, so that a drift along the pass (a ranked list's tiles cost less as its
-    list fills) charges every name alike; the choice is the name of least median time. A name's
+    list fills) charges every name alike; the choice is the name of least median time (of least
+    time with ``least``: a pass weighed across calls, [`TilePass`][TilePass], where a load that
+    comes and goes on a shared machine only adds time to some passes). A name's
     first tile in the process (``warm``, shared between choices) warms it up and is not timed.
     A tile that is not to be timed (``timed=False``: one with less work than the others, such as
     a symmetric pass's diagonal tile, read by its rows only) runs, until the choice is made, in
@@ -1050,10 +1052,15 @@ class Choice:
     the names, else in the first name."""
 
     def __init__(
-        self, warm: set[str] | None = None, untimed: str | None = None, samples: int = SAMPLES
+        self,
+        warm: set[str] | None = None,
+        untimed: str | None = None,
+        samples: int = SAMPLES,
+        least: bool = False,
     ) -> None:
         self.untimed = untimed
         self.per_round = samples  # times a round keeps
+        self.statistic = np.min if least else np.median
         self.lock = threading.Lock()
         self.times: dict[str, list[float]] = {}
         self.warm: set[str] = set() if warm is None else warm
@@ -1077,7 +1084,7 @@ class Choice:
                 self.rounds = [*names, *reversed(names)]
             if self.round >= len(self.rounds):
                 if self.chosen is None:
-                    self.chosen = min(names, key=lambda n: float(np.median(self.times[n])))
+                    self.chosen = min(names, key=lambda n: float(self.statistic(self.times[n])))
                 return self.chosen
             if not timed:
                 return self.untimed if self.untimed in names else names[0]
@@ -1107,14 +1114,14 @@ class Choice:
         with self.lock:
             if self.chosen is None or not set(names) <= set(self.times):
                 return False
-            best = float(np.median(self.times[self.chosen]))
-            others = [float(np.median(self.times[n])) for n in names if n != self.chosen]
+            best = float(self.statistic(self.times[self.chosen]))
+            others = [float(self.statistic(self.times[n])) for n in names if n != self.chosen]
             return all(t >= CLEAR * best for t in others)
 
     def medians(self) -> dict[str, float]:
-        """The median time of each name timed so far."""
+        """The median time (the least with ``least``) of each name timed so far."""
         with self.lock:
-            return {n: float(np.median(t)) for n, t in self.times.items() if t}
+            return {n: float(self.statistic(t)) for n, t in self.times.items() if t}
 
 
 CHOICES: dict[tuple, Choice] = {}
@@ -1176,8 +1183,9 @@ class TilePass:
         warm = WARM.setdefault(key, set())
         self.choice = Choice(warm, None if last is None else last.chosen)
         self.weighing: Choice | None = None  # a small call's choice, weighed pass by pass
-        if len(names) > 1 and repeated is not None:
-            self._across((*key, repeated), warm, names)
+        if len(names) > 1 and repeated is not None:  # its own warm-ups: its kernels' first use
+            across = (*key, repeated)
+            self._across(across, WARM.setdefault(across, set()), names)
         elif len(names) > 1 and _reusable(last, space, names):
             last.reused += 1  # a clear choice: this pass runs it, untimed ([`REWEIGH`][REWEIGH])
             self.names = (last.chosen,)
@@ -1186,20 +1194,22 @@ class TilePass:
             CHOICES[key] = self.choice
 
     def _across(self, key: tuple, warm: set[str], names: Sequence[str]) -> None:
-        """A small call's kind, weighed pass by pass across the passes of the same ``key``
-        (width, shape and request; one call has too few tiles to weigh the kinds tile by tile).
-        Each pass runs one kind in all its tiles, and its whole time (the tiles, their
-        consumers, the lists' finish: [`passed`][passed]) is that kind's sample: a kind then
-        costs what it costs on its own (a ranked list's floors rise with its tiles, and a low
-        precision's wider window admits more items; tiles timed beside another kind's lists
-        would miss both). The rounds are a [`Choice`][Choice]'s with one pass each, the names in
-        their order, then in reverse; a kind's first pass in the process warms it up. The choice
-        then runs in the next [`SMALL_REWEIGH`][SMALL_REWEIGH] passes, and the one after weighs
-        again."""
+        """A small call's kind, weighed pass by pass across the passes of the same ``key`` (width,
+        shape and request; one call has too few tiles to weigh the kinds tile by tile). Each pass
+        runs one kind in all its tiles, and its whole time (the tiles, their consumers, the lists'
+        finish: [`passed`][passed]) is that kind's sample: a kind then costs what it costs on its
+        own (a ranked list's floors rise with its tiles, and a low precision's wider window admits
+        more items; tiles timed beside another kind's lists would miss both). The rounds are a
+        [`Choice`][Choice]'s with one pass each, the names in their order, then in reverse; a kind's
+        first pass of the key in the process warms it up (``warm``: a request's kernels are loaded
+        or compiled on their first use, which another request's passes of the same width need not
+        have made). The least time of each kind's passes decides (a load that comes and goes adds
+        time only). The choice then runs in the next [`SMALL_REWEIGH`][SMALL_REWEIGH] passes, and
+        the one after weighs again."""
         last = CHOICES.get(key)
         same = last is not None and (not last.rounds or set(last.rounds) == set(names))
         if not same or (last.chosen is not None and last.reused >= SMALL_REWEIGH - 1):
-            last = CHOICES[key] = Choice(warm, samples=1)
+            last = CHOICES[key] = Choice(warm, samples=1, least=True)
         elif last.chosen is not None:
             last.reused += 1
         self.weighing = last
@@ -1390,7 +1400,7 @@ def precision_report(width: int) -> str:
         else:
             rows, cols, what = key[3]
             lines.append(
-                f"  median pass times of the calls of {rows:,} × {cols:,} rows ({what}): "
+                f"  least pass times of the calls of {rows:,} × {cols:,} rows ({what}): "
                 f"{shown}; {made.chosen or 'none yet'} chosen"
             )
     return "\n".join(lines)
