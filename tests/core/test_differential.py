@@ -230,7 +230,7 @@ def test_auto_weighs_a_small_call_pass_by_pass_and_every_pass_is_the_definition(
         assert got.first_hit_ranks.tolist() == want_first.tolist()
     f32, bf16 = both
     assert ran[:6] == [f32, f32, bf16, bf16, bf16, f32]  # first passes of a kind: warm-ups
-    key = ("tiles", torch.float32, d, (n, n, "lists, symmetric"))
+    key = ("tiles", torch.float32, d, (n, n, "lists, symmetric"), both)
     chosen = lowp.CHOICES[key].chosen
     assert chosen in both and ran[6:] == [chosen] * (len(ran) - 6)
     assert "least pass times of the calls of 1,024 × 1,024 rows (lists, symmetric)" in (

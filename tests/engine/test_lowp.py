@@ -806,22 +806,30 @@ def test_a_small_call_weighs_its_kinds_pass_by_pass_across_its_calls(monkeypatch
 
     f32, bf16, ort = names
     assert [call() for _ in range(9)] == [f32, f32, bf16, bf16, ort, ort, ort, bf16, f32]
-    made = lowp.CHOICES[("tiles", torch.float32, 3, cub)]
+    made = lowp.CHOICES[("tiles", torch.float32, 3, cub, names)]
     assert made.times == {f32: [3.0, 3.0], bf16: [1.0, 5.0], ort: [2.0, 2.0]}
     assert made.medians() == {f32: 3.0, bf16: 1.0, ort: 2.0}  # the least of each
     assert made.chosen is None  # the next pass chooses
     assert [call() for _ in range(lowp.SMALL_REWEIGH)] == [bf16] * lowp.SMALL_REWEIGH
     assert made.times[bf16] == [1.0, 5.0]  # the chosen kind's passes are not timed
-    assert lowp.CHOICES[("tiles", torch.float32, 3, cub)] is made
+    assert lowp.CHOICES[("tiles", torch.float32, 3, cub, names)] is made
     assert call() == f32  # weighs again, the kinds warm: each pass timed
-    assert lowp.CHOICES[("tiles", torch.float32, 3, cub)] is not made
-    # Another shape or request weighs on its own; so do other kinds on the same key.
+    assert lowp.CHOICES[("tiles", torch.float32, 3, cub, names)] is not made
+    # Another shape or request weighs on its own.
     assert call((8131, 8131, "counts, symmetric")) == f32
-    other = lowp.CHOICES[("tiles", torch.float32, 3, (8131, 8131, "counts, symmetric"))]
+    other = lowp.CHOICES[("tiles", torch.float32, 3, (8131, 8131, "counts, symmetric"), names)]
     assert other.times == {}  # its first float32 pass warms its own kernels up
-    assert lowp.CHOICES[("tiles", torch.float32, 3, cub)].times == {"float32": [0.5]}
-    assert call(kinds=(f32, bf16)) == f32
-    assert lowp.CHOICES[("tiles", torch.float32, 3, cub)].rounds == [f32, bf16, bf16, f32]
+    assert lowp.CHOICES[("tiles", torch.float32, 3, cub, names)].times == {"float32": [0.5]}
+    # Other kinds (a precision asked for: its kernels) weigh under a key of their own.
+    again = lowp.CHOICES[("tiles", torch.float32, 3, cub, names)]
+    assert call(kinds=(bf16, ort)) == bf16
+    assert lowp.CHOICES[("tiles", torch.float32, 3, cub, (bf16, ort))].rounds == [
+        bf16,
+        ort,
+        ort,
+        bf16,
+    ]
+    assert lowp.CHOICES[("tiles", torch.float32, 3, cub, names)] is again
 
 
 def test_only_calls_of_enough_tiles_weigh_and_only_small_ones_across_calls():

@@ -332,7 +332,7 @@ def chunk_lists(
 
 #: A chunk of at least this many queries computes its values in two halves at once, the first
 #: on a thread of its own: numpy's array operations release the GIL, and the halves took
-#: 0.55–0.63× the time of the whole at CUB and Cars scale (recall@K, MAP@R, R-precision).
+#: 0.57–0.63× the time of the whole at CUB and Cars scale (recall@K, MAP@R, R-precision).
 HALVES_ROWS = 2048
 _HELPER: list[ThreadPoolExecutor] = []
 _HELPER_LOCK = threading.Lock()

@@ -83,7 +83,7 @@ __all__ = [
 precision_report = lowp.precision_report
 _LIMIT_STATE = LIMIT_STATE  # the process-wide BLAS limit's users (tests read it)
 TILE = 768
-"""The side of a tile. On 2 cores of an AMD EPYC, tiles of 768 took 0.93–0.99× the time of
+"""The side of a tile. On 2 cores of an AMD EPYC, tiles of 768 took 0.91–0.99× the time of
 tiles of 1,024 in every call measured (CUB, Cars and SOP scale, d = 128 and 512, float32,
 bfloat16 and int8; alternated in one process): a tile and the filter rows it reads stay closer
 to the core, and a call's last tiles leave less of one worker idle."""

@@ -1583,7 +1583,7 @@ def _radix_high(keys, spare, n):  # pragma: no cover - compiled
     """``keys[:n]`` sorted by their high 32 bits, ascending and stable (equal high bits keep their
     order): four passes of 8 bits from the lowest, a pass skipped where every key has the same
     digit. Returns the array that holds the result (``keys`` or ``spare``, of at least ``n``).
-    About half numba's quicksort's time on the lists' 60–90 items a row."""
+    0.54–0.70× the time of numba's quicksort on the lists' 60–90 items a row."""
     counts = np.empty(256, dtype=np.int64)
     source, target = keys, spare
     for shift in range(32, 64, 8):

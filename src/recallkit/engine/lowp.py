@@ -1027,7 +1027,7 @@ its own data: timing costs two rounds of ``workers + SAMPLES`` tiles per kind
 it. Smaller calls (from [`WEIGH_TILES`][WEIGH_TILES]) have too few tiles for that: they weigh
 pass by pass across the calls of the same shape and request, as an evaluation after every epoch
 repeats them ([`TilePass`][TilePass]'s ``repeated``)."""
-SMALL_REWEIGH = 32
+SMALL_REWEIGH = 64
 """A choice weighed across calls runs in the next ``SMALL_REWEIGH`` passes of the same shape and
 request; the one after weighs again, so that the choice follows the embeddings as they train."""
 
@@ -1184,7 +1184,7 @@ class TilePass:
         self.choice = Choice(warm, None if last is None else last.chosen)
         self.weighing: Choice | None = None  # a small call's choice, weighed pass by pass
         if len(names) > 1 and repeated is not None:  # its own warm-ups: its kernels' first use
-            across = (*key, repeated)
+            across = (*key, repeated, tuple(names))  # a precision asked for weighs its kernels
             self._across(across, WARM.setdefault(across, set()), names)
         elif len(names) > 1 and _reusable(last, space, names):
             last.reused += 1  # a clear choice: this pass runs it, untimed ([`REWEIGH`][REWEIGH])
@@ -1380,7 +1380,8 @@ def block_holds(block: Any) -> bool:
 def precision_report(width: int) -> str:
     """What ``precision="auto"`` weighs for float32 filter rows of ``width`` on this machine:
     each kernel with why it is not used (no instructions for it, not installed, or not exact
-    in its self-check), and the tile times of the last pass that weighed several."""
+    in its self-check), and the times of the passes that weighed several: tile times of the
+    last call that weighed within itself, pass times of each small call's shape and request."""
     flags = cpu_flags()
     worth = worth_timing(flags)
     lines = [f"CPU tiles of width {width}; precisions with instructions here: {', '.join(worth)}"]
@@ -1393,12 +1394,14 @@ def precision_report(width: int) -> str:
     for key, made in list(CHOICES.items()):
         times = made.medians()
         if key[:3] != ("tiles", torch.float32, width) or not times:
-            continue
+            continue  # (a 5-tuple: weighed across calls of a shape, among some kinds)
         shown = ", ".join(f"{n} {t * 1e3:.2f} ms" for n, t in sorted(times.items()))
         if len(key) == 3:
             lines.append(f"  median tile times of the last pass that weighed them: {shown}")
         else:
             rows, cols, what = key[3]
+            if "float32" not in key[4]:  # a low precision asked for: among its kernels
+                what += f"; among {', '.join(key[4])}"
             lines.append(
                 f"  least pass times of the calls of {rows:,} × {cols:,} rows ({what}): "
                 f"{shown}; {made.chosen or 'none yet'} chosen"
