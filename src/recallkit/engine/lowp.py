@@ -1195,7 +1195,7 @@ class TilePass:
 
     def _across(self, key: tuple, warm: set[str], names: Sequence[str]) -> None:
         """A small call's kind, weighed pass by pass across the passes of the same ``key`` (width,
-        shape and request; one call has too few tiles to weigh the kinds tile by tile). Each pass
+        shape, request and kinds; one call has too few tiles to weigh them tile by tile). Each pass
         runs one kind in all its tiles, and its whole time (the tiles, their consumers, the lists'
         finish: [`passed`][passed]) is that kind's sample: a kind then costs what it costs on its
         own (a ranked list's floors rise with its tiles, and a low precision's wider window admits
@@ -1207,8 +1207,7 @@ class TilePass:
         time only). The choice then runs in the next [`SMALL_REWEIGH`][SMALL_REWEIGH] passes, and
         the one after weighs again."""
         last = CHOICES.get(key)
-        same = last is not None and (not last.rounds or set(last.rounds) == set(names))
-        if not same or (last.chosen is not None and last.reused >= SMALL_REWEIGH - 1):
+        if last is None or (last.chosen is not None and last.reused >= SMALL_REWEIGH - 1):
             last = CHOICES[key] = Choice(warm, samples=1, least=True)
         elif last.chosen is not None:
             last.reused += 1
