@@ -123,7 +123,7 @@ def run(name: str, rows: int, classes: int, dim: int, rounds: int, pool, workers
     # ``auto`` weighs its kinds of tile across the calls of one shape (a call of this size has
     # too few tiles to weigh within itself): the calls before it has chosen are an evaluation's
     # first epochs, run here untimed.
-    warm = 1 + settle([fn for label, fn in cases.items() if not label.startswith("GEMM")], dim)
+    warm = 1 + settle([fn for lb, fn in cases.items() if not lb.startswith("GEMM")], dim, rows)
     times: dict[str, list[float]] = {label: [] for label in cases}
     for _ in range(rounds):
         for label, fn in cases.items():

@@ -268,16 +268,16 @@ def naive_recall(x: np.ndarray, labels: np.ndarray, ks: tuple[int, ...]) -> dict
 SETTLE_CALLS = 24
 
 
-def settle(calls: list[Callable[[], Any]], dim: int) -> int:
+def settle(calls: list[Callable[[], Any]], dim: int, rows: int) -> int:
     """Runs ``calls`` in turn until ``precision="auto"`` has chosen its kind of tile for every
-    call of this width that weighs them across calls (a call of fewer than
+    call of ``rows`` queries of this width that weighs them across calls (a call of fewer than
     ``lowp.AUTO_TILES`` full tiles, as an evaluation after every epoch repeats it), at most
     [`SETTLE_CALLS`][SETTLE_CALLS] times; returns how many times. Those calls are an
     evaluation's first epochs: the timings that follow are the later ones'."""
 
     def weighing() -> bool:
         return any(
-            len(key) == 5 and key[2] == dim and made.chosen is None
+            len(key) == 5 and key[2] == dim and key[3][0] == rows and made.chosen is None
             for key, made in lowp.CHOICES.items()
         )
 
@@ -393,6 +393,7 @@ def run_dim(
             lambda: recallkit.retrieval_metrics(xt, xt, labels, labels, names, **kw),
         ],
         dim,
+        rows,
     )
     print(f"({untimed} untimed calls of each auto method first, until auto chose its tiles)")
     if rounds:  # the engine alone, in alternating calls
