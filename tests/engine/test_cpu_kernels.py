@@ -49,7 +49,7 @@ def test_a_raised_floor_stays_below_the_kth_score_and_leaves_few_items_above(see
                 floor = np.array([-np.inf if start == -np.inf else start * scale], np.float32)
                 hits = int((row >= start).sum())
                 new_start, new_hits = _raise_floor(
-                    row, scale, start, hits, k, slack, margin, 0, floor
+                    row, scale, start, hits, k, slack, margin, 0.0, 0, floor
                 )
                 finite = np.sort(row[row > -np.inf])[::-1]
                 kth = float(finite[k - 1]) * scale
@@ -61,7 +61,7 @@ def test_a_raised_floor_stays_below_the_kth_score_and_leaves_few_items_above(see
     row = np.full(width, -np.inf, np.float32)
     row[:3] = (0.1, 0.2, 0.3)
     floor = np.array([-np.inf], np.float32)
-    assert _raise_floor(row, 1.0, np.float32(-np.inf), width, 4, 1e-6, 0.0, 0, floor) == (
+    assert _raise_floor(row, 1.0, np.float32(-np.inf), width, 4, 1e-6, 0.0, 0.0, 0, floor) == (
         -np.inf,
         width,
     )
@@ -150,14 +150,16 @@ def test_finite_check_names_the_first_bad_row(bad):
 
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("k", [3, 40])
-@pytest.mark.parametrize("cascade", [False, True])
-def test_running_top_k_keeps_every_item_of_the_top_k(seed, k, cascade):
+@pytest.mark.parametrize("cascade, rel", [(False, 0.0), (True, 0.0), (True, 0.05)])
+def test_running_top_k_keeps_every_item_of_the_top_k(seed, k, cascade, rel):
     """:func:`top_rows` and :func:`top_cols` (the transposed reading) over a tile whose rows hold
     from none to hundreds of items above their starting floor (the block-by-block and the
     whole-row listing of items): a row's heap holds its k best float32 scores, a reservoir every
     item at or above its k-th best, and both readings keep the same items. With ``cascade`` the
-    tile is a perturbed copy of the float32 scores (within ``margin``) and the kernels score the
-    items they admit as ``a32 · b32``."""
+    tile is a perturbed copy of the float32 scores, each value ``v`` within ``margin + rel |v|``
+    (``rel > 0``: a bound charged partly to the value, as bfloat16's output rounding; scores up to
+    about 8 in magnitude, so that ``rel |v|`` exceeds ``margin`` many times), raised or lowered by
+    half that or more, and the kernels score the items they admit as ``a32 · b32``."""
     from recallkit.engine.cpu_kernels import NO_CODES, _dot32, top_cols, top_rows
 
     rng = np.random.default_rng(seed)
@@ -167,7 +169,11 @@ def test_running_top_k_keeps_every_item_of_the_top_k(seed, k, cascade):
     # The float32 scores the kernels compute for admitted items (their own summation order).
     exact = np.array([[_dot32(x, y) for y in b32] for x in a32], dtype=np.float32)
     margin = np.full(n, 0.05)
-    tile = exact + rng.uniform(-0.04, 0.04, exact.shape).astype(np.float32) if cascade else exact
+    # |δ| <= 0.04 + 0.9 rel |exact| keeps |δ| <= margin + rel |tile| (rel <= 0.05)
+    sign = np.where(rng.random(exact.shape) < 0.5, -1.0, 1.0)
+    delta = sign * rng.uniform(0.5, 1.0, exact.shape) * (0.04 + 0.9 * rel * np.abs(exact))
+    tile = (exact - delta).astype(np.float32) if cascade else exact
+    assert np.all(np.abs(tile - exact) <= margin[:, None] + rel * np.abs(tile))
     tile = np.ascontiguousarray(tile, dtype=np.float32)
     tile[5, 7] = -np.inf  # a masked pair is never an item
     # Starting floors from far below every score (all items above it) to near the k-th best.
@@ -199,6 +205,7 @@ def test_running_top_k_keeps_every_item_of_the_top_k(seed, k, cascade):
             ks,
             slack,
             margin if cascade else 0 * margin,
+            rel,
             *state.values(),
             cascade,
             a32,
@@ -289,6 +296,7 @@ def test_items_offered_before_the_pass_count_once(k):
             ks,
             slack,
             np.zeros(n),
+            0.0,
             *state.values(),
             False,
             np.zeros((n, 1), np.float32),
@@ -386,6 +394,7 @@ def test_a_bfloat16_tile_is_read_as_the_float32_tile_that_widens_it(seed, k):
                 np.full(n, k, np.int64),
                 np.full(n, 1e-3),
                 np.zeros(n),
+                0.0,
                 *state,
                 False,
                 a32,

@@ -962,3 +962,46 @@ def test_choice_drops_warm_up_lead_and_stale_tiles():
     assert picked == ["b"] and choice.round == 2 and choice.rounds[2] == "b"
     assert choice.times == {"a": [1.0] * lowp.SAMPLES, "b": [2.0] * lowp.SAMPLES}
     assert choice.pick(("only",)) == "only"
+
+
+def test_a_bfloat16_pass_admits_list_items_by_the_bound_charged_to_the_value(monkeypatch):
+    """A bfloat16 pass of ranked lists (leave-one-out on one tensor: symmetric, each tile read
+    along its rows and its columns) admits an item of value ``v`` within ``margin_i + rel |v|``
+    of row ``i``'s floor. Every pair's tile value lies that close to the float32 score the
+    kernels give it, read either way; ``rel`` is bfloat16's output rounding, and below
+    ``|v| = 0.5`` the margin is narrower than the absolute bound's (``eps + eps32``)."""
+    import recallkit
+    from recallkit.engine import consumers, cpu
+    from recallkit.engine.cpu_kernels import _dot32
+
+    monkeypatch.setattr(cpu, "TILE", 64)
+    rng = np.random.default_rng(5)
+    n, w = 160, 96
+    x = torch.from_numpy(unit_rows(rng, n, w))
+    labels = torch.from_numpy(rng.integers(0, 8, n))
+    seen = []
+    run_tiles = cpu.run_tiles
+
+    def spy(tp, excluded, symmetric, consumers_, cached=None):
+        seen.append((tp, symmetric, next(c for c in consumers_ if isinstance(c, consumers.Top))))
+        return run_tiles(tp, excluded, symmetric, consumers_, cached)
+
+    monkeypatch.setattr(cpu, "run_tiles", spy)
+    recallkit.retrieval_metrics(
+        x, x, labels, labels, ["MAP@R"], query_in_reference=True, precision="bfloat16"
+    )
+    ((tp, symmetric, top),) = seen
+    assert symmetric
+    kind = tp.kinds["torch-bfloat16"]
+    margin, rel = top.margin(kind)
+    output = lowp.BF16_UNIT / (1 - lowp.BF16_UNIT)  # |σ - bf16(σ)| <= 2^-8 |σ|, charged to bf16(σ)
+    assert output * (1 + 2.0**-20) <= rel <= output * (1 + 2.0**-19)
+    tile = np.empty((n, n), np.uint16)
+    kind.product(0, 0, tile)
+    v = (tile.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    s32 = np.array([[_dot32(a, b) for b in tp.b32] for a in tp.a32], np.float64)
+    assert np.all(np.abs(v - s32) <= margin[:, None] + rel * np.abs(v))  # along the rows
+    assert np.all(np.abs(v - s32.T) <= margin[None, :] + rel * np.abs(v))  # along the columns
+    absolute = (kind.eps + top.eps).numpy()
+    assert np.all(margin + 0.5 * rel < absolute)
+    assert np.all(margin + rel > absolute * (1 - 2.0**-10))  # no looser at |v| = 1

@@ -172,6 +172,7 @@ def test_sampled_raise_stops_near_its_share():
             ks,
             slack,
             np.zeros(n),
+            0.0,
             *state,
             False,
             np.zeros((n, 1), np.float32),

@@ -209,12 +209,18 @@ class Top(Consumer):
         if known is not None:
             (ptr, cols, scores), self.known = known
             kernels.seed_top(ptr, cols, scores.astype(dtype), ks, self.slack, *self.slot(0))
-        self.no_margin = np.zeros(c)
-        self.margins: dict[str, np.ndarray] = {}  # a cascade kind's (its bound and float32's)
+        self.no_margin = (np.zeros(c), 0.0)
+        self.margins: dict[str, tuple[np.ndarray, float]] = {}  # a cascade kind's
 
-    def margin(self, kind: lowp.TileKind) -> np.ndarray:
+    def margin(self, kind: lowp.TileKind) -> tuple[np.ndarray, float]:
+        """``(margin, rel)``: a cascade item of value ``v`` lies within ``margin + rel |v|`` of its
+        float32 score (its kind's bound, the part proportional to the value charged to the value
+        ([`TileKind.relative`][recallkit.engine.lowp.TileKind]), and float32's), widened by a part
+        in 2**20; no margin for float32 tiles."""
         if kind.cascade and kind.name not in self.margins:  # once a pass (a race: twice, alike)
-            self.margins[kind.name] = (kind.eps + self.eps).numpy() * (1.0 + 2.0**-20)
+            eps, rel = kind.relative
+            widen = 1.0 + 2.0**-20
+            self.margins[kind.name] = ((eps + self.eps).numpy() * widen, rel * widen)
         return self.margins[kind.name] if kind.cascade else self.no_margin
 
     def slot(self, w: int) -> tuple[np.ndarray, ...]:
@@ -249,7 +255,7 @@ class Top(Consumer):
             c0,
             self.ks,
             self.slack,
-            self.margin(kind),
+            *self.margin(kind),
             *st,
             kind.cascade,
             self.tp.a32,

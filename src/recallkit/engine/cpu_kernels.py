@@ -725,6 +725,25 @@ def _up32(x):  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _admit(floor, margin, rel, scale):  # pragma: no cover - compiled
+    """The least tile value (rounded down to float32) whose item may have a float32 score of
+    ``floor`` or more, where an item's value ``v`` (its tile value times ``scale``) lies within
+    ``margin + rel |v|`` of that score (a cascade's bound, charged partly to the value; ``rel = 0``:
+    an absolute one). ``v + rel |v|`` rises with ``v`` (``rel < 1``): the least ``v`` solves
+    ``v + rel |v| = floor - margin``."""
+    f = np.float64(floor) - margin
+    f = f / (1.0 + rel) if f >= 0.0 else f / (1.0 - rel)
+    return _down32(f / scale)
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _low_edge(v, margin, rel):  # pragma: no cover - compiled
+    """The least float32 score of an item of value ``v`` or more (as in [`_admit`][_admit]):
+    ``v - rel |v|`` rises with ``v``."""
+    return v - rel * abs(v) - margin
+
+
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _classify(f, low, high):  # pragma: no cover - compiled
     """A cascade item's float32 score against its float32 window: 1 above, 0 inside, -1 below."""
     if f > high:
@@ -978,11 +997,12 @@ def _value_range(row, step):  # pragma: no cover - compiled
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False)
-def _raise_floor(row, scale, start, hits, k, slack, margin, r, floor):  # pragma: no cover
+def _raise_floor(row, scale, start, hits, k, slack, margin, rel, r, floor):  # pragma: no cover
     """Row ``r`` of a tile with ``hits > k`` items at or above ``start``: a threshold ``v`` with
     at least ``k`` of its items at or above it, by bisection between ``start`` and the row's
     largest value (each step one branch-free count). Their float32 scores are at least
-    ``v scale - margin``, so the row's ``k``-th float32 score is too: the floor rises to that
+    ``v scale - rel |v scale| - margin`` ([`_low_edge`][_low_edge]), so the row's ``k``-th float32
+    score is too: the floor rises to that
     less the slack. Returns the new ``start`` and its count of items.
 
     The bisection starts from the range of every [`RAISE_STRIDE`][RAISE_STRIDE]-th value (a
@@ -1017,11 +1037,11 @@ def _raise_floor(row, scale, start, hits, k, slack, margin, r, floor):  # pragma
             lo, count = mid, c
         else:
             hi = mid
-    f = np.float64(lo) * scale - margin - slack  # rounded to the scores' type
+    f = _low_edge(np.float64(lo) * scale, margin, rel) - slack  # rounded to the scores' type
     if f <= floor[r]:
         return start, hits
     floor[r] = f
-    start = _down32((np.float64(floor[r]) - margin) / scale)
+    start = _admit(floor[r], margin, rel, scale)
     return start, _at_least(row, np.float32(1.0), start, 0, width)
 
 
@@ -1206,6 +1226,7 @@ def top_rows(
     ks,
     slack,
     margin,
+    rel,
     heap,
     size,
     floor,
@@ -1226,8 +1247,9 @@ def top_rows(
     at or above the row's ``floor``, compacted at its k-th best minus ``slack`` when full). The
     floor only rises and stays below the k-th best score of all items seen, so nothing dropped could
     be needed later; it may start higher, at a known lower bound of the k-th score. With
-    ``cascade`` the tile is a low-precision filter: items within ``margin`` of the floor are
-    scored in float32 at once, and the float32 scores are what the heap and buffer hold.
+    ``cascade`` the tile is a low-precision filter: items whose value ``v`` is within
+    ``margin + rel |v|`` of the floor ([`_admit`][_admit]) are scored in float32 at once, and
+    the float32 scores are what the heap and buffer hold.
 
     A row with many more items above its floor than ``k`` (its first tiles, while its floor is
     still low) first raises the floor from its values ([`_raise_floor`][_raise_floor]). Items
@@ -1252,7 +1274,7 @@ def top_rows(
         _shared_floor(floors, floor, r)
         row = tile[i]
         scale = np.float64(rs[i])
-        start = _down32((np.float64(floor[r]) - margin[r]) / scale)
+        start = _admit(floor[r], margin[r], rel, scale)
         hits = _at_least(row, np.float32(1.0), start, 0, width)  # ``start`` is in tile units
         if hits > RAISE_HITS * ks[r] + RAISE_MIN:
             want = ks[r]
@@ -1260,7 +1282,9 @@ def top_rows(
                 share = np.float64(ks[r]) * width / columns
                 spread = share + SAMPLE_SPREAD * np.sqrt(share)
                 want = min(want, np.int64(np.ceil(spread)) + SAMPLE_EXTRA)
-            start, hits = _raise_floor(row, scale, start, hits, want, slack[r], margin[r], r, floor)
+            start, hits = _raise_floor(
+                row, scale, start, hits, want, slack[r], margin[r], rel, r, floor
+            )
         if hits <= 0:
             continue
         for b in range(0, width, LANES):  # the floor only rises: the items at or above it now
@@ -1292,7 +1316,7 @@ def top_rows(
                                 fill,
                                 over,
                             )
-                            start = _down32((np.float64(floor[r]) - margin[r]) / scale)
+                            start = _admit(floor[r], margin[r], rel, scale)
                         elif f == cap:
                             _keep(
                                 r,
@@ -1308,7 +1332,7 @@ def top_rows(
                                 fill,
                                 over,
                             )
-                            start = _down32((np.float64(floor[r]) - margin[r]) / scale)
+                            start = _admit(floor[r], margin[r], rel, scale)
                         else:
                             buf_col[r, f] = col0 + j
                             buf_score[r, f] = s
@@ -1324,6 +1348,7 @@ def top_cols(
     ks,
     slack,
     margin,
+    rel,
     heap,
     size,
     floor,
@@ -1349,7 +1374,7 @@ def top_cols(
         r = col0 + j
         if ks[r] > 0:
             _shared_floor(floors, floor, r)
-            start[j] = _down32(np.float64(floor[r]) - margin[r])
+            start[j] = _admit(floor[r], margin[r], rel, 1.0)
         else:
             start[j] = np.inf
     for i in range(rows):
@@ -1384,7 +1409,7 @@ def top_cols(
                                 fill,
                                 over,
                             )
-                            start[j] = _down32(np.float64(floor[r]) - margin[r])
+                            start[j] = _admit(floor[r], margin[r], rel, 1.0)
                         elif f == cap:
                             _keep(
                                 r,
@@ -1400,7 +1425,7 @@ def top_cols(
                                 fill,
                                 over,
                             )
-                            start[j] = _down32(np.float64(floor[r]) - margin[r])
+                            start[j] = _admit(floor[r], margin[r], rel, 1.0)
                         else:
                             buf_col[r, f] = row0 + i
                             buf_score[r, f] = s

@@ -1142,12 +1142,18 @@ def tile_dtype(precision: str, scores: Any = np.float32) -> np.dtype:
 
 class TileKind:
     """One way of computing a pass's tiles: ``product(r0, c0, out)``, the row scales ``rs`` of
-    its tile rows, whether it is a cascade, and its bound ``eps`` per chunk row."""
+    its tile rows, whether it is a cascade, and its bound ``eps`` per chunk row (a tensor,
+    ``(rows,)``). ``relative``: the same bound with the output's rounding charged to the value,
+    ``(e, r)``: a tile value ``v`` lies within ``e_i + r |v|`` of what ``eps`` bounds
+    ([`row_bounds`][row_bounds]'s ``value_relative``; ``(eps, 0.0)`` where not given). Near a
+    ranked list's floor, where ``|v|`` is below 1 on unit rows, it is the narrower of the two:
+    bfloat16's output rounding (``2^-8 |v|``) is half of its ``eps`` at ``|v| = 1``."""
 
-    def __init__(self, name, precision, eps, product, scales=None) -> None:
+    def __init__(self, name, precision, eps, product, scales=None, relative=None) -> None:
         self.name, self.precision, self.eps, self.product = name, precision, eps, product
         self.cascade = precision != "float32"
         self.scales = scales
+        self.relative = (eps, 0.0) if relative is None else relative
 
     def rs(self, r0: int, rows: int, dtype: np.dtype) -> np.ndarray:
         if self.scales is None:
@@ -1253,9 +1259,12 @@ class TilePass:
         else:
             a_side = prepare(qf.rows, kernel.a_form)
         first, c = self.first, qf.rows.shape[0]
-        low = row_bounds(a_side, b_side, (first, first + c))
+        rows = (first, first + c)
+        low = row_bounds(a_side, b_side, rows)
+        e, r = row_bounds(a_side, b_side, rows, value_relative=True)
         if self.symmetric:  # the transposed reading: the chunk's rows on the other side
-            low = np.maximum(low, row_bounds(b_side, a_side, (first, first + c)))
+            low = np.maximum(low, row_bounds(b_side, a_side, rows))
+            e = np.maximum(e, row_bounds(b_side, a_side, rows, value_relative=True)[0])
 
         def product(r0, c0, out):
             rows, cols = out.shape
@@ -1270,7 +1279,9 @@ class TilePass:
             )
 
         scales = a_side.scale32[first : first + c] if kernel.precision == "int8" else None
-        return TileKind(name, kernel.precision, self.eps32 + torch.from_numpy(low), product, scales)
+        relative = (self.eps32 + torch.from_numpy(e), r)
+        eps = self.eps32 + torch.from_numpy(low)
+        return TileKind(name, kernel.precision, eps, product, scales, relative)
 
 
 def _reference(space: Any) -> Any:
