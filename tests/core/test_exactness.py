@@ -387,7 +387,9 @@ def _bf16_toward(bits: np.ndarray, noise: np.ndarray) -> np.ndarray:
 
 def _noisy_low_tiles(monkeypatch, share: float, seed: int = 7) -> list[int]:
     """Replace the low-precision tile product by the real one plus uniform noise of ``share``
-    times its error bound (``lowp.row_bounds``) per row; returns a list that counts the tiles."""
+    times its error bound per row (``lowp.row_bounds``), or of the same bound charged to the value
+    (``value_relative``, the ranked lists' margin) where that is smaller; returns a list that
+    counts the tiles."""
     real = lowp.tile_product
     rng = np.random.default_rng(seed)
     tiles = []
@@ -398,9 +400,13 @@ def _noisy_low_tiles(monkeypatch, share: float, seed: int = 7) -> list[int]:
     def noisy(a, b, out, a_rows=None, b_rows=None, scaled=True, kernel=None):
         real(a, b, out, a_rows, b_rows, scaled, kernel)
         eps = lowp.row_bounds(a, b, a_rows, b_rows)
+        e, r = lowp.row_bounds(a, b, a_rows, b_rows, value_relative=True)
         if not scaled:  # the tile in units of each row's scale
-            eps = eps / a.scale32[slice(*a_rows) if a_rows else slice(None)]
-        noise = (rng.uniform(-share, share, out.shape) * eps[:, None]).astype(np.float32)
+            unit = a.scale32[slice(*a_rows) if a_rows else slice(None)]
+            eps, e = eps / unit, e / unit
+        value = (out.astype(np.uint32) << 16).view(np.float32) if out.dtype == np.uint16 else out
+        bound = np.minimum(eps[:, None], e[:, None] + r * np.abs(value.astype(np.float64)))
+        noise = (rng.uniform(-share, share, out.shape) * bound).astype(np.float32)
         if out.dtype == np.uint16:  # a bfloat16 tile's bits
             out[...] = _bf16_toward(out, noise)
         else:

@@ -113,11 +113,14 @@ def test_floors_from_a_sample_give_the_definition(backend, metric, offered, watc
         assert watched["sampled"] and all(s == 1000 for s in watched["sampled"])
 
 
-def test_a_sample_that_misleads_is_caught(watched, monkeypatch):
+@pytest.mark.parametrize("few", [0, 10**9])
+def test_a_sample_that_misleads_is_caught(watched, monkeypatch, few):
     """Items listed class by class, taken for a sample all the same: a row's first tile holds
     its own class, its floor rises too high, and the check at the pass's end computes those
-    rows again; the values are still the brute force's. Without the guard's refusal
-    (``SPREAD``) this order would mislead every call."""
+    rows again (their scores on the workers, or, ``few`` rows or fewer, in one product:
+    ``cpu.FEW_ROWS``) and puts their lists in their places; the values are still the brute
+    force's. Without the guard's refusal (``SPREAD``) this order would mislead every call."""
+    monkeypatch.setattr(cpu, "FEW_ROWS", few)
     x, labels = _clusters(5, 1000, 20, 1.6)
     order = np.argsort(labels, kind="stable")
     x, labels = np.ascontiguousarray(x[order]), labels[order]

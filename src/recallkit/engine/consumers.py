@@ -299,15 +299,14 @@ class Top(Consumer):
         _, wr, _, wj = kernels.window(
             scores, row_lo, np.full_like(row_lo, np.inf), cap=int(kb.max()) + kernels.WINDOW_CAP
         )
-        rows_all = np.concatenate([found[0], redo[wr]])
-        cols_all = np.concatenate([found[1], wj])
-        # Two runs by row (by column within one where ``found`` is), rows in one or the other:
-        # a stable merge on the row keeps each row's items in their order.
-        order = np.argsort(rows_all, kind="stable")
-        if not with_scores:
-            return rows_all[order], cols_all[order]
-        scores_all = np.concatenate([found[2], scores[wr, wj].astype(found[2].dtype)])
-        return rows_all[order], cols_all[order], scores_all[order]
+        # ``found`` holds no item of these rows: theirs (by row, then column: ``kernels.window``)
+        # go in where their rows belong, the rest moved once (a sort of every item would cost
+        # about what the pass's lists cost).
+        at = np.searchsorted(found[0], redo[wr])
+        merged = [np.insert(found[0], at, redo[wr]), np.insert(found[1], at, wj)]
+        if with_scores:
+            merged.append(np.insert(found[2], at, scores[wr, wj].astype(found[2].dtype)))
+        return tuple(merged)
 
 
 #: Chunks of fewer rows offer their positives before the pass without asking
