@@ -66,6 +66,20 @@ def test_torch_kernels_equal_numba_bit_for_bit(metric, dtype):
     np.testing.assert_array_equal(scores["numba"].numpy(), expected)
 
 
+def test_squared_norms_of_rows_side_by_side_equal_the_definition():
+    # The CPU kernel sums four rows' squares side by side, each in its own index order: every
+    # count of rows around a multiple of four, values whose sums depend on the order.
+    rng = np.random.default_rng(2)
+    for n in range(1, 11):
+        x = (rng.standard_normal((n, 67)) * 2.0 ** rng.integers(-30, 30, (n, 67))).astype(
+            np.float32
+        )
+        out = np.empty(n)
+        exact._sq_numba(x, out)  # the kernel itself (row_sq_norms may run torch's operations)
+        np.testing.assert_array_equal(out, brute_sq(x))
+        np.testing.assert_array_equal(exact.row_sq_norms(torch.from_numpy(x)).numpy(), out)
+
+
 @pytest.mark.parametrize("metric", ["cosine", "dot", "euclidean"])
 def test_runs_of_pairs_scored_side_by_side_equal_the_definition(metric):
     # The CPU kernel scores eight pairs of one row side by side: runs of every length around
