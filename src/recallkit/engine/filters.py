@@ -84,18 +84,33 @@ class Product:
 @numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
 def _robust_norm(row, bits):  # pragma: no cover - compiled
     """[`robust_norms`][robust_norms] of one CPU row in float64 (``bits``: its bit patterns): the
-    row times ``2**half`` then ``2**rest``, its squares summed in index order."""
+    row times ``2**half`` then ``2**rest``, its squares summed in four interleaved sums (every
+    fourth square each: four additions in flight), then those (any order is within the bound's
+    float64 term)."""
     top = lowp.largest_magnitude(bits)
     if top == 0.0:
         return 0.0
     exponent = math.frexp(top)[1]
     half = (-exponent) // 2
     first, second = math.ldexp(1.0, half), math.ldexp(1.0, -exponent - half)
-    total = 0.0
-    for k in range(row.shape[0]):
+    s0 = s1 = s2 = s3 = 0.0
+    w = row.shape[0]
+    k = 0
+    while k + 4 <= w:
+        v0 = (np.float64(row[k]) * first) * second
+        v1 = (np.float64(row[k + 1]) * first) * second
+        v2 = (np.float64(row[k + 2]) * first) * second
+        v3 = (np.float64(row[k + 3]) * first) * second
+        s0 += v0 * v0
+        s1 += v1 * v1
+        s2 += v2 * v2
+        s3 += v3 * v3
+        k += 4
+    while k < w:
         v = (np.float64(row[k]) * first) * second
-        total += v * v
-    return math.ldexp(math.sqrt(total), exponent)
+        s0 += v * v
+        k += 1
+    return math.ldexp(math.sqrt((s0 + s1) + (s2 + s3)), exponent)
 
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
