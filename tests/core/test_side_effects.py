@@ -129,7 +129,7 @@ def test_settings_are_restored_whatever_the_order_of_entry_and_exit():
     with cpu.single_threaded():
         started_inside = new_thread_settings()
         inside.set()
-        while cpu._LIMIT_STATE["users"] < 2:  # until the helper holds the limit too
+        while cpu_kernels.LIMIT_STATE["users"] < 2:  # until the helper holds the limit too
             threading.Event().wait(0.001)
     started_while_helper_inside = new_thread_settings()
     main_after = settings(per_thread=True)

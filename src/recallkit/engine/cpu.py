@@ -59,7 +59,7 @@ from recallkit.engine.consumers import (
     top_state_bytes,
     window_state_bytes,
 )
-from recallkit.engine.cpu_kernels import LIMIT_STATE, pool, single_threaded
+from recallkit.engine.cpu_kernels import pool, single_threaded
 from recallkit.engine.pairs import ChunkExclusions, LabelPositives, Pairs, globals_of, locals_of
 from recallkit.engine.protocol import ChunkResult, Reducer, Request
 from recallkit.engine.space import Block, Rows, Space, chunk_rows, chunks, memory_budget
@@ -81,22 +81,17 @@ __all__ = [
     "window_state_bytes",
 ]
 precision_report = lowp.precision_report
-_LIMIT_STATE = LIMIT_STATE  # the process-wide BLAS limit's users (tests read it)
 TILE = 768
-"""The side of a tile. On 2 cores of an AMD EPYC, tiles of 768 took 0.91–0.99× the time of
-tiles of 1,024 in every call measured (CUB, Cars and SOP scale, d = 128 and 512, float32,
-bfloat16 and int8; alternated in one process): a tile and the filter rows it reads stay closer
-to the core, and a call's last tiles leave less of one worker idle."""
+"""The side of a tile: on 2 cores of an AMD EPYC, 0.91–0.99× the time of tiles of 1,024 in every
+call measured (CUB, Cars and SOP scale, d = 128 and 512, every precision, alternated in one
+process); a tile and its filter rows stay closer to the core, a call's last tiles idle less."""
 
 
-# What a pass costs numba on its first use, measured on 2 cores of an Intel Xeon
-# (``benchmarks/bench_first_call.py --kernels``): the compile seconds of each group of kernels
-# that one call compiles together, by the kernel that stands for the group (compiled or cached
-# once the group is): the rows' preparation (filters.py), the exact scores and the squared norms
-# (exact.py), the thresholds' windows and masks, the ranked lists' kernels (cpu_kernels.py), the
-# same read along a tile's columns (a symmetric pass past one tile), the low-precision sides
-# (lowp.py); and numba's start in a process, which the first kernel loaded from the cache pays
-# (its code generation and the registries of numpy's functions; a kernel loads in milliseconds).
+# A pass's first use of numba, on 2 cores of an Intel Xeon (``benchmarks/bench_first_call.py
+# --kernels``): the compile seconds of each group of kernels one call compiles together, by the
+# kernel that stands for it: the rows' preparation, the exact scores and squared norms, the
+# thresholds' windows, the ranked lists, both read along a tile's columns (a symmetric pass), the
+# low-precision sides; and numba's start, which the first kernel loaded from the cache pays.
 ROWS_SECONDS = 1.9
 EXACT_SECONDS = 1.7
 THRESHOLD_SECONDS = 2.4
@@ -152,9 +147,7 @@ def tile_scores(
         lowp.choice("blas", dtype, width).record(name, time.perf_counter() - start)
 
 
-#: Up to this many query rows, [`block_scores`][block_scores] is one single-threaded product that
-#: reads the block once (the few rows a pass computes again: 1.5 against 3–4 ms on the workers for
-#: 4 rows of Cars196 at d = 512, each worker reading the whole block).
+#: Up to this many rows (the few a pass computes again), one product reads the block once.
 FEW_ROWS = 32
 
 
@@ -171,11 +164,10 @@ def block_scores(space: Space, qf: filters.QueryFilter, block: Block) -> torch.T
         space.extra["buffer"] = buffer
     out = buffer[:size].reshape(rows, cols)
     b = block.gemm.numpy().T
-    if rows <= FEW_ROWS:  # the block read once (one BLAS thread: no thread left spinning after)
-        with single_threaded():
+    with single_threaded() as threads:  # one BLAS thread: none left spinning after the call
+        if rows <= FEW_ROWS:
             np.matmul(b.T, a.T, out=out.T)
-        return torch.from_numpy(out)
-    with single_threaded() as threads:
+            return torch.from_numpy(out)
         workers = max(1, min(threads, rows))
         bounds = np.linspace(0, rows, workers + 1).astype(int)
         jobs = [
@@ -288,8 +280,7 @@ def _estimates(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Candidates' exact scores as their filter scores estimate them (float64: the filter over
     ``scale_i · block scale``), their filter scores, and per chunk row the gap within which two
-    filter scores could rank in the other order or tie by their exact scores: twice float32's
-    bound ``eps32``, widened by a part in 2**20."""
+    could rank in the other order or tie by their exact scores: 2 ``eps32`` (1 + 2**-20)."""
     factor = qf.scale.to(torch.float64).numpy() * float(block.scale)
     estimate = scores.astype(np.float64) / factor[rows]
     gap = 2.0 * eps32.to(torch.float64).numpy() * (1.0 + 2.0**-20)
@@ -419,10 +410,10 @@ class CpuBackend(protocol.Pipeline):
     def _floors(
         self, positives: Any, tp: lowp.TilePass, ks: np.ndarray, start: int, stop: int, ctx
     ) -> tuple[bool, bool]:
-        """Where the block's top-k floors start: whether its positives are offered before the
-        pass ([`seeds_pay`][recallkit.engine.consumers.seeds_pay]) and whether a tile is taken
-        for a sample ([`tiles_sample`][recallkit.engine.consumers.tiles_sample]). Properties of
-        the embeddings and labels, decided on the call's first chunk for all."""
+        """Where the block's top-k floors start (properties of the embeddings and labels, decided
+        on the call's first chunk for all): whether its positives are offered before the pass
+        ([`seeds_pay`][recallkit.engine.consumers.seeds_pay]), whether a tile is taken for a
+        sample ([`tiles_sample`][recallkit.engine.consumers.tiles_sample])."""
         key = (tp.block.offset, tp.block.rows)
         if key not in ctx.floors:
             seeds = seeds_pay(tp, positives, ks, start, stop)
@@ -430,11 +421,10 @@ class CpuBackend(protocol.Pipeline):
         return ctx.floors[key]
 
     def _known(self, positives: Any, tp: lowp.TilePass, i: int, start: int, stop: int, ctx) -> Any:
-        """[`Top`][recallkit.engine.consumers.Top]'s ``known``
-        ([`kernels.label_scores`][kernels.label_scores], or the scores step 1 took of the same
-        positives): labels on the pass's one block, few enough to score one by one (else
-        ``None``). Asked only where they pay
-        ([`_floors`][recallkit.engine.cpu.CpuBackend._floors])."""
+        """[`Top`][recallkit.engine.consumers.Top]'s ``known`` where they pay
+        ([`_floors`][recallkit.engine.cpu.CpuBackend._floors]): the positives' scores (step 1's,
+        or [`kernels.label_scores`][kernels.label_scores]'s), labels on the pass's one block, few
+        enough to score one by one (else ``None``)."""
         block, qf, excluded = tp.block, tp.qf, ctx.excluded
         labels = isinstance(positives, LabelPositives) and block is tp.space.single
         if not labels or not self.exact_is_cheaper(positives, block, start, stop):
