@@ -1002,8 +1002,8 @@ def _raise_floor(row, scale, start, hits, k, slack, margin, rel, r, floor):  # p
     at least ``k`` of its items at or above it, by bisection between ``start`` and the row's
     largest value (each step one branch-free count). Their float32 scores are at least
     ``v scale - rel |v scale| - margin`` ([`_low_edge`][_low_edge]), so the row's ``k``-th float32
-    score is too: the floor rises to that
-    less the slack. Returns the new ``start`` and its count of items.
+    score is too: the floor rises to that less the slack. Returns the new ``start`` and its count
+    of items.
 
     The bisection starts from the range of every [`RAISE_STRIDE`][RAISE_STRIDE]-th value (a
     scan of them all costs more than the counts), widened to the row's own where a count shows
