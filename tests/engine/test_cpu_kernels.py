@@ -574,7 +574,8 @@ def test_union_kth_is_the_kth_largest_of_the_workers_buffers(seed):
 def test_collected_top_items_are_each_rows_items_at_or_above_its_floor_by_column(width):
     """:func:`collect_top`: every buffered item at or above its row's floor, rows that overflowed
     left out, flat by row then ascending column; read through a bitmap of the columns (a narrow
-    block) or sorted (a wide one, few items per bitmap word), the same pairs."""
+    block) or sorted (a wide one, few items per bitmap word), the same pairs. With their scores
+    (gathered branch-free, row by row in runs): the same items, each row's in buffer order."""
     from recallkit.engine.cpu_kernels import collect_top
 
     rng = np.random.default_rng(5)
@@ -597,6 +598,18 @@ def test_collected_top_items_are_each_rows_items_at_or_above_its_floor_by_column
         if scores[w, r, a] >= lo[r]
     ]
     assert list(zip(got_rows.tolist(), got_cols.tolist(), strict=True)) == sorted(expected)
+    # With their scores: by row, each row's items in buffer order (the first worker's first).
+    in_order = [
+        (r, int(cols[w, r, a]), float(scores[w, r, a]))
+        for r in range(rows)
+        if not over[r]
+        for w in range(workers)
+        for a in range(fills[w, r])
+        if scores[w, r, a] >= lo[r]
+    ]
+    got = collect_top(scores, cols, fills, lo, over, width, with_scores=True)
+    assert got[2].dtype == np.float32
+    assert list(zip(*(g.tolist() for g in got), strict=True)) == in_order
 
 
 def test_label_scores_and_best_positive_candidates_come_from_one_scoring():
