@@ -146,7 +146,7 @@ LAYERS = (
     ("recallkit.options",),
     ("recallkit._inputs.checks", "recallkit._inputs.codes", "recallkit.runfiles._atomic"),
     ("recallkit._inputs.io",),
-    ("recallkit.engine.jit",),
+    ("recallkit.engine.jit", "recallkit.engine.scratch"),
     (
         "recallkit.engine.exact",
         "recallkit.engine.ties",

@@ -216,3 +216,36 @@ def test_positives_offered_where_they_pay(noise, pays, monkeypatch):
     monkeypatch.setattr(consumers, "SEED_MIN_ROWS", 601)
     _check(x, labels)
     assert said == [True]
+
+
+@pytest.mark.parametrize("noise, pays", [(0.3, True), (3.0, False)])
+def test_the_floors_choice_reads_the_scores_the_first_hit_choice_kept(noise, pays, monkeypatch):
+    """A call that asks for first-hit ranks and lists of 1,024 queries or more samples the same
+    queries for both choices of path (every query has a list): ``seeds_pay`` reads the filter
+    scores ``first_hits.worth_it`` kept and decides as on its own product; the values are the
+    brute force's."""
+    monkeypatch.setattr(cpu, "TILE", TILE)
+    monkeypatch.setenv("RECALLKIT_BACKEND", "numba")
+    said = []
+    decide = cpu.seeds_pay
+
+    def spy(tp, *args):
+        kept = tp.space.extra.pop("sampled_scores", None)
+        own = decide(tp, *args)  # nothing kept: its own product
+        tp.space.extra["sampled_scores"] = kept
+        read = []
+        sampled = type(tp.space).sampled_scores
+
+        def watch(space, rows, scores=None):
+            read.append(sampled(space, rows, scores))
+            return read[-1]
+
+        monkeypatch.setattr(type(tp.space), "sampled_scores", watch)
+        said.append((own, decide(tp, *args), kept is not None, read[0] is not None))
+        monkeypatch.setattr(type(tp.space), "sampled_scores", sampled)
+        return said[-1][1]
+
+    monkeypatch.setattr(cpu, "seeds_pay", spy)
+    x, labels = _clusters(3, 1200, 30, noise)
+    _check(x, labels)
+    assert said == [(pays, pays, True, True)]

@@ -252,7 +252,8 @@ def filter_scores(space: Space, rows: np.ndarray) -> torch.Tensor:
     qf = filters.query_filter(
         chunk.raw, chunk.sq, chunk.norm, space.metric, block.scale, block.gemm.dtype, True
     )
-    return (block.gemm @ qf.rows.T).T  # the tall product: half the time of the wide one
+    scores = (block.gemm @ qf.rows.T).T  # the tall product: half the time of the wide one
+    return space.sampled_scores(rows, scores).clone()  # kept for the pass's own sample
 
 
 def exact_rows(space: Space, rows: np.ndarray) -> torch.Tensor:

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from recallkit.engine import cpu_kernels as kernels
-from recallkit.engine import exact, filters, lowp, protocol
+from recallkit.engine import exact, filters, lowp, protocol, scratch
 from recallkit.engine.consumers import (
     EXTRA,
     HEAP_K,
@@ -226,8 +226,7 @@ def run_tiles(
     ]
     ptr, excluded_cols = excluded.csr(block)
     code_lo, code_hi, members = excluded.code_ranges(block)
-    has_codes = excluded.query_codes is not None
-    dtype = tp.a32.dtype
+    has_codes, dtype = excluded.query_codes is not None, tp.a32.dtype
     source = None if cached is None else cached.numpy()
     lock = threading.Lock()
     queue = iter(tasks)
@@ -242,11 +241,12 @@ def run_tiles(
 
     def tiles() -> list[Any]:
         mine = [c.state() for c in consumers]
-        buffer = np.empty(TILE * TILE, dtype=dtype) if source is None else None
+        buffer = scratch.empty(TILE * TILE, dtype) if source is None else None
         while True:
             with lock:
                 task = None if stopped.is_set() else next(queue, None)
             if task is None:
+                scratch.give(buffer)
                 return mine
             r0, c0 = task
             shape = (min(TILE, rows - r0), min(TILE, cols - c0))

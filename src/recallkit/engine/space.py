@@ -195,6 +195,17 @@ class Space:
     def chunk(self, start: int, stop: int) -> Rows:
         return self.query[start:stop]
 
+    def sampled_scores(self, rows: np.ndarray, scores: Any = None) -> Any:
+        """The filter scores of a sample of queries ``rows`` against the one block, kept for
+        the call's next choice of path on the same sample (the first-hit ranks' and the top-k
+        floors' samples are alike where every query has a list): with ``scores``, keeps them;
+        without, those kept for these rows (``None`` if another sample's)."""
+        if scores is not None:
+            self.extra["sampled_scores"] = (np.array(rows, dtype=np.int64), scores)
+            return scores
+        kept = self.extra.get("sampled_scores")
+        return kept[1] if kept is not None and np.array_equal(kept[0], rows) else None
+
     def subset(self, rows: np.ndarray) -> Space:
         """The space of queries ``rows`` (an int64 array) against the same reference."""
         index = torch.from_numpy(rows).to(self.query.raw.device)
