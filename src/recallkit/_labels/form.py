@@ -269,7 +269,8 @@ def request(
     """One engine request for every metric: first-hit ranks if a metric reads them, ranked lists
     as long as the longest any metric reads per query (at least ``keep``, for display).
     ``exact_scores=False``: the metrics read the lists' order and ties alone, in this process
-    ([`engine.Request`][recallkit.engine.Request])."""
+    ([`engine.Request`][recallkit.engine.Request]); and, without lists kept for display
+    (``keep``), their relevance alone (``by_relevance``)."""
     widths = np.zeros(len(num_relevant), dtype=np.int64)
     for metric in metrics:
         widths = np.maximum(widths, metric.width(num_relevant, candidates))
@@ -282,6 +283,7 @@ def request(
         exclusions=exclusions,
         first_hit=any(m.reads == "rank" for m in metrics),
         exact_scores=exact_scores,
+        by_relevance=not exact_scores and not keep,
     )
 
 

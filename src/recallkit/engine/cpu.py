@@ -493,8 +493,11 @@ class CpuBackend(protocol.Pipeline):
             found = top.finish(rescore, block.rows, estimate)
             tr, tj = found[0], found[1]
             out.top = (torch.from_numpy(tr), torch.from_numpy(tj), None, 0)
-            if estimate:
-                out.estimates = _estimates(tr, found[2], qf, block, tp.eps32)
+            if estimate:  # and, read for relevance alone, the codes that give it
+                p = ctx.request.positives
+                by = ctx.request.by_relevance and isinstance(p, LabelPositives)
+                codes = (p.query_codes[start:stop], p.block_codes(block)) if by else None
+                out.estimates = (*_estimates(tr, found[2], qf, block, tp.eps32), codes)
         tp.passed(time.perf_counter() - began)
         return out
 
@@ -505,30 +508,24 @@ class CpuBackend(protocol.Pipeline):
         ([`exact.close_scores`][exact.close_scores]), and of those only the ones within their
         bounds of a neighbour exactly: the others rank by their filter or float64 scores, in the
         same order ([`kernels.order_rows`][kernels.order_rows],
-        [`kernels.split_runs`][kernels.split_runs], [`kernels.rank_rows`][kernels.rank_rows]).
+        [`kernels.split_runs`][kernels.split_runs], [`kernels.rank_rows`][kernels.rank_rows]);
+        for lists read by relevance alone, not the runs of one relevance
+        ([`kernels.settle_runs`][kernels.settle_runs]).
         """
         if scan.estimates is None:
             return super()._ranked(space, chunk, block, scan, c, ks)
         rows, local = scan.top[0], scan.top[1]
-        value, filt, gap = scan.estimates
+        value, filt, gap, codes = scan.estimates
         glob = globals_of(block, local).numpy()
         starts = np.zeros(c + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows.numpy(), minlength=c), out=starts[1:])
-        order, near = kernels.order_rows(starts, filt, gap)
+        relevance = None if codes is None else (local.numpy(), *codes)  # one relevance: settled
+        order, near = kernels.order_rows(starts, filt, gap, relevance)
         if near.any():  # closer scores first, then the exact scores of those they cannot rank
             pick = np.flatnonzero(near)
             r, j = rows.numpy()[pick], local.numpy()[pick]
-            closer, bound = exact.close_scores(
-                chunk.raw,
-                block.data,
-                chunk.aux(space.metric),
-                block.aux(space.metric),
-                chunk.norm,
-                block.norm,
-                r,
-                j,
-                space.metric,
-            )
+            args = (chunk.raw, block.data, chunk.aux(space.metric), block.aux(space.metric))
+            closer, bound = exact.close_scores(*args, chunk.norm, block.norm, r, j, space.metric)
             value[pick] = closer
             spread = np.zeros_like(value)
             spread[pick] = bound

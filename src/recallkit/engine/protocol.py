@@ -52,7 +52,12 @@ class Request:
     runs (else they come back as CPU tensors). With ``exact_scores=False`` the lists' order and
     ties are the exact ones but a back end may give an item that no other candidate of its row
     could tie or pass its filter's estimate of its score (``top_score``), not the exact score:
-    for a caller that reads the order and the ties alone, on one process.
+    for a caller that reads the order and the ties alone, on one process. With ``by_relevance``
+    as well (label ``positives``), for a caller that reads each list's relevance alone, in
+    order, with the ties between relevant and other items: items that no score outside their
+    run could pass or tie, and that are all relevant or all not, may keep their filter's order
+    and estimates (the CPU back end's
+    [`settle_runs`][recallkit.engine.cpu_kernels.settle_runs]).
     """
 
     positives: LabelPositives | Pairs | None = None
@@ -62,6 +67,7 @@ class Request:
     first_hit: bool = True
     lists_on_device: bool = False
     exact_scores: bool = True
+    by_relevance: bool = False
 
     @property
     def thresholds(self) -> bool:
