@@ -1,7 +1,7 @@
 """Lists read for their relevance alone (``engine.Request.by_relevance``; the CPU back end's
-``settle_runs``): a run of items the filter cannot order, all relevant or all not, keeps the
-filter's order. Every value, tie bound and first-hit rank is that of exact lists: against the
-float64 brute force of tests/brute.py and the same call with exact lists."""
+``order_rows`` with ``relevance``): a run of items the filter cannot order, all relevant or all
+not, keeps the filter's order. Every value, tie bound and first-hit rank is that of exact lists:
+against the float64 brute force of tests/brute.py and the same call with exact lists."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_runs_of_one_relevance_are_settled_by_hand(dtype):
     """Row 0 (code 7), filter scores 5, 4.9, 4.85 | 3, 2.95 | 1, 0.9 with a gap of 0.2: three
     runs of near items, each near the next (one run of flags). Codes 7 7 7 (all relevant):
     settled; 7 2 (mixed): kept near; 2 3 (none relevant): settled. Row 1 holds nothing; row 2
-    (code 3) one item, near nothing. Settled as the rows are ordered, or afterwards."""
+    (code 3) one item, near nothing."""
     starts = np.array([0, 7, 7, 8], dtype=np.int64)
     filt = np.array([2.95, 5.0, 1.0, 4.85, 3.0, 0.9, 4.9, 8.0], dtype=dtype)
     code_of = np.array([2, 7, 2, 7, 7, 3, 7, 3], dtype=np.int64)  # each item's column's code
@@ -33,10 +33,9 @@ def test_runs_of_one_relevance_are_settled_by_hand(dtype):
     gap = np.full(3, 0.2)
     order, near = kernels.order_rows(starts, filt, gap)
     assert order[:7].tolist() == [1, 6, 3, 4, 0, 2, 5] and near[:7].all() and not near[7]
-    kernels.settle_runs(starts, order, near, filt, gap, cols, q_codes, r_codes)
-    assert np.flatnonzero(near).tolist() == [0, 4]  # the run 3 (code 7), 2.95 (code 2)
     again, settled = kernels.order_rows(starts, filt, gap, (cols, q_codes, r_codes))
-    assert np.array_equal(again, order) and np.array_equal(settled, near)
+    assert np.array_equal(again, order)
+    assert np.flatnonzero(settled).tolist() == [0, 4]  # the run 3 (code 7), 2.95 (code 2)
 
 
 NAMES = ["recall@1", "recall@4", "MAP@R", "R-precision", "nDCG@10", "MRR"]

@@ -510,7 +510,7 @@ class CpuBackend(protocol.Pipeline):
         same order ([`kernels.order_rows`][kernels.order_rows],
         [`kernels.split_runs`][kernels.split_runs], [`kernels.rank_rows`][kernels.rank_rows]);
         for lists read by relevance alone, not the runs of one relevance
-        ([`kernels.settle_runs`][kernels.settle_runs]).
+        ([`kernels.order_rows`][kernels.order_rows]'s ``relevance``).
         """
         if scan.estimates is None:
             return super()._ranked(space, chunk, block, scan, c, ks)

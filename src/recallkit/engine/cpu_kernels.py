@@ -1638,6 +1638,39 @@ def _radix_high(keys, spare, n):  # pragma: no cover - compiled
     return source
 
 
+@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
+def _mark_row(order, near, filt, gap, a, b, cols, code, r_codes):  # pragma: no cover - compiled
+    """Row ``order[a:b]``'s runs of items each within ``gap`` of the one before: every item of
+    a run near, unless ``r_codes`` is given (not empty) and the run's items are all relevant
+    (``r_codes[cols[p]] == code``) or all not ([`order_rows`][order_rows])."""
+    settle = r_codes.shape[0] > 0
+    i = a
+    while i < b - 1:
+        if np.float64(filt[order[i]]) - np.float64(filt[order[i + 1]]) > gap:
+            i += 1
+            continue
+        first = settle and r_codes[cols[order[i]]] == code
+        mixed = not settle
+        u = i + 1
+        while True:
+            mixed |= (r_codes[cols[order[u]]] == code) != first if settle else True
+            if u + 1 == b or np.float64(filt[order[u]]) - np.float64(filt[order[u + 1]]) > gap:
+                break
+            u += 1
+        if mixed:
+            for j in range(i, u + 1):
+                near[order[j]] = True
+        i = u + 1
+
+
+@numba.njit(parallel=True, cache=True, boundscheck=False)
+def _mark_rows(starts, order, filt, gap, near, cols, q_codes, r_codes):  # pragma: no cover
+    settle = q_codes.shape[0] > 0
+    for r in numba.prange(starts.shape[0] - 1):
+        code = q_codes[r] if settle else 0
+        _mark_row(order, near, filt, gap[r], starts[r], starts[r + 1], cols, code, r_codes)
+
+
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _order_rows(starts, filt, gap, order, near, cols, q_codes, r_codes):  # pragma: no cover
     rows = starts.shape[0] - 1
@@ -1658,28 +1691,7 @@ def _order_rows(starts, filt, gap, order, near, cols, q_codes, r_codes):  # prag
             row = _radix_high(keys, spare, n)
             for i in range(n):  # descending
                 order[a + i] = a + np.int64(row[n - 1 - i] & np.uint64(0xFFFFFFFF))
-            # Each run of items within the gap of the one before: near, unless settled (one
-            # relevance, [`_settle_row`][_settle_row]'s rule, in the same pass).
-            code = q_codes[r] if settle else 0
-            i = a
-            while i < b - 1:
-                if np.float64(filt[order[i]]) - np.float64(filt[order[i + 1]]) > gap[r]:
-                    i += 1
-                    continue
-                first = settle and r_codes[cols[order[i]]] == code
-                mixed = not settle
-                u = i + 1
-                while True:
-                    mixed |= (r_codes[cols[order[u]]] == code) != first if settle else True
-                    if u + 1 == b:
-                        break
-                    if np.float64(filt[order[u]]) - np.float64(filt[order[u + 1]]) > gap[r]:
-                        break
-                    u += 1
-                if mixed:
-                    for j in range(i, u + 1):
-                        near[order[j]] = True
-                i = u + 1
+            _mark_row(order, near, filt, gap[r], a, b, cols, q_codes[r] if settle else 0, r_codes)
 
 
 @numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
@@ -1726,52 +1738,6 @@ def split_runs(
     return closer
 
 
-@numba.njit(nogil=True, cache=True, boundscheck=False, inline="always")
-def _settle_row(order, near, filt, gap, a, b, cols, code, r_codes):  # pragma: no cover
-    """[`settle_runs`][settle_runs] of one row (``order[a:b]``, query code ``code``)."""
-    t = a
-    while t < b:
-        if not near[order[t]]:
-            t += 1
-            continue
-        first = r_codes[cols[order[t]]] == code
-        mixed = False
-        u = t + 1  # the run: each item within the gap of the one before it
-        while u < b and np.float64(filt[order[u - 1]]) - np.float64(filt[order[u]]) <= gap:
-            mixed |= (r_codes[cols[order[u]]] == code) != first
-            u += 1
-        if not mixed:
-            for i in range(t, u):
-                near[order[i]] = False
-        t = u
-
-
-@numba.njit(parallel=True, cache=True, boundscheck=False)
-def _settle_runs(starts, order, near, filt, gap, cols, q_codes, r_codes):  # pragma: no cover
-    for r in numba.prange(starts.shape[0] - 1):
-        _settle_row(order, near, filt, gap[r], starts[r], starts[r + 1], cols, q_codes[r], r_codes)
-
-
-def settle_runs(
-    starts: np.ndarray,
-    order: np.ndarray,
-    near: np.ndarray,
-    filt: np.ndarray,
-    gap: np.ndarray,
-    cols: np.ndarray,
-    q_codes: np.ndarray,
-    r_codes: np.ndarray,
-) -> None:
-    """Clears ``near`` (in place) for each run of [`order_rows`][order_rows]'s order (with its
-    ``filt`` and ``gap``: items each within the gap of the one before) whose items are all
-    relevant to their row or all not: row ``r`` (``starts[r]`` to ``starts[r + 1]`` of the flat
-    arrays) holds item ``p`` relevant where ``r_codes[cols[p]] == q_codes[r]`` (``cols``: the
-    items' columns, int64; codes int64). Such a run keeps the filter's order: ranked exactly or
-    not, the relevance it gives each place is the same, and none of its items ties or passes
-    one outside it (more than the gap away)."""
-    _settle_runs(starts, order, near, filt, gap, cols, q_codes, r_codes)
-
-
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _rank_rows(
     starts, order, value, glob, near, ks, out_index, out_value, tails, tail_index
@@ -1815,23 +1781,23 @@ def order_rows(
     """Each row's items (``starts[r]:starts[r + 1]`` of the flat arrays) by descending filter
     score ``filt`` (float32 or float64; equal scores in any order): the order of their
     positions; and which items lie within ``gap[r]`` (float64) of the next or the previous item
-    of that order (``near``, a bool per item: every item of equal score among them). With
-    ``relevance = (cols, q_codes, r_codes)``, not the runs of one relevance
-    ([`settle_runs`][settle_runs], row by row as it is ordered)."""
+    of that order (``near``, a bool per item: every item of equal score among them).
+
+    With ``relevance = (cols, q_codes, r_codes)`` (int64: the items' columns, the rows' and the
+    columns' codes), a run of such items (each within the gap of the one before) whose items
+    are all relevant to their row (``r_codes[cols[p]] == q_codes[r]``) or all not is left out of
+    ``near``: it keeps the filter's order. Ranked exactly or not, the relevance it gives each
+    place is the same, and none of its items ties or passes one outside it (more than the gap
+    away)."""
     order = np.empty(filt.shape[0], dtype=np.int64)
     near = np.zeros(filt.shape[0], dtype=np.bool_)
+    codes = relevance or (NO_CODES, NO_CODES, NO_CODES)
     if filt.dtype == np.float32:  # the scores' bits and the item's place, one sort key
-        codes = relevance or (NO_CODES, NO_CODES, NO_CODES)
         _order_rows(starts, filt, gap, order, near, *codes)
         return order, near
     rows = np.repeat(np.arange(len(starts) - 1), np.diff(starts))
     order = np.lexsort((-filt, rows)).astype(np.int64)
-    close = filt[order[:-1]].astype(np.float64) - filt[order[1:]] <= gap[rows[order[1:]]]
-    close &= rows[order[:-1]] == rows[order[1:]]
-    near[order[:-1][close]] = True
-    near[order[1:][close]] = True
-    if relevance is not None:
-        settle_runs(starts, order, near, filt, gap, *relevance)
+    _mark_rows(starts, order, filt, gap, near, *codes)
     return order, near
 
 

@@ -57,7 +57,7 @@ class Request:
     order, with the ties between relevant and other items: items that no score outside their
     run could pass or tie, and that are all relevant or all not, may keep their filter's order
     and estimates (the CPU back end's
-    [`settle_runs`][recallkit.engine.cpu_kernels.settle_runs]).
+    [`order_rows`][recallkit.engine.cpu_kernels.order_rows]).
     """
 
     positives: LabelPositives | Pairs | None = None
