@@ -34,6 +34,7 @@ import math
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
@@ -731,9 +732,15 @@ def compare(
     else:
         base = next(d for d in data if d.name == baseline)
         pairs = [(base, d) for d in data if d.name != baseline]
-    spread = _intervals(data, [chosen] * len(data), n_resamples, confidence, seed)
     settings = {"n_resamples": n_resamples, "confidence": confidence, "seed": seed}
-    rows = _compared_rows(chosen, pairs, test, correction, alpha, settings)
+    # The runs' intervals on a thread of their own while the pairs are tested: numpy's
+    # gathers and sums release the GIL, and each side's values are its own.
+    with ThreadPoolExecutor(1, thread_name_prefix="recallkit-intervals") as helper:
+        intervals = helper.submit(
+            _intervals, data, [chosen] * len(data), n_resamples, confidence, seed
+        )
+        rows = _compared_rows(chosen, pairs, test, correction, alpha, settings)
+        spread = intervals.result()
     return Comparison(
         runs=tuple(d.name for d in data),
         metrics=tuple(chosen),
