@@ -1653,7 +1653,8 @@ def _mark_row(order, near, filt, gap, a, b, cols, code, r_codes):  # pragma: no 
         mixed = not settle
         u = i + 1
         while True:
-            mixed |= (r_codes[cols[order[u]]] == code) != first if settle else True
+            if settle:
+                mixed |= (r_codes[cols[order[u]]] == code) != first
             if u + 1 == b or np.float64(filt[order[u]]) - np.float64(filt[order[u + 1]]) > gap:
                 break
             u += 1
@@ -1740,8 +1741,10 @@ def split_runs(
 
 @numba.njit(parallel=True, cache=True, boundscheck=False)
 def _rank_rows(
-    starts, order, value, glob, near, ks, out_index, out_value, tails, tail_index
-):  # pragma: no cover - compiled
+    starts, order, value, glob, near, ks, out_index, out_value, tails
+):  # pragma: no cover
+    """Each row's lists ([`rank_rows`][rank_rows]) and its count of tail items, whose indices
+    [`_fill_tails`][_fill_tails] reads from the order sorted here."""
     rows, width = out_index.shape
     for r in numba.prange(rows):
         a, b = starts[r], starts[r + 1]
@@ -1762,8 +1765,6 @@ def _rank_rows(
             kth = value[order[a + k - 1]]
             n = 0
             while a + k + n < b and value[order[a + k + n]] == kth:
-                if n < tail_index.shape[1]:
-                    tail_index[r, n] = glob[order[a + k + n]]
                 n += 1
             tails[r] = n
 
@@ -1820,11 +1821,9 @@ def rank_rows(
     out_index = np.empty((c, width), dtype=np.int64)
     out_value = np.empty((c, width), dtype=np.float64)
     tails = np.zeros(c, dtype=np.int64)
-    tail_index = np.full((c, 0), -1, dtype=np.int64)
-    _rank_rows(starts, order, value, glob, near, ks, out_index, out_value, tails, tail_index)
-    t = int(tails.max(initial=0))
-    if t:  # the rows' runs are sorted now: their tails read from the order
-        tail_index = np.full((c, t), -1, dtype=np.int64)
+    _rank_rows(starts, order, value, glob, near, ks, out_index, out_value, tails)
+    tail_index = np.full((c, int(tails.max(initial=0))), -1, dtype=np.int64)
+    if tail_index.shape[1]:  # the rows' runs are sorted now: their tails read from the order
         _fill_tails(starts, order, glob, ks, tails, tail_index)
     kth = out_value[np.arange(c), np.clip(ks - 1, 0, max(width - 1, 0))] if width else out_value
     tail_value = np.where(tail_index >= 0, kth[:, None] if width else 0.0, -np.inf)
